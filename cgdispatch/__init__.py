@@ -1,0 +1,43 @@
+"""cgdispatch: plan, capture, replay and measure CUDA graphs for LLM inference engines.
+
+The dispatcher layer (modes, batch, config, dispatcher) is pure Python and is imported
+eagerly; everything that needs torch is imported on first use, so that
+``from cgdispatch import CudagraphDispatcher`` stays fast and torch-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .batch import BatchDescriptor
+from .config import GraphConfig
+from .dispatcher import CudagraphDispatcher
+from .modes import AttentionCGSupport, CUDAGraphMode
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (imported lazily: these modules import torch)
+_LAZY: dict[str, str] = {}
+
+__all__ = [
+    "AttentionCGSupport",
+    "BatchDescriptor",
+    "CUDAGraphMode",
+    "CudagraphDispatcher",
+    "GraphConfig",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cgdispatch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,363 @@
+"""One config object with vLLM's field names: capture sizes, mode, scheduler limits.
+
+`GraphConfig` validates and derives on construction (the default ladder, a cleaned user
+list, the largest capture size) and `resolve()` lowers the mode for what the attention
+backend supports. It knows nothing about tensors or GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ladders import vllm_ladder, vllm_max_capture_size
+from .modes import AttentionCGSupport, CUDAGraphMode
+
+__all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
+
+# Ops the model is split at for piecewise graphs when splitting_ops is None: the toy
+# model's attention op and PyTorch's SDPA (as it appears in dynamo graphs).
+DEFAULT_SPLITTING_OPS: tuple[str, ...] = (
+    "cgdispatch::attention",
+    "cgdispatch::attention_uniform",
+    "aten::scaled_dot_product_attention",
+)
+
+# GraphConfig fields that live in vLLM's --compilation-config JSON; the rest are
+# scheduler / parallel / LoRA / speculative settings passed as separate engine args.
+_COMPILATION_KEYS = (
+    "cudagraph_mode",
+    "cudagraph_capture_sizes",
+    "max_cudagraph_capture_size",
+    "splitting_ops",
+    "compile_sizes",
+    "cudagraph_num_of_warmups",
+    "cudagraph_specialize_lora",
+)
+# vLLM compilation-config keys that do not affect graph dispatch: accepted and ignored.
+_IGNORED_VLLM_KEYS = frozenset(
+    {"level", "mode", "backend", "custom_ops", "use_inductor", "inductor_compile_config",
+     "pass_config", "debug_dump_path", "cache_dir", "compile_cache_save_format",
+     "use_inductor_graph_partition", "cudagraph_copy_inputs", "full_cuda_graph",
+     "cudagraph_num_of_warmups_for_full", "local_cache_dir", "dynamic_shapes_config"}
+)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {minimum}")
+
+
+def captured_lora_counts(max_loras: int, specialize_active_lora: bool) -> list[int]:
+    """Active-LoRA counts that get their own graphs when LoRA is on.
+
+    Without specialisation one graph serves any count up to ``max_loras``; with it,
+    counts are the powers of two below ``max_loras`` plus ``max_loras`` itself.
+    """
+    if max_loras <= 0:
+        return []
+    if not specialize_active_lora:
+        return [max_loras]
+    counts, c = [], 1
+    while c < max_loras:
+        counts.append(c)
+        c *= 2
+    return [*counts, max_loras]
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """CUDA-graph settings under vLLM's names; derived fields are filled on construction.
+
+    Construction validates every field and raises ``ValueError`` naming the value, the
+    rule and the fix. The object is immutable: use :meth:`replace` or :meth:`resolve`.
+    """
+
+    cudagraph_mode: CUDAGraphMode | str = CUDAGraphMode.FULL_AND_PIECEWISE
+    cudagraph_capture_sizes: list[int] | None = None  # None = vLLM's default ladder
+    max_cudagraph_capture_size: int | None = None  # None = from the list / the default
+    max_num_seqs: int = 256  # scheduler: requests per step
+    max_num_batched_tokens: int = 8192  # scheduler: tokens per step
+    num_speculative_tokens: int = 0  # q = 1 + this tokens per request in a uniform decode
+    splitting_ops: list[str] | None = None  # None = attention ops; [] = no splitting
+    compile_sizes: tuple[int, ...] = ()  # sizes compiled specially; must be capture sizes
+    max_loras: int = 0  # 0 = LoRA off
+    cudagraph_specialize_lora: bool = True  # separate graphs with and without LoRA
+    specialize_active_lora: bool = False  # separate graphs per active-LoRA count bucket
+    tensor_parallel_size: int = 1
+    sequence_parallel: bool = False  # sizes must then be multiples of the TP size
+    cudagraph_num_of_warmups: int = 1  # eager runs before each capture
+    # what the user asked for sizes and max, so that replace() re-derives defaults
+    _asked: tuple[Any, Any] = field(default=(None, None), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "cudagraph_mode", CUDAGraphMode.parse(self.cudagraph_mode))
+        _check_int("max_num_seqs", self.max_num_seqs, 1)
+        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _check_int("num_speculative_tokens", self.num_speculative_tokens, 0)
+        _check_int("max_loras", self.max_loras, 0)
+        _check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
+        _check_int("cudagraph_num_of_warmups", self.cudagraph_num_of_warmups, 0)
+        if self.splitting_ops is not None:
+            if isinstance(self.splitting_ops, str) or not all(
+                isinstance(op, str) for op in self.splitting_ops
+            ):
+                raise ValueError(
+                    f"splitting_ops={self.splitting_ops!r} is invalid: give a list of op "
+                    "names such as ['cgdispatch::attention'], [] for no splitting, or None"
+                )
+            set_(self, "splitting_ops", list(self.splitting_ops))
+        asked_sizes = self.cudagraph_capture_sizes
+        set_(self, "_asked", (None if asked_sizes is None else list(asked_sizes), self.max_cudagraph_capture_size))
+        sizes, max_size = self._derive_sizes()
+        set_(self, "cudagraph_capture_sizes", sizes)
+        set_(self, "max_cudagraph_capture_size", max_size)
+        self._check_compile_sizes()
+
+    # ----- derivation -------------------------------------------------------------------
+    def _derive_sizes(self) -> tuple[list[int], int]:
+        mode, tokens = self.cudagraph_mode, self.max_num_batched_tokens
+        user_sizes, user_max = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
+        if user_max is not None:
+            _check_int("max_cudagraph_capture_size", user_max, 0)
+            if user_max == 0 and mode is not CUDAGraphMode.NONE:
+                raise ValueError(
+                    f"max_cudagraph_capture_size=0 is invalid with cudagraph_mode={mode}: "
+                    "graphs need a size >= 1; set the mode to NONE or give a positive max"
+                )
+        if user_sizes is None:
+            if mode is CUDAGraphMode.NONE and user_max in (None, 0):
+                return [], 0
+            if user_max is None:
+                user_max = vllm_max_capture_size(
+                    self.max_num_seqs, tokens, self.num_speculative_tokens
+                )
+            elif user_max > tokens:
+                warnings.warn(
+                    f"max_cudagraph_capture_size={user_max} exceeds max_num_batched_tokens="
+                    f"{tokens}: truncated to {tokens}",
+                    stacklevel=4,
+                )
+                user_max = tokens
+            sizes = vllm_ladder(user_max, max_num_batched_tokens=tokens)
+        else:
+            if isinstance(user_sizes, (str, bytes)) or not hasattr(user_sizes, "__iter__"):
+                raise ValueError(
+                    f"cudagraph_capture_sizes={user_sizes!r} is invalid: give a list of "
+                    "integers >= 1, e.g. [1, 2, 4, 8], or None for the default ladder"
+                )
+            for s in user_sizes:
+                _check_int(f"capture size {s!r} in cudagraph_capture_sizes", s, 1)
+            sizes = sorted(set(user_sizes))
+            dropped = [s for s in sizes if s > tokens]
+            if dropped:
+                warnings.warn(
+                    f"capture sizes {dropped} exceed max_num_batched_tokens={tokens} "
+                    "and are dropped",
+                    stacklevel=4,
+                )
+            sizes = [s for s in sizes if s <= tokens]
+        if self.sequence_parallel and self.tensor_parallel_size > 1:
+            tp = self.tensor_parallel_size
+            bad = [s for s in sizes if s % tp]
+            if bad:
+                warnings.warn(
+                    f"capture sizes {bad} are not multiples of tensor_parallel_size={tp} and "
+                    "are dropped (sequence parallelism splits tokens evenly across ranks)",
+                    stacklevel=4,
+                )
+            sizes = [s for s in sizes if s % tp == 0]
+        if not sizes:
+            if mode is CUDAGraphMode.NONE:
+                return [], 0
+            raise ValueError(
+                f"no capture size is left for cudagraph_mode={mode} (asked: "
+                f"{user_sizes!r}, max_num_batched_tokens={tokens}): give at least one size "
+                "<= max_num_batched_tokens, or set cudagraph_mode='NONE'"
+            )
+        largest = sizes[-1]
+        explicit_max = self.max_cudagraph_capture_size
+        if explicit_max is not None and user_sizes is not None and explicit_max != largest:
+            raise ValueError(
+                f"max_cudagraph_capture_size={explicit_max} disagrees with the largest usable "
+                f"capture size {largest} of cudagraph_capture_sizes: drop one of the two, or "
+                "make the max equal to the largest size"
+            )
+        if user_sizes is not None and largest < max(user_sizes):
+            warnings.warn(
+                f"max_cudagraph_capture_size truncated to {largest}, the largest usable size",
+                stacklevel=4,
+            )
+        return sizes, largest
+
+    def _check_compile_sizes(self) -> None:
+        sizes = self.cudagraph_capture_sizes
+        compile_sizes = tuple(self.compile_sizes)
+        object.__setattr__(self, "compile_sizes", compile_sizes)
+        for s in compile_sizes:
+            _check_int(f"compile size {s!r}", s, 1)
+            if sizes and s <= sizes[-1] and s not in sizes:
+                padded = min(c for c in sizes if c >= s)
+                raise ValueError(
+                    f"compile size {s} would never run: batches of {s} tokens are padded to the "
+                    f"capture size {padded}; add {s} to cudagraph_capture_sizes or remove it "
+                    "from compile_sizes"
+                )
+
+    # ----- derived properties -------------------------------------------------------------
+    @property
+    def uniform_decode_query_len(self) -> int:
+        """Tokens per request in a uniform decode step: 1 + speculative tokens."""
+        return 1 + self.num_speculative_tokens
+
+    @property
+    def lora_enabled(self) -> bool:
+        return self.max_loras > 0
+
+    @property
+    def effective_splitting_ops(self) -> list[str]:
+        """``splitting_ops`` with None replaced by the default attention ops."""
+        return list(DEFAULT_SPLITTING_OPS) if self.splitting_ops is None else self.splitting_ops
+
+    def lora_cases(self) -> list[int]:
+        """Active-LoRA counts that have graphs; 0 is the no-LoRA case."""
+        if not self.lora_enabled:
+            return [0]
+        counts = captured_lora_counts(self.max_loras, self.specialize_active_lora)
+        return [0, *counts] if self.cudagraph_specialize_lora else counts
+
+    def replace(self, **changes: Any) -> GraphConfig:
+        """A new config with ``changes`` applied and everything re-derived."""
+        kwargs = self._user_fields()
+        kwargs["cudagraph_capture_sizes"], kwargs["max_cudagraph_capture_size"] = self._asked
+        if "cudagraph_capture_sizes" in changes and "max_cudagraph_capture_size" not in changes:
+            kwargs["max_cudagraph_capture_size"] = None
+        kwargs.update(changes)
+        return GraphConfig(**kwargs)
+
+    def _user_fields(self) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if not f.name.startswith("_")
+        }
+
+    # ----- mode resolution --------------------------------------------------------------
+    def resolve(self, attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS) -> GraphConfig:
+        """The config with the mode lowered to what can run, and sizes fit for spec decode.
+
+        Rules (vLLM V1): with ``splitting_ops == []`` there is no piecewise compilation, so
+        PIECEWISE -> NONE and FULL_AND_PIECEWISE -> FULL; FULL on mixed batches needs
+        ALWAYS, else -> FULL_AND_PIECEWISE (attention can be split out) or FULL_DECODE_ONLY;
+        FULL decode needs at least UNIFORM_SINGLE_TOKEN_DECODE (UNIFORM_BATCH when q > 1),
+        else -> PIECEWISE or NONE. With q > 1 and a FULL decode mode, sizes are rounded up
+        to multiples of q and those above the max dropped.
+        """
+        support = AttentionCGSupport(attention_support)
+        mode = self.cudagraph_mode
+        can_split = self.splitting_ops is None or len(self.splitting_ops) > 0
+        M = CUDAGraphMode
+        if not can_split:
+            mode = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
+        if mode.mixed_mode() is M.FULL and support < AttentionCGSupport.ALWAYS:
+            mode = M.FULL_AND_PIECEWISE if can_split else M.FULL_DECODE_ONLY
+        q = self.uniform_decode_query_len
+        needed = AttentionCGSupport.UNIFORM_BATCH if q > 1 else AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+        if mode.decode_mode() is M.FULL and support < needed:
+            mode = M.PIECEWISE if can_split else M.NONE
+        sizes = self.cudagraph_capture_sizes
+        if q > 1 and mode.decode_mode() is M.FULL and sizes:
+            largest = sizes[-1]
+            rounded = sorted({-(-s // q) * q for s in sizes} )
+            rounded = [s for s in rounded if s <= largest]
+            if not rounded:
+                raise ValueError(
+                    f"no capture size is left after rounding {sizes} up to multiples of "
+                    f"q={q} (1 + {self.num_speculative_tokens} speculative tokens) within the max "
+                    f"{largest}: add a size >= {q}"
+                )
+            sizes = rounded
+        if mode is self.cudagraph_mode and sizes == self.cudagraph_capture_sizes:
+            return self
+        compile_sizes = tuple(s for s in self.compile_sizes if s in sizes or s > sizes[-1]) if sizes else ()
+        return self.replace(
+            cudagraph_mode=mode,
+            cudagraph_capture_sizes=sizes,
+            max_cudagraph_capture_size=sizes[-1] if sizes else None,
+            compile_sizes=compile_sizes,
+        )
+
+    # ----- vLLM import / export -----------------------------------------------------------
+    @classmethod
+    def from_vllm(cls, compilation_config: dict[str, Any] | str | None = None, **scheduler_fields: Any) -> GraphConfig:
+        """A config from vLLM's ``--compilation-config`` (dict or JSON) plus engine fields.
+
+        ``scheduler_fields`` take GraphConfig names (``max_num_seqs=128``,
+        ``num_speculative_tokens=3``, ``max_loras=4`` ...).
+        """
+        if compilation_config is None:
+            compilation_config = {}
+        if isinstance(compilation_config, str):
+            try:
+                compilation_config = json.loads(compilation_config)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"compilation_config is not valid JSON ({err}): pass a dict or a JSON "
+                    "object such as '{\"cudagraph_mode\": \"FULL\"}'"
+                ) from None
+        if not isinstance(compilation_config, dict):
+            raise ValueError(
+                f"compilation_config={compilation_config!r} is invalid: it must be a dict or a JSON object"
+            )
+        kwargs: dict[str, Any] = {}
+        for key, value in compilation_config.items():
+            if key in _COMPILATION_KEYS:
+                kwargs[key] = tuple(value) if key == "compile_sizes" else value
+            elif key not in _IGNORED_VLLM_KEYS:
+                warnings.warn(f"vLLM compilation-config key {key!r} is not used by cgdispatch", stacklevel=2)
+        known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        unknown = set(scheduler_fields) - known
+        if unknown:
+            raise ValueError(
+                f"unknown field(s) {sorted(unknown)}: GraphConfig takes {sorted(known)}"
+            )
+        kwargs.update(scheduler_fields)
+        return cls(**kwargs)
+
+    def to_vllm(self) -> str:
+        """vLLM's ``--compilation-config`` JSON for this config."""
+        cc: dict[str, Any] = {
+            "cudagraph_mode": str(self.cudagraph_mode),
+            "cudagraph_capture_sizes": list(self.cudagraph_capture_sizes),
+            "max_cudagraph_capture_size": self.max_cudagraph_capture_size,
+        }
+        if self.splitting_ops is not None:
+            cc["splitting_ops"] = list(self.splitting_ops)
+        if self.compile_sizes:
+            cc["compile_sizes"] = list(self.compile_sizes)
+        if self.cudagraph_num_of_warmups != 1:
+            cc["cudagraph_num_of_warmups"] = self.cudagraph_num_of_warmups
+        if self.lora_enabled and not self.cudagraph_specialize_lora:
+            cc["cudagraph_specialize_lora"] = False
+        return json.dumps(cc, separators=(",", ":"))
+
+    def to_vllm_args(self) -> str:
+        """A ``vllm serve`` argument string: compilation config plus scheduler settings."""
+        args = [
+            "--compilation-config", self.to_vllm(),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+        ]
+        if self.tensor_parallel_size > 1:
+            args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.num_speculative_tokens:
+            spec = json.dumps({"num_speculative_tokens": self.num_speculative_tokens})
+            args += ["--speculative-config", spec]
+        if self.lora_enabled:
+            args += ["--enable-lora", "--max-loras", str(self.max_loras)]
+        return " ".join(shlex.quote(a) for a in args)

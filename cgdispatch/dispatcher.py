@@ -1,0 +1,349 @@
+"""`CudagraphDispatcher`: maps each runtime batch to a captured graph key, or to none.
+
+The dispatcher holds the set of valid keys per runtime mode (the only source of truth for
+which graphs exist) and answers ``dispatch()`` with (runtime mode, padded descriptor).
+It never captures or runs anything and never imports torch: the forward context carries
+its answer to the wrappers. Dispatch is one list lookup in a table precomputed from the
+keys, rebuilt whenever the keys change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .batch import BatchDescriptor
+from .config import GraphConfig
+from .modes import CUDAGraphMode
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["CudagraphDispatcher"]
+
+_NONE, _PIECEWISE, _FULL = CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL
+_RUNTIME_MODES = frozenset({_NONE, _PIECEWISE, _FULL})
+_ALL_GRAPH_MODES = frozenset({_PIECEWISE, _FULL})
+
+
+class _Table:
+    """Precomputed answers for one (uniform, LoRA case, allowed modes) combination."""
+
+    __slots__ = ("answers", "calls")
+
+    def __init__(self, answers: list[tuple[CUDAGraphMode, BatchDescriptor]]) -> None:
+        self.answers = answers  # index: unpadded num_tokens 0..max capture size
+        self.calls = [0] * len(answers)  # dispatch count per unpadded num_tokens
+
+
+class CudagraphDispatcher:
+    """Decides, per batch, the runtime mode and the graph key (vLLM V1 semantics).
+
+    Keys are the only source of truth for valid graphs: ``dispatch`` returns a graph mode
+    only with a registered key. It does not know whether a graph is captured yet; the
+    wrapper captures a key on first use. Counting of dispatches (``stats_frame``) is on by
+    default and can be switched off with ``record_stats = False``.
+    """
+
+    def __init__(self, config: GraphConfig | None = None, *, record_stats: bool = True) -> None:
+        config = GraphConfig() if config is None else config
+        if not isinstance(config, GraphConfig):
+            raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+        mode = config.cudagraph_mode
+        if mode.requires_piecewise_compilation() and config.splitting_ops == []:
+            raise ValueError(
+                f"cudagraph_mode={mode} needs piecewise compilation but splitting_ops is [] "
+                "(no split points): call config.resolve() to lower the mode, or set "
+                "splitting_ops=None to split at the attention ops"
+            )
+        self.config = config
+        self.cudagraph_mode: CUDAGraphMode = mode
+        self.uniform_decode_query_len: int = config.uniform_decode_query_len
+        self.cudagraph_keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {
+            _PIECEWISE: set(),
+            _FULL: set(),
+        }
+        self.keys_initialized = False
+        self.record_stats = record_stats
+        sizes = config.cudagraph_capture_sizes
+        self.max_capture_size: int = sizes[-1] if sizes else 0
+        # padding table: every count 0..max to the smallest capture size >= it
+        self._padded: list[int] = [0] * (self.max_capture_size + 1)
+        for n, i in zip(range(self.max_capture_size, 0, -1), _countdown_index(sizes)):
+            self._padded[n] = sizes[i]
+        self._lora_cases = config.lora_cases()
+        self._tables: dict[tuple[bool, int, frozenset[CUDAGraphMode]], _Table] = {}
+        self._fast = (None, None)  # (mixed, uniform) tables without LoRA, all modes allowed
+        self._eager_calls: dict[int, int] = {}  # num_tokens above the max or keys missing
+        self._carried_rows: list[tuple[CUDAGraphMode, int, int, int, int]] = []  # stats of old tables
+
+    # ----- keys -------------------------------------------------------------------------
+    def add_cudagraph_key(self, runtime_mode: CUDAGraphMode, batch_descriptor: BatchDescriptor) -> None:
+        """Register one valid key (PIECEWISE or FULL)."""
+        if runtime_mode not in self.cudagraph_keys:
+            raise ValueError(
+                f"runtime_mode={runtime_mode} is invalid for a key: keys are PIECEWISE or FULL"
+            )
+        if not isinstance(batch_descriptor, BatchDescriptor):
+            raise ValueError(f"batch_descriptor={batch_descriptor!r} is not a BatchDescriptor")
+        self.cudagraph_keys[runtime_mode].add(batch_descriptor)
+        self._invalidate()
+
+    def initialize_cudagraph_keys(
+        self,
+        cudagraph_mode: CUDAGraphMode | str | None = None,
+        uniform_decode_query_len: int | None = None,
+    ) -> None:
+        """Create every key the mode needs for the configured capture sizes and LoRA cases."""
+        mode = self.cudagraph_mode if cudagraph_mode is None else CUDAGraphMode.parse(cudagraph_mode)
+        q = self.uniform_decode_query_len if uniform_decode_query_len is None else uniform_decode_query_len
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+            raise ValueError(f"uniform_decode_query_len={q!r} is invalid: it must be an integer >= 1")
+        self.cudagraph_mode, self.uniform_decode_query_len = mode, q
+        sizes = self.config.cudagraph_capture_sizes
+        max_num_seqs = self.config.max_num_seqs
+        for lora in self._lora_cases:
+            has_lora = lora > 0
+            if mode.mixed_mode() is _PIECEWISE:
+                for s in sizes:
+                    self.cudagraph_keys[_PIECEWISE].add(BatchDescriptor(s, None, False, has_lora, lora))
+            elif mode.mixed_mode() is _FULL:
+                for s in sizes:
+                    desc = BatchDescriptor(s, min(s, max_num_seqs), False, has_lora, lora)
+                    self.cudagraph_keys[_FULL].add(desc)
+            if mode.decode_mode() is _FULL and mode.separate_routine():
+                for s in sizes:
+                    if q <= s <= q * max_num_seqs:
+                        desc = BatchDescriptor(s, s // q, True, has_lora, lora)
+                        self.cudagraph_keys[_FULL].add(desc)
+        self.keys_initialized = True
+        self._invalidate()
+
+    def get_capture_descs(self) -> list[tuple[CUDAGraphMode, list[BatchDescriptor]]]:
+        """Keys to capture: PIECEWISE before FULL, each largest first (pool reuse)."""
+        if not self.keys_initialized or self.cudagraph_mode is _NONE:
+            return []
+        out = []
+        for mode in (_PIECEWISE, _FULL):
+            keys = self.cudagraph_keys[mode]
+            if keys:
+                order = sorted(
+                    keys,
+                    key=lambda d: (d.num_tokens, d.uniform, d.num_reqs or 0, d.has_lora, d.num_active_loras),
+                    reverse=True,
+                )
+                out.append((mode, order))
+        return out
+
+    def padded_size(self, num_tokens: int) -> int:
+        """The capture size a batch of ``num_tokens`` is padded to (itself above the max)."""
+        n = _check_num_tokens(num_tokens)
+        return self._padded[n] if n <= self.max_capture_size else n
+
+    # ----- dispatch -----------------------------------------------------------------------
+    def dispatch(
+        self,
+        num_tokens: int | BatchDescriptor,
+        uniform_decode: bool = False,
+        has_lora: bool = False,
+        num_active_loras: int = 0,
+        valid_modes: Iterable[CUDAGraphMode] | None = None,
+        invalid_modes: Iterable[CUDAGraphMode] | None = None,
+        *,
+        use_cascade_attn: bool = False,
+    ) -> tuple[CUDAGraphMode, BatchDescriptor]:
+        """(runtime mode, key) for a batch; ``(NONE, BatchDescriptor(num_tokens))`` when eager.
+
+        Also takes the seed's form ``dispatch(BatchDescriptor(...), use_cascade_attn=...)``.
+        Cascade attention (and encoder outputs) exclude FULL.
+        """
+        # Fast path: plain int, no LoRA, no mode filter. One lookup and one increment.
+        if (
+            type(num_tokens) is int
+            and not has_lora
+            and not num_active_loras
+            and valid_modes is None
+            and invalid_modes is None
+            and not use_cascade_attn
+            and 0 <= num_tokens <= self.max_capture_size
+        ):
+            table = self._fast[1 if uniform_decode else 0]
+            if table is not None:
+                if self.record_stats:
+                    table.calls[num_tokens] += 1
+                return table.answers[num_tokens]
+        return self._dispatch_general(
+            num_tokens, uniform_decode, has_lora, num_active_loras, valid_modes, invalid_modes, use_cascade_attn
+        )
+
+    def _dispatch_general(
+        self,
+        num_tokens: Any,
+        uniform_decode: bool,
+        has_lora: bool,
+        num_active_loras: Any,
+        valid_modes: Iterable[CUDAGraphMode] | None,
+        invalid_modes: Iterable[CUDAGraphMode] | None,
+        use_cascade_attn: bool,
+    ) -> tuple[CUDAGraphMode, BatchDescriptor]:
+        if isinstance(num_tokens, BatchDescriptor):  # seed form
+            desc = num_tokens
+            num_tokens, uniform_decode = desc.num_tokens, desc.uniform
+            has_lora, num_active_loras = desc.has_lora, desc.num_active_loras
+        n = _check_num_tokens(num_tokens)
+        loras = _check_num_tokens(num_active_loras, "num_active_loras")
+        allowed = self._allowed_modes(valid_modes, invalid_modes, use_cascade_attn)
+        if not self.keys_initialized or self.cudagraph_mode is _NONE or n > self.max_capture_size or not allowed:
+            return self._eager(n)
+        lora_case = self._lora_case(bool(has_lora) or loras > 0, loras)
+        if lora_case is None:
+            return self._eager(n)
+        key = (bool(uniform_decode), lora_case, allowed)
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = self._build_table(*key)
+        if self.record_stats:
+            table.calls[n] += 1
+        return table.answers[n]
+
+    def _eager(self, n: int) -> tuple[CUDAGraphMode, BatchDescriptor]:
+        if self.record_stats:
+            self._eager_calls[n] = self._eager_calls.get(n, 0) + 1
+        return _NONE, BatchDescriptor(n)
+
+    @staticmethod
+    def _allowed_modes(valid: Any, invalid: Any, cascade: bool) -> frozenset[CUDAGraphMode]:
+        allowed = _ALL_GRAPH_MODES
+        if valid is not None:
+            valid = frozenset(valid)
+            bad = [m for m in valid | frozenset(invalid or ()) if m not in _RUNTIME_MODES]
+            if bad:
+                raise ValueError(
+                    f"modes {[str(m) for m in bad]} are not runtime modes: valid_modes and "
+                    "invalid_modes take NONE, PIECEWISE and FULL"
+                )
+            allowed = allowed & valid
+        if invalid is not None:
+            invalid = frozenset(invalid)
+            if any(m not in _RUNTIME_MODES for m in invalid):
+                raise ValueError("invalid_modes take NONE, PIECEWISE and FULL only")
+            allowed = allowed - invalid
+        if cascade:
+            allowed = allowed - {_FULL}
+        return allowed
+
+    def _lora_case(self, has_lora: bool, loras: int) -> int | None:
+        """The active-LoRA count of the graphs that serve this batch, or None for eager."""
+        cases = self._lora_cases
+        if not self.config.lora_enabled:
+            return 0 if not has_lora else None
+        if not self.config.cudagraph_specialize_lora:
+            return cases[0]  # one set of LoRA graphs serves every batch
+        if not has_lora:
+            return 0
+        want = loras or self.config.max_loras  # has_lora without a count: assume all
+        return next((c for c in cases if c >= want), None)
+
+    def _build_table(self, uniform: bool, lora: int, allowed: frozenset[CUDAGraphMode]) -> _Table:
+        """Answers for every count 0..max, by probing the key sets as vLLM does."""
+        full_keys = self.cudagraph_keys[_FULL] if _FULL in allowed else set()
+        pw_keys = self.cudagraph_keys[_PIECEWISE] if _PIECEWISE in allowed else set()
+        mode, q, max_num_seqs = self.cudagraph_mode, self.uniform_decode_query_len, self.config.max_num_seqs
+        separate = mode.separate_routine() and mode.has_mode(_FULL)
+        has_lora = lora > 0
+        answers: list[tuple[CUDAGraphMode, BatchDescriptor]] = [(_NONE, BatchDescriptor(0))]
+        for n in range(1, self.max_capture_size + 1):
+            padded = self._padded[n]
+            if uniform and separate and padded % q == 0:
+                desc = BatchDescriptor(padded, padded // q, True, has_lora, lora)
+            else:
+                desc = BatchDescriptor(padded, min(padded, max_num_seqs), False, has_lora, lora)
+            relaxed = desc.relax_for_mixed_batch_cudagraphs()
+            if desc in full_keys:
+                answers.append((_FULL, desc))
+            elif relaxed in full_keys:
+                answers.append((_FULL, relaxed))
+            elif relaxed in pw_keys:
+                answers.append((_PIECEWISE, relaxed))
+            else:
+                answers.append((_NONE, BatchDescriptor(n)))
+        return _Table(answers)
+
+    def _invalidate(self) -> None:
+        """Rebuild the dispatch tables after the keys changed; counts so far are kept."""
+        self._carried_rows += self._stats_rows()
+        self._tables.clear()
+        if self.keys_initialized and self.cudagraph_mode is not _NONE and self.max_capture_size:
+            allowed = _ALL_GRAPH_MODES
+            lora0 = self._lora_case(False, 0)
+            if lora0 is not None:
+                mixed = self._tables[(False, lora0, allowed)] = self._build_table(False, lora0, allowed)
+                uni = self._tables[(True, lora0, allowed)] = self._build_table(True, lora0, allowed)
+                self._fast = (mixed, uni)
+                return
+        self._fast = (None, None)
+
+    # ----- statistics ---------------------------------------------------------------------
+    def _stats_rows(self) -> list[tuple[CUDAGraphMode, int, int, int, int]]:
+        """(mode, padded size, calls, real tokens, padded tokens), one per table cell hit."""
+        rows = []
+        for table in self._tables.values():
+            for n, calls in enumerate(table.calls):
+                if calls:
+                    mode, desc = table.answers[n]
+                    rows.append((mode, desc.num_tokens, calls, calls * n, calls * desc.num_tokens))
+        return rows
+
+    def stats_frame(self) -> pd.DataFrame:
+        """Dispatch counts by (runtime_mode, padded_size): calls, real and padded tokens."""
+        import pandas as pd
+
+        rows = self._carried_rows + self._stats_rows()
+        rows += [(_NONE, n, c, c * n, c * n) for n, c in self._eager_calls.items()]
+        cols = ["runtime_mode", "padded_size", "calls", "real_tokens", "padded_tokens"]
+        frame = pd.DataFrame([(str(r[0]), *r[1:]) for r in rows], columns=cols)
+        frame = frame.groupby(["runtime_mode", "padded_size"], as_index=False, sort=False)[cols[2:]].sum()
+        frame["padding_tokens"] = frame["padded_tokens"] - frame["real_tokens"]
+        order = {"FULL": 0, "PIECEWISE": 1, "NONE": 2}
+        frame = frame.sort_values(
+            ["runtime_mode", "padded_size"], key=lambda c: c.map(order) if c.name == "runtime_mode" else c
+        )
+        return frame.reset_index(drop=True).astype(
+            {"padded_size": "int64", "calls": "int64", "real_tokens": "int64", "padded_tokens": "int64", "padding_tokens": "int64"}
+        )
+
+    def reset_stats(self) -> None:
+        """Forget every dispatch counted so far."""
+        for table in self._tables.values():
+            table.calls = [0] * len(table.calls)
+        self._eager_calls.clear()
+        self._carried_rows = []
+
+    def __repr__(self) -> str:
+        n_full, n_pw = len(self.cudagraph_keys[_FULL]), len(self.cudagraph_keys[_PIECEWISE])
+        return (
+            f"CudagraphDispatcher(mode={self.cudagraph_mode}, max_capture_size={self.max_capture_size}, "
+            f"keys: FULL={n_full} PIECEWISE={n_pw}, initialized={self.keys_initialized})"
+        )
+
+
+def _countdown_index(sizes: list[int]) -> Iterable[int]:
+    """For n = max..1, the index of the smallest size >= n (sizes sorted ascending)."""
+    i = len(sizes) - 1
+    n = sizes[-1] if sizes else 0
+    while n >= 1:
+        while i > 0 and sizes[i - 1] >= n:
+            i -= 1
+        yield i
+        n -= 1
+
+
+def _check_num_tokens(value: Any, name: str = "num_tokens") -> int:
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ValueError(f"{name}={value!r} is invalid: it must be a non-negative integer")
+    value = value.__index__()
+    if value < 0:
+        raise ValueError(f"{name}={value} is invalid: it must be a non-negative integer")
+    return value
