@@ -63,6 +63,10 @@ class CUDAGraphWrapper:
     caller refills those in place. ``debug=True`` checks that the tensor arguments have
     the capture's addresses and raises ``RuntimeError`` otherwise.
 
+    Counters: ``num_replays``, ``num_bypasses`` and per key ``entries[key].replays``. On the
+    CPU stand-in a replay reruns the callable, so wrappers nested inside count a bypass
+    per outer replay; under CUDA they are not called during a replay.
+
     Pass one backend instance to every wrapper of a model so that all graphs share one
     memory pool (``backend=None`` creates a private one, CUDA when available).
     """
