@@ -42,7 +42,8 @@ class GraphRunner:
     ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config is
     resolved against the model's attention support; ``cudagraph_mode`` is the mode
     actually used. Piecewise modes need ``compile_piecewise`` (the seam where
-    ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``.
+    ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``. Model
+    parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
 
     def __init__(
@@ -107,7 +108,9 @@ class GraphRunner:
     def compile_piecewise(self, model: Callable[..., Any]) -> Callable[..., Any]:
         """Split the model at ``config.effective_splitting_ops`` and wrap each piece PIECEWISE.
 
-        Not in this version: piecewise compilation comes with ``cgdispatch.piecewise``.
+        Not in this version: piecewise compilation comes with ``cgdispatch.piecewise``. An
+        implementation should build each piece's ``CUDAGraphWrapper`` with ``self.backend``
+        (one pool) and append it to ``self.wrappers`` (counters, ``captured_keys``).
         """
         raise NotImplementedError(
             f"cudagraph_mode={self.cudagraph_mode} needs piecewise compilation, which is not "

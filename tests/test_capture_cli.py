@@ -95,3 +95,23 @@ def test_module_entry_point_runs():
     )
     assert proc.returncode == 0, proc.stderr
     assert "ok: " in proc.stdout
+
+
+def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out_csv = tmp_path / "check.csv"
+    argv = ["--device", "cpu", "--model", "toy-tiny", "--sizes", "1,4", "--iters", "2", "--repeats", "1",
+            "--out", str(out_csv)]
+    assert module.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "measured (CPU)" in printed and "speedup_x" in printed.splitlines()[-3]
+    import pandas as pd
+
+    table = pd.read_csv(out_csv)
+    assert table["num_tokens"].tolist() == [1, 4]
+    assert (table["eager_ms"] > 0).all() and (table["replay_ms"] > 0).all()
+    assert (table["max_abs_err"] <= 1e-4).all() and (table["source"] == "measured (CPU)").all()

@@ -195,3 +195,25 @@ def test_cuda_runner_replay_equals_eager():
             cache.copy_(saved)
         out = runner.execute(ids, pos, slots)
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_packed_and_separate_inputs_give_the_same_step():
+    runner = make_runner("FULL")
+    batch = runner.make_mixed_batch(6, seed=4)
+    start = [c.clone() for c in runner.model.kv_caches()]
+    packed = runner.execute_packed(batch.tokens).clone()
+    for cache, saved in zip(runner.model.kv_caches(), start):
+        cache.copy_(saved)
+    separate = runner.execute(batch.input_ids, batch.positions, batch.slots).clone()
+    torch.testing.assert_close(packed, separate)
+    with pytest.raises(ValueError, match=r"\[3, num_tokens\]"):
+        runner.execute_packed(batch.tokens[:2])
+
+
+def test_steps_above_the_largest_capture_run_eagerly_on_the_inputs():
+    runner = make_runner("FULL", sizes=[1, 2])
+    batch = runner.make_mixed_batch(5, seed=1)
+    ref, out, ref_caches, caches = eager_then_runner(runner, batch)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert_real_slots_equal(caches, ref_caches, runner.model.dummy_slot)
+    assert runner.captured_keys == [] and runner.wrappers[0].num_bypasses == 1
