@@ -104,8 +104,19 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out_csv = tmp_path / "check.csv"
-    argv = ["--device", "cpu", "--model", "toy-tiny", "--sizes", "1,4", "--iters", "2", "--repeats", "1",
-            "--out", str(out_csv)]
+    argv = [
+        "--device",
+        "cpu",
+        "--model",
+        "toy-tiny",
+        "--sizes",
+        "1,4",
+        "--iters",
+        "2",
+        "--repeats",
+        "1",
+    ]
+    argv += ["--out", str(out_csv)]
     assert module.main(argv) == 0
     printed = capsys.readouterr().out
     assert "measured (CPU)" in printed and "speedup_x" in printed.splitlines()[-3]

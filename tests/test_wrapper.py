@@ -219,3 +219,16 @@ def test_cuda_graphs_replay_equals_eager_and_share_one_pool():
             torch.testing.assert_close(wrapper(x), torch.relu(x @ w))
     assert wrapper.num_replays == 2 and backend.num_graphs == 2
     assert all(e.pool_bytes is not None for e in wrapper.entries.values())
+
+
+def test_capture_session_freezes_and_restores_the_garbage_collector():
+    import gc
+
+    backend = CpuReplayBackend()
+    assert gc.isenabled()
+    with backend.capture_session():
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with pytest.raises(KeyError), backend.capture_session():
+        raise KeyError("capture failed")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
