@@ -40,7 +40,9 @@ def is_splitting_op(node: fx.Node, splitting_ops: Sequence[str]) -> bool:
         return False
     name = _op_name(node.target)
     bare = name.split("::")[-1]
-    return any(op == name or op.split("::")[-1] == bare and "::" not in name for op in splitting_ops)
+    return any(
+        op == name or op.split("::")[-1] == bare and "::" not in name for op in splitting_ops
+    )
 
 
 def mark_tokens_dynamic(*tensors: torch.Tensor) -> None:
@@ -96,14 +98,21 @@ class _StaticOutput:
         if isinstance(out, torch.Tensor):
             return self._static(0, out)
         if isinstance(out, (tuple, list)):
-            return type(out)(self._static(i, t) if isinstance(t, torch.Tensor) else t for i, t in enumerate(out))
+            return type(out)(
+                self._static(i, t) if isinstance(t, torch.Tensor) else t for i, t in enumerate(out)
+            )
         return out
 
     def _static(self, index: int, t: torch.Tensor) -> torch.Tensor:
         if t.dim() == 0 or t.shape[0] > self.max_num_tokens:
             return t
         buf = self.buffers.get(index)
-        if buf is None or buf.shape[1:] != t.shape[1:] or buf.dtype != t.dtype or buf.device != t.device:
+        if (
+            buf is None
+            or buf.shape[1:] != t.shape[1:]
+            or buf.dtype != t.dtype
+            or buf.device != t.device
+        ):
             buf = self.buffers[index] = torch.empty(
                 (self.max_num_tokens, *t.shape[1:]), dtype=t.dtype, device=t.device
             )
@@ -189,6 +198,10 @@ class PiecewiseBackend:
         """Compile one piece with inductor, from the fake example values dynamo recorded."""
         from torch._inductor.compile_fx import compile_fx
 
-        examples = [n.meta.get("example_value", n.meta.get("val")) for n in sub.graph.nodes if n.op == "placeholder"]
+        examples = [
+            n.meta.get("example_value", n.meta.get("val"))
+            for n in sub.graph.nodes
+            if n.op == "placeholder"
+        ]
         with torch._guards.tracing(None):
             return compile_fx(sub, examples)
