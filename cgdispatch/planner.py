@@ -68,9 +68,13 @@ def _candidates(
     # steps whose runtime mode is NONE whatever the sizes cost nothing and are left out
     dec = hist["uniform_decode"].to_numpy(dtype=np.float64) * (mode.decode_mode() is not CUDAGraphMode.NONE)
     mix = hist["mixed"].to_numpy(dtype=np.float64) * (mode.mixed_mode() is not CUDAGraphMode.NONE)
+    counted = dec + mix > 0
+    n, dec, mix = n[counted], dec[counted], mix[counted]
     if max_size is None:
         if not len(n):
-            raise ValueError("no steps to plan for: the trace or histogram is empty")
+            raise ValueError(
+                f"no steps to plan for: the trace is empty or every step runs eagerly under {mode}"
+            )
         max_size = -(-int(n[-1]) // multiple_of) * multiple_of
     elif max_size % multiple_of:
         raise ValueError(
@@ -200,7 +204,7 @@ def plan_capture_sizes(
     summed ``cost_model.step_time_ms`` of the padded steps, uniform-decode steps at the
     mode's decode mode and the others at its mixed mode. Steps whose runtime mode is NONE
     under ``mode`` (mixed steps with FULL_DECODE_ONLY) do not count. ``max_size`` (default:
-    the largest step, rounded up) is always a capture size; larger steps run eagerly.
+    the largest step that can replay a graph, rounded up) is always a capture size; larger steps run eagerly.
     ``multiple_of``: sizes are multiples of it (1 + speculative tokens for spec decode, the
     TP size for sequence parallelism, their lcm for both). Sizes are chosen among the
     observed sizes rounded up to ``multiple_of``: exact for padding and for any latency
