@@ -28,8 +28,15 @@ from .whatif import evaluate
 __all__ = ["engine_ladders", "compare", "export_plan", "COMPARE_COLUMNS"]
 
 COMPARE_COLUMNS = [
-    "ladder", "sizes", "num_graphs", "num_captured_graphs", "step_share_FULL",
-    "step_share_PIECEWISE", "eager_step_share", "padding_tokens", "padded_token_ratio",
+    "ladder",
+    "sizes",
+    "num_graphs",
+    "num_captured_graphs",
+    "step_share_FULL",
+    "step_share_PIECEWISE",
+    "eager_step_share",
+    "padding_tokens",
+    "padded_token_ratio",
 ]
 _COST_COLUMNS = ["mean_step_ms", "total_time_s", "graph_memory_bytes", "source"]
 
@@ -110,8 +117,16 @@ def export_plan(sizes: list[int], config: GraphConfig | None = None) -> dict[str
     q = config.uniform_decode_query_len
     batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
     if not batch:
-        raise ValueError(f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}")
-    trt = {"cuda_graph_config": {"enable_padding": True, "batch_sizes": batch, "max_batch_size": batch[-1]}}
+        raise ValueError(
+            f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}"
+        )
+    trt = {
+        "cuda_graph_config": {
+            "enable_padding": True,
+            "batch_sizes": batch,
+            "max_batch_size": batch[-1],
+        }
+    }
     return {
         "vllm": cfg.to_vllm_args(),
         "vllm_compilation_config": cfg.to_vllm(),

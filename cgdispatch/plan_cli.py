@@ -36,7 +36,11 @@ def run_plan(args: argparse.Namespace) -> int:
     q = config.uniform_decode_query_len
     multiple = q if config.cudagraph_mode.decode_mode().name == "FULL" and q > 1 else 1
     sizes = plan_capture_sizes(
-        trace, args.max_graphs, mode=config.cudagraph_mode, max_size=args.max_size, multiple_of=multiple
+        trace,
+        args.max_graphs,
+        mode=config.cudagraph_mode,
+        max_size=args.max_size,
+        multiple_of=multiple,
     )
     ladders = {"planned": sizes, **engine_ladders(config)}
     table = compare(trace, ladders, config=config)
@@ -55,19 +59,29 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _short(sizes: list[int]) -> str:
-    return str(sizes) if len(sizes) <= 8 else f"[{', '.join(map(str, sizes[:4]))}, ..., {sizes[-1]}]"
+    return (
+        str(sizes) if len(sizes) <= 8 else f"[{', '.join(map(str, sizes[:4]))}, ..., {sizes[-1]}]"
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
     )
-    plan.add_argument("--trace", required=True, help="CSV of requests or steps, or a vLLM --cudagraph-metrics log")
+    plan.add_argument(
+        "--trace", required=True, help="CSV of requests or steps, or a vLLM --cudagraph-metrics log"
+    )
     plan.add_argument("--max-graphs", type=int, required=True, help="most capture sizes to plan")
-    plan.add_argument("--max-size", type=int, default=None, help="largest size (default: largest step)")
-    plan.add_argument("--seed", type=int, default=0, help="seed of the simulator (spec decode acceptance)")
+    plan.add_argument(
+        "--max-size", type=int, default=None, help="largest size (default: largest step)"
+    )
+    plan.add_argument(
+        "--seed", type=int, default=0, help="seed of the simulator (spec decode acceptance)"
+    )
     plan.add_argument("--json", action="store_true", help="print one JSON object")
-    plan.add_argument("--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)")
+    plan.add_argument(
+        "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"
+    )
     plan.add_argument("--max-num-seqs", type=int, default=256)
     plan.add_argument("--max-num-batched-tokens", type=int, default=8192)
     plan.add_argument("--num-speculative-tokens", type=int, default=0)

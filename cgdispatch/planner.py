@@ -66,7 +66,9 @@ def _candidates(
     decode / mixed step counts and real tokens of each candidate's bucket."""
     n = hist.index.to_numpy(dtype=np.int64)
     # steps whose runtime mode is NONE whatever the sizes cost nothing and are left out
-    dec = hist["uniform_decode"].to_numpy(dtype=np.float64) * (mode.decode_mode() is not CUDAGraphMode.NONE)
+    dec = hist["uniform_decode"].to_numpy(dtype=np.float64) * (
+        mode.decode_mode() is not CUDAGraphMode.NONE
+    )
     mix = hist["mixed"].to_numpy(dtype=np.float64) * (mode.mixed_mode() is not CUDAGraphMode.NONE)
     counted = dec + mix > 0
     n, dec, mix = n[counted], dec[counted], mix[counted]
@@ -95,7 +97,9 @@ def _candidates(
     )
 
 
-def _dp(cand_cost: tuple[np.ndarray, np.ndarray], hd: np.ndarray, hm: np.ndarray, k: int) -> list[int]:
+def _dp(
+    cand_cost: tuple[np.ndarray, np.ndarray], hd: np.ndarray, hm: np.ndarray, k: int
+) -> list[int]:
     """Indices of the best <= k candidates (the last always in) for segment costs
     ``cost(j, i) = (PD[i] - PD[j]) * a[i] + (PM[i] - PM[j]) * b[i]``.
 
@@ -107,7 +111,10 @@ def _dp(cand_cost: tuple[np.ndarray, np.ndarray], hd: np.ndarray, hm: np.ndarray
     m = len(a)
     PD = np.concatenate([[0.0], np.cumsum(hd)])
     PM = np.concatenate([[0.0], np.cumsum(hm)])
-    a1, b1 = np.concatenate([[0.0], a]), np.concatenate([[0.0], b])  # 1-based: size i covers prefix i
+    a1, b1 = (
+        np.concatenate([[0.0], a]),
+        np.concatenate([[0.0], b]),
+    )  # 1-based: size i covers prefix i
     monge = bool(np.all(np.diff(a) >= 0) and np.all(np.diff(b) >= 0))
     prev = np.full(m + 1, np.inf)
     prev[0] = 0.0
@@ -181,7 +188,9 @@ def _costs(
         raise ValueError("objective='step_time' needs a cost_model (see cgdispatch.costs)")
     pick = [mode.decode_mode(), mode.mixed_mode()]
     out = [
-        np.zeros(len(cand)) if m is CUDAGraphMode.NONE else np.asarray(model.step_time_ms(m, cand), dtype=np.float64)
+        np.zeros(len(cand))
+        if m is CUDAGraphMode.NONE
+        else np.asarray(model.step_time_ms(m, cand), dtype=np.float64)
         for m in pick
     ]
     return out[0], out[1]
@@ -238,7 +247,9 @@ def plan_cost(
     n = hist.index.to_numpy(dtype=np.int64)
     pad = sizes_arr[np.searchsorted(sizes_arr, n)]
     a, b = _costs(pad, objective, cost_model, mode)
-    dec = hist["uniform_decode"].to_numpy(np.float64) * (mode.decode_mode() is not CUDAGraphMode.NONE)
+    dec = hist["uniform_decode"].to_numpy(np.float64) * (
+        mode.decode_mode() is not CUDAGraphMode.NONE
+    )
     mix = hist["mixed"].to_numpy(np.float64) * (mode.mixed_mode() is not CUDAGraphMode.NONE)
     total = float(np.sum(dec * a + mix * b))
     return total - float(np.sum((dec + mix) * n)) if objective == "padded_tokens" else total

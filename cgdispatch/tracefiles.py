@@ -16,23 +16,63 @@ import pandas as pd
 
 from .workload import REQUEST_COLUMNS, check_trace, make_trace
 
-__all__ = ["load_requests", "load_step_sizes", "load_cudagraph_metrics", "load_trace", "REQUEST_ALIASES"]
+__all__ = [
+    "load_requests",
+    "load_step_sizes",
+    "load_cudagraph_metrics",
+    "load_trace",
+    "REQUEST_ALIASES",
+]
 
 # accepted column names (compared lower-case, without spaces, dashes and underscores);
 # ``TIMESTAMP, ContextTokens, GeneratedTokens`` is the layout of public production traces
 REQUEST_ALIASES: dict[str, tuple[str, ...]] = {
-    "arrival_s": ("timestamp", "arrivals", "arrivaltime", "arrival", "time", "times", "starttime", "created"),
+    "arrival_s": (
+        "timestamp",
+        "arrivals",
+        "arrivaltime",
+        "arrival",
+        "time",
+        "times",
+        "starttime",
+        "created",
+    ),
     "prompt_tokens": (
-        "prompttokens", "contexttokens", "inputtokens", "promptlen", "inputlen", "promptlength",
-        "inputlength", "numprompttokens", "numinputtokens", "isl",
+        "prompttokens",
+        "contexttokens",
+        "inputtokens",
+        "promptlen",
+        "inputlen",
+        "promptlength",
+        "inputlength",
+        "numprompttokens",
+        "numinputtokens",
+        "isl",
     ),
     "output_tokens": (
-        "outputtokens", "generatedtokens", "completiontokens", "outputlen", "outputlength",
-        "numoutputtokens", "numgeneratedtokens", "decodetokens", "osl",
+        "outputtokens",
+        "generatedtokens",
+        "completiontokens",
+        "outputlen",
+        "outputlength",
+        "numoutputtokens",
+        "numgeneratedtokens",
+        "decodetokens",
+        "osl",
     ),
 }
 STEP_ALIASES: dict[str, tuple[str, ...]] = {
-    "num_tokens": ("numtokens", "tokens", "numbatchedtokens", "batchedtokens", "steptokens", "batchsize", "size", "unpadded", "unpaddedtokens"),
+    "num_tokens": (
+        "numtokens",
+        "tokens",
+        "numbatchedtokens",
+        "batchedtokens",
+        "steptokens",
+        "batchsize",
+        "size",
+        "unpadded",
+        "unpaddedtokens",
+    ),
     "count": ("count", "steps", "numsteps", "frequency", "freq"),
     "uniform_decode": ("uniformdecode", "uniform", "isdecode", "decode"),
     "num_reqs": ("numreqs", "numrequests", "requests"),
@@ -88,7 +128,9 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
         try:
             times = pd.to_datetime(stamps)
         except (ValueError, TypeError) as err:
-            raise ValueError(f"column {found['arrival_s']!r} holds neither numbers nor dates: {err}") from None
+            raise ValueError(
+                f"column {found['arrival_s']!r} holds neither numbers nor dates: {err}"
+            ) from None
         arrival = (times - times.min()).dt.total_seconds().to_numpy()
     out = pd.DataFrame(
         {
@@ -121,9 +163,15 @@ def load_step_sizes(source: str | Path | pd.DataFrame) -> pd.DataFrame:
             f"step CSV lacks a step-size column (it has {list(frame.columns)}): name it "
             "num_tokens (or tokens, batch_size, size), or give one column of sizes without header"
         )
-    count = frame[found["count"]].to_numpy(dtype=np.int64) if "count" in found else np.ones(len(frame), dtype=np.int64)
+    count = (
+        frame[found["count"]].to_numpy(dtype=np.int64)
+        if "count" in found
+        else np.ones(len(frame), dtype=np.int64)
+    )
     sizes = frame[found["num_tokens"]].to_numpy(dtype=np.int64)
-    uniform = frame[found["uniform_decode"]].to_numpy(dtype=bool) if "uniform_decode" in found else False
+    uniform = (
+        frame[found["uniform_decode"]].to_numpy(dtype=bool) if "uniform_decode" in found else False
+    )
     reqs = frame[found["num_reqs"]].to_numpy(dtype=np.int64) if "num_reqs" in found else sizes
     rep = lambda a: np.repeat(np.broadcast_to(a, sizes.shape), count)  # noqa: E731
     return make_trace(rep(sizes), rep(uniform), num_reqs=rep(reqs))
@@ -189,7 +237,7 @@ def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.Dat
     if re.search(r"unpadded", head, re.IGNORECASE) and "|" in head:
         return "steps", load_cudagraph_metrics(path)
     frame = pd.read_csv(io.StringIO(path.read_text()))
-    if len(_match(list(frame.columns), REQUEST_ALIASES)) == len(REQUEST_COLUMNS):
+    if len(_match(list(frame.columns), REQUEST_ALIASES)) >= 2:  # a request file, maybe lacking one
         return "requests", load_requests(frame)
     if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (
         len(frame.columns) == 1 and _is_int(frame.columns[0])

@@ -53,7 +53,9 @@ def _dispatcher(config: GraphConfig | CudagraphDispatcher) -> CudagraphDispatche
     if isinstance(config, CudagraphDispatcher):
         return config
     if not isinstance(config, GraphConfig):
-        raise ValueError(f"config={config!r} is invalid: pass a GraphConfig or a CudagraphDispatcher")
+        raise ValueError(
+            f"config={config!r} is invalid: pass a GraphConfig or a CudagraphDispatcher"
+        )
     dispatcher = CudagraphDispatcher(config, record_stats=False)
     dispatcher.initialize_cudagraph_keys()
     return dispatcher
@@ -63,7 +65,9 @@ def _step_keys(trace: pd.DataFrame) -> tuple[np.ndarray, int]:
     """Dense int key per step: ``(lora_code * 2 + uniform) * width + num_tokens``."""
     n = trace["num_tokens"].to_numpy(dtype=np.int64)
     width = int(n.max(initial=0)) + 1
-    lora_code = trace["num_active_loras"].to_numpy(dtype=np.int64) * 2 + trace["has_lora"].to_numpy(dtype=bool)
+    lora_code = trace["num_active_loras"].to_numpy(dtype=np.int64) * 2 + trace["has_lora"].to_numpy(
+        dtype=bool
+    )
     return n + width * (trace["uniform_decode"].to_numpy(dtype=bool) + 2 * lora_code), width
 
 
@@ -79,7 +83,10 @@ def _answers(
             num, rest = k % width, k // width
             code = rest // 2
             mode, desc = dispatcher.dispatch(
-                num, uniform_decode=bool(rest % 2), has_lora=bool(code % 2), num_active_loras=code // 2
+                num,
+                uniform_decode=bool(rest % 2),
+                has_lora=bool(code % 2),
+                num_active_loras=code // 2,
             )
             modes[i], padded[i] = MODE_CODES[mode], desc.num_tokens
     finally:
@@ -134,7 +141,9 @@ def evaluate(
         step_ms = ms_table[key]
     by_size = _by_size(dispatcher, key_mode, key_pad, present % width, counts[present], key_ms)
     summary = _summary(dispatcher, by_size, len(trace), model)
-    return WhatIfResult(dispatcher.config, mode_table[key], pad_table[key], step_ms, by_size, summary)
+    return WhatIfResult(
+        dispatcher.config, mode_table[key], pad_table[key], step_ms, by_size, summary
+    )
 
 
 def _by_size(
@@ -156,14 +165,18 @@ def _by_size(
             "time_ms": key_count * (key_ms if key_ms is not None else 0.0),
         }
     )
-    captured = {(MODE_CODES[m], d.num_tokens) for m, descs in dispatcher.get_capture_descs() for d in descs}
+    captured = {
+        (MODE_CODES[m], d.num_tokens) for m, descs in dispatcher.get_capture_descs() for d in descs
+    }
     if captured:
         extra = pd.DataFrame(sorted(captured), columns=["runtime_mode", "padded_size"])
         frame = pd.concat([frame, extra], ignore_index=True).fillna(0)
     frame = frame.groupby(["runtime_mode", "padded_size"], as_index=False).sum()
     frame = frame.sort_values(["runtime_mode", "padded_size"], ascending=[False, True])
     frame["runtime_mode"] = frame["runtime_mode"].map(lambda c: _MODES[int(c)].name)
-    frame = frame.astype({"steps": "int64", "real_tokens": "int64", "padded_tokens": "int64", "padded_size": "int64"})
+    frame = frame.astype(
+        {"steps": "int64", "real_tokens": "int64", "padded_tokens": "int64", "padded_size": "int64"}
+    )
     frame["padding_tokens"] = frame["padded_tokens"] - frame["real_tokens"]
     frame["step_share"] = frame["steps"] / max(int(frame["steps"].sum()), 1)
     if key_ms is None:
@@ -189,7 +202,9 @@ def _summary(
     }
     for mode in ("FULL", "PIECEWISE", "NONE"):
         out[f"step_share_{mode}"] = float(per_mode.get(mode, 0)) / steps
-    out["num_graphs"] = len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
+    out["num_graphs"] = (
+        len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
+    )
     out["num_captured_graphs"] = len(descs)
     if model is not None:
         total_ms = float(by_size["time_ms"].sum())

@@ -60,7 +60,9 @@ def make_trace(
             "num_reqs": n if num_reqs is None else np.asarray(num_reqs, dtype=np.int64),
             "uniform_decode": np.broadcast_to(np.asarray(uniform_decode, dtype=bool), (size,)),
             "has_lora": np.broadcast_to(np.asarray(has_lora, dtype=bool), (size,)),
-            "num_active_loras": np.broadcast_to(np.asarray(num_active_loras, dtype=np.int64), (size,)),
+            "num_active_loras": np.broadcast_to(
+                np.asarray(num_active_loras, dtype=np.int64), (size,)
+            ),
         }
     )
     return check_trace(frame)
@@ -108,7 +110,9 @@ LENGTH_PRESETS: dict[str, LengthPreset] = {
     # ShareGPT: mean input 161, mean output 338 tokens (vLLM paper, SOSP 2023)
     "sharegpt": LengthPreset(161.0, 338.0, prompt_sigma=1.0, output_sigma=0.9),
     # Alpaca: mean input 19, mean output 58 tokens (vLLM paper, SOSP 2023)
-    "alpaca": LengthPreset(19.0, 58.0, prompt_sigma=0.6, output_sigma=0.8, max_prompt_tokens=512, max_output_tokens=512),
+    "alpaca": LengthPreset(
+        19.0, 58.0, prompt_sigma=0.6, output_sigma=0.8, max_prompt_tokens=512, max_output_tokens=512
+    ),
 }
 
 
@@ -135,10 +139,14 @@ def synthetic_requests(
         raise ValueError(f"num_requests={num_requests!r} is invalid: it must be an integer >= 1")
     if isinstance(preset, str):
         if preset not in LENGTH_PRESETS:
-            raise ValueError(f"length preset {preset!r} is unknown: use one of {sorted(LENGTH_PRESETS)}")
+            raise ValueError(
+                f"length preset {preset!r} is unknown: use one of {sorted(LENGTH_PRESETS)}"
+            )
         preset = LENGTH_PRESETS[preset]
     if not rate_per_s > 0:
-        raise ValueError(f"rate_per_s={rate_per_s!r} is invalid: it must be > 0 (inf for all at once)")
+        raise ValueError(
+            f"rate_per_s={rate_per_s!r} is invalid: it must be > 0 (inf for all at once)"
+        )
     if not burstiness > 0:
         raise ValueError(f"burstiness={burstiness!r} is invalid: it must be > 0 (1 = Poisson)")
     rng = np.random.default_rng(seed)
@@ -151,8 +159,12 @@ def synthetic_requests(
     return pd.DataFrame(
         {
             "arrival_s": arrival,
-            "prompt_tokens": _lognormal(rng, p.prompt_mean, p.prompt_sigma, num_requests, p.max_prompt_tokens),
-            "output_tokens": _lognormal(rng, p.output_mean, p.output_sigma, num_requests, p.max_output_tokens),
+            "prompt_tokens": _lognormal(
+                rng, p.prompt_mean, p.prompt_sigma, num_requests, p.max_prompt_tokens
+            ),
+            "output_tokens": _lognormal(
+                rng, p.output_mean, p.output_sigma, num_requests, p.max_output_tokens
+            ),
         }
     )
 
@@ -188,14 +200,21 @@ def simulate_steps(
     """
     from tqdm.auto import tqdm
 
-    for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+    for name, value in (
+        ("max_num_seqs", max_num_seqs),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
     q = 1 + num_speculative_tokens
     if q > max_num_batched_tokens:
-        raise ValueError(f"1 + num_speculative_tokens = {q} exceeds max_num_batched_tokens={max_num_batched_tokens}")
+        raise ValueError(
+            f"1 + num_speculative_tokens = {q} exceeds max_num_batched_tokens={max_num_batched_tokens}"
+        )
     if not 0.0 <= spec_acceptance_rate <= 1.0:
-        raise ValueError(f"spec_acceptance_rate={spec_acceptance_rate} is invalid: it must be in [0, 1]")
+        raise ValueError(
+            f"spec_acceptance_rate={spec_acceptance_rate} is invalid: it must be in [0, 1]"
+        )
     req = _check_requests(requests).sort_values("arrival_s", kind="stable")
     arrival = req["arrival_s"].to_numpy(dtype=np.float64)
     prompt_left = req["prompt_tokens"].to_numpy(dtype=np.int64).copy()
@@ -247,7 +266,9 @@ def simulate_steps(
         prompt_left[sched] -= chunks
         out_left[sched[prompt_left[sched] == 0]] -= 1  # the step ending a prompt emits a token
         if len(dec):
-            out_left[dec] -= 1 + _accepted(rng, num_speculative_tokens, spec_acceptance_rate, len(dec))
+            out_left[dec] -= 1 + _accepted(
+                rng, num_speculative_tokens, spec_acceptance_rate, len(dec)
+            )
         run = np.concatenate([run, np.asarray(new, dtype=np.int64)])
         finished = (out_left[run] <= 0) & (prompt_left[run] == 0)
         if finished.any():

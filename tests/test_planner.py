@@ -36,7 +36,9 @@ def _brute(dec, mix, k, q, a_fn, b_fn):
 
 def _total(sizes, dec, mix, a_fn, b_fn):
     pad = lambda n: min(s for s in sizes if s >= n)  # noqa: E731
-    return sum(c * a_fn(pad(n)) for n, c in dec.items()) + sum(c * b_fn(pad(n)) for n, c in mix.items())
+    return sum(c * a_fn(pad(n)) for n, c in dec.items()) + sum(
+        c * b_fn(pad(n)) for n, c in mix.items()
+    )
 
 
 hist_st = st.dictionaries(st.integers(1, 70), st.integers(1, 40), min_size=1, max_size=9)
@@ -65,7 +67,8 @@ def test_step_time_plan_matches_brute_force(dec, mix, k, monotone, seed):
         ta, tb = rng.random(80) * 10, rng.random(80) * 10
     model = FunctionCostModel(lambda m, n: (ta if m.name == "FULL" else tb)[n])
     trace = make_trace(
-        [n for n, c in dec.items() for _ in range(c)] + [n for n, c in mix.items() for _ in range(c)],
+        [n for n, c in dec.items() for _ in range(c)]
+        + [n for n, c in mix.items() for _ in range(c)],
         [True] * sum(dec.values()) + [False] * sum(mix.values()),
     )
     sizes = plan_capture_sizes(trace, k, objective="step_time", cost_model=model)

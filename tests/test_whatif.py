@@ -11,7 +11,9 @@ from cgdispatch.workload import make_trace
 
 CONFIGS = [
     GraphConfig(max_num_seqs=32),
-    GraphConfig(cudagraph_mode="FULL_DECODE_ONLY", max_num_seqs=16, num_speculative_tokens=2).resolve(),
+    GraphConfig(
+        cudagraph_mode="FULL_DECODE_ONLY", max_num_seqs=16, num_speculative_tokens=2
+    ).resolve(),
     GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[3, 17, 40]),
     GraphConfig(cudagraph_mode="FULL", max_num_seqs=8, max_loras=4, specialize_active_lora=True),
     GraphConfig(cudagraph_mode="NONE"),
@@ -34,8 +36,12 @@ def test_evaluate_matches_loop_over_dispatch(config):
     loop = CudagraphDispatcher(config)
     loop.initialize_cudagraph_keys()
     modes, padded, times = [], [], []
-    for n, u, hl, nal in trace[["num_tokens", "uniform_decode", "has_lora", "num_active_loras"]].itertuples(index=False):
-        mode, desc = loop.dispatch(int(n), uniform_decode=bool(u), has_lora=bool(hl), num_active_loras=int(nal))
+    for n, u, hl, nal in trace[
+        ["num_tokens", "uniform_decode", "has_lora", "num_active_loras"]
+    ].itertuples(index=False):
+        mode, desc = loop.dispatch(
+            int(n), uniform_decode=bool(u), has_lora=bool(hl), num_active_loras=int(nal)
+        )
         modes.append(MODE_CODES[mode])
         padded.append(desc.num_tokens)
         times.append(model.base_ms[mode.name] + model.per_token_ms * desc.num_tokens)
@@ -50,7 +56,9 @@ def test_evaluate_matches_loop_over_dispatch(config):
     assert s["total_time_s"] == pytest.approx(sum(times) / 1e3)
     # the loop's dispatcher counted the same calls per (mode, padded size)
     stats = loop.stats_frame().set_index(["runtime_mode", "padded_size"])["calls"]
-    by_size = result.by_size[result.by_size["steps"] > 0].set_index(["runtime_mode", "padded_size"])["steps"]
+    by_size = result.by_size[result.by_size["steps"] > 0].set_index(
+        ["runtime_mode", "padded_size"]
+    )["steps"]
     pd.testing.assert_series_equal(by_size.sort_index(), stats.sort_index(), check_names=False)
 
 
@@ -67,8 +75,12 @@ def test_unused_captured_sizes_are_listed_and_stats_untouched():
 
 
 def test_graph_memory_sums_captured_graphs():
-    config = GraphConfig(cudagraph_mode="FULL_AND_PIECEWISE", cudagraph_capture_sizes=[2, 4], max_num_seqs=4)
-    model = FunctionCostModel(lambda m, n: n * 1.0, graph_memory=lambda m, n: n * (10.0 if m.name == "FULL" else 1.0))
+    config = GraphConfig(
+        cudagraph_mode="FULL_AND_PIECEWISE", cudagraph_capture_sizes=[2, 4], max_num_seqs=4
+    )
+    model = FunctionCostModel(
+        lambda m, n: n * 1.0, graph_memory=lambda m, n: n * (10.0 if m.name == "FULL" else 1.0)
+    )
     s = evaluate(config, make_trace([1, 3]), model).summary
     # keys: PIECEWISE 2, 4; FULL uniform 2, 4 (q=1, <= max_num_seqs)
     assert s["graph_memory_bytes"] == (2 + 4) * 1.0 + (2 + 4) * 10.0
@@ -77,12 +89,21 @@ def test_graph_memory_sums_captured_graphs():
 
 def test_table_cost_model_interpolates_and_extrapolates():
     table = pd.DataFrame(
-        {"mode": ["FULL", "FULL", "FULL", "NONE"], "num_tokens": [1, 10, 20, 5], "latency_ms": [1.0, 2.0, 4.0, 7.0]}
+        {
+            "mode": ["FULL", "FULL", "FULL", "NONE"],
+            "num_tokens": [1, 10, 20, 5],
+            "latency_ms": [1.0, 2.0, 4.0, 7.0],
+        }
     )
     model = as_cost_model(table, source="measured (CPU)")
-    got = model.step_time_ms(GraphConfig().cudagraph_mode.decode_mode(), np.array([1, 5, 15, 30, 0]))
+    got = model.step_time_ms(
+        GraphConfig().cudagraph_mode.decode_mode(), np.array([1, 5, 15, 30, 0])
+    )
     np.testing.assert_allclose(got, [1.0, 1 + 4 / 9, 3.0, 6.0, 1 - 1 / 9])
-    assert model.step_time_ms(GraphConfig(cudagraph_mode="NONE").cudagraph_mode, np.array([100]))[0] == 7.0
+    assert (
+        model.step_time_ms(GraphConfig(cudagraph_mode="NONE").cudagraph_mode, np.array([100]))[0]
+        == 7.0
+    )
     assert isinstance(model, TableCostModel) and model.source == "measured (CPU)"
     with pytest.raises(ValueError, match="no rows for mode PIECEWISE"):
         model.step_time_ms(GraphConfig(cudagraph_mode="PIECEWISE").cudagraph_mode, np.array([1]))

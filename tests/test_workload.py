@@ -71,7 +71,9 @@ def test_simulator_conserves_tokens_and_respects_limits(seed):
     assert steps["num_tokens"].max() <= budget and steps["num_reqs"].max() <= seqs
     # every prompt token is prefilled once; each later output token costs one decode token
     assert steps["num_prefill_tokens"].sum() == req["prompt_tokens"].sum()
-    assert steps["num_tokens"].sum() == req["prompt_tokens"].sum() + (req["output_tokens"] - 1).sum()
+    assert (
+        steps["num_tokens"].sum() == req["prompt_tokens"].sum() + (req["output_tokens"] - 1).sum()
+    )
     decode_only = steps["num_prefill_tokens"] == 0
     assert (steps["uniform_decode"] >= decode_only).all()  # q = 1: decode-only steps are uniform
     assert np.all(np.diff(steps["time_s"]) > 0)
@@ -83,7 +85,10 @@ def test_simulator_speculative_decoding_all_accepted():
     k = 3
     steps = simulate_steps(req, num_speculative_tokens=k, spec_acceptance_rate=1.0)
     decode_steps_per_req = -(-(req["output_tokens"] - 1) // (1 + k))
-    assert steps["num_tokens"].sum() == req["prompt_tokens"].sum() + (1 + k) * decode_steps_per_req.sum()
+    assert (
+        steps["num_tokens"].sum()
+        == req["prompt_tokens"].sum() + (1 + k) * decode_steps_per_req.sum()
+    )
     uni = steps[steps["uniform_decode"]]
     assert (uni["num_tokens"] == (1 + k) * uni["num_reqs"]).all()
 

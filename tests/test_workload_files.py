@@ -11,7 +11,11 @@ def test_requests_production_layout_with_dates(tmp_path):
     path = tmp_path / "azure.csv"
     pd.DataFrame(
         {
-            "TIMESTAMP": ["2023-11-16 18:15:46.500", "2023-11-16 18:15:46.000", "2023-11-16 18:15:49.250"],
+            "TIMESTAMP": [
+                "2023-11-16 18:15:46.500",
+                "2023-11-16 18:15:46.000",
+                "2023-11-16 18:15:49.250",
+            ],
             "ContextTokens": [374, 396, 879],
             "GeneratedTokens": [44, 109, 20],
         }
@@ -23,7 +27,9 @@ def test_requests_production_layout_with_dates(tmp_path):
 
 
 def test_requests_numeric_layout_in_ms():
-    frame = pd.DataFrame({"timestamp": [1000, 1500], "prompt_tokens": [5, 6], "output_tokens": [7, 8]})
+    frame = pd.DataFrame(
+        {"timestamp": [1000, 1500], "prompt_tokens": [5, 6], "output_tokens": [7, 8]}
+    )
     req = load_requests(frame, time_unit="ms")
     assert req["arrival_s"].tolist() == [0.0, 0.5]
 
@@ -65,7 +71,9 @@ def test_cudagraph_metrics_tables(tmp_path):
 
 def test_step_sizes_with_counts_and_headerless(tmp_path):
     a = tmp_path / "a.csv"
-    pd.DataFrame({"batch_size": [4, 9], "count": [3, 2], "uniform": [True, False]}).to_csv(a, index=False)
+    pd.DataFrame({"batch_size": [4, 9], "count": [3, 2], "uniform": [True, False]}).to_csv(
+        a, index=False
+    )
     trace = load_step_sizes(a)
     assert trace["num_tokens"].tolist() == [4, 4, 4, 9, 9]
     assert trace["uniform_decode"].tolist() == [True] * 3 + [False] * 2
@@ -78,7 +86,9 @@ def test_step_sizes_with_counts_and_headerless(tmp_path):
 
 def test_load_trace_detects_kind(tmp_path):
     req = tmp_path / "r.csv"
-    pd.DataFrame({"timestamp": [0.0, 1.0], "input_tokens": [3, 4], "output_tokens": [1, 2]}).to_csv(req, index=False)
+    pd.DataFrame({"timestamp": [0.0, 1.0], "input_tokens": [3, 4], "output_tokens": [1, 2]}).to_csv(
+        req, index=False
+    )
     assert load_trace(req)[0] == "requests"
     steps = tmp_path / "s.csv"
     pd.DataFrame({"num_tokens": np.arange(1, 6)}).to_csv(steps, index=False)
