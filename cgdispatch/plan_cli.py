@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-import pandas as pd
-
 from .config import GraphConfig
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from .compare import compare, compare_json, engine_ladders, export_plan
     from .planner import plan_capture_sizes
     from .tracefiles import load_trace
