@@ -133,11 +133,18 @@ def _dp(
     return sorted(chosen)
 
 
-def _seg(prev, PD, PM, a1, b1, i, j):  # noqa: ANN001, ANN202 - vectorised segment cost
+Arr = np.ndarray
+
+
+def _seg(prev: Arr, PD: Arr, PM: Arr, a1: Arr, b1: Arr, i: Arr, j: Arr) -> Arr:
+    """DP value of closing a segment at size i after a split at j (vectorised over i, j)."""
     return prev[j] + (PD[i] - PD[j]) * a1[i] + (PM[i] - PM[j]) * b1[i]
 
 
-def _row_monotone(prev, PD, PM, a1, b1, layer, m):  # noqa: ANN001, ANN202
+def _row_monotone(
+    prev: Arr, PD: Arr, PM: Arr, a1: Arr, b1: Arr, layer: int, m: int
+) -> tuple[Arr, Arr]:
+    """One DP row by divide and conquer on monotone split points, all tasks of a level at once."""
     cur = np.full(m + 1, np.inf)
     arg = np.zeros(m + 1, dtype=np.int64)
     # tasks: query range [ql, qr], split range [ol, oh]; split j < i and j >= layer - 1
@@ -165,7 +172,10 @@ def _row_monotone(prev, PD, PM, a1, b1, layer, m):  # noqa: ANN001, ANN202
     return cur, arg
 
 
-def _row_full(prev, PD, PM, a1, b1, layer, m, chunk=512):  # noqa: ANN001, ANN202
+def _row_full(
+    prev: Arr, PD: Arr, PM: Arr, a1: Arr, b1: Arr, layer: int, m: int, chunk: int = 512
+) -> tuple[Arr, Arr]:
+    """One DP row trying every split (any segment costs), ``chunk`` rows of the matrix at a time."""
     cur = np.full(m + 1, np.inf)
     arg = np.zeros(m + 1, dtype=np.int64)
     j = np.arange(m)

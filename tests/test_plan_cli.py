@@ -49,3 +49,22 @@ def test_plan_reports_missing_columns(tmp_path, capsys):
     pd.DataFrame({"TIMESTAMP": [0.0], "ContextTokens": [3]}).to_csv(path, index=False)
     assert main(["plan", "--trace", str(path), "--max-graphs", "4"]) == 2
     assert "lacks a column for ['output_tokens']" in capsys.readouterr().err
+
+
+def test_plan_spec_decode_sizes_are_multiples_of_q(tmp_path, capsys):
+    path = tmp_path / "steps.csv"
+    rng = np.random.default_rng(3)
+    pd.DataFrame({"num_tokens": rng.integers(1, 200, 400)}).to_csv(path, index=False)
+    args = [
+        "plan",
+        "--trace",
+        str(path),
+        "--max-graphs",
+        "5",
+        "--num-speculative-tokens",
+        "2",
+        "--json",
+    ]
+    assert main(args) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    assert all(s % 3 == 0 for s in rows["planned"]["sizes"]) and len(rows["planned"]["sizes"]) <= 5

@@ -143,3 +143,18 @@ def test_export_plan_round_trips():
     trt = yaml.safe_load(out["trtllm"])["cuda_graph_config"]
     assert trt["batch_sizes"] == [1, 3, 5, 16] and trt["max_batch_size"] == 16
     assert "--max-num-seqs 64" in out["vllm"]
+
+
+def test_compare_with_cost_model_adds_time_and_memory():
+    rng = np.random.default_rng(9)
+    trace = make_trace(rng.integers(1, 100, 500), rng.random(500) < 0.5)
+    model = FunctionCostModel(lambda m, n: 1.0 + 0.01 * n, graph_memory=lambda m, n: 1000.0 * n)
+    table = compare(trace, {"a": [8, 64, 128], "b": [128]}, cost_model=model).set_index("ladder")
+    padded_a = [min(s for s in (8, 64, 128) if s >= n) for n in trace["num_tokens"]]
+    assert table.loc["a", "mean_step_ms"] == pytest.approx(
+        np.mean([1 + 0.01 * p for p in padded_a])
+    )
+    assert table.loc["b", "mean_step_ms"] == pytest.approx(1 + 0.01 * 128)
+    # FULL_AND_PIECEWISE default: a PIECEWISE and a FULL decode graph per size
+    assert table.loc["a", "graph_memory_bytes"] == 2 * 1000.0 * (8 + 64 + 128)
+    assert table.loc["a", "source"] == "model"
