@@ -21,7 +21,8 @@ import pandas as pd
 from cgdispatch.compare import compare, engine_ladders
 from cgdispatch.modes import CUDAGraphMode
 from cgdispatch.planner import _candidates, _costs, _row_full, as_histogram, plan_capture_sizes
-from cgdispatch.workload import simulate_steps, synthetic_requests
+from cgdispatch.synthetic import synthetic_requests
+from cgdispatch.workload import simulate_steps
 
 RATES = [2.0, 5.0, 10.0, 20.0, float("inf")]
 NUM_REQUESTS = 2000

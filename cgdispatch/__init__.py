@@ -21,10 +21,10 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "make_trace": "workload",
     "check_trace": "workload",
-    "synthetic_requests": "workload",
+    "synthetic_requests": "synthetic",
     "simulate_steps": "workload",
     "step_histogram": "workload",
-    "LENGTH_PRESETS": "workload",
+    "LENGTH_PRESETS": "synthetic",
     "load_requests": "tracefiles",
     "load_step_sizes": "tracefiles",
     "load_cudagraph_metrics": "tracefiles",

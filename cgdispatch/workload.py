@@ -1,18 +1,18 @@
-"""Workloads: synthetic requests, a continuous-batching simulator, step traces, histograms.
+"""Workloads: step traces, a continuous-batching simulator, histograms.
 
 A *request table* has one row per request: ``arrival_s`` (float, seconds from the start),
 ``prompt_tokens`` and ``output_tokens`` (int >= 1). A *step trace* has one row per engine
 step (see :data:`TRACE_COLUMNS`). The simulator turns the first into the second the way a
 vLLM-style scheduler does; it models scheduling only (no KV-cache capacity, no preemption)
 and its clock is a crude step-time model, so its ``time_s`` column is ``model``, not measured.
-Loaders for files an engine wrote live in :mod:`cgdispatch.tracefiles`.
+Synthetic request tables come from :mod:`cgdispatch.synthetic`, tables and traces an
+engine logged from :mod:`cgdispatch.tracefiles`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,11 +20,8 @@ import pandas as pd
 __all__ = [
     "TRACE_COLUMNS",
     "REQUEST_COLUMNS",
-    "LengthPreset",
-    "LENGTH_PRESETS",
     "make_trace",
     "check_trace",
-    "synthetic_requests",
     "simulate_steps",
     "step_histogram",
 ]
@@ -42,6 +39,8 @@ REQUEST_COLUMNS: dict[str, tuple[str, str]] = {
     "prompt_tokens": ("int64", "prompt (context) tokens"),
     "output_tokens": ("int64", "generated tokens, the first one included"),
 }
+# optional request column: LoRA adapter id, -1 for none (counted into has_lora / num_active_loras)
+LORA_COLUMN = "lora_id"
 
 
 def make_trace(
@@ -90,85 +89,6 @@ def check_trace(trace: pd.DataFrame) -> pd.DataFrame:
     return trace
 
 
-@dataclass(frozen=True)
-class LengthPreset:
-    """Synthetic prompt/output length distribution: lognormal with a given mean, clipped.
-
-    Only the means are published figures; the spreads (sigma of log length) and the clips
-    are our choice, so traces made from a preset are synthetic, not the dataset itself.
-    """
-
-    prompt_mean: float
-    output_mean: float
-    prompt_sigma: float = 1.0
-    output_sigma: float = 1.0
-    max_prompt_tokens: int = 4096
-    max_output_tokens: int = 2048
-
-
-LENGTH_PRESETS: dict[str, LengthPreset] = {
-    # ShareGPT: mean input 161, mean output 338 tokens (vLLM paper, SOSP 2023)
-    "sharegpt": LengthPreset(161.0, 338.0, prompt_sigma=1.0, output_sigma=0.9),
-    # Alpaca: mean input 19, mean output 58 tokens (vLLM paper, SOSP 2023)
-    "alpaca": LengthPreset(
-        19.0, 58.0, prompt_sigma=0.6, output_sigma=0.8, max_prompt_tokens=512, max_output_tokens=512
-    ),
-}
-
-
-def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int, hi: int) -> np.ndarray:
-    mu = np.log(mean) - sigma**2 / 2  # E[lognormal] = exp(mu + sigma^2 / 2)
-    return np.clip(np.rint(rng.lognormal(mu, sigma, n)), 1, hi).astype(np.int64)
-
-
-def synthetic_requests(
-    num_requests: int,
-    preset: str | LengthPreset = "sharegpt",
-    *,
-    rate_per_s: float = 10.0,
-    burstiness: float = 1.0,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """A request table with gamma inter-arrival times and lognormal lengths (synthetic).
-
-    ``burstiness`` is the gamma shape (as in vLLM's serving benchmark): 1 gives Poisson
-    arrivals, below 1 bursts, above 1 more regular arrivals; the mean rate is ``rate_per_s``
-    either way. ``rate_per_s=inf`` puts every arrival at 0.
-    """
-    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise ValueError(f"num_requests={num_requests!r} is invalid: it must be an integer >= 1")
-    if isinstance(preset, str):
-        if preset not in LENGTH_PRESETS:
-            raise ValueError(
-                f"length preset {preset!r} is unknown: use one of {sorted(LENGTH_PRESETS)}"
-            )
-        preset = LENGTH_PRESETS[preset]
-    if not rate_per_s > 0:
-        raise ValueError(
-            f"rate_per_s={rate_per_s!r} is invalid: it must be > 0 (inf for all at once)"
-        )
-    if not burstiness > 0:
-        raise ValueError(f"burstiness={burstiness!r} is invalid: it must be > 0 (1 = Poisson)")
-    rng = np.random.default_rng(seed)
-    if np.isinf(rate_per_s):
-        arrival = np.zeros(num_requests)
-    else:
-        gaps = rng.gamma(burstiness, 1.0 / (rate_per_s * burstiness), num_requests)
-        arrival = np.cumsum(gaps) - gaps[0]
-    p = preset
-    return pd.DataFrame(
-        {
-            "arrival_s": arrival,
-            "prompt_tokens": _lognormal(
-                rng, p.prompt_mean, p.prompt_sigma, num_requests, p.max_prompt_tokens
-            ),
-            "output_tokens": _lognormal(
-                rng, p.output_mean, p.output_sigma, num_requests, p.max_output_tokens
-            ),
-        }
-    )
-
-
 def default_step_time_ms(num_tokens: int, num_reqs: int) -> float:
     """Model (not measured): 8 ms per step plus 0.05 ms per token, roughly an 8B model on one
     H100-class GPU; it only orders steps against arrivals in the simulator."""
@@ -183,6 +103,7 @@ def simulate_steps(
     num_speculative_tokens: int = 0,
     spec_acceptance_rate: float = 0.7,
     enable_chunked_prefill: bool = True,
+    max_loras: int | None = None,
     step_time_ms: Callable[[int, int], float] = default_step_time_ms,
     seed: int = 0,
     progress: bool = False,
@@ -195,7 +116,10 @@ def simulate_steps(
     prompts chunked to fit the budget when ``enable_chunked_prefill``. A decode emits 1 +
     the accepted draft tokens (each accepted with ``spec_acceptance_rate`` until the first
     rejection); the step that ends a prompt emits the first output token. Not modelled:
-    KV-cache capacity, preemption, priorities. Returns a step trace with extra columns
+    KV-cache capacity, preemption, priorities. With a ``lora_id`` column (-1 = none) a step's
+    ``num_active_loras`` counts the distinct adapters scheduled, and with ``max_loras`` a
+    waiting request whose adapter would exceed that many in the running batch is skipped
+    for the step, as vLLM's scheduler does. Returns a step trace with extra columns
     ``num_prefill_tokens`` and ``time_s`` (step start on the model clock).
     """
     from tqdm.auto import tqdm
@@ -224,11 +148,17 @@ def simulate_steps(
             f"a prompt of {int(prompt_left.max())} tokens exceeds max_num_batched_tokens="
             f"{max_num_batched_tokens} without chunked prefill: enable it or raise the budget"
         )
+    lora = req[LORA_COLUMN].to_numpy(dtype=np.int64) if LORA_COLUMN in req else None
+    if max_loras is not None and (
+        isinstance(max_loras, bool) or not isinstance(max_loras, int) or max_loras < 1
+    ):
+        raise ValueError(f"max_loras={max_loras!r} is invalid: it must be an integer >= 1, or None")
+    limit_loras = lora is not None and max_loras is not None
     rng = np.random.default_rng(seed)
     total = len(arrival)
     waiting: deque[int] = deque()
     run = np.empty(0, dtype=np.int64)  # running request indices, admission order
-    rows: list[tuple[int, int, bool, int, float]] = []
+    rows: list[tuple[int, int, bool, bool, int, int, float]] = []
     now, nxt, done = 0.0, 0, 0
     bar = tqdm(total=total, desc="simulate", unit="req", disable=not progress)
     while done < total:
@@ -246,23 +176,35 @@ def simulate_steps(
         need = prompt_left[pre]
         take = np.minimum(need, np.clip(budget - (np.cumsum(need) - need), 0, None))
         budget -= int(take.sum())
-        new, new_take = [], []
+        new, new_take, skipped = [], [], []
+        adapters = set(lora[run][lora[run] >= 0].tolist()) if limit_loras else set()
         while waiting and len(run) + len(new) < max_num_seqs and budget > 0:
             i = waiting[0]
             t = min(int(prompt_left[i]), budget)
             if t < prompt_left[i] and not enable_chunked_prefill:
                 break
             waiting.popleft()
+            if limit_loras and lora[i] >= 0 and lora[i] not in adapters:
+                if len(adapters) >= max_loras:
+                    skipped.append(i)  # its adapter does not fit this step: try again next step
+                    continue
+                adapters.add(int(lora[i]))
             new.append(i)
             new_take.append(t)
             budget -= t
+        waiting.extendleft(reversed(skipped))
         sched = np.concatenate([pre, np.asarray(new, dtype=np.int64)])
         chunks = np.concatenate([take, np.asarray(new_take, dtype=np.int64)])
         sched, chunks = sched[chunks > 0], chunks[chunks > 0]
         prefill_tokens = int(chunks.sum())
         num_tokens = len(dec) * q + prefill_tokens
         uniform = num_tokens > 0 and bool(np.all(chunks == q))  # vLLM: every query is q long
-        rows.append((num_tokens, len(dec) + len(sched), uniform, prefill_tokens, now))
+        active = 0
+        if lora is not None:
+            ids = lora[np.concatenate([dec, sched])]
+            active = len(np.unique(ids[ids >= 0]))
+        num_reqs = len(dec) + len(sched)
+        rows.append((num_tokens, num_reqs, uniform, active > 0, active, prefill_tokens, now))
         prompt_left[sched] -= chunks
         out_left[sched[prompt_left[sched] == 0]] -= 1  # the step ending a prompt emits a token
         if len(dec):
@@ -275,9 +217,9 @@ def simulate_steps(
             done += int(finished.sum())
             bar.update(int(finished.sum()))
             run = run[~finished]
-        now += step_time_ms(num_tokens, rows[-1][1]) / 1e3
+        now += step_time_ms(num_tokens, num_reqs) / 1e3
     bar.close()
-    cols = ["num_tokens", "num_reqs", "uniform_decode", "num_prefill_tokens", "time_s"]
+    cols = [*TRACE_COLUMNS, "num_prefill_tokens", "time_s"]
     frame = pd.DataFrame.from_records(rows, columns=cols)
     return check_trace(frame)[[*TRACE_COLUMNS, "num_prefill_tokens", "time_s"]]
 
@@ -298,7 +240,8 @@ def _check_requests(requests: pd.DataFrame) -> pd.DataFrame:
             f"request table lacks columns {missing}: it needs {list(REQUEST_COLUMNS)} "
             "(cgdispatch.tracefiles.load_requests maps common CSV column names)"
         )
-    frame = requests[list(REQUEST_COLUMNS)].astype({c: t for c, (t, _) in REQUEST_COLUMNS.items()})
+    cols = [*REQUEST_COLUMNS, *([LORA_COLUMN] if LORA_COLUMN in requests.columns else [])]
+    frame = requests[cols].astype({c: t for c, (t, _) in REQUEST_COLUMNS.items()})
     for col in ("prompt_tokens", "output_tokens"):
         if len(frame) and int(frame[col].min()) < 1:
             raise ValueError(f"request table has {col} < 1: every request needs at least one token")

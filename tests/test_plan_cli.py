@@ -7,7 +7,8 @@ import pandas as pd
 
 from cgdispatch.__main__ import main
 from cgdispatch.planner import plan_capture_sizes
-from cgdispatch.workload import simulate_steps, synthetic_requests
+from cgdispatch.synthetic import synthetic_requests
+from cgdispatch.workload import simulate_steps
 
 
 def test_plan_json_from_requests(tmp_path, capsys):

@@ -4,14 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cgdispatch.workload import (
-    LENGTH_PRESETS,
-    check_trace,
-    make_trace,
-    simulate_steps,
-    step_histogram,
-    synthetic_requests,
-)
+from cgdispatch.synthetic import LENGTH_PRESETS, synthetic_requests
+from cgdispatch.workload import check_trace, make_trace, simulate_steps, step_histogram
 
 
 @pytest.mark.parametrize("preset", ["sharegpt", "alpaca"])
@@ -130,3 +124,22 @@ def test_check_trace_fills_defaults_and_rejects():
         check_trace(pd.DataFrame({"tokens": [3]}))
     with pytest.raises(ValueError, match="num_tokens < 1"):
         check_trace(pd.DataFrame({"num_tokens": [0]}))
+
+
+def test_lora_requests_and_adapter_limit():
+    req = synthetic_requests(400, "alpaca", rate_per_s=50, lora_fraction=0.5, num_loras=3, seed=2)
+    assert set(req["lora_id"]) <= {-1, 0, 1, 2}
+    assert (req["lora_id"] >= 0).mean() == pytest.approx(0.5, abs=0.08)
+    free = simulate_steps(req, max_num_seqs=32)
+    assert (free["has_lora"] == (free["num_active_loras"] > 0)).all()
+    assert free["num_active_loras"].max() == 3
+    assert (free["num_active_loras"] <= free["num_reqs"]).all()
+    capped = simulate_steps(req, max_num_seqs=32, max_loras=1)
+    assert capped["num_active_loras"].max() == 1
+    # skipping a request for a step never loses it: every token is still scheduled
+    total = req["prompt_tokens"].sum() + (req["output_tokens"] - 1).sum()
+    assert capped["num_tokens"].sum() == total == free["num_tokens"].sum()
+    with pytest.raises(ValueError, match="num_loras"):
+        synthetic_requests(5, lora_fraction=0.5)
+    with pytest.raises(ValueError, match="max_loras"):
+        simulate_steps(req, max_loras=0)
