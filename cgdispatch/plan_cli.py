@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from .config import GraphConfig
 
@@ -20,6 +21,9 @@ def run_plan(args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_speculative_tokens=args.num_speculative_tokens,
+        max_loras=args.max_loras,
+        tensor_parallel_size=args.tensor_parallel_size,
+        sequence_parallel=args.sequence_parallel,
     ).resolve()
     kind, frame = load_trace(args.trace)
     if kind == "requests":
@@ -28,6 +32,7 @@ def run_plan(args: argparse.Namespace) -> int:
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
+            max_loras=args.max_loras or None,
             seed=args.seed,
             progress=not args.json,
         )
@@ -35,6 +40,8 @@ def run_plan(args: argparse.Namespace) -> int:
         trace = frame
     q = config.uniform_decode_query_len
     multiple = q if config.cudagraph_mode.decode_mode().name == "FULL" and q > 1 else 1
+    if config.sequence_parallel:  # tokens split evenly across TP ranks
+        multiple = math.lcm(multiple, config.tensor_parallel_size)
     sizes = plan_capture_sizes(
         trace,
         args.max_graphs,
@@ -85,4 +92,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--max-num-seqs", type=int, default=256)
     plan.add_argument("--max-num-batched-tokens", type=int, default=8192)
     plan.add_argument("--num-speculative-tokens", type=int, default=0)
+    plan.add_argument("--max-loras", type=int, default=0, help="LoRA adapters per step (0 = off)")
+    plan.add_argument("--tensor-parallel-size", type=int, default=1)
+    plan.add_argument(
+        "--sequence-parallel", action="store_true", help="sizes must be multiples of the TP size"
+    )
     plan.set_defaults(func=run_plan)

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .workload import REQUEST_COLUMNS, check_trace, make_trace
+from .workload import LORA_COLUMN, REQUEST_COLUMNS, check_trace, make_trace
 
 __all__ = [
     "load_requests",
@@ -60,6 +60,9 @@ REQUEST_ALIASES: dict[str, tuple[str, ...]] = {
         "decodetokens",
         "osl",
     ),
+}
+LORA_ALIASES: dict[str, tuple[str, ...]] = {
+    LORA_COLUMN: ("loraid", "lora", "loraname", "adapter", "adapterid", "loraadapter")
 }
 STEP_ALIASES: dict[str, tuple[str, ...]] = {
     "num_tokens": (
@@ -107,7 +110,9 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
 
     Column names are matched loosely (see :data:`REQUEST_ALIASES`). Numeric timestamps are
     read in ``time_unit`` (``"s"``, ``"ms"``, ``"us"``); text timestamps are parsed as dates.
-    Arrivals are shifted so that the first request arrives at 0.
+    Arrivals are shifted so that the first request arrives at 0. An optional adapter
+    column (``lora_id``, ``lora``, ``adapter`` ...) becomes ``lora_id``: ids or names mapped
+    to 0, 1, ... and blanks (or negative ids) to -1 (no LoRA).
     """
     frame = _read(source)
     found = _match(list(frame.columns), REQUEST_ALIASES)
@@ -139,6 +144,13 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
             "output_tokens": frame[found["output_tokens"]].to_numpy(dtype=np.int64),
         }
     )
+    lora_col = _match(list(frame.columns), LORA_ALIASES).get(LORA_COLUMN)
+    if lora_col is not None:
+        values = frame[lora_col]
+        if pd.api.types.is_numeric_dtype(values):
+            values = values.where(values >= 0)
+        codes, _ = pd.factorize(values, sort=True)  # blanks -> -1
+        out[LORA_COLUMN] = codes.astype(np.int64)
     bad = (out["prompt_tokens"] < 1) | (out["output_tokens"] < 1)
     if bad.any():
         raise ValueError(

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from cgdispatch.__main__ import main
 from cgdispatch.planner import plan_capture_sizes
@@ -69,3 +70,16 @@ def test_plan_spec_decode_sizes_are_multiples_of_q(tmp_path, capsys):
     assert main(args) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
     assert all(s % 3 == 0 for s in rows["planned"]["sizes"]) and len(rows["planned"]["sizes"]) <= 5
+
+
+def test_plan_sequence_parallel_sizes_are_multiples_of_tp(tmp_path, capsys):
+    path = tmp_path / "steps.csv"
+    pd.DataFrame({"num_tokens": np.random.default_rng(4).integers(1, 300, 400)}).to_csv(
+        path, index=False
+    )
+    args = ["plan", "--trace", str(path), "--max-graphs", "6", "--tensor-parallel-size", "4"]
+    with pytest.warns(UserWarning, match="not multiples of tensor_parallel_size=4"):
+        assert main([*args, "--sequence-parallel", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    assert all(s % 4 == 0 for s in rows["planned"]["sizes"])
+    assert all(s % 4 == 0 for s in rows["vllm"]["sizes"])  # the config drops the others

@@ -103,3 +103,17 @@ def test_load_trace_detects_kind(tmp_path):
         load_trace(bad)
     with pytest.raises(ValueError, match="does not exist"):
         load_trace(tmp_path / "missing.csv")
+
+
+def test_requests_lora_column_names_become_ids():
+    frame = pd.DataFrame(
+        {
+            "timestamp": [0.0, 1.0, 2.0, 3.0],
+            "prompt_tokens": [5, 6, 7, 8],
+            "output_tokens": [1, 2, 3, 4],
+            "adapter": ["sql", None, "chat", "sql"],
+        }
+    )
+    req = load_requests(frame)
+    assert req["lora_id"].tolist() == [1, -1, 0, 1]
+    assert "lora_id" not in load_requests(frame.drop(columns="adapter"))
