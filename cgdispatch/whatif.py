@@ -71,6 +71,23 @@ def _step_keys(trace: pd.DataFrame) -> tuple[np.ndarray, int]:
     return n + width * (trace["uniform_decode"].to_numpy(dtype=bool) + 2 * lora_code), width
 
 
+def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct keys (sorted), their counts, and each step's position among them.
+
+    Keys are dense (at most a few times the largest step), so counting with ``bincount``
+    beats sorting 10 M steps; a sparse key range (huge LoRA counts) falls back to a sort.
+    """
+    span = int(key.max()) + 1
+    if span > 4 * len(key) + 1_000_000:
+        uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        return uniq, counts, inverse.reshape(-1)
+    counts = np.bincount(key, minlength=span)
+    present = np.flatnonzero(counts)
+    position = np.zeros(span, dtype=np.int64)
+    position[present] = np.arange(len(present))
+    return present, counts[present], position[key]
+
+
 def _answers(
     dispatcher: CudagraphDispatcher, keys: np.ndarray, width: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -122,12 +139,8 @@ def evaluate(
     if len(trace) == 0:
         raise ValueError("the step trace is empty: give at least one step")
     key, width = _step_keys(trace)
-    counts = np.bincount(key)
-    present = np.flatnonzero(counts)
+    present, count, index = _group(key)
     key_mode, key_pad = _answers(dispatcher, present, width)
-    mode_table = np.zeros(len(counts), dtype=np.int8)
-    pad_table = np.zeros(len(counts), dtype=np.int64)
-    mode_table[present], pad_table[present] = key_mode, key_pad
     model = as_cost_model(cost_model)
     step_ms, key_ms = None, None
     if model is not None:
@@ -136,13 +149,11 @@ def evaluate(
             sel = key_mode == code
             if sel.any():
                 key_ms[sel] = model.step_time_ms(mode, key_pad[sel])
-        ms_table = np.zeros(len(counts))
-        ms_table[present] = key_ms
-        step_ms = ms_table[key]
-    by_size = _by_size(dispatcher, key_mode, key_pad, present % width, counts[present], key_ms)
+        step_ms = key_ms[index]
+    by_size = _by_size(dispatcher, key_mode, key_pad, present % width, count, key_ms)
     summary = _summary(dispatcher, by_size, len(trace), model)
     return WhatIfResult(
-        dispatcher.config, mode_table[key], pad_table[key], step_ms, by_size, summary
+        dispatcher.config, key_mode[index], key_pad[index], step_ms, by_size, summary
     )
 
 

@@ -86,6 +86,9 @@ def check_trace(trace: pd.DataFrame) -> pd.DataFrame:
     trace = trace.astype({c: t for c, (t, _) in TRACE_COLUMNS.items()})
     if len(trace) and int(trace["num_tokens"].min()) < 1:
         raise ValueError("step trace has num_tokens < 1: every step schedules at least one token")
+    for col in ("num_reqs", "num_active_loras"):
+        if len(trace) and int(trace[col].min()) < 0:
+            raise ValueError(f"step trace has {col} < 0: counts must be >= 0")
     return trace
 
 

@@ -118,3 +118,22 @@ def test_evaluate_rejects_bad_input():
         evaluate("FULL", make_trace([1]))
     with pytest.raises(ValueError, match="empty"):
         evaluate(GraphConfig(), make_trace([]))
+
+
+def test_sparse_lora_counts_take_the_sorting_path():
+    # a huge active-LoRA count makes the dense key range sparse: same answers as dispatch()
+    config = GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[4, 16], max_loras=2)
+    trace = make_trace(
+        [3, 3, 10, 20], has_lora=[True, True, True, False], num_active_loras=[1, 5_000_000, 2, 0]
+    )
+    result = evaluate(config, trace)
+    d = CudagraphDispatcher(config)
+    d.initialize_cudagraph_keys()
+    want = [
+        d.dispatch(n, has_lora=h, num_active_loras=a)
+        for n, h, a in [(3, True, 1), (3, True, 5_000_000), (10, True, 2), (20, False, 0)]
+    ]
+    assert result.padded_tokens.tolist() == [desc.num_tokens for _, desc in want]
+    assert result.runtime_mode.tolist() == [MODE_CODES[m] for m, _ in want]
+    with pytest.raises(ValueError, match="num_active_loras < 0"):
+        evaluate(config, make_trace([3], num_active_loras=-1))
