@@ -39,8 +39,8 @@ class GraphRunner:
 
     ``model`` is called as ``model(input_ids, positions, slots) -> logits [T, vocab]`` and
     must expose ``attention_cg_support``, ``dummy_slot``, ``num_slots`` and
-    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config is
-    resolved against the model's attention support; ``cudagraph_mode`` is the mode
+    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config (default:
+    ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention support; ``cudagraph_mode`` is the mode
     actually used. Piecewise modes need ``compile_piecewise`` (the seam where
     ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``. Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
