@@ -41,6 +41,23 @@ _LAZY: dict[str, str] = {
     "FunctionCostModel": "costs",
     "AffineCostModel": "costs",
     "as_cost_model": "costs",
+    "ForwardContext": "context",
+    "set_forward_context": "context",
+    "get_forward_context": "context",
+    "CapturedGraph": "backends",
+    "GraphBackend": "backends",
+    "CudaGraphBackend": "backends",
+    "CpuReplayBackend": "backends",
+    "get_backend": "backends",
+    "CUDAGraphWrapper": "wrapper",
+    "GraphEntry": "wrapper",
+    "GraphRunner": "runner",
+    "StepBatch": "stepbatch",
+    "make_decode_batch": "stepbatch",
+    "make_mixed_batch": "stepbatch",
+    "ToyConfig": "models.toy",
+    "ToyLM": "models.toy",
+    "build_toy_model": "models.toy",
 }
 
 __all__ = [

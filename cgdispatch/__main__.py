@@ -11,6 +11,7 @@ COMMANDS: dict[str, str] = {
     "demo": "cgdispatch.cli",
     "dispatch": "cgdispatch.cli",
     "plan": "cgdispatch.plan_cli",
+    "capture": "cgdispatch.capture_cli",
 }
 
 
