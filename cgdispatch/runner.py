@@ -39,10 +39,11 @@ class GraphRunner:
 
     ``model`` is called as ``model(input_ids, positions, slots) -> logits [T, vocab]`` and
     must expose ``attention_cg_support``, ``dummy_slot``, ``num_slots`` and
-    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config is
-    resolved against the model's attention support; ``cudagraph_mode`` is the mode
-    actually used. Piecewise modes go through ``compile_piecewise`` (torch.compile with
-    the splitting backend of ``piecewise.py``; ``compile_pieces=True`` adds inductor). Model
+    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config (default:
+    ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention
+    support; ``cudagraph_mode`` is the mode actually used. Piecewise modes go through
+    ``compile_piecewise`` (torch.compile with the splitting backend of ``piecewise.py``;
+    ``compile_pieces=True`` adds inductor). Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
 
