@@ -18,7 +18,24 @@ from .modes import AttentionCGSupport, CUDAGraphMode
 __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch)
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    # readable views of the dispatcher (pandas)
+    "modes_table": "explain",
+    "keys_table": "explain",
+    "keys_summary": "explain",
+    "explain_dispatch": "explain",
+    "dispatch_table": "explain",
+    "random_batches": "explain",
+    "dispatch_stats": "explain",
+    # figures (matplotlib) and dashboards (ipywidgets)
+    "ladder_figure": "plots",
+    "hit_rate_figure": "plots",
+    "speedup_figure": "plots",
+    "memory_figure": "plots",
+    "capture_time_figure": "plots",
+    "figure_source": "plots",
+    "dispatch_explorer": "widgets",
+}
 
 __all__ = [
     "AttentionCGSupport",
