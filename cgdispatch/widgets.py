@@ -94,7 +94,10 @@ def decision_html(decision: dict[str, Any], cost_source: str = "model") -> str:
     """The decision box: mode, padded size, num_reqs, key, reason and predicted time."""
     e = html.escape
     mode, padded = decision["runtime_mode"], decision["padded_size"]
-    reqs = "any" if decision["num_reqs"] is None else decision["num_reqs"]
+    if mode == "NONE":
+        reqs = "n/a (eager: no graph key)"
+    else:
+        reqs = "any (PIECEWISE key)" if decision["num_reqs"] is None else decision["num_reqs"]
     rows = [
         ("runtime mode", f'<b data-testid="decision-mode">{e(mode)}</b>'),
         (
@@ -157,7 +160,7 @@ class DispatchExplorer(w.VBox):
         self.mode_box = w.Dropdown(
             options=[m.name for m in CUDAGraphMode],
             value=config.cudagraph_mode.name,
-            description="cudagraph mode",
+            description="mode",
             style=style,
         )
         self.sizes_box = w.Text(
