@@ -230,28 +230,39 @@ def hit_rate_figure(stats: pd.DataFrame, *, source: str, max_sizes: int = 40) ->
 
 
 def speedup_figure(
-    frame: pd.DataFrame, *, source: str | None = None, by: str = "mode", x: str = "num_tokens"
+    frame: pd.DataFrame,
+    *,
+    source: str | None = None,
+    by: str = "mode",
+    x: str = "num_tokens",
+    split: str | None = "uniform_decode",
 ) -> Figure:
     """Speed-up (eager time / graph time, ``speedup_x``) against batch size, one line per ``by``.
 
-    Rows with the same (by, x) are averaged. ``source`` defaults to the frame's ``source``
-    column. A dotted line marks 1x (no gain).
+    Rows with the same (by, split, x) are averaged. When the frame has a ``split`` column
+    with more than one value (uniform-decode and mixed batches), each gets its own line
+    (dashed for the truthy value), so decode and mixed steps are never averaged together.
+    ``source`` defaults to the frame's ``source`` column. A dotted line marks 1x (no gain).
     """
     frame = _require(frame, [by, x, "speedup_x"], "speedup_figure")
     label = _frame_source(frame, source)
-    mean = frame.groupby([by, x], sort=True)["speedup_x"].mean()
+    if split is None or split not in frame.columns or frame[split].nunique() < 2:
+        frame, split = frame.assign(_split=""), "_split"  # one line per `by`
+    mean = frame.groupby([by, split, x], sort=True)["speedup_x"].mean()
     fig = SourcedFigure(figsize=(8, 4.5), layout="constrained")
     ax = fig.subplots()
-    for key in dict.fromkeys(frame[by]):
-        series = mean.loc[key]
+    for key, part in dict.fromkeys(zip(frame[by], frame[split])):
+        series = mean.loc[(key, part)]
+        name = str(key) if split == "_split" else f"{key} ({split}={part})"
         ax.plot(
             series.index.to_numpy(),
             series.to_numpy(),
             marker="o",
             ms=3,
-            label=str(key),
+            ls="--" if bool(part) else "-",
+            label=name,
             color=MODE_COLORS.get(str(key)),
-            gid=f"speedup-{key}",
+            gid=f"speedup-{name}",
         )
     ax.axhline(1.0, ls=":", color="0.5", lw=1)
     ax.set_xscale("log", base=2)

@@ -157,6 +157,25 @@ def test_speedup_lines_are_the_mean_per_mode_and_size():
         assert 64 not in list(ln.get_xdata())  # the failed row is not drawn
 
 
+def test_speedup_keeps_uniform_decode_and_mixed_batches_apart():
+    rng = random.Random(27)
+    frame = pd.concat(
+        [
+            sweep_frame(rng).assign(uniform_decode=False),
+            sweep_frame(rng).assign(uniform_decode=True),
+        ]
+    )
+    fig = speedup_figure(frame)
+    ok = frame[frame["status"] == "ok"]
+    for mode in ok["mode"].unique():
+        for uniform in (False, True):
+            ln = line(fig, f"speedup-{mode} (uniform_decode={uniform})")
+            assert ln.get_linestyle() == ("--" if uniform else "-")
+            rows = ok[(ok["mode"] == mode) & (ok["uniform_decode"] == uniform)]
+            want = [rows[rows["num_tokens"] == n]["speedup_x"].mean() for n in ln.get_xdata()]
+            assert list(ln.get_ydata()) == pytest.approx(want)
+
+
 def test_speedup_needs_a_source():
     frame = sweep_frame(random.Random(24)).drop(columns=["source"])
     with pytest.raises(ValueError, match="source"):
