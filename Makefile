@@ -7,7 +7,13 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format bench clean
+.PHONY: install run test lint format bench clean notebooks lab dashboard browser
+# notebook kernels, nbval and servers import this checkout's cgdispatch (editable install or not)
+NOTEBOOK_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
+NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+DASHBOARD_NOTEBOOK ?= $(firstword $(wildcard notebooks/04_what_if.ipynb) notebooks/01_dispatch_tour.ipynb)
+DASHBOARD_PORT ?= 8866
+LAB_PORT ?= 8888
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +26,16 @@ install: $(STAMP)
 run: install
 	$(PY) -m cgdispatch demo
 
-test: install
-	$(PY) -m pytest -q
+# one pytest run: unit, CLI and browser tests in tests/, nbval on the committed notebooks
+test: install browser
+	$(NOTEBOOK_ENV) $(PY) -m pytest -q $(NBVAL_ARGS) tests notebooks
+
+# Debian's Chromium for the real-browser tests (never `playwright install`); as root only,
+# elsewhere the browser tests skip and say why
+browser:
+	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -30,6 +44,18 @@ lint: install
 format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# execute every notebook headless (papermill) into build/notebooks/, HTML report in build/report/
+notebooks: install
+	$(NOTEBOOK_ENV) $(PY) scripts/run_notebooks.py
+
+lab: install
+	$(NOTEBOOK_ENV) $(VENV)/bin/jupyter-lab --no-browser --ip 127.0.0.1 --port $(LAB_PORT) \
+		$(if $(filter 0,$(shell id -u)),--allow-root) --ServerApp.root_dir=notebooks
+
+dashboard: install
+	$(NOTEBOOK_ENV) $(VENV)/bin/voila $(DASHBOARD_NOTEBOOK) --no-browser --port $(DASHBOARD_PORT) \
+		--Voila.ip=127.0.0.1
 
 bench: install
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -58,6 +58,22 @@ _LAZY: dict[str, str] = {
     "ToyConfig": "models.toy",
     "ToyLM": "models.toy",
     "build_toy_model": "models.toy",
+    # readable views of the dispatcher (pandas)
+    "modes_table": "explain",
+    "keys_table": "explain",
+    "keys_summary": "explain",
+    "explain_dispatch": "explain",
+    "dispatch_table": "explain",
+    "random_batches": "explain",
+    "dispatch_stats": "explain",
+    # figures (matplotlib) and dashboards (ipywidgets)
+    "ladder_figure": "plots",
+    "hit_rate_figure": "plots",
+    "speedup_figure": "plots",
+    "memory_figure": "plots",
+    "capture_time_figure": "plots",
+    "figure_source": "plots",
+    "dispatch_explorer": "widgets",
 }
 
 __all__ = [

@@ -1,0 +1,106 @@
+"""scripts/run_notebooks.py: papermill execution with parameters, HTML report, failures kept apart."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from cgdispatch import CudagraphDispatcher, GraphConfig
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_notebooks.py"
+
+
+def load_runner():
+    spec = importlib.util.spec_from_file_location("run_notebooks", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+
+
+def outputs_text(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    return "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_parse_value_reads_literals_and_keeps_strings():
+    runner = load_runner()
+    assert runner.parse_value("4") == 4
+    assert runner.parse_value("[1, 2, 8]") == [1, 2, 8]
+    assert runner.parse_value("None") is None
+    assert runner.parse_value("FULL_AND_PIECEWISE") == "FULL_AND_PIECEWISE"
+
+
+def test_runs_notebooks_with_parameters_and_writes_the_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "")  # restored after the test; the runner prepends the repo
+    runner = load_runner()
+    rng = random.Random(41)
+    n, sizes = rng.randint(1, 64), sorted(rng.sample(range(1, 65), 5))
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    write_notebook(
+        nbdir / "01_ok.ipynb",
+        [
+            "num_tokens = 1\nsizes = [1, 2]",
+            "import cgdispatch as cg\nd = cg.CudagraphDispatcher(cg.GraphConfig(cudagraph_capture_sizes=sizes))\n"
+            "d.initialize_cudagraph_keys()\nprint('padded', d.padded_size(num_tokens))",
+        ],
+    )
+    write_notebook(nbdir / "02_fails.ipynb", ["x = 1", "raise ValueError('boom')"])
+    write_notebook(nbdir / "scratch.ipynb", ["x = 1"])  # not numbered: not run
+    out, report = tmp_path / "out", tmp_path / "report"
+    code = runner.main(
+        [
+            "--notebook-dir",
+            str(nbdir),
+            "--out",
+            str(out),
+            "--report",
+            str(report),
+            "-p",
+            "num_tokens",
+            str(n),
+            "-p",
+            "sizes",
+            json.dumps(sizes),
+        ]
+    )
+    assert code == 1  # one notebook failed
+    assert sorted(p.name for p in out.iterdir()) == ["01_ok.ipynb", "02_fails.ipynb"]
+    want = CudagraphDispatcher(GraphConfig(cudagraph_capture_sizes=sizes)).padded_size(n)
+    assert f"padded {want}" in outputs_text(out / "01_ok.ipynb")
+    assert "boom" in (out / "02_fails.ipynb").read_text()
+    assert (report / "01_ok.html").stat().st_size > 1000 and (report / "02_fails.html").exists()
+    index = (report / "index.html").read_text()
+    assert "01_ok" in index and "02_fails" in index and "failed: " in index and ">ok<" in index
+
+
+def test_missing_notebooks_are_an_error(tmp_path, capsys):
+    runner = load_runner()
+    assert runner.main(["--notebook-dir", str(tmp_path)]) == 2
+    assert runner.main([str(tmp_path / "nope.ipynb")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["01_a.ipynb", "10_b.ipynb"])
+def test_find_notebooks_takes_numbered_ones(tmp_path, name):
+    runner = load_runner()
+    (tmp_path / name).write_text("{}")
+    (tmp_path / "untitled.ipynb").write_text("{}")
+    assert [p.name for p in runner.find_notebooks(tmp_path)] == [name]
