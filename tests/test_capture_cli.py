@@ -132,5 +132,5 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
     assert set(fdo["runtime_mode"]) == {"NONE"}
     captures = pd.read_csv(tmp_path / "check_captures.csv")
     assert set(captures["config_mode"]) == set(modes)
-    assert (table["eager_ms"] > 0).all() and (table["replay_ms"] > 0).all()
-    assert (table["max_abs_err"] <= 1e-4).all() and (table["source"] == "measured (CPU)").all()
+    assert (table["eager_ms"] > 0).all() and (table["graph_ms"] > 0).all()
+    assert (table["source"] == "measured (CPU)").all()
