@@ -179,9 +179,7 @@ class HFDecodeLM(nn.Module):
         text_cfg = (
             hf_cfg.get_text_config(decoder=True) if hasattr(hf_cfg, "get_text_config") else hf_cfg
         )
-        max_pos = getattr(text_cfg, "max_position_embeddings", None) or getattr(
-            text_cfg, "n_positions"
-        )
+        max_pos = getattr(text_cfg, "max_position_embeddings", None) or text_cfg.n_positions
         max_seq_len = max_pos if max_seq_len is None else max_seq_len
         # default: vLLM's default largest capture size for max_num_seqs = num_slots (2 x seqs)
         max_batch_size = 2 * num_slots if max_batch_size is None else max_batch_size
