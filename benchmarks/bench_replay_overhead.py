@@ -6,7 +6,7 @@ context, output slice) stays under 2x a bare ``wrapper(*args)`` replay call and 
 Figures are ``measured (CPU)`` unless a CUDA device runs them (then the graph backend is
 the CUDA one and the label names the GPU).
 
-    PYTHONPATH=. python benchmarks/bench_replay_overhead.py [--steps 5000] [--repeats 21]
+    PYTHONPATH=. python benchmarks/bench_replay_overhead.py [--steps 5000] [--repeats 21] [--strict]
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def main() -> int:
     parser.add_argument(
         "--num-tokens", type=int, default=5, help="real tokens per step (padded to 8)"
     )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     where = (
@@ -130,7 +131,7 @@ def main() -> int:
             f"runner's own work {own_us:.2f} us = {ratio:.2f}x the bare wrapper call "
             f"-> {'PASS' if passed else 'FAIL'} (targets: < 2x and < 20 us)"
         )
-    return 0 if ok else 1
+    return 0 if ok or not args.strict else 1
 
 
 if __name__ == "__main__":

@@ -17,8 +17,30 @@ from .modes import AttentionCGSupport, CUDAGraphMode
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it (imported lazily: these modules import torch)
+# public name -> module that defines it (imported lazily: these modules import torch or pandas)
 _LAZY: dict[str, str] = {
+    "make_trace": "workload",
+    "check_trace": "workload",
+    "synthetic_requests": "synthetic",
+    "simulate_steps": "workload",
+    "step_histogram": "workload",
+    "LENGTH_PRESETS": "synthetic",
+    "load_requests": "tracefiles",
+    "load_step_sizes": "tracefiles",
+    "load_cudagraph_metrics": "tracefiles",
+    "load_trace": "tracefiles",
+    "plan_capture_sizes": "planner",
+    "plan_cost": "planner",
+    "engine_ladders": "compare",
+    "compare": "compare",
+    "export_plan": "compare",
+    "evaluate": "whatif",
+    "WhatIfResult": "whatif",
+    "CostModel": "costs",
+    "TableCostModel": "costs",
+    "FunctionCostModel": "costs",
+    "AffineCostModel": "costs",
+    "as_cost_model": "costs",
     "ForwardContext": "context",
     "set_forward_context": "context",
     "get_forward_context": "context",

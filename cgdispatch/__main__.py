@@ -10,6 +10,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "demo": "cgdispatch.cli",
     "dispatch": "cgdispatch.cli",
+    "plan": "cgdispatch.plan_cli",
     "capture": "cgdispatch.capture_cli",
 }
 

@@ -24,9 +24,7 @@ class BatchDescriptor:
 
     def relax_for_mixed_batch_cudagraphs(self) -> BatchDescriptor:
         """The same batch as a key that fits any request count (num_reqs=None, uniform=False)."""
-        return BatchDescriptor(
-            self.num_tokens, None, False, self.has_lora, self.num_active_loras
-        )
+        return BatchDescriptor(self.num_tokens, None, False, self.has_lora, self.num_active_loras)
 
     @property
     def non_uniform(self) -> BatchDescriptor:

@@ -28,8 +28,12 @@ def parse_sizes(text: str | None) -> list[int] | None:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that builds a GraphConfig."""
-    parser.add_argument("--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)")
-    parser.add_argument("--sizes", default=None, help="capture sizes, e.g. 1,2,4,8 (default: vLLM's ladder)")
+    parser.add_argument(
+        "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"
+    )
+    parser.add_argument(
+        "--sizes", default=None, help="capture sizes, e.g. 1,2,4,8 (default: vLLM's ladder)"
+    )
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
     parser.add_argument("--num-speculative-tokens", type=int, default=0)
@@ -52,7 +56,9 @@ def run_demo(args: argparse.Namespace) -> int:
     dispatcher = CudagraphDispatcher(config)
     dispatcher.initialize_cudagraph_keys()
     sizes = config.cudagraph_capture_sizes
-    print(f"config: mode={config.cudagraph_mode}, {len(sizes)} capture sizes {sizes[:6]}...{sizes[-2:]}")
+    print(
+        f"config: mode={config.cudagraph_mode}, {len(sizes)} capture sizes {sizes[:6]}...{sizes[-2:]}"
+    )
     for mode, descs in dispatcher.get_capture_descs():
         print(f"  {mode}: {len(descs)} keys, capture order {[d.num_tokens for d in descs[:4]]}...")
     print("\nsample batches:")
@@ -65,7 +71,11 @@ def run_demo(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     for _ in range(args.steps):
         uniform = rng.random() < 0.8
-        n = rng.randint(1, config.max_num_seqs) * q if uniform else rng.randint(1, 2 * config.max_cudagraph_capture_size)
+        n = (
+            rng.randint(1, config.max_num_seqs) * q
+            if uniform
+            else rng.randint(1, 2 * config.max_cudagraph_capture_size)
+        )
         dispatcher.dispatch(n, uniform_decode=uniform)
     frame = dispatcher.stats_frame()
     by_mode = frame.groupby("runtime_mode")[["calls", "real_tokens", "padding_tokens"]].sum()
@@ -80,7 +90,9 @@ def run_dispatch(args: argparse.Namespace) -> int:
     dispatcher = CudagraphDispatcher(config)
     dispatcher.initialize_cudagraph_keys()
     mode, desc = dispatcher.dispatch(
-        args.num_tokens, uniform_decode=args.uniform, num_active_loras=args.active_loras,
+        args.num_tokens,
+        uniform_decode=args.uniform,
+        num_active_loras=args.active_loras,
         use_cascade_attn=args.cascade,
     )
     print(f"{mode} {desc}")
@@ -88,7 +100,9 @@ def run_dispatch(args: argparse.Namespace) -> int:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser("demo", help="tour one config: keys, sample dispatches, statistics")
+    demo = subparsers.add_parser(
+        "demo", help="tour one config: keys, sample dispatches, statistics"
+    )
     add_config_arguments(demo)
     demo.add_argument("--steps", type=int, default=100_000, help="random steps to dispatch")
     demo.add_argument("--seed", type=int, default=0)

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ladders import vllm_ladder, vllm_max_capture_size
+from .ladders import vllm_ladder
 from .modes import AttentionCGSupport, CUDAGraphMode
 
 __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
@@ -40,10 +40,24 @@ _COMPILATION_KEYS = (
 )
 # vLLM compilation-config keys that do not affect graph dispatch: accepted and ignored.
 _IGNORED_VLLM_KEYS = frozenset(
-    {"level", "mode", "backend", "custom_ops", "use_inductor", "inductor_compile_config",
-     "pass_config", "debug_dump_path", "cache_dir", "compile_cache_save_format",
-     "use_inductor_graph_partition", "cudagraph_copy_inputs", "full_cuda_graph",
-     "cudagraph_num_of_warmups_for_full", "local_cache_dir", "dynamic_shapes_config"}
+    {
+        "level",
+        "mode",
+        "backend",
+        "custom_ops",
+        "use_inductor",
+        "inductor_compile_config",
+        "pass_config",
+        "debug_dump_path",
+        "cache_dir",
+        "compile_cache_save_format",
+        "use_inductor_graph_partition",
+        "cudagraph_copy_inputs",
+        "full_cuda_graph",
+        "cudagraph_num_of_warmups_for_full",
+        "local_cache_dir",
+        "dynamic_shapes_config",
+    }
 )
 
 
@@ -113,7 +127,11 @@ class GraphConfig:
                 )
             set_(self, "splitting_ops", list(self.splitting_ops))
         asked_sizes = self.cudagraph_capture_sizes
-        set_(self, "_asked", (None if asked_sizes is None else list(asked_sizes), self.max_cudagraph_capture_size))
+        set_(
+            self,
+            "_asked",
+            (None if asked_sizes is None else list(asked_sizes), self.max_cudagraph_capture_size),
+        )
         sizes, max_size = self._derive_sizes()
         set_(self, "cudagraph_capture_sizes", sizes)
         set_(self, "max_cudagraph_capture_size", max_size)
@@ -133,18 +151,24 @@ class GraphConfig:
         if user_sizes is None:
             if mode is CUDAGraphMode.NONE and user_max in (None, 0):
                 return [], 0
-            if user_max is None:
-                user_max = vllm_max_capture_size(
-                    self.max_num_seqs, tokens, self.num_speculative_tokens
-                )
-            elif user_max > tokens:
+            if user_max is not None and user_max > tokens:
                 warnings.warn(
                     f"max_cudagraph_capture_size={user_max} exceeds max_num_batched_tokens="
                     f"{tokens}: truncated to {tokens}",
                     stacklevel=4,
                 )
-                user_max = tokens
-            sizes = vllm_ladder(user_max, max_num_batched_tokens=tokens)
+            sizes = vllm_ladder(
+                user_max,
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=tokens,
+                num_speculative_tokens=self.num_speculative_tokens,
+            )
+            if user_max is not None and sizes[-1] < min(user_max, tokens):
+                warnings.warn(
+                    f"max_cudagraph_capture_size={user_max} is not on vLLM's ladder: "
+                    f"truncated to {sizes[-1]}",
+                    stacklevel=4,
+                )
         else:
             if isinstance(user_sizes, (str, bytes)) or not hasattr(user_sizes, "__iter__"):
                 raise ValueError(
@@ -248,7 +272,9 @@ class GraphConfig:
         }
 
     # ----- mode resolution --------------------------------------------------------------
-    def resolve(self, attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS) -> GraphConfig:
+    def resolve(
+        self, attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS
+    ) -> GraphConfig:
         """The config with the mode lowered to what can run, and sizes fit for spec decode.
 
         Rules (vLLM V1): with ``splitting_ops == []`` there is no piecewise compilation, so
@@ -267,13 +293,17 @@ class GraphConfig:
         if mode.mixed_mode() is M.FULL and support < AttentionCGSupport.ALWAYS:
             mode = M.FULL_AND_PIECEWISE if can_split else M.FULL_DECODE_ONLY
         q = self.uniform_decode_query_len
-        needed = AttentionCGSupport.UNIFORM_BATCH if q > 1 else AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+        needed = (
+            AttentionCGSupport.UNIFORM_BATCH
+            if q > 1
+            else AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+        )
         if mode.decode_mode() is M.FULL and support < needed:
             mode = M.PIECEWISE if can_split else M.NONE
         sizes = self.cudagraph_capture_sizes
         if q > 1 and mode.decode_mode() is M.FULL and sizes:
             largest = sizes[-1]
-            rounded = sorted({-(-s // q) * q for s in sizes} )
+            rounded = sorted({-(-s // q) * q for s in sizes})
             rounded = [s for s in rounded if s <= largest]
             if not rounded:
                 raise ValueError(
@@ -284,7 +314,9 @@ class GraphConfig:
             sizes = rounded
         if mode is self.cudagraph_mode and sizes == self.cudagraph_capture_sizes:
             return self
-        compile_sizes = tuple(s for s in self.compile_sizes if s in sizes or s > sizes[-1]) if sizes else ()
+        compile_sizes = (
+            tuple(s for s in self.compile_sizes if s in sizes or s > sizes[-1]) if sizes else ()
+        )
         return self.replace(
             cudagraph_mode=mode,
             cudagraph_capture_sizes=sizes,
@@ -294,7 +326,9 @@ class GraphConfig:
 
     # ----- vLLM import / export -----------------------------------------------------------
     @classmethod
-    def from_vllm(cls, compilation_config: dict[str, Any] | str | None = None, **scheduler_fields: Any) -> GraphConfig:
+    def from_vllm(
+        cls, compilation_config: dict[str, Any] | str | None = None, **scheduler_fields: Any
+    ) -> GraphConfig:
         """A config from vLLM's ``--compilation-config`` (dict or JSON) plus engine fields.
 
         ``scheduler_fields`` take GraphConfig names (``max_num_seqs=128``,
@@ -308,7 +342,7 @@ class GraphConfig:
             except json.JSONDecodeError as err:
                 raise ValueError(
                     f"compilation_config is not valid JSON ({err}): pass a dict or a JSON "
-                    "object such as '{\"cudagraph_mode\": \"FULL\"}'"
+                    'object such as \'{"cudagraph_mode": "FULL"}\''
                 ) from None
         if not isinstance(compilation_config, dict):
             raise ValueError(
@@ -319,7 +353,9 @@ class GraphConfig:
             if key in _COMPILATION_KEYS:
                 kwargs[key] = tuple(value) if key == "compile_sizes" else value
             elif key not in _IGNORED_VLLM_KEYS:
-                warnings.warn(f"vLLM compilation-config key {key!r} is not used by cgdispatch", stacklevel=2)
+                warnings.warn(
+                    f"vLLM compilation-config key {key!r} is not used by cgdispatch", stacklevel=2
+                )
         known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
         unknown = set(scheduler_fields) - known
         if unknown:
@@ -349,9 +385,12 @@ class GraphConfig:
     def to_vllm_args(self) -> str:
         """A ``vllm serve`` argument string: compilation config plus scheduler settings."""
         args = [
-            "--compilation-config", self.to_vllm(),
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+            "--compilation-config",
+            self.to_vllm(),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(self.max_num_batched_tokens),
         ]
         if self.tensor_parallel_size > 1:
             args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]

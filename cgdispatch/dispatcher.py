@@ -75,10 +75,14 @@ class CudagraphDispatcher:
         self._tables: dict[tuple[bool, int, frozenset[CUDAGraphMode]], _Table] = {}
         self._fast = (None, None)  # (mixed, uniform) tables without LoRA, all modes allowed
         self._eager_calls: dict[int, int] = {}  # num_tokens above the max or keys missing
-        self._carried_rows: list[tuple[CUDAGraphMode, int, int, int, int]] = []  # stats of old tables
+        self._carried_rows: list[
+            tuple[CUDAGraphMode, int, int, int, int]
+        ] = []  # stats of old tables
 
     # ----- keys -------------------------------------------------------------------------
-    def add_cudagraph_key(self, runtime_mode: CUDAGraphMode, batch_descriptor: BatchDescriptor) -> None:
+    def add_cudagraph_key(
+        self, runtime_mode: CUDAGraphMode, batch_descriptor: BatchDescriptor
+    ) -> None:
         """Register one valid key (PIECEWISE or FULL)."""
         if runtime_mode not in self.cudagraph_keys:
             raise ValueError(
@@ -95,10 +99,18 @@ class CudagraphDispatcher:
         uniform_decode_query_len: int | None = None,
     ) -> None:
         """Create every key the mode needs for the configured capture sizes and LoRA cases."""
-        mode = self.cudagraph_mode if cudagraph_mode is None else CUDAGraphMode.parse(cudagraph_mode)
-        q = self.uniform_decode_query_len if uniform_decode_query_len is None else uniform_decode_query_len
+        mode = (
+            self.cudagraph_mode if cudagraph_mode is None else CUDAGraphMode.parse(cudagraph_mode)
+        )
+        q = (
+            self.uniform_decode_query_len
+            if uniform_decode_query_len is None
+            else uniform_decode_query_len
+        )
         if isinstance(q, bool) or not isinstance(q, int) or q < 1:
-            raise ValueError(f"uniform_decode_query_len={q!r} is invalid: it must be an integer >= 1")
+            raise ValueError(
+                f"uniform_decode_query_len={q!r} is invalid: it must be an integer >= 1"
+            )
         self.cudagraph_mode, self.uniform_decode_query_len = mode, q
         sizes = self.config.cudagraph_capture_sizes
         max_num_seqs = self.config.max_num_seqs
@@ -106,7 +118,9 @@ class CudagraphDispatcher:
             has_lora = lora > 0
             if mode.mixed_mode() is _PIECEWISE:
                 for s in sizes:
-                    self.cudagraph_keys[_PIECEWISE].add(BatchDescriptor(s, None, False, has_lora, lora))
+                    self.cudagraph_keys[_PIECEWISE].add(
+                        BatchDescriptor(s, None, False, has_lora, lora)
+                    )
             elif mode.mixed_mode() is _FULL:
                 for s in sizes:
                     desc = BatchDescriptor(s, min(s, max_num_seqs), False, has_lora, lora)
@@ -129,7 +143,13 @@ class CudagraphDispatcher:
             if keys:
                 order = sorted(
                     keys,
-                    key=lambda d: (d.num_tokens, d.uniform, d.num_reqs or 0, d.has_lora, d.num_active_loras),
+                    key=lambda d: (
+                        d.num_tokens,
+                        d.uniform,
+                        d.num_reqs or 0,
+                        d.has_lora,
+                        d.num_active_loras,
+                    ),
                     reverse=True,
                 )
                 out.append((mode, order))
@@ -173,7 +193,13 @@ class CudagraphDispatcher:
                     table.calls[num_tokens] += 1
                 return table.answers[num_tokens]
         return self._dispatch_general(
-            num_tokens, uniform_decode, has_lora, num_active_loras, valid_modes, invalid_modes, use_cascade_attn
+            num_tokens,
+            uniform_decode,
+            has_lora,
+            num_active_loras,
+            valid_modes,
+            invalid_modes,
+            use_cascade_attn,
         )
 
     def _dispatch_general(
@@ -193,7 +219,12 @@ class CudagraphDispatcher:
         n = _check_num_tokens(num_tokens)
         loras = _check_num_tokens(num_active_loras, "num_active_loras")
         allowed = self._allowed_modes(valid_modes, invalid_modes, use_cascade_attn)
-        if not self.keys_initialized or self.cudagraph_mode is _NONE or n > self.max_capture_size or not allowed:
+        if (
+            not self.keys_initialized
+            or self.cudagraph_mode is _NONE
+            or n > self.max_capture_size
+            or not allowed
+        ):
             return self._eager(n)
         lora_case = self._lora_case(bool(has_lora) or loras > 0, loras)
         if lora_case is None:
@@ -248,7 +279,11 @@ class CudagraphDispatcher:
         """Answers for every count 0..max, by probing the key sets as vLLM does."""
         full_keys = self.cudagraph_keys[_FULL] if _FULL in allowed else set()
         pw_keys = self.cudagraph_keys[_PIECEWISE] if _PIECEWISE in allowed else set()
-        mode, q, max_num_seqs = self.cudagraph_mode, self.uniform_decode_query_len, self.config.max_num_seqs
+        mode, q, max_num_seqs = (
+            self.cudagraph_mode,
+            self.uniform_decode_query_len,
+            self.config.max_num_seqs,
+        )
         separate = mode.separate_routine() and mode.has_mode(_FULL)
         has_lora = lora > 0
         answers: list[tuple[CUDAGraphMode, BatchDescriptor]] = [(_NONE, BatchDescriptor(0))]
@@ -277,7 +312,9 @@ class CudagraphDispatcher:
             allowed = _ALL_GRAPH_MODES
             lora0 = self._lora_case(False, 0)
             if lora0 is not None:
-                mixed = self._tables[(False, lora0, allowed)] = self._build_table(False, lora0, allowed)
+                mixed = self._tables[(False, lora0, allowed)] = self._build_table(
+                    False, lora0, allowed
+                )
                 uni = self._tables[(True, lora0, allowed)] = self._build_table(True, lora0, allowed)
                 self._fast = (mixed, uni)
                 return
@@ -302,14 +339,23 @@ class CudagraphDispatcher:
         rows += [(_NONE, n, c, c * n, c * n) for n, c in self._eager_calls.items()]
         cols = ["runtime_mode", "padded_size", "calls", "real_tokens", "padded_tokens"]
         frame = pd.DataFrame([(str(r[0]), *r[1:]) for r in rows], columns=cols)
-        frame = frame.groupby(["runtime_mode", "padded_size"], as_index=False, sort=False)[cols[2:]].sum()
+        frame = frame.groupby(["runtime_mode", "padded_size"], as_index=False, sort=False)[
+            cols[2:]
+        ].sum()
         frame["padding_tokens"] = frame["padded_tokens"] - frame["real_tokens"]
         order = {"FULL": 0, "PIECEWISE": 1, "NONE": 2}
         frame = frame.sort_values(
-            ["runtime_mode", "padded_size"], key=lambda c: c.map(order) if c.name == "runtime_mode" else c
+            ["runtime_mode", "padded_size"],
+            key=lambda c: c.map(order) if c.name == "runtime_mode" else c,
         )
         return frame.reset_index(drop=True).astype(
-            {"padded_size": "int64", "calls": "int64", "real_tokens": "int64", "padded_tokens": "int64", "padding_tokens": "int64"}
+            {
+                "padded_size": "int64",
+                "calls": "int64",
+                "real_tokens": "int64",
+                "padded_tokens": "int64",
+                "padding_tokens": "int64",
+            }
         )
 
     def reset_stats(self) -> None:

@@ -42,13 +42,12 @@ def vllm_ladder(
 ) -> list[int]:
     """vLLM V1's default ladder ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``.
 
-    ``max_size`` defaults to :func:`vllm_max_capture_size`. ``max_num_batched_tokens`` is
-    appended when it is below the max (vLLM does so to keep the largest batch captured).
+    ``max_size`` defaults to ``min(2 * max_num_seqs * q, 512)``; when
+    ``max_num_batched_tokens`` is below it, the ladder is cut there and that token count
+    appended, so the largest batch the scheduler can form is still captured.
     """
     if max_size is None:
-        max_size = vllm_max_capture_size(
-            max_num_seqs, max_num_batched_tokens, num_speculative_tokens
-        )
+        max_size = min(2 * max_num_seqs * (1 + num_speculative_tokens), 512)
     _positive("max_size", max_size)
     base = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
     sizes = [s for s in base if s <= max_size]

@@ -39,10 +39,11 @@ class GraphRunner:
 
     ``model`` is called as ``model(input_ids, positions, slots) -> logits [T, vocab]`` and
     must expose ``attention_cg_support``, ``dummy_slot``, ``num_slots`` and
-    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config is
-    resolved against the model's attention support; ``cudagraph_mode`` is the mode
-    actually used. Piecewise modes need ``compile_piecewise`` (the seam where
-    ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``. Model
+    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config (default:
+    ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention
+    support; ``cudagraph_mode`` is the mode actually used. Piecewise modes go through
+    ``compile_piecewise`` (torch.compile with the splitting backend of ``piecewise.py``;
+    ``compile_pieces=True`` adds inductor). Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
 
@@ -53,6 +54,7 @@ class GraphRunner:
         *,
         backend: GraphBackend | str | None = None,
         debug: bool = False,
+        compile_pieces: bool = False,
     ) -> None:
         config = GraphConfig(cudagraph_mode="FULL") if config is None else config
         if not isinstance(config, GraphConfig):
@@ -65,6 +67,8 @@ class GraphRunner:
             backend = "cpu"  # a CPU model cannot be captured into CUDA graphs
         self.backend = get_backend(backend)
         self.debug = debug
+        self.compile_pieces = compile_pieces  # piecewise modes: compile pieces with inductor
+        self.piecewise_backend: Any = None  # set by compile_piecewise (split report, counters)
         self._capture_enabled = True
         self.dispatcher = CudagraphDispatcher(self.config)
         self.dispatcher.initialize_cudagraph_keys()
@@ -108,14 +112,44 @@ class GraphRunner:
     def compile_piecewise(self, model: Callable[..., Any]) -> Callable[..., Any]:
         """Split the model at ``config.effective_splitting_ops`` and wrap each piece PIECEWISE.
 
-        Not in this version: piecewise compilation comes with ``cgdispatch.piecewise``. An
-        implementation should build each piece's ``CUDAGraphWrapper`` with ``self.backend``
-        (one pool) and append it to ``self.wrappers`` (counters, ``captured_keys``).
+        One ``torch.compile`` with :class:`~cgdispatch.piecewise.PiecewiseBackend` serves every
+        size (the token dimension is marked dynamic on the first call); each graph piece gets
+        a PIECEWISE ``CUDAGraphWrapper`` on ``self.backend`` (one pool), kept in
+        ``self.wrappers``. ``self.piecewise_backend`` reports the split.
         """
-        raise NotImplementedError(
-            f"cudagraph_mode={self.cudagraph_mode} needs piecewise compilation, which is not "
-            "available yet: use FULL, FULL_DECODE_ONLY or NONE"
+        from .piecewise import PiecewiseBackend, mark_tokens_dynamic
+
+        def wrap(fn: Callable[..., Any], index: int) -> CUDAGraphWrapper:
+            wrapper = CUDAGraphWrapper(
+                fn,
+                CUDAGraphMode.PIECEWISE,
+                self.backend,
+                num_warmups=self.config.cudagraph_num_of_warmups,
+                debug=self.debug,
+                name=f"piece_{index}",
+            )
+            self.wrappers.append(wrapper)
+            return wrapper
+
+        self.piecewise_backend = PiecewiseBackend(
+            self.config.effective_splitting_ops,
+            self.max_num_tokens,
+            wrap,
+            compile_pieces=self.compile_pieces,
         )
+        compiled = torch.compile(model, backend=self.piecewise_backend, fullgraph=True)
+        first = [True]
+
+        def run_compiled(*inputs: torch.Tensor) -> Any:
+            if first[0]:  # dynamo reads the marks when it compiles, on the first call only
+                mark_tokens_dynamic(*inputs)
+                first[0] = False
+            # one grad mode for every call: dynamo guards on it, and a recompile would split
+            # again into new pieces without graphs
+            with torch.no_grad():
+                return compiled(*inputs)
+
+        return run_compiled
 
     # ----- one step ------------------------------------------------------------------------
     @property

@@ -72,7 +72,8 @@ def test_one_mixed_step_equals_each_request_run_alone():
         torch.testing.assert_close(cache, ref, atol=1e-5, rtol=1e-5)
 
 
-def test_compiles_in_one_graph_with_attention_as_opaque_nodes():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiles_in_one_graph_with_attention_as_opaque_nodes(dynamic):
     model = build_toy_model("toy-tiny", seed=1)
     graphs = []
 
@@ -80,16 +81,18 @@ def test_compiles_in_one_graph_with_attention_as_opaque_nodes():
         graphs.append(gm)
         return gm.forward
 
-    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
-    batch = make_mixed_batch(TINY, 6, seed=2)
-    model.fill_kv_cache_(0)
-    ref = model(batch.input_ids, batch.positions, batch.slots)
-    model.fill_kv_cache_(0)
-    out = compiled(batch.input_ids, batch.positions, batch.slots)
-    torch.testing.assert_close(out, ref)
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
+    for n in (6, 11) if dynamic else (6,):  # dynamic: one graph serves every num_tokens
+        batch = make_mixed_batch(TINY, n, seed=2)
+        inputs = [t.clone() for t in (batch.input_ids, batch.positions, batch.slots)]
+        model.fill_kv_cache_(0)
+        ref = model(*inputs)
+        model.fill_kv_cache_(0)
+        torch.testing.assert_close(compiled(*inputs), ref)
     assert len(graphs) == 1
     attn = [n for n in graphs[0].graph.nodes if "cgdispatch" in str(n.target)]
     assert len(attn) == TINY.num_layers
+    assert {n.target._qualified_op_name for n in attn} == {"cgdispatch::attention"}
 
 
 def test_attention_support_and_presets():
