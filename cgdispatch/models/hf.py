@@ -136,17 +136,27 @@ class _StaticCacheBinding:
             return
         for layer, k, v in zip(self.layers, keys, values):
             layer.keys, layer.values = k, v
-            if not getattr(layer, "is_initialized", True):
-                layer.device = k.device
-                layer.batch_size, layer.num_heads = k.shape[0], k.shape[1]
-                layer.k_head_dim, layer.v_head_dim = k.shape[-1], v.shape[-1]
-                layer.is_initialized = True
             length = getattr(layer, "cumulative_length", None)
             if isinstance(length, torch.Tensor):
-                if length.device != k.device:
-                    length = layer.cumulative_length = length.to(k.device)
                 # 5.x writes at cumulative_length, not at a given position: set it
                 length.copy_(position.view(()))
+
+    def initialize(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Initialise the layers once, eagerly, on the full work buffers: HF's lazy
+        initialisation would allocate its own zeros at the first update (discarding the
+        gathered rows) and flip state that ``torch.compile`` guards on."""
+        if self.layers is None:
+            self.cache.key_cache[:] = keys
+            self.cache.value_cache[:] = values
+            return
+        for layer, k, v in zip(self.layers, keys, values):
+            layer.keys, layer.values = k, v
+            layer.device = k.device
+            layer.batch_size, layer.num_heads = k.shape[0], k.shape[1]
+            layer.k_head_dim, layer.v_head_dim = k.shape[-1], v.shape[-1]
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                layer.cumulative_length = layer.cumulative_length.to(k.device)
+            layer.is_initialized = True
 
 
 class HFDecodeLM(nn.Module):
@@ -230,6 +240,10 @@ class HFDecodeLM(nn.Module):
             )
         self.num_layers = num_layers
         self._binding = _StaticCacheBinding(transformers, hf_cfg, max_seq_len)
+        self._binding.initialize(
+            [getattr(self, f"work_k_{i}") for i in range(num_layers)],
+            [getattr(self, f"work_v_{i}") for i in range(num_layers)],
+        )
         params = inspect.signature(hf_model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._pass_cache_position = "cache_position" in params
