@@ -58,6 +58,12 @@ _LAZY: dict[str, str] = {
     "ToyConfig": "models.toy",
     "ToyLM": "models.toy",
     "build_toy_model": "models.toy",
+    "HFDecodeLM": "models.hf",
+    "HFAdapterConfig": "models.hf",
+    "UnsupportedModelError": "models.hf",
+    "build_hf_model": "models.hf",
+    "build_model": "models.registry",
+    "model_names": "models.registry",
 }
 
 __all__ = [

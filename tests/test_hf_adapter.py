@@ -172,8 +172,10 @@ def test_registry_names_match_the_presets_and_reject_bad_options():
     assert sorted(model_names()) == sorted([*TOY, *HF_PRESETS])
     with pytest.raises(ValueError, match="unknown"):
         build_model("llama-70b")
-    with pytest.raises(ValueError, match="attention"):
+    with pytest.raises(ValueError, match="toy models"):
         build_model("hf-llama-tiny", attention="uniform")
+    with pytest.raises(ValueError, match="do not apply"):
+        build_model("hf-llama-tiny", num_experts=4)
     toy = build_model("toy-tiny", attention="uniform", max_num_tokens=8)
     assert toy.config.attention == "uniform"
     hf = build_model("hf-gpt2-tiny", max_num_tokens=40)

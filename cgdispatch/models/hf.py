@@ -426,15 +426,22 @@ def build_hf_model(
     dtype: str | None = None,
     seed: int = 0,
     max_num_tokens: int | None = None,
+    attention: str = "general",
 ) -> HFDecodeLM:
     """A seeded random-weight HF causal LM from a preset name, in an ``HFDecodeLM``.
 
     Built from a config (no download). ``dtype`` defaults to float32. ``max_num_tokens``
     (the largest padded step, i.e. the largest capture size) sizes the adapter's work
-    buffers; default: ``HFDecodeLM``'s.
+    buffers; default: ``HFDecodeLM``'s. ``attention`` must be "general" (the registry's
+    toy option; the HF attention is SDPA).
     """
     if preset not in HF_PRESETS:
         raise ValueError(f"model preset {preset!r} is unknown: use one of {sorted(HF_PRESETS)}")
+    if attention != "general":
+        raise ValueError(
+            f"attention={attention!r} is invalid for {preset}: the adapter runs the model's own SDPA "
+            "attention (full graphs for single-token decode only); 'uniform' applies to toy models"
+        )
     dtype = dtype or "float32"
     if dtype not in _DTYPES:
         raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPES)}")

@@ -35,7 +35,7 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily(
         ("hf-llama-tiny", "hf-gpt2-tiny"),
         "cgdispatch.models.hf:build_hf_model",
-        (),
+        ("attention",),  # only "general": the adapter's SDPA attention is not switchable
         "Hugging Face causal LM (random weights) through HFDecodeLM: lock-step decode only",
     ),
 )
@@ -59,7 +59,7 @@ def build_model(
 
     ``max_num_tokens`` is the largest padded step the runner will run (models with fixed
     work buffers, like the HF adapter, size them by it; the toy LM ignores it). Toy models
-    take ``attention`` ("general" or "uniform"). A non-None option the family does not
+    take ``attention`` ("general" or "uniform"); HF models accept only "general". A non-None option the family does not
     understand raises ValueError naming it.
     """
     for family in MODEL_FAMILIES:
