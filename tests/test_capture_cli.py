@@ -65,7 +65,6 @@ def test_capture_check_fails_on_a_replay_that_differs(monkeypatch, capsys):
     [
         (["--mode", "SOMETIMES"], "unknown"),
         (["--model", "toy-huge"], "toy-tiny"),
-        (["--attention", "uniform"], "--no-piecewise"),
         (["--sizes", "1,x"], "not an integer"),
     ],
 )

@@ -144,11 +144,11 @@ def test_full_with_uniform_attention_lowers_to_decode_only():
     assert runner.wrappers[0].num_replays == 4 and runner.wrappers[0].num_bypasses == 1
 
 
-def test_piecewise_modes_wait_for_piecewise_compilation():
-    with pytest.raises(NotImplementedError, match="piecewise"):
-        make_runner("FULL", attention="uniform")  # lowered to FULL_AND_PIECEWISE
-    with pytest.raises(NotImplementedError, match="piecewise"):
-        make_runner("PIECEWISE")
+def test_piecewise_modes_build_a_split_model():
+    runner = make_runner("FULL", attention="uniform")  # lowered to FULL_AND_PIECEWISE
+    assert runner.cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
+    assert runner.piecewise_backend is not None
+    assert make_runner("PIECEWISE").piecewise_backend is not None
 
 
 def test_bad_inputs():
