@@ -60,8 +60,8 @@ _LAZY: dict[str, str] = {
     "build_toy_model": "models.toy",
     "HFDecodeLM": "models.hf",
     "HFAdapterConfig": "models.hf",
-    "UnsupportedModelError": "models.hf",
-    "build_hf_model": "models.hf",
+    "UnsupportedModelError": "models.hf_support",
+    "build_hf_model": "models.hf_presets",
     "build_model": "models.registry",
     "model_names": "models.registry",
 }

@@ -8,12 +8,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from cgdispatch.models.hf import (  # noqa: E402
-    HF_PRESETS,
-    HFDecodeLM,
-    UnsupportedModelError,
-    build_hf_model,
-)
+from cgdispatch.models.hf import HFDecodeLM  # noqa: E402
+from cgdispatch.models.hf_presets import HF_PRESETS, build_hf_model  # noqa: E402
+from cgdispatch.models.hf_support import UnsupportedModelError  # noqa: E402
 from cgdispatch.models.registry import build_model, model_names  # noqa: E402
 
 PRESETS = ["hf-llama-tiny", "hf-gpt2-tiny"]

@@ -16,7 +16,8 @@ per-step gather/scatter copies each request's whole cache row twice, so it is a 
 measurement vehicle for graph capture, not a fast serving path. Written against
 transformers 5.x (``cache=``, ``StaticCache.layers``); the 4.x names
 (``past_key_values=``, ``cache_position``, ``key_cache`` lists) are handled where cheap
-but untested.
+but untested. Presets by name: ``hf_presets.py``; the up-front model checks:
+``hf_support.py``.
 """
 
 from __future__ import annotations
@@ -31,14 +32,11 @@ from torch import nn
 
 from ..modes import AttentionCGSupport
 from ..stepbatch import StepBatch
+from .hf_support import check_supported, require_transformers
 
-__all__ = ["HFAdapterConfig", "HFDecodeLM", "HF_PRESETS", "build_hf_model", "UnsupportedModelError"]
+__all__ = ["HFAdapterConfig", "HFDecodeLM"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class UnsupportedModelError(ValueError):
-    """The model lacks something the decode adapter needs; the message says what to do."""
 
 
 @dataclass(frozen=True)
@@ -51,61 +49,6 @@ class HFAdapterConfig:
     max_batch_size: int  # largest padded batch (rows of the work buffer)
     dtype: str  # "float32", "bfloat16" or "float16"
     model_type: str  # the HF config's model_type, e.g. "llama"
-
-
-def _require_transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the Hugging Face adapter needs the 'transformers' package, which is not installed: "
-            "pip install 'cgdispatch[hf]' (or pip install 'transformers>=4.40')"
-        ) from None
-    return transformers
-
-
-def _check_supported(model: Any) -> None:
-    """Raise UnsupportedModelError naming what the adapter cannot handle and the fix."""
-    name = type(model).__name__
-    cfg = getattr(model, "config", None)
-    if cfg is None or not callable(getattr(model, "get_output_embeddings", None)):
-        raise UnsupportedModelError(
-            f"{name} is not a transformers PreTrainedModel: pass a causal LM such as "
-            "AutoModelForCausalLM.from_config(config)"
-        )
-    if model.get_output_embeddings() is None:
-        raise UnsupportedModelError(
-            f"{name} has no causal-LM head (get_output_embeddings() is None): the adapter needs "
-            "logits; load the model with AutoModelForCausalLM instead of AutoModel"
-        )
-    if getattr(cfg, "is_encoder_decoder", False):
-        raise UnsupportedModelError(
-            f"{name} is an encoder-decoder model: the adapter serves decoder-only causal LMs "
-            "(Llama, GPT-2, Mistral, Qwen2 ...)"
-        )
-    static = getattr(model, "_can_compile_fullgraph", None)
-    static = getattr(model, "_supports_static_cache", static)
-    if not static:
-        raise UnsupportedModelError(
-            f"{name} does not support a static KV cache (_can_compile_fullgraph / "
-            "_supports_static_cache is False): graphs need fixed cache addresses; use a model "
-            "class that supports StaticCache (e.g. LlamaForCausalLM)"
-        )
-    impl = getattr(cfg, "_attn_implementation", None)
-    if impl != "sdpa":
-        raise UnsupportedModelError(
-            f"{name} uses attn_implementation={impl!r}: the adapter needs 'sdpa' (piecewise "
-            "graphs split at scaled_dot_product_attention, and its mask handling is the one "
-            "tested); build or load the model with attn_implementation='sdpa'"
-        )
-    text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
-    layer_types = set(getattr(text_cfg, "layer_types", None) or ["full_attention"])
-    if layer_types != {"full_attention"} or getattr(text_cfg, "sliding_window", None):
-        raise UnsupportedModelError(
-            f"{name} has layer types {sorted(layer_types)} / a sliding window: the adapter "
-            "handles full-attention layers only (one static cache row per request); use a "
-            "model without sliding-window or linear-attention layers"
-        )
 
 
 class _StaticCacheBinding:
@@ -183,8 +126,8 @@ class HFDecodeLM(nn.Module):
         validate: bool = True,
     ) -> None:
         super().__init__()
-        transformers = _require_transformers()
-        _check_supported(hf_model)
+        transformers = require_transformers()
+        check_supported(hf_model)
         hf_cfg = hf_model.config
         text_cfg = (
             hf_cfg.get_text_config(decoder=True) if hasattr(hf_cfg, "get_text_config") else hf_cfg
@@ -378,86 +321,3 @@ def _capturing_or_compiling() -> bool:
     if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
         return True
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
-@dataclass(frozen=True)
-class HFPreset:
-    """A tiny random-weight HF model: its family and config fields, plus the adapter's slots."""
-
-    family: str  # "llama" or "gpt2"
-    config: tuple[tuple[str, Any], ...]  # config keyword arguments
-    num_slots: int = 16
-
-
-HF_PRESETS: dict[str, HFPreset] = {
-    # Llama shapes in miniature: 2 layers, 4 query / 2 KV heads (GQA), head_dim 8, RoPE
-    "hf-llama-tiny": HFPreset(
-        "llama",
-        (
-            ("vocab_size", 128),
-            ("hidden_size", 32),
-            ("intermediate_size", 64),
-            ("num_hidden_layers", 2),
-            ("num_attention_heads", 4),
-            ("num_key_value_heads", 2),
-            ("max_position_embeddings", 64),
-        ),
-    ),
-    # GPT-2 shapes in miniature: learned positions, LayerNorm, GELU MLP, fused QKV
-    "hf-gpt2-tiny": HFPreset(
-        "gpt2",
-        (
-            ("vocab_size", 128),
-            ("n_embd", 32),
-            ("n_layer", 2),
-            ("n_head", 4),
-            ("n_positions", 64),
-            ("bos_token_id", 0),  # GPT-2's 50256 lies outside the tiny vocabulary
-            ("eos_token_id", 0),
-        ),
-    ),
-}
-
-
-def build_hf_model(
-    preset: str = "hf-llama-tiny",
-    *,
-    device: torch.device | str | None = None,
-    dtype: str | None = None,
-    seed: int = 0,
-    max_num_tokens: int | None = None,
-    attention: str = "general",
-) -> HFDecodeLM:
-    """A seeded random-weight HF causal LM from a preset name, in an ``HFDecodeLM``.
-
-    Built from a config (no download). ``dtype`` defaults to float32. ``max_num_tokens``
-    (the largest padded step, i.e. the largest capture size) sizes the adapter's work
-    buffers; default: ``HFDecodeLM``'s. ``attention`` must be "general" (the registry's
-    toy option; the HF attention is SDPA).
-    """
-    if preset not in HF_PRESETS:
-        raise ValueError(f"model preset {preset!r} is unknown: use one of {sorted(HF_PRESETS)}")
-    if attention != "general":
-        raise ValueError(
-            f"attention={attention!r} is invalid for {preset}: the adapter runs the model's own SDPA "
-            "attention (full graphs for single-token decode only); 'uniform' applies to toy models"
-        )
-    dtype = dtype or "float32"
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPES)}")
-    transformers = _require_transformers()
-    spec = HF_PRESETS[preset]
-    config_cls, model_cls = {
-        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-        "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel),
-    }[spec.family]
-    cfg = config_cls(**dict(spec.config))
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    device = torch.device("cpu" if device is None else device)
-    with torch.device(device):
-        hf_model = model_cls(cfg)
-    hf_model = hf_model.to(_DTYPES[dtype])
-    # at least every slot: a step of all requests above the largest capture size runs eagerly
-    rows = None if max_num_tokens is None else max(max_num_tokens, spec.num_slots)
-    return HFDecodeLM(hf_model, num_slots=spec.num_slots, max_batch_size=rows)
