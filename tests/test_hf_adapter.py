@@ -161,6 +161,8 @@ def test_adapter_reports_decode_only_support():
         build_hf_model("hf-nope")
     with pytest.raises(ValueError, match="max_seq_len"):
         HFDecodeLM(m.hf_model, max_seq_len=10_000)
+    with pytest.raises(ValueError, match="float64"):
+        HFDecodeLM(build_hf_model("hf-gpt2-tiny").hf_model.double())
 
 
 def test_registry_names_match_the_presets_and_reject_bad_options():

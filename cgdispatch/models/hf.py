@@ -148,7 +148,12 @@ class HFDecodeLM(nn.Module):
                 f"max_seq_len={max_seq_len} is invalid: the model has {max_pos} positions; use at most that"
             )
         weight = hf_model.get_output_embeddings().weight
-        dtype = next(k for k, v in _DTYPES.items() if v == weight.dtype)
+        dtype = next((k for k, v in _DTYPES.items() if v == weight.dtype), None)
+        if dtype is None:
+            raise ValueError(
+                f"model dtype {weight.dtype} is invalid: use one of {sorted(_DTYPES)} "
+                "(model.to(torch.float32), for example)"
+            )
         self.hf_model = hf_model.eval().requires_grad_(False)
         self.config = HFAdapterConfig(
             vocab_size=hf_model.get_output_embeddings().out_features,
