@@ -74,6 +74,12 @@ _LAZY: dict[str, str] = {
     "capture_time_figure": "plots",
     "figure_source": "plots",
     "dispatch_explorer": "widgets",
+    "HFDecodeLM": "models.hf",
+    "HFAdapterConfig": "models.hf",
+    "UnsupportedModelError": "models.hf_support",
+    "build_hf_model": "models.hf_presets",
+    "build_model": "models.registry",
+    "model_names": "models.registry",
 }
 
 __all__ = [

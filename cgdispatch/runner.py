@@ -280,13 +280,25 @@ class GraphRunner:
 
     # ----- batches ---------------------------------------------------------------------------
     def make_decode_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
-        """A random uniform-decode batch: num_tokens // q requests of q tokens each."""
-        return make_decode_batch(
-            self.model.config, num_tokens, self.config.uniform_decode_query_len, seed=seed
-        )
+        """A random uniform-decode batch: num_tokens // q requests of q tokens each.
+
+        A model with its own ``make_decode_batch(num_tokens, q, seed=)`` builds it (the
+        Hugging Face adapter puts every request at one position)."""
+        q = self.config.uniform_decode_query_len
+        own = getattr(self.model, "make_decode_batch", None)
+        if own is not None:
+            return own(num_tokens, q, seed=seed)
+        return make_decode_batch(self.model.config, num_tokens, q, seed=seed)
 
     def make_mixed_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
-        """A random batch mixing single-token decodes and prefill chunks."""
+        """A random batch mixing single-token decodes and prefill chunks.
+
+        Raises ValueError for a model with ``supports_mixed_batches = False``."""
+        if not getattr(self.model, "supports_mixed_batches", True):
+            raise ValueError(
+                f"{type(self.model).__name__} does not support mixed batches (prefill chunks): "
+                "it serves decode steps only; use make_decode_batch"
+            )
         max_reqs = min(self.model.num_slots, self.config.max_num_seqs)
         return make_mixed_batch(self.model.config, num_tokens, seed=seed, max_num_reqs=max_reqs)
 
