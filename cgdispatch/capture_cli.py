@@ -65,7 +65,7 @@ def check_replay(
     keys = (
         [(CUDAGraphMode.NONE, BatchDescriptor(s)) for s in sizes or []]
         if eager_only
-        else runner.captured_keys
+        else list(dict.fromkeys(runner.captured_keys))  # one row per key, not per piece
     )
     for i, (mode, desc) in enumerate(keys):
         n = desc.num_tokens

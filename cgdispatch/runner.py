@@ -160,6 +160,8 @@ class GraphRunner:
     @capture_enabled.setter
     def capture_enabled(self, value: bool) -> None:
         self._capture_enabled = bool(value)
+        if self.piecewise_backend is not None:
+            self.piecewise_backend.allow_resplit = self._capture_enabled
         self._steps.clear()  # their contexts carry the flag
 
     def execute(
