@@ -18,7 +18,22 @@ from .modes import AttentionCGSupport, CUDAGraphMode
 __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch)
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "StepTiming": "measure",
+    "CaptureMemory": "measure",
+    "time_step": "measure",
+    "time_call": "measure",
+    "measure_capture_memory": "measure",
+    "MemoryEstimate": "memory",
+    "estimate_graph_memory": "memory",
+    "DeviceSpec": "costmodel",
+    "DEVICE_PRESETS": "costmodel",
+    "StepProfile": "costmodel",
+    "profile_step": "costmodel",
+    "predict_step": "costmodel",
+    "predict_frame": "costmodel",
+    "calibrate": "costmodel",
+}
 
 __all__ = [
     "AttentionCGSupport",

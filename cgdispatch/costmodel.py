@@ -1,0 +1,324 @@
+"""An analytic device model of step latency per (mode, size), with no GPU needed.
+
+Kernels are counted from the model's aten operators on fake tensors (views, metadata and
+allocation-only ops launch nothing and are skipped). Each kernel's device time is
+``max(flops / (peak_flops * flop_efficiency), bytes / (bandwidth * bw_efficiency),
+kernel_min_us)``. The host issues work in order and the device runs it in order:
+
+- eager (NONE): every kernel costs ``kernel_launch_us`` of host time;
+- FULL: one graph replay (``graph_launch_us``) runs every kernel;
+- PIECEWISE: one replay per piece between splitting ops; the splitting ops (attention)
+  run eagerly and pay a launch each.
+
+A step takes ``max_j(host time when item j is issued + device time of items j..end)``
+plus ``step_overhead_us`` of host work common to every mode. Every number this model
+produces is labelled ``model (<device>)``; it is not a measurement. Device presets come
+from datasheets (shared/references.md); the launch costs and efficiencies are assumptions
+to be fitted with :func:`calibrate` on measured sweep rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .memory import _tensors, fake_mode_for, is_splitting_op
+from .modes import CUDAGraphMode
+
+__all__ = [
+    "DeviceSpec",
+    "DEVICE_PRESETS",
+    "StepProfile",
+    "profile_step",
+    "predict_step",
+    "predict_frame",
+    "calibrate",
+]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Peak rates of a device and the host costs of launching work on it. All overridable."""
+
+    name: str
+    peak_flops: float  # dense bf16/fp16 tensor-core FLOP/s
+    peak_fp32_flops: float  # dense fp32 FLOP/s (kernels with no 16-bit operand)
+    bandwidth_bytes_per_s: float  # HBM bandwidth
+    flop_efficiency: float = 0.6  # assumed share of peak a GEMM reaches
+    bw_efficiency: float = 0.75  # assumed share of peak bandwidth a kernel reaches
+    kernel_launch_us: float = 10.0  # host cost per eager launch: 5-20 us (references.md)
+    graph_launch_us: float = 10.0  # host cost per graph replay (assumption)
+    kernel_min_us: float = 1.5  # floor of one kernel on the device (80 kernels in 70 us replay)
+    step_overhead_us: float = 20.0  # host work per step in every mode (input copies, dispatch)
+
+    def replace(self, **changes: Any) -> DeviceSpec:
+        return dataclasses.replace(self, **changes)
+
+
+# Datasheet figures as quoted in shared/references.md (NVIDIA H100/H200/A100 datasheets);
+# fp32 (non-tensor) rates: H100/H200 SXM 67 TFLOP/s, A100 19.5 TFLOP/s.
+DEVICE_PRESETS: dict[str, DeviceSpec] = {
+    "H100": DeviceSpec("H100 SXM", 989e12, 67e12, 3.35e12),
+    "H200": DeviceSpec("H200 SXM", 989e12, 67e12, 4.8e12),
+    "A100": DeviceSpec("A100 SXM 80GB", 312e12, 19.5e12, 2.0e12),
+}
+
+_SKIP = {
+    "aten::empty",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::new_empty",
+    "aten::detach",
+    "aten::alias",
+    "aten::lift_fresh",
+    "aten::_local_scalar_dense",
+}
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _matmul_flops(func_name: str, args: tuple[Any, ...], out: Any) -> float:
+    if func_name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+        a = args[1] if func_name in ("aten::addmm", "aten::baddbmm") else args[0]
+        return 2.0 * out.numel() * a.shape[-1]  # 2 * M * N * K (per batch)
+    if func_name.startswith("aten::_scaled_dot_product"):
+        q, k = args[0], args[1]  # [..., Lq, D], [..., Lk, D]
+        return 4.0 * q.numel() * k.shape[-2]
+    return 0.0
+
+
+def _attention_cost(args: tuple[Any, ...], context_len: int | None) -> tuple[float, float]:
+    """(flops, bytes) of the toy paged-attention op: each token reads its context's K/V.
+
+    q [T, H, D], k/v [T, Hkv, D], kv_cache [2, slots, L, Hkv, D]; ``context_len``
+    defaults to L (the worst case).
+    """
+    q, k, cache = args[0], args[1], args[3]
+    tokens, heads, head_dim = q.shape
+    ctx = cache.shape[2] if context_len is None else context_len
+    kv_bytes = 2 * tokens * ctx * k.shape[1] * head_dim * cache.element_size()
+    return 4.0 * tokens * heads * head_dim * ctx, float(kv_bytes + 2 * _nbytes(q) + 2 * _nbytes(k))
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """The kernels of one step, in launch order: name, FLOPs, bytes moved, 16-bit or not,
+    and whether it is a splitting op (eager in piecewise modes)."""
+
+    num_tokens: int
+    names: tuple[str, ...]
+    flops: np.ndarray
+    bytes: np.ndarray
+    half: np.ndarray
+    splitting: np.ndarray
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.names)
+
+
+class _KernelCounter(TorchDispatchMode):
+    def __init__(self, splitting_ops: Sequence[str], context_len: int | None) -> None:
+        super().__init__()
+        self.splitting_ops, self.context_len = splitting_ops, context_len
+        self.rows: list[tuple[str, float, float, bool, bool]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        name = func.name().split(".")[0]
+        if func.is_view or name in _SKIP or name.startswith("prim::"):
+            return out
+        inputs = _tensors(list(args) + list((kwargs or {}).values()))
+        outs = [
+            t
+            for i, t in enumerate(_tensors(out))
+            if i >= len(func._schema.returns) or func._schema.returns[i].alias_info is None
+        ]
+        if not inputs and not outs:
+            return out
+        split = is_splitting_op(func, self.splitting_ops)
+        if split and name.startswith("cgdispatch::attention"):
+            flops, nbytes = _attention_cost(args, self.context_len)
+        else:
+            flops = _matmul_flops(name, args, out)
+            nbytes = float(sum(map(_nbytes, inputs)) + sum(map(_nbytes, outs)))
+        half = any(t.dtype in _HALF for t in inputs + outs)
+        self.rows.append((name, flops, nbytes, half, split))
+        return out
+
+
+def profile_step(
+    model: Callable[..., Any],
+    args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
+    *,
+    splitting_ops: Sequence[str] = (
+        "cgdispatch::attention",
+        "cgdispatch::attention_uniform",
+        "aten::scaled_dot_product_attention",
+    ),
+    context_len: int | None = None,
+) -> StepProfile:
+    """Count the kernels of ``model(*args)`` on fake tensors (no real compute or memory).
+
+    A model on the ``meta`` device runs on meta tensors directly, others under
+    ``FakeTensorMode``.
+    ``args`` may be a function building them (called under the fake mode). The first
+    tensor argument's first dimension is taken as ``num_tokens``.
+    """
+    counter = _KernelCounter(tuple(splitting_ops), context_len)
+    with torch.no_grad(), fake_mode_for(model):
+        real_args = args() if callable(args) else args
+        with counter:
+            model(*real_args)
+    first = next((a for a in real_args if isinstance(a, torch.Tensor)), None)
+    rows = counter.rows
+    return StepProfile(
+        num_tokens=int(first.shape[0]) if first is not None and first.dim() else 0,
+        names=tuple(r[0] for r in rows),
+        flops=np.array([r[1] for r in rows], dtype=float),
+        bytes=np.array([r[2] for r in rows], dtype=float),
+        half=np.array([r[3] for r in rows], dtype=bool),
+        splitting=np.array([r[4] for r in rows], dtype=bool),
+    )
+
+
+def _kernel_us(p: StepProfile, spec: DeviceSpec) -> np.ndarray:
+    peak = np.where(p.half, spec.peak_flops, spec.peak_fp32_flops) * spec.flop_efficiency
+    compute = p.flops / peak
+    memory = p.bytes / (spec.bandwidth_bytes_per_s * spec.bw_efficiency)
+    return np.maximum(np.maximum(compute, memory) * 1e6, spec.kernel_min_us)
+
+
+def predict_step(
+    profile: StepProfile, runtime_mode: CUDAGraphMode | str, spec: DeviceSpec
+) -> dict[str, float]:
+    """``step_ms``, ``host_ms`` and ``device_ms`` of one step in a runtime mode (model)."""
+    mode = CUDAGraphMode.parse(runtime_mode)
+    if not mode.valid_runtime_modes():
+        raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
+    dev = _kernel_us(profile, spec)
+    n = len(dev)
+    if mode is CUDAGraphMode.NONE or n == 0:
+        host_items, dev_items = np.full(n, spec.kernel_launch_us), dev
+    elif mode is CUDAGraphMode.FULL:
+        host_items, dev_items = np.array([spec.graph_launch_us]), np.array([dev.sum()])
+    else:  # PIECEWISE: group runs of non-splitting kernels into one replay each
+        split = profile.splitting
+        piece_id = np.cumsum(split | np.r_[True, split[:-1]])  # new item at/after each split
+        items = np.unique(piece_id)
+        dev_items = np.array([dev[piece_id == i].sum() for i in items])
+        host_items = np.array(
+            [
+                spec.kernel_launch_us if split[piece_id == i][0] else spec.graph_launch_us
+                for i in items
+            ]
+        )
+    issued = spec.step_overhead_us + np.cumsum(host_items)  # host clock after issuing item j
+    tail = np.cumsum(dev_items[::-1])[::-1]  # device time of items j..end
+    step_us = float(np.max(issued + tail)) if len(tail) else spec.step_overhead_us
+    return {
+        "step_ms": step_us / 1e3,
+        "host_ms": float(issued[-1]) / 1e3 if len(issued) else 0.0,
+        "device_ms": float(dev.sum()) / 1e3,
+    }
+
+
+def predict_frame(
+    profiles: Mapping[int, StepProfile],
+    spec: DeviceSpec,
+    modes: Sequence[CUDAGraphMode | str] = ("FULL", "PIECEWISE"),
+) -> pd.DataFrame:
+    """Eager vs graph step time and speed-up per (mode, num_tokens), labelled ``model``."""
+    rows = []
+    for num_tokens, prof in sorted(profiles.items()):
+        eager = predict_step(prof, "NONE", spec)
+        for mode in modes:
+            graph = predict_step(prof, mode, spec)
+            rows.append(
+                {
+                    "mode": str(CUDAGraphMode.parse(mode)),
+                    "num_tokens": num_tokens,
+                    "num_kernels": prof.num_kernels,
+                    "eager_ms": eager["step_ms"],
+                    "graph_ms": graph["step_ms"],
+                    "eager_host_ms": eager["host_ms"],
+                    "graph_host_ms": graph["host_ms"],
+                    "device_ms": graph["device_ms"],
+                    "speedup_x": eager["step_ms"] / graph["step_ms"],
+                    "source": f"model ({spec.name})",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+_FIT = ("kernel_launch_us", "graph_launch_us", "flop_efficiency", "bw_efficiency", "kernel_min_us")
+
+
+def calibrate(
+    measurements: pd.DataFrame,
+    profiles: Mapping[int, StepProfile],
+    spec: DeviceSpec,
+    *,
+    fit: Sequence[str] = _FIT,
+    rounds: int = 60,
+) -> DeviceSpec:
+    """Fit launch costs and efficiencies to measured rows; returns a new spec.
+
+    ``measurements`` has ``runtime_mode``, ``num_tokens``, ``padded_size``, ``eager_ms``
+    and ``graph_ms`` columns (sweep rows with ``status == "ok"``); ``profiles`` maps each
+    num_tokens / padded size to its kernel profile. Minimises the squared log error of
+    both times by coordinate search in log space (no SciPy needed).
+    """
+    need = {"runtime_mode", "num_tokens", "padded_size", "eager_ms", "graph_ms"}
+    missing = need - set(measurements.columns)
+    if missing:
+        raise ValueError(
+            f"measurements lack columns {sorted(missing)}: pass sweep rows from run_sweep"
+        )
+    unknown = [f for f in fit if f not in _FIT]
+    if unknown:
+        raise ValueError(f"fit={unknown} is invalid: fit a subset of {list(_FIT)}")
+    rows = measurements.dropna(subset=["eager_ms", "graph_ms"])
+    cases = []
+    for r in rows.itertuples():
+        for size, mode, ms in (
+            (r.num_tokens, "NONE", r.eager_ms),
+            (r.padded_size, r.runtime_mode, r.graph_ms),
+        ):
+            if int(size) not in profiles:
+                raise ValueError(f"no profile for {int(size)} tokens: add it to profiles")
+            cases.append((profiles[int(size)], mode, math.log(ms)))
+    if not cases:
+        raise ValueError("measurements have no row with eager_ms and graph_ms: nothing to fit")
+
+    def loss(s: DeviceSpec) -> float:
+        return sum((math.log(predict_step(p, m, s)["step_ms"]) - y) ** 2 for p, m, y in cases)
+
+    best, best_loss, step = spec, loss(spec), 1.0
+    for _ in range(rounds):
+        improved = False
+        for name in fit:
+            for factor in (math.exp(step), math.exp(-step)):
+                value = getattr(best, name) * factor
+                if name.endswith("efficiency"):
+                    value = min(value, 1.0)
+                trial = best.replace(**{name: value})
+                trial_loss = loss(trial)
+                if trial_loss < best_loss:
+                    best, best_loss, improved = trial, trial_loss, True
+        if not improved:
+            step /= 2
+            if step < 1e-3:
+                break
+    return best.replace(name=f"{spec.name} (calibrated)")
