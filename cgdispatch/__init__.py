@@ -19,6 +19,23 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch)
 _LAZY: dict[str, str] = {
+    "ForwardContext": "context",
+    "set_forward_context": "context",
+    "get_forward_context": "context",
+    "CapturedGraph": "backends",
+    "GraphBackend": "backends",
+    "CudaGraphBackend": "backends",
+    "CpuReplayBackend": "backends",
+    "get_backend": "backends",
+    "CUDAGraphWrapper": "wrapper",
+    "GraphEntry": "wrapper",
+    "GraphRunner": "runner",
+    "StepBatch": "stepbatch",
+    "make_decode_batch": "stepbatch",
+    "make_mixed_batch": "stepbatch",
+    "ToyConfig": "models.toy",
+    "ToyLM": "models.toy",
+    "build_toy_model": "models.toy",
     "StepTiming": "measure",
     "CaptureMemory": "measure",
     "time_step": "measure",

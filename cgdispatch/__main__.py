@@ -10,6 +10,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "demo": "cgdispatch.cli",
     "dispatch": "cgdispatch.cli",
+    "capture": "cgdispatch.capture_cli",
 }
 
 

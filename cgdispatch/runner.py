@@ -1,0 +1,237 @@
+"""`GraphRunner`: one model step from flat inputs, through dispatch, buffers and graphs.
+
+Per step: dispatch (mode + padded key) -> copy inputs into persistent buffers -> pad
+(padding tokens point at the model's dummy KV slot) -> set the forward context -> run the
+model callable (graph wrappers inside obey the context) -> slice outputs to the real
+tokens. ``capture_all()`` captures every key largest first and reports the cost.
+
+The runner does not schedule requests or manage KV slots: callers give each token's slot
+and position. Inputs are not range-checked unless ``debug=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .backends import GraphBackend, get_backend
+from .batch import BatchDescriptor
+from .config import GraphConfig
+from .context import set_forward_context
+from .dispatcher import CudagraphDispatcher
+from .modes import CUDAGraphMode
+from .stepbatch import StepBatch, make_decode_batch, make_mixed_batch
+from .wrapper import CUDAGraphWrapper
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["GraphRunner"]
+
+_NONE, _FULL = CUDAGraphMode.NONE, CUDAGraphMode.FULL
+
+
+class GraphRunner:
+    """Runs a model step by step with the graphs a :class:`GraphConfig` asks for.
+
+    ``model`` is called as ``model(input_ids, positions, slots) -> logits [T, vocab]`` and
+    must expose ``attention_cg_support``, ``dummy_slot``, ``num_slots`` and
+    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config is
+    resolved against the model's attention support; ``cudagraph_mode`` is the mode
+    actually used. Piecewise modes need ``compile_piecewise`` (the seam where
+    ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        config: GraphConfig | None = None,
+        *,
+        backend: GraphBackend | str | None = None,
+        debug: bool = False,
+    ) -> None:
+        config = GraphConfig(cudagraph_mode="FULL") if config is None else config
+        if not isinstance(config, GraphConfig):
+            raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+        self.model = model
+        self.config = config.resolve(model.attention_cg_support)
+        self.cudagraph_mode: CUDAGraphMode = self.config.cudagraph_mode
+        self.device = torch.device(getattr(model, "device", "cpu"))
+        if backend is None and self.device.type != "cuda":
+            backend = "cpu"  # a CPU model cannot be captured into CUDA graphs
+        self.backend = get_backend(backend)
+        self.debug = debug
+        self.capture_enabled = True  # off after capture_all(lock=True): new keys then raise
+        self.dispatcher = CudagraphDispatcher(self.config)
+        self.dispatcher.initialize_cudagraph_keys()
+        # persistent inputs, sized for the largest capture (eager steps above it use their own)
+        self.max_num_tokens = max(self.dispatcher.max_capture_size, 1)
+        new = dict(dtype=torch.long, device=self.device)
+        self.input_ids = torch.zeros(self.max_num_tokens, **new)
+        self.positions = torch.zeros(self.max_num_tokens, **new)
+        self.slots = torch.full((self.max_num_tokens,), model.dummy_slot, **new)
+        self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        self.wrappers: list[CUDAGraphWrapper] = []
+        self.model_callable = self.build_callable()
+        self.capture_report_: pd.DataFrame | None = None
+
+    # ----- the seam for piecewise compilation -------------------------------------------
+    def build_callable(self) -> Callable[..., Any]:
+        """The callable one step runs: the model, compiled piecewise and/or FULL-wrapped.
+
+        PIECEWISE pieces go inside (``compile_piecewise``); a FULL wrapper goes around the
+        whole model when the mode has FULL graphs. Every wrapper shares ``self.backend``.
+        """
+        inner: Callable[..., Any] = self.model
+        if self.cudagraph_mode.requires_piecewise_compilation():
+            inner = self.compile_piecewise(inner)
+        if self.cudagraph_mode.has_full_cudagraphs():
+            full = CUDAGraphWrapper(
+                inner, _FULL, self.backend, num_warmups=self.config.cudagraph_num_of_warmups,
+                debug=self.debug, name="full",
+            )
+            self.wrappers.append(full)
+            return full
+        return inner
+
+    def compile_piecewise(self, model: Callable[..., Any]) -> Callable[..., Any]:
+        """Split the model at ``config.effective_splitting_ops`` and wrap each piece PIECEWISE.
+
+        Not in this version: piecewise compilation comes with ``cgdispatch.piecewise``.
+        """
+        raise NotImplementedError(
+            f"cudagraph_mode={self.cudagraph_mode} needs piecewise compilation, which is not "
+            "available yet: use FULL, FULL_DECODE_ONLY or NONE"
+        )
+
+    # ----- one step ------------------------------------------------------------------------
+    def _buffers(self, n: int, padded: int) -> tuple[torch.Tensor, ...]:
+        views = self._views.get((n, padded))
+        if views is None:
+            ids, pos, slots = self.input_ids, self.positions, self.slots
+            views = self._views[(n, padded)] = (
+                ids[:n], pos[:n], slots[:n], slots[n:padded], ids[:padded], pos[:padded], slots[:padded],
+            )
+        return views
+
+    def execute(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+        uniform_decode: bool = False,
+    ) -> torch.Tensor:
+        """Run one step and return logits [num_tokens, vocab] of the real tokens.
+
+        ``uniform_decode=True`` declares that every request has exactly q tokens, grouped
+        contiguously (q = 1 + speculative tokens). On a graph path the result is a view of
+        the graph's output: the replay overwrites this tensor: copy it if you keep it.
+        """
+        n = input_ids.shape[0]
+        if positions.shape[0] != n or slots.shape[0] != n or input_ids.dim() != 1:
+            raise ValueError(
+                f"input_ids {tuple(input_ids.shape)}, positions {tuple(positions.shape)} and "
+                f"slots {tuple(slots.shape)} are invalid: pass three 1-D tensors of equal length"
+            )
+        if self.debug:
+            self.check_inputs(input_ids, positions, slots)
+        mode, desc = self.dispatcher.dispatch(n, uniform_decode)
+        padded = desc.num_tokens
+        if padded > self.max_num_tokens:  # eager, larger than any buffer: run on the inputs
+            dev = self.device
+            with set_forward_context(_NONE, desc, allow_capture=self.capture_enabled):
+                return self.model_callable(input_ids.to(dev), positions.to(dev), slots.to(dev))
+        ids_n, pos_n, slots_n, slots_pad, ids_p, pos_p, slots_p = self._buffers(n, padded)
+        ids_n.copy_(input_ids, non_blocking=True)
+        pos_n.copy_(positions, non_blocking=True)
+        slots_n.copy_(slots, non_blocking=True)
+        if padded != n:
+            slots_pad.fill_(self.model.dummy_slot)  # stale ids/positions are in range
+        with set_forward_context(mode, desc, allow_capture=self.capture_enabled):
+            out = self.model_callable(ids_p, pos_p, slots_p)
+        return out if padded == n else out[:n]
+
+    def execute_batch(self, batch: StepBatch) -> torch.Tensor:
+        """``execute`` on a :class:`StepBatch`."""
+        return self.execute(batch.input_ids, batch.positions, batch.slots, batch.uniform_decode)
+
+    def check_inputs(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        """Raise ValueError when a token id, position or slot is out of the model's range."""
+        cfg = self.model.config
+        limits = (("input_ids", input_ids, cfg.vocab_size), ("positions", positions, cfg.max_seq_len),
+                  ("slots", slots, self.model.num_slots))
+        for name, values, limit in limits:
+            if values.numel() and (int(values.min()) < 0 or int(values.max()) >= limit):
+                raise ValueError(
+                    f"{name} range [{int(values.min())}, {int(values.max())}] is invalid: "
+                    f"values must lie in [0, {limit - 1}]"
+                )
+
+    # ----- batches ---------------------------------------------------------------------------
+    def make_decode_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
+        """A random uniform-decode batch: num_tokens // q requests of q tokens each."""
+        return make_decode_batch(self.model.config, num_tokens, self.config.uniform_decode_query_len, seed=seed)
+
+    def make_mixed_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
+        """A random batch mixing single-token decodes and prefill chunks."""
+        max_reqs = min(self.model.num_slots, self.config.max_num_seqs)
+        return make_mixed_batch(self.model.config, num_tokens, seed=seed, max_num_reqs=max_reqs)
+
+    # ----- capture ---------------------------------------------------------------------------
+    def capture_all(self, *, progress: bool = True, lock: bool = True) -> pd.DataFrame:
+        """Capture every key of ``dispatcher.get_capture_descs()``, largest first.
+
+        Dummy steps run with every token in the dummy KV slot, so capture never writes a
+        real request's cache. The garbage collector is frozen meanwhile. With ``lock``,
+        capturing is switched off afterwards (an uncaptured key then raises). Returns the
+        capture report (also kept as ``capture_report_``): one row per key with mode,
+        num_tokens, num_reqs, uniform, num_graphs, capture_s (graph captures only),
+        step_s (the whole dummy step incl. warm-ups) and pool_bytes (CUDA; NaN on CPU).
+        """
+        import pandas as pd
+        from tqdm.auto import tqdm
+
+        todo = [(mode, d) for mode, descs in self.dispatcher.get_capture_descs() for d in descs]
+        rows = []
+        self.capture_enabled = True
+        with self.backend.capture_session():
+            for mode, desc in tqdm(todo, desc="capture", unit="graph", disable=not progress):
+                rows.append(self._capture_one(mode, desc))
+        self.capture_enabled = not lock
+        frame = pd.DataFrame(rows, columns=["mode", "num_tokens", "num_reqs", "uniform", "num_graphs",
+                                            "capture_s", "step_s", "pool_bytes"])
+        frame.attrs["backend"] = self.backend.name
+        frame.attrs["total_pool_bytes"] = self.backend.pool_bytes_total if self.backend.name == "cuda" else None
+        self.capture_report_ = frame
+        return frame
+
+    def _capture_one(self, mode: CUDAGraphMode, desc: BatchDescriptor) -> dict[str, Any]:
+        n = desc.num_tokens
+        before = (self.backend.num_graphs, self.backend.capture_s_total, self.backend.pool_bytes_total)
+        ids_n, pos_n, slots_n, _, ids_p, pos_p, slots_p = self._buffers(n, n)
+        slots_n.fill_(self.model.dummy_slot)
+        q = self.config.uniform_decode_query_len if desc.uniform else 1
+        pos_n.copy_(torch.arange(n, device=self.device) % q)
+        start = time.perf_counter()
+        with set_forward_context(mode, desc, allow_capture=True):
+            self.model_callable(ids_p, pos_p, slots_p)
+        self.backend.synchronize()
+        step_s = time.perf_counter() - start
+        pool = self.backend.pool_bytes_total - before[2]
+        return {
+            "mode": str(mode), "num_tokens": n, "num_reqs": desc.num_reqs, "uniform": desc.uniform,
+            "num_graphs": self.backend.num_graphs - before[0],
+            "capture_s": self.backend.capture_s_total - before[1], "step_s": step_s,
+            "pool_bytes": pool if self.backend.name == "cuda" else float("nan"),
+        }
+
+    @property
+    def captured_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
+        """(mode, key) of every graph captured so far by the runner's wrappers, in order."""
+        return [(w.runtime_mode, d) for w in self.wrappers for d in w.captured_keys]
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphRunner(mode={self.cudagraph_mode}, backend={self.backend.name}, "
+            f"max_num_tokens={self.max_num_tokens}, captured={len(self.captured_keys)})"
+        )
