@@ -19,6 +19,8 @@ install: $(STAMP)
 
 run: install
 	$(PY) -m cgdispatch demo
+	$(PY) -m cgdispatch sweep --preset smoke --out runs/smoke --resume
+	$(PY) -m cgdispatch report runs/smoke --out runs/smoke/report
 
 test: install
 	$(PY) -m pytest -q

@@ -11,6 +11,9 @@ COMMANDS: dict[str, str] = {
     "demo": "cgdispatch.cli",
     "dispatch": "cgdispatch.cli",
     "capture": "cgdispatch.capture_cli",
+    "sweep": "cgdispatch.measure_cli",
+    "report": "cgdispatch.measure_cli",
+    "estimate-memory": "cgdispatch.measure_cli",
 }
 
 

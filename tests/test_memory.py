@@ -141,3 +141,40 @@ def test_bad_arguments_raise_value_error() -> None:
         estimate_graph_memory(MLP(8), {"cudagraph_mode": "FULL"}, mlp_inputs(8))
     with pytest.raises(ValueError, match="inputs_fn"):
         estimate_graph_memory(MLP(8), cfg)
+
+
+def test_toy_lm_full_and_piecewise_match_hand_sizes() -> None:
+    from cgdispatch.models.toy import ToyConfig, build_toy_model
+
+    # vocab far wider than the MLP, so the peak is at the LM head
+    cfg = ToyConfig(
+        vocab_size=4096,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=128,
+        num_slots=16,
+        max_seq_len=64,
+    )
+    model = build_toy_model(cfg, device="meta")
+    sizes = [1, 5, 16, 24]
+    r = lambda n: round_up(n, 512)  # noqa: E731
+    est = estimate_graph_memory(
+        model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=sizes, max_num_seqs=16)
+    )
+    for row in est.per_key.itertuples():
+        t = row.num_tokens
+        logits = r(t * cfg.vocab_size * 4)
+        # live at the LM head: rotary cos and sin [T, D/2], the residual and its norm [T, h], logits
+        hand = logits + 2 * r(t * cfg.head_dim // 2 * 4) + 2 * r(t * cfg.hidden_size * 4)
+        assert (row.kept_bytes, row.output_bytes) == (hand, logits)
+    pw = estimate_graph_memory(
+        model, GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=sizes)
+    )
+    assert (pw.per_key["pieces"] == cfg.num_layers + 1).all()  # split at each attention call
+    last = pw.graphs[pw.graphs["piece"] == cfg.num_layers]
+    assert last["output_bytes"].tolist() == [
+        r(t * cfg.vocab_size * 4) for t in sorted(sizes, reverse=True)
+    ]
+    assert pw.separate_pools_bytes > pw.shared_pool_bytes > 0

@@ -1,0 +1,349 @@
+"""Sweeps: time and size graphs over modes x capture-size ladders x batch shapes, resumably.
+
+A :class:`SweepSpec` names a toy-model preset, dtype, device, modes, ladders and shapes.
+:func:`run_sweep` runs one *unit* per (mode, ladder): build the model and a
+:class:`~cgdispatch.runner.GraphRunner`, capture every key (timed, pool bytes on CUDA),
+then time each shape eagerly and through the graphs; one row per (mode, ladder, shape)
+with the columns of :data:`SWEEP_COLUMNS`. Rows go to a :class:`ResultStore` as they
+finish; a rerun skips rows already ``ok``. A unit or shape that fails (a mode the runner
+refuses, out of memory, a shape that does not fit the model) becomes a ``failed`` row
+with its error, and the sweep goes on. Modes are plain strings, so piecewise modes run as
+soon as the runner supports them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from .ladders import ENGINE_LADDERS
+from .modes import CUDAGraphMode
+from .store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_results
+
+__all__ = [
+    "SweepSpec",
+    "SWEEP_PRESETS",
+    "run_sweep",
+    "run_unit",
+    "SWEEP_COLUMNS",
+    "ResultStore",
+    "load_results",
+]
+
+BATCH_KINDS = ("decode", "mixed")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep. ``ladders`` maps a name to sizes, or to None for the engine ladder
+    of that name (``vllm``, ``sglang``, ``trtllm``, ``tgi``, ``pow2``, ``every``) up to
+    ``max_capture_size``. Shapes are ``num_tokens`` x ``batch_kinds`` (decode = uniform
+    decode with one token per request; mixed = decodes plus prefill chunks)."""
+
+    name: str = "custom"
+    model: str = "toy-tiny"  # a toy-model preset (cgdispatch.models.toy.PRESETS)
+    dtype: str = "float32"
+    device: str = "cpu"
+    modes: tuple[str, ...] = ("FULL",)
+    ladders: Mapping[str, Sequence[int] | None] = field(default_factory=lambda: {"pow2": None})
+    max_capture_size: int = 16
+    num_tokens: tuple[int, ...] = (1, 4, 16)
+    batch_kinds: tuple[str, ...] = BATCH_KINDS
+    max_num_seqs: int = 16
+    repeats: int = 10
+    warmup: int = 2
+    input_sets: int = 3  # random batches rotated through the timed runs
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        for mode in self.modes:
+            CUDAGraphMode.parse(mode)  # ValueError names the valid modes
+        set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
+        for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
+        bad = [k for k in self.batch_kinds if k not in BATCH_KINDS]
+        if bad:
+            raise ValueError(f"batch_kinds {bad} are unknown: use {list(BATCH_KINDS)}")
+        if not self.num_tokens or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.num_tokens
+        ):
+            raise ValueError(f"num_tokens={self.num_tokens!r} is invalid: give integers >= 1")
+        set_(self, "num_tokens", tuple(self.num_tokens))
+        set_(self, "batch_kinds", tuple(self.batch_kinds))
+        set_(
+            self,
+            "ladders",
+            {name: self._ladder(name, sizes) for name, sizes in dict(self.ladders).items()},
+        )
+        if not self.ladders:
+            raise ValueError("ladders is empty: give at least one, e.g. {'vllm': None}")
+
+    def _ladder(self, name: str, sizes: Sequence[int] | None) -> tuple[int, ...]:
+        if sizes is None:
+            if name not in ENGINE_LADDERS:
+                raise ValueError(
+                    f"ladder {name!r} has no sizes and is not an engine ladder: give a list of "
+                    f"sizes or use one of {sorted(ENGINE_LADDERS)}"
+                )
+            return tuple(ENGINE_LADDERS[name](self.max_capture_size))
+        if isinstance(sizes, (str, bytes)) or not all(isinstance(s, int) and s >= 1 for s in sizes):
+            raise ValueError(f"ladder {name!r}={sizes!r} is invalid: give a list of integers >= 1")
+        return tuple(sorted(set(sizes)))
+
+    @property
+    def shapes(self) -> list[tuple[int, bool]]:
+        """(num_tokens, uniform_decode) of every shape, in sweep order."""
+        return [(n, kind == "decode") for kind in self.batch_kinds for n in self.num_tokens]
+
+    def units(self) -> list[tuple[str, str]]:
+        """(mode, ladder name) of every unit: one runner and one capture each."""
+        return [(mode, ladder) for mode in self.modes for ladder in self.ladders]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["ladders"] = {k: list(v) for k, v in self.ladders.items()}
+        return out
+
+    def replace(self, **changes: Any) -> SweepSpec:
+        kwargs = self.to_dict()
+        kwargs.update(changes)
+        return SweepSpec(**kwargs)
+
+
+_GPU_MODES = ("FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")
+SWEEP_PRESETS: dict[str, SweepSpec] = {
+    # CPU, under a minute: toy-tiny, two ladders, piecewise recorded as failed until it lands
+    "smoke": SweepSpec(
+        name="smoke",
+        model="toy-tiny",
+        modes=("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
+        ladders={"pow2": None, "coarse": [4, 16]},
+        max_capture_size=16,
+        num_tokens=(1, 3, 8, 13),
+        max_num_seqs=16,
+        repeats=5,
+        warmup=2,
+    ),
+    # one H200, a few minutes: toy-small in bf16, vLLM's ladder against powers of two
+    "gpu-small": SweepSpec(
+        name="gpu-small",
+        model="toy-small",
+        dtype="bfloat16",
+        device="cuda",
+        modes=_GPU_MODES,
+        ladders={"vllm": None, "pow2": None},
+        max_capture_size=512,
+        num_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+        max_num_seqs=256,
+        repeats=20,
+        warmup=3,
+    ),
+    # one H200, under 8 minutes: Llama-3.2-1B shapes, four engine ladders, odd sizes too
+    "gpu-full": SweepSpec(
+        name="gpu-full",
+        model="toy-1b",
+        dtype="bfloat16",
+        device="cuda",
+        modes=_GPU_MODES,
+        ladders={"vllm": None, "sglang": None, "trtllm": None, "pow2": None},
+        max_capture_size=512,
+        num_tokens=(1, 3, 8, 17, 32, 64, 100, 128, 200, 256, 384, 512),
+        max_num_seqs=256,
+        repeats=20,
+        warmup=3,
+    ),
+}
+
+
+def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
+    import torch
+
+    from .measure import device_label, source_label
+
+    try:
+        name, source = device_label(spec.device), source_label(spec.device)
+    except Exception:  # noqa: BLE001 - a missing GPU is reported as the point's error
+        name, source = spec.device, f"measured ({spec.device})"
+    sizes = spec.ladders[ladder]
+    return {
+        "sweep": spec.name,
+        "model": spec.model,
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "device_name": name,
+        "torch_version": torch.__version__,
+        "mode": mode,
+        "ladder": ladder,
+        "capture_sizes": ",".join(map(str, sizes)),
+        "num_capture_sizes": len(sizes),
+        "max_num_seqs": spec.max_num_seqs,
+        "repeats": spec.repeats,
+        "source": source,
+    }
+
+
+def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> dict[str, Any]:
+    return {
+        **base,
+        "num_tokens": n,
+        "uniform_decode": uniform,
+        "status": "failed",
+        "error": f"{type(err).__name__}: {err}"[:500],
+        "timestamp": time.time(),
+    }
+
+
+def iter_unit(
+    spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
+) -> Iterator[dict[str, Any]]:
+    """Rows of one (mode, ladder) unit, one per shape, each yielded as soon as it is timed."""
+    import torch
+
+    from .config import GraphConfig
+    from .measure import measure_capture_memory, time_call, time_step
+    from .models.toy import build_toy_model
+    from .runner import GraphRunner
+
+    base = _base_row(spec, mode, ladder)
+    if spec.device == "cpu":
+        torch.set_num_threads(1)  # 2-core machines: intra-op threads fight other processes
+    try:
+        model = build_toy_model(spec.model, device=spec.device, dtype=spec.dtype)
+        model.fill_kv_cache_(seed=0)
+        config = GraphConfig(
+            cudagraph_mode=mode,
+            cudagraph_capture_sizes=list(spec.ladders[ladder]),
+            max_num_seqs=spec.max_num_seqs,
+        )
+        runner = GraphRunner(model, config)
+        eager = GraphRunner(
+            model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
+        )
+        (report, memory), capture_s = time_call(
+            lambda: measure_capture_memory(lambda: runner.capture_all(progress=False), spec.device),
+            spec.device,
+        )
+    except Exception as err:  # noqa: BLE001 - recorded, the sweep goes on
+        for n, uniform in shapes:
+            yield _failed(base, n, uniform, err)
+        return
+    base.update(
+        resolved_mode=str(runner.cudagraph_mode),
+        num_graphs=len(report),
+        capture_s=capture_s,
+        graph_capture_s=float(report["capture_s"].sum()),
+        pool_bytes=None if memory is None else memory.pool_bytes,
+        peak_allocated_bytes=None if memory is None else memory.peak_allocated_bytes,
+    )
+    for n, uniform in shapes:
+        try:
+            make = runner.make_decode_batch if uniform else runner.make_mixed_batch
+            batches = [make(n, seed=s) for s in range(spec.input_sets)]
+            runtime_mode, desc = runner.dispatcher.dispatch(n, uniform)
+            kw = dict(warmup=spec.warmup, repeats=spec.repeats, device=spec.device)
+            with torch.no_grad():
+                t_eager = time_step(eager.execute_batch, batches, **kw)
+                t_graph = time_step(runner.execute_batch, batches, **kw)
+            yield {
+                **base,
+                "num_tokens": n,
+                "uniform_decode": uniform,
+                "runtime_mode": str(runtime_mode),
+                "padded_size": desc.num_tokens,
+                "eager_ms": t_eager.median_ms,
+                "eager_p10_ms": t_eager.p10_ms,
+                "eager_p90_ms": t_eager.p90_ms,
+                "graph_ms": t_graph.median_ms,
+                "graph_p10_ms": t_graph.p10_ms,
+                "graph_p90_ms": t_graph.p90_ms,
+                "eager_host_ms": t_eager.host_median_ms,
+                "graph_host_ms": t_graph.host_median_ms,
+                "speedup_x": t_eager.median_ms / t_graph.median_ms,
+                "status": "ok",
+                "error": "",
+                "timestamp": time.time(),
+            }
+        except Exception as err:  # noqa: BLE001
+            yield _failed(base, n, uniform, err)
+
+
+def run_unit(
+    spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
+) -> list[dict[str, Any]]:
+    """All rows of one unit (what an executor runs in a worker process)."""
+    return list(iter_unit(spec, mode, ladder, shapes))
+
+
+def run_sweep(
+    spec: SweepSpec | str,
+    store: ResultStore | str | None = None,
+    executor: cf.Executor | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run every point of ``spec`` not yet ``ok`` in ``store``; return this spec's rows.
+
+    ``store``: a :class:`ResultStore`, a path (``.csv``, ``.parquet`` or a directory), or
+    None to keep rows in memory only. Without ``executor`` units run here, one after the
+    other, and each row is stored as soon as it is timed. With any
+    ``concurrent.futures.Executor`` units run in parallel and their rows are stored as each
+    unit completes: ``ProcessPoolExecutor`` for several CPU processes, or a dask cluster's
+    ``Client.get_executor()`` to spread units over GPUs or machines (each worker needs
+    cgdispatch installed; give each GPU worker its own ``CUDA_VISIBLE_DEVICES``).
+    """
+    if isinstance(spec, str):
+        if spec not in SWEEP_PRESETS:
+            raise ValueError(
+                f"sweep preset {spec!r} is unknown: use one of {sorted(SWEEP_PRESETS)}"
+            )
+        spec = SWEEP_PRESETS[spec]
+    if not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    store.save_spec(spec.to_dict())
+    done = store.done_keys()
+    todo = []
+    for mode, ladder in spec.units():
+        base = _base_row(spec, mode, ladder)
+        shapes = [
+            (n, u)
+            for n, u in spec.shapes
+            if tuple({**base, "num_tokens": n, "uniform_decode": u}[c] for c in KEY_COLUMNS)
+            not in done
+        ]
+        if shapes:
+            todo.append((mode, ladder, shapes))
+    total = len(spec.units()) * len(spec.shapes)
+    from tqdm.auto import tqdm
+
+    with tqdm(
+        total=total,
+        initial=total - sum(len(t[2]) for t in todo),
+        desc=f"sweep {spec.name}",
+        unit="point",
+        disable=not progress,
+    ) as bar:
+        if executor is None:
+            for mode, ladder, shapes in todo:
+                for row in iter_unit(spec, mode, ladder, shapes):
+                    store.append([row])
+                    bar.update(1)
+        else:
+            futures = {executor.submit(run_unit, spec, *unit): unit for unit in todo}
+            for future in cf.as_completed(futures):
+                mode, ladder, shapes = futures[future]
+                try:
+                    rows = future.result()
+                except Exception as err:  # noqa: BLE001 - a worker died: record, go on
+                    base = _base_row(spec, mode, ladder)
+                    rows = [_failed(base, n, u, err) for n, u in shapes]
+                store.append(rows)
+                bar.update(len(rows))
+    frame = store.load()
+    return frame[frame["sweep"] == spec.name].reset_index(drop=True)
