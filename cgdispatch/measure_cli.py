@@ -24,6 +24,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         spec = spec.replace(device=args.device)
     if args.repeats:
         spec = spec.replace(repeats=args.repeats)
+    if args.modes:
+        spec = spec.replace(modes=tuple(m for m in args.modes.split(",") if m))
     store = ResultStore(args.out)
     previous = store.load()
     if not args.resume and (previous["sweep"] == spec.name).any():
@@ -107,6 +109,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--workers", type=int, default=1, help="processes (units run in parallel)")
     sweep.add_argument("--device", default=None, help="override the preset's device (cpu, cuda)")
     sweep.add_argument("--repeats", type=int, default=None, help="override timed runs per point")
+    sweep.add_argument(
+        "--modes", default=None, help="override the preset's modes, e.g. FULL,PIECEWISE"
+    )
     sweep.add_argument("--no-progress", action="store_true")
     sweep.set_defaults(func=run_sweep_command)
     report = subparsers.add_parser("report", help="charts (PNG) and a Markdown summary of a sweep")

@@ -20,7 +20,14 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["SWEEP_COLUMNS", "KEY_COLUMNS", "ResultStore", "load_results", "load_reference"]
+__all__ = [
+    "SWEEP_COLUMNS",
+    "KEY_COLUMNS",
+    "row_key",
+    "ResultStore",
+    "load_results",
+    "load_reference",
+]
 
 # The stable row schema of sweeps (column -> meaning); plots and notebooks rely on it.
 SWEEP_COLUMNS: dict[str, str] = {
@@ -124,7 +131,7 @@ class ResultStore:
         """Keys of the rows whose status is ``ok``."""
         frame = self.load()
         ok = frame[frame["status"] == "ok"]
-        return {_key(r) for r in ok[list(KEY_COLUMNS)].itertuples(index=False)}
+        return {row_key(r) for r in ok[list(KEY_COLUMNS)].itertuples(index=False)}
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         """Add rows (replacing rows with the same key) and write the table atomically."""
@@ -132,7 +139,7 @@ class ResultStore:
         if new.empty:
             return
         frame = _normalise(pd.concat([self.load(), _normalise(new)], ignore_index=True))
-        keys = frame[list(KEY_COLUMNS)].apply(lambda r: _key(tuple(r)), axis=1)
+        keys = frame[list(KEY_COLUMNS)].apply(lambda r: row_key(tuple(r)), axis=1)
         frame = frame[~keys.duplicated(keep="last")].reset_index(drop=True)
         self._frame = frame
         if self.path is not None:
@@ -150,7 +157,7 @@ class ResultStore:
         os.replace(tmp, spec_path)
 
 
-def _key(values: tuple[Any, ...]) -> tuple[Any, ...]:
+def row_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(str(v) for v in values)  # CSV round trips turn types into text
 
 
@@ -166,7 +173,9 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
     frame["uniform_decode"] = frame["uniform_decode"].map(
         lambda v: v if isinstance(v, bool) else str(v).lower() == "true"
     )
-    frame["error"] = frame["error"].fillna("").astype(str)
+    frame["error"] = frame["error"].map(
+        lambda v: "" if v is None or v != v else str(v)
+    )  # NaN -> ""
     for col in _NUMERIC:
         values = pd.to_numeric(frame[col], errors="coerce").astype("float64")
         frame[col] = values.astype("Int64") if col in _INTEGER else values

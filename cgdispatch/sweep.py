@@ -24,7 +24,7 @@ import pandas as pd
 
 from .ladders import ENGINE_LADDERS
 from .modes import CUDAGraphMode
-from .store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_results
+from .store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_results, row_key
 
 __all__ = [
     "SweepSpec",
@@ -314,7 +314,9 @@ def run_sweep(
         shapes = [
             (n, u)
             for n, u in spec.shapes
-            if tuple({**base, "num_tokens": n, "uniform_decode": u}[c] for c in KEY_COLUMNS)
+            if row_key(
+                tuple({**base, "num_tokens": n, "uniform_decode": u}[c] for c in KEY_COLUMNS)
+            )
             not in done
         ]
         if shapes:

@@ -73,10 +73,10 @@ def test_bf16_halves_the_bytes_and_meta_matches_fake() -> None:
         assert (row.kept_bytes, row.output_bytes) == hand_mlp(row.num_tokens, hidden, 2, 1)
     with torch.device("meta"):
         meta = MLP(hidden).to(torch.bfloat16)
-    meta_inputs = lambda d: (
-        (torch.empty(d.num_tokens, hidden, dtype=torch.bfloat16, device="meta"),),
-        {},
-    )  # noqa: E731
+
+    def meta_inputs(d):
+        return (torch.empty(d.num_tokens, hidden, dtype=torch.bfloat16, device="meta"),), {}
+
     est_meta = estimate_graph_memory(meta, cfg, meta_inputs, round_bytes=1)
     assert est_meta.per_key["kept_bytes"].tolist() == est.per_key["kept_bytes"].tolist()
 
