@@ -41,6 +41,7 @@ __all__ = [
     "predict_step",
     "predict_frame",
     "calibrate",
+    "toy_profiles",
 ]
 
 
@@ -322,3 +323,29 @@ def calibrate(
             if step < 1e-3:
                 break
     return best.replace(name=f"{spec.name} (calibrated)")
+
+
+def toy_profiles(
+    model: Any,
+    sizes: Sequence[int],
+    *,
+    uniform: bool = False,
+    q: int = 1,
+    context_len: int | None = None,
+) -> dict[int, StepProfile]:
+    """Kernel profiles of a toy LM's dummy step at each size (build it with ``device="meta"``).
+
+    Feed them to :func:`predict_frame` for eager vs FULL vs PIECEWISE step times at any size,
+    or to :func:`calibrate` with measured sweep rows.
+    """
+    from .batch import BatchDescriptor
+    from .memory import toy_inputs
+
+    return {
+        int(n): profile_step(
+            model,
+            lambda n=n: toy_inputs(model, BatchDescriptor(int(n), None, uniform), q),
+            context_len=context_len,
+        )
+        for n in sizes
+    }

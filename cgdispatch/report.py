@@ -22,7 +22,14 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from .store import load_reference, load_results  # noqa: E402
 
-__all__ = ["speedup_figure", "memory_figure", "capture_figure", "memory_estimates", "write_report"]
+__all__ = [
+    "speedup_figure",
+    "model_speedup_figure",
+    "memory_figure",
+    "capture_figure",
+    "memory_estimates",
+    "write_report",
+]
 
 MIB = 1 << 20
 
@@ -150,6 +157,38 @@ def capture_figure(rows: pd.DataFrame) -> Figure:
     return fig
 
 
+def model_speedup_figure(rows: pd.DataFrame, device: str = "H200") -> Figure:
+    """Speed-up the analytic device model predicts for the swept model and sizes on a GPU
+    preset (``model (<device>)``): what the CPU measurements cannot show."""
+    from .costmodel import DEVICE_PRESETS, predict_frame, toy_profiles
+    from .models.toy import build_toy_model
+
+    spec = DEVICE_PRESETS[device]
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for (name, dtype), group in rows.groupby(["model", "dtype"]):
+        model = build_toy_model(name, device="meta", dtype=dtype)
+        sizes = sorted(int(n) for n in group["num_tokens"].dropna().unique())
+        frame = predict_frame(toy_profiles(model, sizes), spec, modes=["FULL", "PIECEWISE"])
+        for mode, part in frame.groupby("mode"):
+            ax.plot(
+                part["num_tokens"],
+                part["speedup_x"],
+                marker="o",
+                ls="--",
+                label=f"{name} {dtype} {mode} [model ({spec.name})]",
+            )
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("num_tokens")
+    ax.set_ylabel("speed-up (eager / graph), x")
+    ax.legend(fontsize=7)
+    ax.set_title(
+        f"Modelled speed-up on {spec.name} — source: model (datasheet rates, assumed launch costs)"
+    )
+    return fig
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     """A pipe table (pandas' to_markdown needs tabulate, which is not a dependency)."""
 
@@ -184,6 +223,8 @@ def write_report(
     plotted = rows if reference is None else pd.concat([rows, reference], ignore_index=True)
     speedup_figure(plotted).savefig(out / "speedup.png", dpi=110)
     capture_figure(rows).savefig(out / "capture.png", dpi=110)
+    if len(rows):
+        model_speedup_figure(rows).savefig(out / "speedup_model.png", dpi=110)
     estimates = (
         memory_estimates(rows, progress=progress) if estimate and len(rows) else pd.DataFrame()
     )

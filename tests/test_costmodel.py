@@ -171,3 +171,30 @@ def test_bad_inputs_raise_value_error() -> None:
         calibrate(rows, {1: prof}, DEVICE_PRESETS["H100"])
     with pytest.raises(ValueError, match="fit"):
         calibrate(rows, {2: prof}, DEVICE_PRESETS["H100"], fit=["bogus"])
+
+
+def test_toy_lm_attention_is_eager_in_piecewise_by_hand() -> None:
+    from cgdispatch.costmodel import toy_profiles
+    from cgdispatch.models.toy import ToyConfig, build_toy_model
+
+    cfg = ToyConfig(num_layers=3)
+    model = build_toy_model(cfg, device="meta")
+    tokens = 6
+    prof = toy_profiles(model, [tokens])[tokens]
+    assert prof.splitting.sum() == cfg.num_layers  # one attention op per layer
+    assert [n for n, s in zip(prof.names, prof.splitting) if s] == ["cgdispatch::attention"] * 3
+    attn = prof.flops[prof.splitting][0]
+    assert attn == 4 * tokens * cfg.num_heads * cfg.head_dim * cfg.max_seq_len  # QK^T and PV
+    spec = DEVICE_PRESETS["H100"]
+    # host: overhead + 4 pieces (before, between and after 3 attentions) + 3 eager attentions
+    pw = predict_step(prof, "PIECEWISE", spec)
+    assert pw["host_ms"] == pytest.approx(
+        (spec.step_overhead_us + 4 * spec.graph_launch_us + 3 * spec.kernel_launch_us) / 1e3
+    )
+    eager = predict_step(prof, "NONE", spec)
+    assert eager["host_ms"] == pytest.approx(
+        (spec.step_overhead_us + prof.num_kernels * spec.kernel_launch_us) / 1e3
+    )
+    full = predict_step(prof, "FULL", spec)
+    assert full["host_ms"] == pytest.approx((spec.step_overhead_us + spec.graph_launch_us) / 1e3)
+    assert eager["step_ms"] > pw["step_ms"] >= full["step_ms"]  # a tiny step is launch-bound

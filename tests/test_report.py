@@ -15,6 +15,7 @@ from cgdispatch.report import (
     capture_figure,
     memory_estimates,
     memory_figure,
+    model_speedup_figure,
     speedup_figure,
     write_report,
 )
@@ -76,6 +77,9 @@ def test_figures_label_their_sources(swept: Path) -> None:
         "measured (CPU)" in titles(speed) and len(speed.axes[0].lines) == 2 + 1
     )  # 2 ok units + y=1
     assert "measured (CPU)" in titles(capture_figure(rows))
+    modelled = model_speedup_figure(rows)
+    assert "model (H200 SXM)" in titles(modelled) and "measured" not in titles(modelled)
+    assert len(modelled.axes[0].lines) == 2 + 1  # FULL and PIECEWISE + y=1
     est = memory_estimates(rows)
     cpu_only = memory_figure(rows, est)
     assert "model" in titles(cpu_only) and "measured" not in titles(
