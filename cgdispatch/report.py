@@ -184,7 +184,8 @@ def model_speedup_figure(rows: pd.DataFrame, device: str = "H200") -> Figure:
     ax.set_ylabel("speed-up (eager / graph), x")
     ax.legend(fontsize=7)
     ax.set_title(
-        f"Modelled speed-up on {spec.name} — source: model (datasheet rates, assumed launch costs)"
+        f"Modelled speed-up on {spec.name}\nsource: model (datasheet rates, assumed launch costs)",
+        fontsize=10,
     )
     return fig
 
