@@ -96,7 +96,9 @@ class GraphBackend:
         """Wait for the device (no-op on CPU)."""
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(graphs={self.num_graphs}, pool_bytes={self.pool_bytes_total})"
+        return (
+            f"{type(self).__name__}(graphs={self.num_graphs}, pool_bytes={self.pool_bytes_total})"
+        )
 
 
 def _copy_into(kept: Any, new: Any) -> None:

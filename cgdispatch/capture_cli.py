@@ -30,7 +30,11 @@ def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def check_replay(
-    runner: GraphRunner, *, seed: int = 0, atol: float | None = None, rtol: float | None = None,
+    runner: GraphRunner,
+    *,
+    seed: int = 0,
+    atol: float | None = None,
+    rtol: float | None = None,
     sizes: list[int] | None = None,
 ) -> pd.DataFrame:
     """Replay vs eager for every captured key, on fresh random decode and mixed batches.
@@ -58,7 +62,11 @@ def check_replay(
     from .modes import CUDAGraphMode
 
     eager_only = runner.cudagraph_mode is CUDAGraphMode.NONE
-    keys = [(CUDAGraphMode.NONE, BatchDescriptor(s)) for s in sizes or []] if eager_only else runner.captured_keys
+    keys = (
+        [(CUDAGraphMode.NONE, BatchDescriptor(s)) for s in sizes or []]
+        if eager_only
+        else runner.captured_keys
+    )
     for i, (mode, desc) in enumerate(keys):
         n = desc.num_tokens
         kinds = ["decode"] if desc.uniform else ["mixed", "decode"]
@@ -78,15 +86,26 @@ def check_replay(
             replays = sum(w.num_replays for w in runner.wrappers)
             out = runner.execute(ids, pos, slots, uniform_decode=batch.uniform_decode).clone()
             replayed = sum(w.num_replays for w in runner.wrappers) > replays
-            cache_err = max(_max_err(c[:, :dummy], r) for c, r in zip(model.kv_caches(), ref_caches))
+            cache_err = max(
+                _max_err(c[:, :dummy], r) for c, r in zip(model.kv_caches(), ref_caches)
+            )
             err = _max_err(out, ref)
             tol = atol + rtol * float(ref.float().abs().max())
-            rows.append({
-                "mode": str(mode), "num_tokens": n, "num_reqs": desc.num_reqs, "uniform": desc.uniform,
-                "batch": kind, "batch_reqs": batch.num_reqs, "replayed": replayed,
-                "max_abs_err": err, "cache_err": cache_err, "tol": tol,
-                "ok": (replayed or eager_only) and err <= tol and cache_err <= tol,
-            })
+            rows.append(
+                {
+                    "mode": str(mode),
+                    "num_tokens": n,
+                    "num_reqs": desc.num_reqs,
+                    "uniform": desc.uniform,
+                    "batch": kind,
+                    "batch_reqs": batch.num_reqs,
+                    "replayed": replayed,
+                    "max_abs_err": err,
+                    "cache_err": cache_err,
+                    "tol": tol,
+                    "ok": (replayed or eager_only) and err <= tol and cache_err <= tol,
+                }
+            )
     restore()
     return pd.DataFrame(rows)
 
@@ -106,7 +125,8 @@ def build_runner(args: argparse.Namespace) -> GraphRunner:
     model = build_toy_model(cfg, device=device, dtype=args.dtype, seed=args.seed)
     model.fill_kv_cache_(args.seed)
     config = GraphConfig(
-        cudagraph_mode=args.mode, cudagraph_capture_sizes=parse_sizes(args.sizes),
+        cudagraph_mode=args.mode,
+        cudagraph_capture_sizes=parse_sizes(args.sizes),
         max_num_seqs=args.max_num_seqs or model.num_slots,
         num_speculative_tokens=args.num_speculative_tokens,
         splitting_ops=[] if args.no_piecewise else None,
@@ -114,22 +134,43 @@ def build_runner(args: argparse.Namespace) -> GraphRunner:
     try:
         return GraphRunner(model, config, backend=args.backend)
     except NotImplementedError as err:
-        raise ValueError(f"{err} (or pass --no-piecewise to lower to a non-piecewise mode)") from None
+        raise ValueError(
+            f"{err} (or pass --no-piecewise to lower to a non-piecewise mode)"
+        ) from None
 
 
-def add_runner_arguments(parser: argparse.ArgumentParser, *, model: str = "toy-tiny", sizes: str = "1,2,4,8") -> None:
+def add_runner_arguments(
+    parser: argparse.ArgumentParser, *, model: str = "toy-tiny", sizes: str = "1,2,4,8"
+) -> None:
     parser.add_argument("--model", default=model, help="toy model preset (default %(default)s)")
-    parser.add_argument("--mode", default="FULL", help="cudagraph mode: NONE, FULL, FULL_DECODE_ONLY (default %(default)s)")
+    parser.add_argument(
+        "--mode",
+        default="FULL",
+        help="cudagraph mode: NONE, FULL, FULL_DECODE_ONLY (default %(default)s)",
+    )
     parser.add_argument("--sizes", default=sizes, help="capture sizes (default %(default)s)")
-    parser.add_argument("--attention", default="general", choices=["general", "uniform"],
-                        help="attention op: general (ALWAYS) or uniform (UNIFORM_BATCH)")
-    parser.add_argument("--no-piecewise", action="store_true",
-                        help="splitting_ops=[]: modes needing piecewise graphs are lowered")
-    parser.add_argument("--max-num-seqs", type=int, default=None, help="default: the model's KV slots")
+    parser.add_argument(
+        "--attention",
+        default="general",
+        choices=["general", "uniform"],
+        help="attention op: general (ALWAYS) or uniform (UNIFORM_BATCH)",
+    )
+    parser.add_argument(
+        "--no-piecewise",
+        action="store_true",
+        help="splitting_ops=[]: modes needing piecewise graphs are lowered",
+    )
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=None, help="default: the model's KV slots"
+    )
     parser.add_argument("--num-speculative-tokens", type=int, default=0)
-    parser.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: the preset's)")
+    parser.add_argument(
+        "--dtype", default=None, help="float32, bfloat16, float16 (default: the preset's)"
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--backend", default=None, help="graph backend: cuda, cpu (default: by device)")
+    parser.add_argument(
+        "--backend", default=None, help="graph backend: cuda, cpu (default: by device)"
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -146,14 +187,25 @@ def run_capture(args: argparse.Namespace) -> int:
         print(f"total graph pool: {report.attrs['total_pool_bytes'] / 2**20:.1f} MiB")
     if not args.check:
         return 0
-    checks = check_replay(runner, seed=args.seed + 1, atol=args.atol, rtol=args.rtol,
-                          sizes=parse_sizes(args.sizes) or [1, 2, 4, 8])
+    checks = check_replay(
+        runner,
+        seed=args.seed + 1,
+        atol=args.atol,
+        rtol=args.rtol,
+        sizes=parse_sizes(args.sizes) or [1, 2, 4, 8],
+    )
     print("\nreplay vs eager, fresh random inputs (largest error per key):")
-    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+    with pd.option_context(
+        "display.width", 160, "display.max_columns", 20, "display.float_format", "{:.3g}".format
+    ):
         print(checks.to_string(index=False))
     bad = checks[~checks["ok"]] if len(checks) else checks
     if len(checks) == 0 or len(bad):
-        print(f"\nMISMATCH: {len(bad)} of {len(checks)} checks failed" if len(checks) else "\nno key was checked")
+        print(
+            f"\nMISMATCH: {len(bad)} of {len(checks)} checks failed"
+            if len(checks)
+            else "\nno key was checked"
+        )
         return 1
     print(f"\nok: {len(checks)} checks within tolerance")
     return 0
@@ -166,10 +218,18 @@ def _gpu_name() -> str:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("capture", help="capture a toy model's graphs; --check compares replay with eager")
+    p = subparsers.add_parser(
+        "capture", help="capture a toy model's graphs; --check compares replay with eager"
+    )
     add_runner_arguments(p)
-    p.add_argument("--check", action="store_true", help="replay each key on fresh inputs and compare with eager")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="replay each key on fresh inputs and compare with eager",
+    )
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default by dtype)")
-    p.add_argument("--rtol", type=float, default=None, help="tolerance relative to the largest |logit|")
+    p.add_argument(
+        "--rtol", type=float, default=None, help="tolerance relative to the largest |logit|"
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run_capture)

@@ -15,7 +15,7 @@ from typing import Any
 from .batch import BatchDescriptor
 from .modes import CUDAGraphMode
 
-__all__ = ["ForwardContext", "set_forward_context", "get_forward_context"]
+__all__ = ["ForwardContext", "set_forward_context", "use_forward_context", "get_forward_context"]
 
 _RUNTIME_MODES = frozenset({CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL})
 
@@ -38,7 +38,31 @@ class ForwardContext:
 _current: ForwardContext | None = None
 
 
-class set_forward_context:  # noqa: N801 - used like a function: `with set_forward_context(...)`
+class use_forward_context:  # noqa: N801 - used like a function
+    """Make a prebuilt :class:`ForwardContext` current; restore the previous one on exit.
+
+    No validation and no allocation per step: the runner builds its contexts once and
+    reuses them. Prefer :class:`set_forward_context` elsewhere.
+    """
+
+    __slots__ = ("context", "_previous")
+
+    def __init__(self, context: ForwardContext) -> None:
+        self.context = context
+        self._previous: ForwardContext | None = None
+
+    def __enter__(self) -> ForwardContext:
+        global _current
+        self._previous = _current
+        _current = self.context
+        return self.context
+
+    def __exit__(self, *exc: object) -> None:
+        global _current
+        _current = self._previous
+
+
+class set_forward_context(use_forward_context):  # noqa: N801 - used like a function
     """Context manager that makes a :class:`ForwardContext` current for one step.
 
     The previous context (or none) is restored on exit, also when the step raises, so
@@ -46,7 +70,7 @@ class set_forward_context:  # noqa: N801 - used like a function: `with set_forwa
     config-level mode such as FULL_AND_PIECEWISE raises ``ValueError``.
     """
 
-    __slots__ = ("context", "_previous")
+    __slots__ = ()
 
     def __init__(
         self,
@@ -66,18 +90,7 @@ class set_forward_context:  # noqa: N801 - used like a function: `with set_forwa
                 f"batch_descriptor={batch_descriptor!r} is invalid: pass a "
                 "cgdispatch.BatchDescriptor (as returned by the dispatcher) or None"
             )
-        self.context = ForwardContext(runtime_mode, batch_descriptor, allow_capture, metadata)
-        self._previous: ForwardContext | None = None
-
-    def __enter__(self) -> ForwardContext:
-        global _current
-        self._previous = _current
-        _current = self.context
-        return self.context
-
-    def __exit__(self, *exc: object) -> None:
-        global _current
-        _current = self._previous
+        super().__init__(ForwardContext(runtime_mode, batch_descriptor, allow_capture, metadata))
 
 
 def get_forward_context() -> ForwardContext | None:

@@ -20,7 +20,7 @@ import torch
 from .backends import GraphBackend, get_backend
 from .batch import BatchDescriptor
 from .config import GraphConfig
-from .context import set_forward_context
+from .context import ForwardContext, set_forward_context, use_forward_context
 from .dispatcher import CudagraphDispatcher
 from .modes import CUDAGraphMode
 from .stepbatch import StepBatch, make_decode_batch, make_mixed_batch
@@ -39,10 +39,11 @@ class GraphRunner:
 
     ``model`` is called as ``model(input_ids, positions, slots) -> logits [T, vocab]`` and
     must expose ``attention_cg_support``, ``dummy_slot``, ``num_slots`` and
-    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config is
-    resolved against the model's attention support; ``cudagraph_mode`` is the mode
+    ``config.max_seq_len`` / ``config.vocab_size`` (the toy LM does). The config (default:
+    ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention support; ``cudagraph_mode`` is the mode
     actually used. Piecewise modes need ``compile_piecewise`` (the seam where
-    ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``.
+    ``piecewise.py`` plugs in); until then they raise ``NotImplementedError``. Model
+    parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
 
     def __init__(
@@ -64,16 +65,19 @@ class GraphRunner:
             backend = "cpu"  # a CPU model cannot be captured into CUDA graphs
         self.backend = get_backend(backend)
         self.debug = debug
-        self.capture_enabled = True  # off after capture_all(lock=True): new keys then raise
+        self._capture_enabled = True
         self.dispatcher = CudagraphDispatcher(self.config)
         self.dispatcher.initialize_cudagraph_keys()
-        # persistent inputs, sized for the largest capture (eager steps above it use their own)
+        # persistent inputs, sized for the largest capture (eager steps above it use their own):
+        # one [3, max] buffer so that a packed batch is one copy; rows are ids, positions, slots
         self.max_num_tokens = max(self.dispatcher.max_capture_size, 1)
-        new = dict(dtype=torch.long, device=self.device)
-        self.input_ids = torch.zeros(self.max_num_tokens, **new)
-        self.positions = torch.zeros(self.max_num_tokens, **new)
-        self.slots = torch.full((self.max_num_tokens,), model.dummy_slot, **new)
-        self._views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+        self.inputs = torch.zeros(3, self.max_num_tokens, dtype=torch.long, device=self.device)
+        self.input_ids, self.positions, self.slots = self.inputs.unbind(0)
+        self.slots.fill_(model.dummy_slot)
+        self._async_copy = self.device.type == "cuda"
+        self._dirty = 0  # rows [0, _dirty) of `slots` may hold real slots from earlier steps
+        self._in_views: dict[int, tuple[torch.Tensor, ...]] = {}  # n -> views to copy into
+        self._steps: dict[int, list[Any]] = {}  # id(dispatch answer) -> cached step objects
         self.wrappers: list[CUDAGraphWrapper] = []
         self.model_callable = self.build_callable()
         self.capture_report_: pd.DataFrame | None = None
@@ -90,8 +94,12 @@ class GraphRunner:
             inner = self.compile_piecewise(inner)
         if self.cudagraph_mode.has_full_cudagraphs():
             full = CUDAGraphWrapper(
-                inner, _FULL, self.backend, num_warmups=self.config.cudagraph_num_of_warmups,
-                debug=self.debug, name="full",
+                inner,
+                _FULL,
+                self.backend,
+                num_warmups=self.config.cudagraph_num_of_warmups,
+                debug=self.debug,
+                name="full",
             )
             self.wrappers.append(full)
             return full
@@ -100,7 +108,9 @@ class GraphRunner:
     def compile_piecewise(self, model: Callable[..., Any]) -> Callable[..., Any]:
         """Split the model at ``config.effective_splitting_ops`` and wrap each piece PIECEWISE.
 
-        Not in this version: piecewise compilation comes with ``cgdispatch.piecewise``.
+        Not in this version: piecewise compilation comes with ``cgdispatch.piecewise``. An
+        implementation should build each piece's ``CUDAGraphWrapper`` with ``self.backend``
+        (one pool) and append it to ``self.wrappers`` (counters, ``captured_keys``).
         """
         raise NotImplementedError(
             f"cudagraph_mode={self.cudagraph_mode} needs piecewise compilation, which is not "
@@ -108,17 +118,21 @@ class GraphRunner:
         )
 
     # ----- one step ------------------------------------------------------------------------
-    def _buffers(self, n: int, padded: int) -> tuple[torch.Tensor, ...]:
-        views = self._views.get((n, padded))
-        if views is None:
-            ids, pos, slots = self.input_ids, self.positions, self.slots
-            views = self._views[(n, padded)] = (
-                ids[:n], pos[:n], slots[:n], slots[n:padded], ids[:padded], pos[:padded], slots[:padded],
-            )
-        return views
+    @property
+    def capture_enabled(self) -> bool:
+        """Whether a step may capture a new key (off after ``capture_all(lock=True)``)."""
+        return self._capture_enabled
+
+    @capture_enabled.setter
+    def capture_enabled(self, value: bool) -> None:
+        self._capture_enabled = bool(value)
+        self._steps.clear()  # their contexts carry the flag
 
     def execute(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
         uniform_decode: bool = False,
     ) -> torch.Tensor:
         """Run one step and return logits [num_tokens, vocab] of the real tokens.
@@ -135,31 +149,100 @@ class GraphRunner:
             )
         if self.debug:
             self.check_inputs(input_ids, positions, slots)
-        mode, desc = self.dispatcher.dispatch(n, uniform_decode)
-        padded = desc.num_tokens
-        if padded > self.max_num_tokens:  # eager, larger than any buffer: run on the inputs
-            dev = self.device
-            with set_forward_context(_NONE, desc, allow_capture=self.capture_enabled):
-                return self.model_callable(input_ids.to(dev), positions.to(dev), slots.to(dev))
-        ids_n, pos_n, slots_n, slots_pad, ids_p, pos_p, slots_p = self._buffers(n, padded)
-        ids_n.copy_(input_ids, non_blocking=True)
-        pos_n.copy_(positions, non_blocking=True)
-        slots_n.copy_(slots, non_blocking=True)
-        if padded != n:
-            slots_pad.fill_(self.model.dummy_slot)  # stale ids/positions are in range
-        with set_forward_context(mode, desc, allow_capture=self.capture_enabled):
-            out = self.model_callable(ids_p, pos_p, slots_p)
-        return out if padded == n else out[:n]
+        answer = self.dispatcher.dispatch(n, uniform_decode)
+        if answer[1].num_tokens > self.max_num_tokens:
+            return self._execute_large(answer, input_ids, positions, slots)
+        views = self._in_views.get(n) or self._make_in_views(n)
+        if self._async_copy:  # host -> device copies overlap; on CPU the flag only costs time
+            views[0].copy_(input_ids, non_blocking=True)
+            views[1].copy_(positions, non_blocking=True)
+            views[2].copy_(slots, non_blocking=True)
+        else:
+            views[0].copy_(input_ids)
+            views[1].copy_(positions)
+            views[2].copy_(slots)
+        return self._run(n, answer)
+
+    def execute_packed(self, tokens: torch.Tensor, uniform_decode: bool = False) -> torch.Tensor:
+        """``execute`` with inputs packed as int64 [3, num_tokens] (ids, positions, slots).
+
+        One copy fills the buffers instead of three; the result aliases as in ``execute``.
+        """
+        if tokens.dim() != 2 or tokens.shape[0] != 3:
+            raise ValueError(
+                f"tokens of shape {tuple(tokens.shape)} is invalid: pack inputs as [3, num_tokens] "
+                "(rows: input ids, positions, slots)"
+            )
+        n = tokens.shape[1]
+        if self.debug:
+            self.check_inputs(*tokens)
+        answer = self.dispatcher.dispatch(n, uniform_decode)
+        if answer[1].num_tokens > self.max_num_tokens:
+            return self._execute_large(answer, *tokens)
+        views = self._in_views.get(n) or self._make_in_views(n)
+        if self._async_copy:
+            views[3].copy_(tokens, non_blocking=True)
+        else:
+            views[3].copy_(tokens)
+        return self._run(n, answer)
 
     def execute_batch(self, batch: StepBatch) -> torch.Tensor:
-        """``execute`` on a :class:`StepBatch`."""
-        return self.execute(batch.input_ids, batch.positions, batch.slots, batch.uniform_decode)
+        """``execute_packed`` on a :class:`StepBatch`."""
+        return self.execute_packed(batch.tokens, batch.uniform_decode)
 
-    def check_inputs(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+    def _make_in_views(self, n: int) -> tuple[torch.Tensor, ...]:
+        views = self._in_views[n] = (
+            self.input_ids[:n],
+            self.positions[:n],
+            self.slots[:n],
+            self.inputs[:, :n],
+        )
+        return views
+
+    def _run(self, n: int, answer: tuple[CUDAGraphMode, BatchDescriptor]) -> torch.Tensor:
+        """Pad, set the context, run; the real inputs are already in rows [0, n)."""
+        if self._dirty > n:  # rows a larger earlier step left with real slots: padding -> dummy
+            self.slots[n : self._dirty].fill_(self.model.dummy_slot)
+        self._dirty = n
+        # per dispatch answer (one tuple per unpadded n): [answer, context, inputs, output slice]
+        step = self._steps.get(id(answer))
+        if step is None or step[0] is not answer:  # `answer` is kept alive, so ids stay unique
+            step = self._steps[id(answer)] = self._make_step(answer)
+        with use_forward_context(step[1]):
+            out = self.model_callable(*step[2])
+        if answer[1].num_tokens == n:
+            return out
+        view = step[3]
+        if view is None or view._base is not out:  # graph outputs persist: reuse the slice
+            view = out[:n]
+            if answer[0] is not _NONE:
+                step[3] = view
+        return view
+
+    def _make_step(self, answer: tuple[CUDAGraphMode, BatchDescriptor]) -> list[Any]:
+        mode, desc = answer
+        padded = desc.num_tokens
+        inputs = (self.input_ids[:padded], self.positions[:padded], self.slots[:padded])
+        return [answer, ForwardContext(mode, desc, self._capture_enabled), inputs, None]
+
+    def _execute_large(
+        self, answer: tuple[CUDAGraphMode, BatchDescriptor], *inputs: torch.Tensor
+    ) -> torch.Tensor:
+        """A step above the largest capture size: eager, on the caller's tensors."""
+        dev = self.device
+        with set_forward_context(_NONE, answer[1], allow_capture=self._capture_enabled):
+            return self.model_callable(*(t.to(dev) for t in inputs))
+
+    def check_inputs(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+    ) -> None:
         """Raise ValueError when a token id, position or slot is out of the model's range."""
         cfg = self.model.config
-        limits = (("input_ids", input_ids, cfg.vocab_size), ("positions", positions, cfg.max_seq_len),
-                  ("slots", slots, self.model.num_slots))
+        limits = (
+            ("input_ids", input_ids, cfg.vocab_size),
+            ("positions", positions, cfg.max_seq_len),
+            ("slots", slots, self.model.num_slots),
+        )
         for name, values, limit in limits:
             if values.numel() and (int(values.min()) < 0 or int(values.max()) >= limit):
                 raise ValueError(
@@ -170,7 +253,9 @@ class GraphRunner:
     # ----- batches ---------------------------------------------------------------------------
     def make_decode_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
         """A random uniform-decode batch: num_tokens // q requests of q tokens each."""
-        return make_decode_batch(self.model.config, num_tokens, self.config.uniform_decode_query_len, seed=seed)
+        return make_decode_batch(
+            self.model.config, num_tokens, self.config.uniform_decode_query_len, seed=seed
+        )
 
     def make_mixed_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
         """A random batch mixing single-token decodes and prefill chunks."""
@@ -198,30 +283,51 @@ class GraphRunner:
             for mode, desc in tqdm(todo, desc="capture", unit="graph", disable=not progress):
                 rows.append(self._capture_one(mode, desc))
         self.capture_enabled = not lock
-        frame = pd.DataFrame(rows, columns=["mode", "num_tokens", "num_reqs", "uniform", "num_graphs",
-                                            "capture_s", "step_s", "pool_bytes"])
+        frame = pd.DataFrame(
+            rows,
+            columns=[
+                "mode",
+                "num_tokens",
+                "num_reqs",
+                "uniform",
+                "num_graphs",
+                "capture_s",
+                "step_s",
+                "pool_bytes",
+            ],
+        )
         frame.attrs["backend"] = self.backend.name
-        frame.attrs["total_pool_bytes"] = self.backend.pool_bytes_total if self.backend.name == "cuda" else None
+        frame.attrs["total_pool_bytes"] = (
+            self.backend.pool_bytes_total if self.backend.name == "cuda" else None
+        )
         self.capture_report_ = frame
         return frame
 
     def _capture_one(self, mode: CUDAGraphMode, desc: BatchDescriptor) -> dict[str, Any]:
         n = desc.num_tokens
-        before = (self.backend.num_graphs, self.backend.capture_s_total, self.backend.pool_bytes_total)
-        ids_n, pos_n, slots_n, _, ids_p, pos_p, slots_p = self._buffers(n, n)
-        slots_n.fill_(self.model.dummy_slot)
+        before = (
+            self.backend.num_graphs,
+            self.backend.capture_s_total,
+            self.backend.pool_bytes_total,
+        )
+        ids, pos, slots = self.input_ids[:n], self.positions[:n], self.slots[:n]
+        slots.fill_(self.model.dummy_slot)  # capture writes K/V into the dummy slot only
         q = self.config.uniform_decode_query_len if desc.uniform else 1
-        pos_n.copy_(torch.arange(n, device=self.device) % q)
+        pos.copy_(torch.arange(n, device=self.device) % q)
         start = time.perf_counter()
         with set_forward_context(mode, desc, allow_capture=True):
-            self.model_callable(ids_p, pos_p, slots_p)
+            self.model_callable(ids, pos, slots)
         self.backend.synchronize()
         step_s = time.perf_counter() - start
         pool = self.backend.pool_bytes_total - before[2]
         return {
-            "mode": str(mode), "num_tokens": n, "num_reqs": desc.num_reqs, "uniform": desc.uniform,
+            "mode": str(mode),
+            "num_tokens": n,
+            "num_reqs": desc.num_reqs,
+            "uniform": desc.uniform,
             "num_graphs": self.backend.num_graphs - before[0],
-            "capture_s": self.backend.capture_s_total - before[1], "step_s": step_s,
+            "capture_s": self.backend.capture_s_total - before[1],
+            "step_s": step_s,
             "pool_bytes": pool if self.backend.name == "cuda" else float("nan"),
         }
 

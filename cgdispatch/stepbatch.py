@@ -18,17 +18,31 @@ __all__ = ["StepBatch", "make_decode_batch", "make_mixed_batch"]
 
 @dataclass(frozen=True, eq=False)
 class StepBatch:
-    """One step's flat inputs; all 1-D int64 CPU tensors of length ``num_tokens``."""
+    """One step's flat inputs, packed: ``tokens`` is int64 [3, num_tokens] on the CPU.
 
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    slots: torch.Tensor
+    Rows are ``input_ids``, ``positions`` and ``slots`` (views); the packed form lets the
+    runner fill its buffers with one copy (``GraphRunner.execute_packed``).
+    """
+
+    tokens: torch.Tensor  # [3, num_tokens]: input ids, positions, slots
     uniform_decode: bool
     query_lens: tuple[int, ...]  # tokens per request, in order
 
     @property
+    def input_ids(self) -> torch.Tensor:
+        return self.tokens[0]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.tokens[1]
+
+    @property
+    def slots(self) -> torch.Tensor:
+        return self.tokens[2]
+
+    @property
     def num_tokens(self) -> int:
-        return int(self.input_ids.shape[0])
+        return int(self.tokens.shape[1])
 
     @property
     def num_reqs(self) -> int:
@@ -41,7 +55,9 @@ def _check_count(name: str, value: Any) -> int:
     return value
 
 
-def _build(model_cfg: Any, lens: list[int], rng: random.Random, gen: torch.Generator, uniform: bool) -> StepBatch:
+def _build(
+    model_cfg: Any, lens: list[int], rng: random.Random, gen: torch.Generator, uniform: bool
+) -> StepBatch:
     slots = rng.sample(range(model_cfg.num_slots), len(lens))
     ids, pos, slot_ids = [], [], []
     for slot, length in zip(slots, lens):
@@ -50,11 +66,15 @@ def _build(model_cfg: Any, lens: list[int], rng: random.Random, gen: torch.Gener
         slot_ids.extend([slot] * length)
     n = sum(lens)
     ids = torch.randint(0, model_cfg.vocab_size, (n,), generator=gen)
-    return StepBatch(ids, torch.tensor(pos, dtype=torch.long), torch.tensor(slot_ids, dtype=torch.long),
-                     uniform, tuple(lens))
+    tokens = torch.stack(
+        (ids, torch.tensor(pos, dtype=torch.long), torch.tensor(slot_ids, dtype=torch.long))
+    )
+    return StepBatch(tokens, uniform, tuple(lens))
 
 
-def make_decode_batch(model_cfg: Any, num_tokens: int, query_len: int = 1, *, seed: int = 0) -> StepBatch:
+def make_decode_batch(
+    model_cfg: Any, num_tokens: int, query_len: int = 1, *, seed: int = 0
+) -> StepBatch:
     """A uniform-decode batch: ``num_tokens // query_len`` requests of ``query_len`` tokens.
 
     Requests get distinct random slots and random positions; token ids are random.
@@ -77,7 +97,9 @@ def make_decode_batch(model_cfg: Any, num_tokens: int, query_len: int = 1, *, se
     return _build(model_cfg, [query_len] * num_reqs, rng, gen, uniform=True)
 
 
-def make_mixed_batch(model_cfg: Any, num_tokens: int, *, seed: int = 0, max_num_reqs: int | None = None) -> StepBatch:
+def make_mixed_batch(
+    model_cfg: Any, num_tokens: int, *, seed: int = 0, max_num_reqs: int | None = None
+) -> StepBatch:
     """A batch of single-token decodes followed by prefill chunks (at least one when
     ``num_tokens`` >= 2), requests in distinct random slots at random positions."""
     _check_count("num_tokens", num_tokens)
@@ -90,7 +112,9 @@ def make_mixed_batch(model_cfg: Any, num_tokens: int, *, seed: int = 0, max_num_
             "use fewer tokens or a model preset with more slots or a longer max_seq_len"
         )
     rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
-    num_reqs = rng.randint(min_reqs, max(min_reqs, min(max_reqs, num_tokens - 1) if num_tokens > 1 else 1))
+    num_reqs = rng.randint(
+        min_reqs, max(min_reqs, min(max_reqs, num_tokens - 1) if num_tokens > 1 else 1)
+    )
     # chunked requests: enough to hold the extra tokens, at least one
     extra = num_tokens - num_reqs
     num_chunks = max(1 if extra else 0, -(-extra // (seq - 1)) if seq > 1 else 0)

@@ -118,7 +118,11 @@ class CUDAGraphWrapper:
 
     # ----- capture --------------------------------------------------------------------------
     def _capture(
-        self, desc: BatchDescriptor | None, allowed: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        desc: BatchDescriptor | None,
+        allowed: bool,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         if desc is None:
             raise RuntimeError(
@@ -138,12 +142,19 @@ class CUDAGraphWrapper:
         warmup_s = time.perf_counter() - start
         graph = self.backend.capture(lambda: self.runnable(*args, **kwargs))
         self.entries[desc] = GraphEntry(
-            desc, graph, _tensor_addresses(args, kwargs), graph.capture_s, warmup_s,
-            graph.pool_bytes, order=len(self.entries),
+            desc,
+            graph,
+            _tensor_addresses(args, kwargs),
+            graph.capture_s,
+            warmup_s,
+            graph.pool_bytes,
+            order=len(self.entries),
         )
         return graph.output
 
-    def _check_addresses(self, entry: GraphEntry, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _check_addresses(
+        self, entry: GraphEntry, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         now = _tensor_addresses(args, kwargs)
         if now != entry.input_addresses:
             bad = [i for i, (a, b) in enumerate(zip(now, entry.input_addresses)) if a != b]

@@ -15,7 +15,9 @@ SIZES = [1, 2, 4, 8]
 def make_runner(mode="FULL", sizes=SIZES, attention="general", seed=0, **config):
     model = build_toy_model(TINY.replace(attention=attention), seed=seed)
     model.fill_kv_cache_(seed + 1)
-    config = GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=TINY.num_slots, **config)
+    config = GraphConfig(
+        cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=TINY.num_slots, **config
+    )
     return GraphRunner(model, config)
 
 
@@ -50,7 +52,9 @@ def test_replay_equals_eager_for_every_size_decode_and_mixed(mode):
             torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
             assert_real_slots_equal(caches, ref_caches, dummy)
     replays = sum(w.num_replays for w in runner.wrappers)
-    expected = {"NONE": 0, "FULL": 16, "FULL_DECODE_ONLY": 8}[mode]  # n <= 8: both kinds / decodes only
+    expected = {"NONE": 0, "FULL": 16, "FULL_DECODE_ONLY": 8}[
+        mode
+    ]  # n <= 8: both kinds / decodes only
     assert replays == expected
 
 
@@ -123,7 +127,9 @@ def test_after_capture_all_a_new_key_raises_and_lazy_capture_works_before():
 
 
 def test_full_with_uniform_attention_lowers_to_decode_only():
-    runner = make_runner("FULL", attention="uniform", num_speculative_tokens=1, sizes=[2, 4, 8], splitting_ops=[])
+    runner = make_runner(
+        "FULL", attention="uniform", num_speculative_tokens=1, sizes=[2, 4, 8], splitting_ops=[]
+    )
     assert runner.cudagraph_mode is M.FULL_DECODE_ONLY
     runner.capture_all(progress=False)
     assert all(d.uniform and d.num_reqs == d.num_tokens // 2 for _, d in runner.captured_keys)
@@ -159,7 +165,9 @@ def test_bad_inputs():
 
 def test_debug_runner_replays_with_matching_addresses():
     model = build_toy_model("toy-tiny")
-    runner = GraphRunner(model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES), debug=True)
+    runner = GraphRunner(
+        model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES), debug=True
+    )
     runner.capture_all(progress=False)
     for n in (3, 8):
         runner.execute_batch(runner.make_mixed_batch(n, seed=n))
@@ -172,7 +180,9 @@ def test_debug_runner_replays_with_matching_addresses():
 def test_cuda_runner_replay_equals_eager():
     model = build_toy_model("toy-tiny", device="cuda")
     model.fill_kv_cache_(1)
-    runner = GraphRunner(model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES, max_num_seqs=16))
+    runner = GraphRunner(
+        model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES, max_num_seqs=16)
+    )
     assert runner.backend.name == "cuda"
     report = runner.capture_all(progress=False)
     assert (report["pool_bytes"] >= 0).all()
@@ -185,3 +195,25 @@ def test_cuda_runner_replay_equals_eager():
             cache.copy_(saved)
         out = runner.execute(ids, pos, slots)
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_packed_and_separate_inputs_give_the_same_step():
+    runner = make_runner("FULL")
+    batch = runner.make_mixed_batch(6, seed=4)
+    start = [c.clone() for c in runner.model.kv_caches()]
+    packed = runner.execute_packed(batch.tokens).clone()
+    for cache, saved in zip(runner.model.kv_caches(), start):
+        cache.copy_(saved)
+    separate = runner.execute(batch.input_ids, batch.positions, batch.slots).clone()
+    torch.testing.assert_close(packed, separate)
+    with pytest.raises(ValueError, match=r"\[3, num_tokens\]"):
+        runner.execute_packed(batch.tokens[:2])
+
+
+def test_steps_above_the_largest_capture_run_eagerly_on_the_inputs():
+    runner = make_runner("FULL", sizes=[1, 2])
+    batch = runner.make_mixed_batch(5, seed=1)
+    ref, out, ref_caches, caches = eager_then_runner(runner, batch)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert_real_slots_equal(caches, ref_caches, runner.model.dummy_slot)
+    assert runner.captured_keys == [] and runner.wrappers[0].num_bypasses == 1

@@ -17,7 +17,9 @@ def _qkv(n, seed, cfg=TINY):
     q = torch.randn(n, cfg.num_heads, cfg.head_dim, generator=gen)
     k = torch.randn(n, cfg.num_kv_heads, cfg.head_dim, generator=gen)
     v = torch.randn(n, cfg.num_kv_heads, cfg.head_dim, generator=gen)
-    cache = torch.randn(2, cfg.num_slots + 1, cfg.max_seq_len, cfg.num_kv_heads, cfg.head_dim, generator=gen)
+    cache = torch.randn(
+        2, cfg.num_slots + 1, cfg.max_seq_len, cfg.num_kv_heads, cfg.head_dim, generator=gen
+    )
     return q, k, v, cache
 
 
@@ -39,7 +41,9 @@ def test_uniform_op_uses_its_decode_kernel_only_for_uniform_keys(q_len):
     ref = attention_reference(q, k, v, cache.clone(), batch.positions, batch.slots, 0.3)
     key = BatchDescriptor(4 * q_len, 4, uniform=True)
     with set_forward_context(CUDAGraphMode.FULL, key):
-        out = torch.ops.cgdispatch.attention_uniform(q, k, v, cache.clone(), batch.positions, batch.slots, 0.3)
+        out = torch.ops.cgdispatch.attention_uniform(
+            q, k, v, cache.clone(), batch.positions, batch.slots, 0.3
+        )
     torch.testing.assert_close(out, ref)
     mixed = make_mixed_batch(TINY, 9, seed=6)  # no uniform key: the general kernel
     q, k, v, cache = _qkv(9, 6)
@@ -68,7 +72,8 @@ def test_one_mixed_step_equals_each_request_run_alone():
         torch.testing.assert_close(cache, ref, atol=1e-5, rtol=1e-5)
 
 
-def test_compiles_in_one_graph_with_attention_as_opaque_nodes():
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiles_in_one_graph_with_attention_as_opaque_nodes(dynamic):
     model = build_toy_model("toy-tiny", seed=1)
     graphs = []
 
@@ -76,16 +81,18 @@ def test_compiles_in_one_graph_with_attention_as_opaque_nodes():
         graphs.append(gm)
         return gm.forward
 
-    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
-    batch = make_mixed_batch(TINY, 6, seed=2)
-    model.fill_kv_cache_(0)
-    ref = model(batch.input_ids, batch.positions, batch.slots)
-    model.fill_kv_cache_(0)
-    out = compiled(batch.input_ids, batch.positions, batch.slots)
-    torch.testing.assert_close(out, ref)
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
+    for n in (6, 11) if dynamic else (6,):  # dynamic: one graph serves every num_tokens
+        batch = make_mixed_batch(TINY, n, seed=2)
+        inputs = [t.clone() for t in (batch.input_ids, batch.positions, batch.slots)]
+        model.fill_kv_cache_(0)
+        ref = model(*inputs)
+        model.fill_kv_cache_(0)
+        torch.testing.assert_close(compiled(*inputs), ref)
     assert len(graphs) == 1
     attn = [n for n in graphs[0].graph.nodes if "cgdispatch" in str(n.target)]
     assert len(attn) == TINY.num_layers
+    assert {n.target._qualified_op_name for n in attn} == {"cgdispatch::attention"}
 
 
 def test_attention_support_and_presets():
@@ -95,16 +102,29 @@ def test_attention_support_and_presets():
     assert {"toy-tiny", "toy-small", "toy-1b"} <= set(PRESETS)
     assert PRESETS["toy-1b"].hidden_size == 2048 and PRESETS["toy-1b"].num_layers == 16
     model = build_toy_model("toy-tiny", dtype="bfloat16")
-    assert model.embed.weight.dtype == torch.bfloat16 and model.kv_caches()[0].dtype == torch.bfloat16
+    assert (
+        model.embed.weight.dtype == torch.bfloat16 and model.kv_caches()[0].dtype == torch.bfloat16
+    )
     assert model.rope_cos.dtype == torch.float32
     assert model.dummy_slot == TINY.num_slots
-    assert model.kv_caches()[0].shape == (2, TINY.num_slots + 1, TINY.max_seq_len, TINY.num_kv_heads, TINY.head_dim)
+    assert model.kv_caches()[0].shape == (
+        2,
+        TINY.num_slots + 1,
+        TINY.max_seq_len,
+        TINY.num_kv_heads,
+        TINY.head_dim,
+    )
 
 
 @pytest.mark.parametrize(
     "changes, match",
-    [({"num_heads": 3}, "multiple of num_heads"), ({"attention": "flash"}, "unknown"),
-     ({"dtype": "int8"}, "unknown"), ({"num_slots": 0}, "num_slots"), ({"hidden_size": 12, "num_heads": 4, "num_kv_heads": 1}, "even head_dim")],
+    [
+        ({"num_heads": 3}, "multiple of num_heads"),
+        ({"attention": "flash"}, "unknown"),
+        ({"dtype": "int8"}, "unknown"),
+        ({"num_slots": 0}, "num_slots"),
+        ({"hidden_size": 12, "num_heads": 4, "num_kv_heads": 1}, "even head_dim"),
+    ],
 )
 def test_bad_model_config(changes, match):
     with pytest.raises(ValueError, match=match):

@@ -135,8 +135,10 @@ def test_nested_wrappers_each_act_only_in_their_own_mode():
 def test_capture_switched_off_raises_naming_the_key():
     wrapper = CUDAGraphWrapper(Counted(), M.FULL, "cpu")
     key = BatchDescriptor(7, 7)
-    with pytest.raises(RuntimeError, match=r"num_tokens=7.*switched off"), \
-            set_forward_context(M.FULL, key, allow_capture=False):
+    with (
+        pytest.raises(RuntimeError, match=r"num_tokens=7.*switched off"),
+        set_forward_context(M.FULL, key, allow_capture=False),
+    ):
         wrapper(fresh((7, 6), 1), fresh((6,), 2))
     assert wrapper.captured_keys == []
 
@@ -174,9 +176,11 @@ def test_stats_frame_lists_captures_in_order():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"runtime_mode": M.NONE}, "NONE needs no wrapper"),
-     ({"runtime_mode": M.FULL_AND_PIECEWISE}, "FULL or CUDAGraphMode.PIECEWISE"),
-     ({"runtime_mode": M.FULL, "num_warmups": -1}, "num_warmups")],
+    [
+        ({"runtime_mode": M.NONE}, "NONE needs no wrapper"),
+        ({"runtime_mode": M.FULL_AND_PIECEWISE}, "FULL or CUDAGraphMode.PIECEWISE"),
+        ({"runtime_mode": M.FULL, "num_warmups": -1}, "num_warmups"),
+    ],
 )
 def test_bad_wrapper_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -215,3 +219,16 @@ def test_cuda_graphs_replay_equals_eager_and_share_one_pool():
             torch.testing.assert_close(wrapper(x), torch.relu(x @ w))
     assert wrapper.num_replays == 2 and backend.num_graphs == 2
     assert all(e.pool_bytes is not None for e in wrapper.entries.values())
+
+
+def test_capture_session_freezes_and_restores_the_garbage_collector():
+    import gc
+
+    backend = CpuReplayBackend()
+    assert gc.isenabled()
+    with backend.capture_session():
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with pytest.raises(KeyError), backend.capture_session():
+        raise KeyError("capture failed")
+    assert gc.isenabled() and gc.get_freeze_count() == 0

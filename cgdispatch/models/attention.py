@@ -28,13 +28,21 @@ __all__ = ["attention", "attention_uniform", "attention_reference"]
 _LIB = "cgdispatch"
 
 
-def _write_kv(k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+def _write_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    positions: torch.Tensor,
+    slots: torch.Tensor,
+) -> None:
     # kv_cache: [2, num_slots + 1, max_seq_len, n_kv_heads, head_dim]; k, v: [T, n_kv, D]
     kv_cache[0].index_put_((slots, positions), k)
     kv_cache[1].index_put_((slots, positions), v)
 
 
-def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scale: float) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, scale: float
+) -> torch.Tensor:
     """q [..., Hkv, G, D], keys/values [..., L, Hkv, D], visible [..., L] -> [..., Hkv, G, D]."""
     scores = torch.einsum("...kgd,...lkd->...kgl", q.float(), keys.float()) * scale
     scores = scores.masked_fill(~visible[..., None, None, :], float("-inf"))
@@ -49,7 +57,9 @@ def _general(q, k, v, kv_cache, positions, slots, scale):  # noqa: ANN001, ANN20
     keys, values = kv_cache[0, slots], kv_cache[1, slots]  # [T, L, Hkv, D]
     cache_pos = torch.arange(kv_cache.shape[2], device=q.device)
     visible = cache_pos[None, :] <= positions[:, None]  # [T, L]
-    out = _attend(q.view(num_tokens, n_kv, num_heads // n_kv, head_dim), keys, values, visible, scale)
+    out = _attend(
+        q.view(num_tokens, n_kv, num_heads // n_kv, head_dim), keys, values, visible, scale
+    )
     return out.reshape(num_tokens, num_heads, head_dim)
 
 
@@ -68,8 +78,13 @@ def _uniform(q, k, v, kv_cache, positions, slots, scale, num_reqs):  # noqa: ANN
 
 @torch.library.custom_op(f"{_LIB}::attention", mutates_args=("kv_cache",))
 def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-    positions: torch.Tensor, slots: torch.Tensor, scale: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    positions: torch.Tensor,
+    slots: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
     """Write K/V of the step, then causal attention over each token's slot. q: [T, H, D]."""
     return _general(q, k, v, kv_cache, positions, slots, scale)
@@ -77,16 +92,21 @@ def attention(
 
 @torch.library.custom_op(f"{_LIB}::attention_uniform", mutates_args=("kv_cache",))
 def attention_uniform(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-    positions: torch.Tensor, slots: torch.Tensor, scale: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    positions: torch.Tensor,
+    slots: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
     """Like ``attention``; uses the per-request kernel when the context's key is uniform."""
     ctx = _context.get_forward_context()
     desc = None if ctx is None else ctx.batch_descriptor
     num_tokens = q.shape[0]
-    if desc is not None and desc.uniform and desc.num_reqs and desc.num_tokens == num_tokens:
-        if num_tokens % desc.num_reqs == 0:
-            return _uniform(q, k, v, kv_cache, positions, slots, scale, desc.num_reqs)
+    uniform = desc is not None and desc.uniform and bool(desc.num_reqs)
+    if uniform and desc.num_tokens == num_tokens and num_tokens % desc.num_reqs == 0:
+        return _uniform(q, k, v, kv_cache, positions, slots, scale, desc.num_reqs)
     return _general(q, k, v, kv_cache, positions, slots, scale)
 
 
@@ -101,8 +121,13 @@ def _attention_uniform_fake(q, k, v, kv_cache, positions, slots, scale):  # noqa
 
 
 def attention_reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-    positions: torch.Tensor, slots: torch.Tensor, scale: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    positions: torch.Tensor,
+    slots: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
     """Token-by-token loop with the same semantics (tests compare the ops against it)."""
     _write_kv(k, v, kv_cache, positions, slots)

@@ -49,8 +49,16 @@ class ToyConfig:
     dtype: str = "float32"  # "float32", "bfloat16" or "float16"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                     "intermediate_size", "num_slots", "max_seq_len"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "num_slots",
+            "max_seq_len",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
@@ -61,9 +69,13 @@ class ToyConfig:
                 "and num_heads a multiple of num_kv_heads"
             )
         if (self.hidden_size // self.num_heads) % 2:
-            raise ValueError(f"head_dim={self.head_dim} is invalid: rotary embeddings need an even head_dim")
+            raise ValueError(
+                f"head_dim={self.head_dim} is invalid: rotary embeddings need an even head_dim"
+            )
         if self.attention not in _ATTENTION:
-            raise ValueError(f"attention={self.attention!r} is unknown: use one of {sorted(_ATTENTION)}")
+            raise ValueError(
+                f"attention={self.attention!r} is unknown: use one of {sorted(_ATTENTION)}"
+            )
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is unknown: use one of {sorted(_DTYPES)}")
 
@@ -83,12 +95,29 @@ PRESETS: dict[str, ToyConfig] = {
     # tests: runs a step in about a millisecond on CPU
     "toy-tiny": ToyConfig(),
     # GPU sweeps up to 512 tokens; KV cache 4 layers x 513 slots x 256 positions
-    "toy-small": ToyConfig(vocab_size=8192, hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=4,
-                           intermediate_size=1408, num_slots=512, max_seq_len=256),
+    "toy-small": ToyConfig(
+        vocab_size=8192,
+        hidden_size=512,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=4,
+        intermediate_size=1408,
+        num_slots=512,
+        max_seq_len=256,
+    ),
     # Llama-3.2-1B-like shapes (hidden 2048, 16 layers, 32/8 heads, 8192 MLP, 128256 vocab)
-    "toy-1b": ToyConfig(vocab_size=128_256, hidden_size=2048, num_layers=16, num_heads=32, num_kv_heads=8,
-                        intermediate_size=8192, num_slots=512, max_seq_len=512, rope_theta=500_000.0,
-                        dtype="bfloat16"),
+    "toy-1b": ToyConfig(
+        vocab_size=128_256,
+        hidden_size=2048,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        intermediate_size=8192,
+        num_slots=512,
+        max_seq_len=512,
+        rope_theta=500_000.0,
+        dtype="bfloat16",
+    ),
 }
 
 
@@ -115,17 +144,29 @@ class Attention(nn.Module):
 
     def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(cfg.hidden_size, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, bias=False)
+        self.qkv = nn.Linear(
+            cfg.hidden_size, (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim, bias=False
+        )
         self.o_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
         self.op = _ATTENTION[cfg.attention][0]
         # [K|V, slots + dummy, positions, kv heads, head_dim]; written in place by the op
         shape = (2, cfg.num_slots + 1, cfg.max_seq_len, cfg.num_kv_heads, cfg.head_dim)
         self.register_buffer("kv_cache", torch.zeros(shape), persistent=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> torch.Tensor:
         num_tokens = x.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv(x).split([q_size, kv_size, kv_size], dim=-1)
@@ -144,8 +185,14 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin, positions, slots)
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(nn.functional.silu(gate) * up)
@@ -200,7 +247,9 @@ class ToyLM(nn.Module):
         for cache in self.kv_caches():
             cache.copy_(torch.randn(cache.shape, generator=gen, dtype=torch.float32))
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+    ) -> torch.Tensor:
         cos = self.rope_cos[positions].unsqueeze(1)  # [T, 1, D/2]
         sin = self.rope_sin[positions].unsqueeze(1)
         x = self.embed(input_ids)  # [T, hidden]
