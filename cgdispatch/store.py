@@ -108,7 +108,9 @@ KEY_COLUMNS: tuple[str, ...] = (
 
 
 class ResultStore:
-    """Sweep rows on disk (or in memory when ``path`` is None), keyed by :data:`KEY_COLUMNS`."""
+    """Sweep rows on disk (or in memory when ``path`` is None), keyed by :data:`KEY_COLUMNS`.
+
+    One writer at a time: opening a store deletes temporary files a killed writer left."""
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         if path is not None:
@@ -116,6 +118,8 @@ class ResultStore:
             if path.suffix not in (".csv", ".parquet"):
                 path = path / "results.csv"
             path.parent.mkdir(parents=True, exist_ok=True)
+            for stale in path.parent.glob(f".{path.name}.*"):  # a writer killed mid-write
+                stale.unlink(missing_ok=True)
         self.path: Path | None = path
         self._frame: pd.DataFrame | None = None
 

@@ -59,13 +59,14 @@ class SweepSpec:
     repeats: int = 10
     warmup: int = 2
     input_sets: int = 3  # random batches rotated through the timed runs
+    cpu_threads: int = 1  # intra-op threads on CPU: 1 keeps timings steady on shared machines
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
         set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
-        for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets"):
+        for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets", "cpu_threads"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
@@ -204,7 +205,30 @@ def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> 
 def iter_unit(
     spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
 ) -> Iterator[dict[str, Any]]:
-    """Rows of one (mode, ladder) unit, one per shape, each yielded as soon as it is timed."""
+    """Rows of one (mode, ladder) unit, one per shape, each yielded as soon as it is timed.
+
+    On CPU the unit runs with ``spec.cpu_threads`` intra-op threads (restored afterwards);
+    on CUDA the allocator cache is emptied afterwards so that units do not pile up memory.
+    """
+    import gc
+
+    import torch
+
+    threads = torch.get_num_threads()
+    if spec.device == "cpu":
+        torch.set_num_threads(spec.cpu_threads)
+    try:
+        yield from _unit_rows(spec, mode, ladder, shapes)
+    finally:
+        torch.set_num_threads(threads)
+        if spec.device.startswith("cuda") and torch.cuda.is_available():
+            gc.collect()
+            torch.cuda.empty_cache()
+
+
+def _unit_rows(
+    spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
+) -> Iterator[dict[str, Any]]:
     import torch
 
     from .config import GraphConfig
@@ -213,8 +237,6 @@ def iter_unit(
     from .runner import GraphRunner
 
     base = _base_row(spec, mode, ladder)
-    if spec.device == "cpu":
-        torch.set_num_threads(1)  # 2-core machines: intra-op threads fight other processes
     try:
         model = build_toy_model(spec.model, device=spec.device, dtype=spec.dtype)
         model.fill_kv_cache_(seed=0)
