@@ -20,12 +20,13 @@ matplotlib.use("Agg")  # files only; notebooks use cgdispatch.plots
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .store import load_reference, load_results  # noqa: E402
+from .store import load_captures, load_reference, load_results  # noqa: E402
 
 __all__ = [
     "speedup_figure",
     "model_speedup_figure",
     "memory_figure",
+    "memory_per_key_figure",
     "capture_figure",
     "memory_estimates",
     "write_report",
@@ -69,13 +70,16 @@ def speedup_figure(rows: pd.DataFrame) -> Figure:
 
 
 def memory_estimates(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFrame:
-    """Estimated shared-pool and separate-pools bytes per (model, dtype, mode, ladder) (model)."""
+    """Estimated shared-pool and separate-pools bytes per (model, dtype, mode, ladder) (model).
+
+    ``.attrs["per_key"]`` holds each unit's per-key estimate (``MemoryEstimate.per_key``
+    plus mode and ladder)."""
     from .config import GraphConfig
     from .memory import estimate_graph_memory
     from .models.toy import build_toy_model
 
     cols = ["model", "dtype", "mode", "ladder", "capture_sizes", "max_num_seqs"]
-    out = []
+    out, keys = [], []
     units = rows[cols].drop_duplicates()
     models: dict[tuple[str, str], Any] = {}
     for unit in units.itertuples(index=False):
@@ -90,6 +94,7 @@ def memory_estimates(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFr
         est = estimate_graph_memory(
             models[key], config.resolve(models[key].attention_cg_support), progress=progress
         )
+        keys.append(est.per_key.assign(mode=unit.mode, ladder=unit.ladder))
         out.append(
             {
                 **unit._asdict(),
@@ -99,7 +104,9 @@ def memory_estimates(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFr
                 "est_source": "model",
             }
         )
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    frame.attrs["per_key"] = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame()
+    return frame
 
 
 def memory_figure(rows: pd.DataFrame, estimates: pd.DataFrame) -> Figure:
@@ -138,22 +145,66 @@ def memory_figure(rows: pd.DataFrame, estimates: pd.DataFrame) -> Figure:
     return fig
 
 
-def capture_figure(rows: pd.DataFrame) -> Figure:
-    """Capture time per (mode, ladder): wall time of capturing every key."""
+def capture_figure(rows: pd.DataFrame, captures: pd.DataFrame | None = None) -> Figure:
+    """Capture time per (mode, ladder) (all keys, warm-ups included) and, when the sweep
+    stored per-key capture reports, the capture time of each key vs its num_tokens."""
     ok = rows[rows["capture_s"].notna()]
     table = ok.groupby(["mode", "ladder", "source"], as_index=False).agg(
         capture_s=("capture_s", "max"), num_graphs=("num_graphs", "max")
     )
-    fig = Figure(figsize=(max(6, 1.2 * len(table) + 2), 4), layout="constrained")
-    ax = fig.subplots()
+    per_key = captures is not None and len(captures) > 0
+    fig = Figure(figsize=(12 if per_key else max(6, 1.2 * len(table) + 2), 4), layout="constrained")
+    axes = fig.subplots(1, 2 if per_key else 1, squeeze=False)[0]
     labels = [
         f"{m}\n{ladder}\n{int(n)} graphs"
         for m, ladder, n in zip(table["mode"], table["ladder"], table["num_graphs"])
     ]
-    ax.bar(range(len(table)), table["capture_s"], color="tab:orange")
-    ax.set_xticks(range(len(table)), labels, fontsize=7)
-    ax.set_ylabel("capture time, s")
-    ax.set_title(f"Capture time by mode and ladder — source: {_sources(ok)}")
+    axes[0].bar(range(len(table)), table["capture_s"], color="tab:orange")
+    axes[0].set_xticks(range(len(table)), labels, fontsize=7)
+    axes[0].set_ylabel("capture time, s")
+    axes[0].set_title("all keys of a (mode, ladder)", fontsize=9)
+    if per_key:
+        for (mode, ladder, kind), part in captures.groupby(["mode", "ladder", "runtime_mode"]):
+            part = part.sort_values("num_tokens")
+            axes[1].plot(
+                part["num_tokens"],
+                part["capture_s"] * 1e3,
+                marker=".",
+                label=f"{mode} / {ladder}: {kind} keys",
+            )
+        axes[1].set_xlabel("num_tokens of the key")
+        axes[1].set_ylabel("graph capture, ms")
+        axes[1].set_title("each key (graph capture only)", fontsize=9)
+        axes[1].legend(fontsize=7)
+    fig.suptitle(f"Capture time — source: {_sources(ok)}")
+    return fig
+
+
+def memory_per_key_figure(captures: pd.DataFrame, per_key: pd.DataFrame) -> Figure:
+    """Per-key pool growth measured on a GPU against the estimate (``model``): one point per
+    key, the diagonal is a perfect estimate."""
+    cols = ["mode", "ladder", "runtime_mode", "num_tokens", "uniform"]
+    measured = captures[(captures["device"] == "cuda") & captures["pool_bytes"].notna()]
+    both = measured.merge(per_key, on=cols, how="inner")
+    fig = Figure(figsize=(5.5, 5), layout="constrained")
+    ax = fig.subplots()
+    for (mode, ladder), part in both.groupby(["mode", "ladder"]):
+        ax.scatter(
+            part["pool_increment_bytes"] / MIB,
+            part["pool_bytes"] / MIB,
+            s=12,
+            label=f"{mode} / {ladder}",
+        )
+    top = (
+        max(float(both[["pool_increment_bytes", "pool_bytes"]].max().max()) / MIB, 1e-3)
+        if len(both)
+        else 1
+    )
+    ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("estimated pool growth per key, MiB [model]")
+    ax.set_ylabel(f"measured pool growth per key, MiB [{_sources(measured)}]")
+    ax.legend(fontsize=7)
+    ax.set_title("Graph memory per key: estimate vs measurement", fontsize=10)
     return fig
 
 
@@ -223,7 +274,8 @@ def write_report(
     reference = load_reference()
     plotted = rows if reference is None else pd.concat([rows, reference], ignore_index=True)
     speedup_figure(plotted).savefig(out / "speedup.png", dpi=110)
-    capture_figure(rows).savefig(out / "capture.png", dpi=110)
+    captures = load_captures(results)
+    capture_figure(rows, captures).savefig(out / "capture.png", dpi=110)
     if len(rows):
         model_speedup_figure(rows).savefig(out / "speedup_model.png", dpi=110)
     estimates = (
@@ -231,6 +283,11 @@ def write_report(
     )
     if len(estimates):
         memory_figure(rows, estimates).savefig(out / "memory.png", dpi=110)
+    gpu_keys = captures[(captures["device"] == "cuda") & captures["pool_bytes"].notna()]
+    if len(estimates) and len(gpu_keys):
+        memory_per_key_figure(captures, estimates.attrs["per_key"]).savefig(
+            out / "memory_per_key.png", dpi=110
+        )
     ok, failed = rows[rows["status"] == "ok"], rows[rows["status"] != "ok"]
     lines = [
         "# cgdispatch sweep report",
@@ -253,6 +310,10 @@ def write_report(
         lines += [_markdown(summary), ""]
     lines += [
         "![speed-up](speedup.png)",
+        "",
+        "## Modelled speed-up on an H200 (source: `model`, not a measurement)",
+        "",
+        "![modelled speed-up](speedup_model.png)",
         "",
         "## Capture time",
         "",
@@ -283,6 +344,8 @@ def write_report(
             "![graph memory](memory.png)",
             "",
         ]
+        if len(gpu_keys):
+            lines += ["![graph memory per key](memory_per_key.png)", ""]
     if len(failed):
         errors = failed.groupby(["mode", "ladder", "error"], as_index=False).size()
         lines += ["## Failed points", "", _markdown(errors), ""]

@@ -107,6 +107,30 @@ KEY_COLUMNS: tuple[str, ...] = (
 )
 
 
+# One row per captured key (the runner's capture report), in ``captures.csv`` next to the rows.
+CAPTURE_COLUMNS: tuple[str, ...] = (
+    "sweep",
+    "model",
+    "dtype",
+    "device",
+    "device_name",
+    "mode",
+    "ladder",
+    "capture_sizes",
+    "max_num_seqs",
+    "runtime_mode",
+    "num_tokens",
+    "num_reqs",
+    "uniform",
+    "num_graphs",
+    "capture_s",
+    "step_s",
+    "pool_bytes",
+    "source",
+)
+_UNIT_COLUMNS = ("model", "dtype", "device", "mode", "ladder", "capture_sizes")
+
+
 class ResultStore:
     """Sweep rows on disk (or in memory when ``path`` is None), keyed by :data:`KEY_COLUMNS`.
 
@@ -118,8 +142,9 @@ class ResultStore:
             if path.suffix not in (".csv", ".parquet"):
                 path = path / "results.csv"
             path.parent.mkdir(parents=True, exist_ok=True)
-            for stale in path.parent.glob(f".{path.name}.*"):  # a writer killed mid-write
-                stale.unlink(missing_ok=True)
+            for name in (path.name, f"captures{path.suffix}"):  # a writer killed mid-write
+                for stale in path.parent.glob(f".{name}.*"):
+                    stale.unlink(missing_ok=True)
         self.path: Path | None = path
         self._frame: pd.DataFrame | None = None
 
@@ -148,6 +173,23 @@ class ResultStore:
         self._frame = frame
         if self.path is not None:
             _write_atomic(frame, self.path)
+
+    @property
+    def captures_path(self) -> Path | None:
+        return None if self.path is None else self.path.with_name(f"captures{self.path.suffix}")
+
+    def append_captures(self, rows: list[dict[str, Any]]) -> None:
+        """Store one unit's capture report (replacing that unit's earlier report)."""
+        if not rows or self.captures_path is None:
+            return
+        new = pd.DataFrame(rows).reindex(columns=list(CAPTURE_COLUMNS))
+        old = load_captures(self.captures_path)
+        unit = row_key(tuple(rows[0][c] for c in _UNIT_COLUMNS))
+        if len(old):
+            keys = old[list(_UNIT_COLUMNS)].apply(lambda r: row_key(tuple(r)), axis=1)
+            old = old[keys != unit]
+        frame = new if old.empty else pd.concat([old, new], ignore_index=True)
+        _write_atomic(frame, self.captures_path)
 
     def save_spec(self, spec: dict[str, Any]) -> None:
         """Write the sweep spec next to the table (``spec.json``; one per sweep name)."""
@@ -210,6 +252,25 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def load_captures(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Per-key capture rows (:data:`CAPTURE_COLUMNS`) of a store directory or captures file;
+    empty when the sweep wrote none."""
+    path = Path(path)
+    if path.is_dir():
+        path = next(
+            (
+                path / f"captures{s}"
+                for s in (".csv", ".parquet")
+                if (path / f"captures{s}").exists()
+            ),
+            path / "captures.csv",
+        )
+    if not path.exists():
+        return pd.DataFrame(columns=list(CAPTURE_COLUMNS))
+    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    return frame.reindex(columns=list(CAPTURE_COLUMNS))
 
 
 def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:

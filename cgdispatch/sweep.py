@@ -257,6 +257,8 @@ def _unit_rows(
         for n, uniform in shapes:
             yield _failed(base, n, uniform, err)
         return
+    for rec in report.to_dict("records"):  # per-key capture cost, stored apart from the rows
+        yield {**base, **rec, "runtime_mode": rec["mode"], "mode": mode, "_table": "captures"}
     base.update(
         resolved_mode=str(runner.cudagraph_mode),
         num_graphs=len(report),
@@ -355,7 +357,14 @@ def run_sweep(
     ) as bar:
         if executor is None:
             for mode, ladder, shapes in todo:
+                captures = []
                 for row in iter_unit(spec, mode, ladder, shapes):
+                    if row.pop("_table", None):
+                        captures.append(row)
+                        continue
+                    if captures:
+                        store.append_captures(captures)
+                        captures = []
                     store.append([row])
                     bar.update(1)
         else:
@@ -367,6 +376,9 @@ def run_sweep(
                 except Exception as err:  # noqa: BLE001 - a worker died: record, go on
                     base = _base_row(spec, mode, ladder)
                     rows = [_failed(base, n, u, err) for n, u in shapes]
+                captures = [r for r in rows if r.pop("_table", None)]
+                rows = [r for r in rows if "status" in r]  # capture records have no status
+                store.append_captures(captures)
                 store.append(rows)
                 bar.update(len(rows))
     frame = store.load()

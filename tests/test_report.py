@@ -19,7 +19,7 @@ from cgdispatch.report import (
     speedup_figure,
     write_report,
 )
-from cgdispatch.store import ResultStore
+from cgdispatch.store import ResultStore, load_captures
 from cgdispatch.sweep import SweepSpec, run_sweep
 
 SPEC = SweepSpec(
@@ -76,7 +76,10 @@ def test_figures_label_their_sources(swept: Path) -> None:
     assert (
         "measured (CPU)" in titles(speed) and len(speed.axes[0].lines) == 2 + 1
     )  # 2 ok units + y=1
-    assert "measured (CPU)" in titles(capture_figure(rows))
+    captures = load_captures(swept)
+    capture = capture_figure(rows, captures)
+    assert "measured (CPU)" in titles(capture) and len(capture.axes) == 2  # per-key panel
+    assert sum(len(line.get_xdata()) for line in capture.axes[1].lines) == len(captures)
     modelled = model_speedup_figure(rows)
     assert "model (H200 SXM)" in titles(modelled) and "measured" not in titles(modelled)
     assert len(modelled.axes[0].lines) == 2 + 1  # FULL and PIECEWISE + y=1

@@ -16,7 +16,15 @@ import pandas as pd
 import pytest
 
 from cgdispatch import CudagraphDispatcher, GraphConfig
-from cgdispatch.store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_reference, load_results
+from cgdispatch.store import (
+    CAPTURE_COLUMNS,
+    KEY_COLUMNS,
+    SWEEP_COLUMNS,
+    ResultStore,
+    load_captures,
+    load_reference,
+    load_results,
+)
 from cgdispatch.sweep import SweepSpec, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +74,17 @@ def test_rows_follow_the_dispatcher_and_failures_are_recorded(tiny) -> None:
     assert (piecewise["status"] == "failed").all() and piecewise["error"].str.contains(
         "piecewise"
     ).all()
+
+
+def test_each_captured_key_is_stored_largest_first(tiny) -> None:
+    _, out = tiny
+    captures = load_captures(out)
+    assert list(captures.columns) == list(CAPTURE_COLUMNS)
+    assert captures["mode"].tolist() == ["FULL", "FULL"]  # the refused mode captured nothing
+    assert captures["num_tokens"].tolist() == [8, 2] and (captures["runtime_mode"] == "FULL").all()
+    assert (captures["capture_s"] >= 0).all() and captures[
+        "pool_bytes"
+    ].isna().all()  # CPU: no pool
 
 
 def test_rerun_skips_ok_points_and_retries_failed_ones(tiny) -> None:
