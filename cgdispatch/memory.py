@@ -216,12 +216,19 @@ class MemoryEstimate:
         """How many times smaller one shared pool is than separate pools."""
         return self.separate_pools_bytes / self.shared_pool_bytes if self.shared_pool_bytes else 1.0
 
+    def pool_bytes(self, keep_outputs: bool) -> int:
+        """The shared pool under the other output policy too (see the module docstring)."""
+        peaks, outputs = self.graphs["peak_bytes"].tolist(), self.graphs["output_bytes"].tolist()
+        return shared_pool_bytes(peaks, outputs, keep_outputs)[0]
+
     def summary(self) -> str:
         mib = 1 << 20
+        other = "weak (vLLM)" if self.keep_outputs else "kept"
         return (
             f"{len(self.per_key)} keys, {len(self.graphs)} graphs: shared pool "
             f"{self.shared_pool_bytes / mib:.2f} MiB ({self.shared_pool_segment_bytes / mib:.0f} MiB "
-            f"in 2 MiB segments), separate pools {self.separate_pools_bytes / mib:.2f} MiB "
+            f"in 2 MiB segments; {self.pool_bytes(not self.keep_outputs) / mib:.2f} MiB with "
+            f"{other} outputs), separate pools {self.separate_pools_bytes / mib:.2f} MiB "
             f"({self.reuse_saving_x:.1f}x more) [{self.source}]"
         )
 
@@ -300,7 +307,7 @@ def estimate_graph_memory(
         "output_bytes",
         "num_allocs",
     ]
-    graphs = pd.DataFrame(rows, columns=cols)
+    graphs = pd.DataFrame(rows, columns=cols).astype({"num_reqs": "Int64"})
     pool, increments = shared_pool_bytes(
         graphs["peak_bytes"].tolist(), graphs["output_bytes"].tolist(), keep_outputs
     )

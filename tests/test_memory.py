@@ -178,3 +178,22 @@ def test_toy_lm_full_and_piecewise_match_hand_sizes() -> None:
         r(t * cfg.vocab_size * 4) for t in sorted(sizes, reverse=True)
     ]
     assert pw.separate_pools_bytes > pw.shared_pool_bytes > 0
+
+
+def test_weak_outputs_policy_is_the_largest_peak() -> None:
+    hidden, sizes = 16, [2, 6, 12]
+    cfg = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=sizes)
+    kept = estimate_graph_memory(MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1)
+    weak = estimate_graph_memory(
+        MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1, keep_outputs=False
+    )
+    assert (
+        weak.shared_pool_bytes == hand_mlp(max(sizes), hidden, 4, 1)[0]
+    )  # vLLM: largest peak only
+    assert (
+        kept.pool_bytes(False) == weak.shared_pool_bytes
+        and weak.pool_bytes(True) == kept.shared_pool_bytes
+    )
+    assert kept.per_key["num_reqs"].tolist() == sorted(
+        sizes, reverse=True
+    )  # FULL keys: num_reqs = size
