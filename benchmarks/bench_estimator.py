@@ -38,7 +38,9 @@ def main() -> None:
             model(*toy_inputs(model, BatchDescriptor(n)))
         eager_s = time.perf_counter() - start
 
-    print(f"{args.model}, {args.mode}, {len(sizes)} sizes ({len(est.per_key)} keys, {len(est.graphs)} graphs)")
+    print(
+        f"{args.model}, {args.mode}, {len(sizes)} sizes ({len(est.per_key)} keys, {len(est.graphs)} graphs)"
+    )
     print(f"  memory estimate (fake tensors):  {estimate_s:6.2f} s   target < 10 s")
     print(f"  eager CPU forward, every size:   {eager_s:6.2f} s   (baseline, same run)")
     print(f"  ratio estimate / eager:          {estimate_s / eager_s:6.2f}     target < 0.33")

@@ -61,6 +61,7 @@ SWEEP_COLUMNS: dict[str, str] = {
     "graph_capture_s": "time inside graph capture only (sum over keys)",
     "pool_bytes": "graph-pool bytes reserved by the capture (CUDA; empty on CPU)",
     "peak_allocated_bytes": "peak allocated bytes during the capture (CUDA; empty on CPU)",
+    "peak_reserved_bytes": "peak reserved bytes during the capture (CUDA; empty on CPU)",
     "repeats": "timed runs per median",
     "status": "ok or failed",
     "error": "the error of a failed point ('' when ok)",
@@ -93,6 +94,7 @@ _INTEGER = {
     "num_graphs",
     "pool_bytes",
     "peak_allocated_bytes",
+    "peak_reserved_bytes",
     "repeats",
 }
 KEY_COLUMNS: tuple[str, ...] = (

@@ -268,6 +268,7 @@ def _unit_rows(
         graph_capture_s=float(report["capture_s"].sum()),
         pool_bytes=None if memory is None else memory.pool_bytes,
         peak_allocated_bytes=None if memory is None else memory.peak_allocated_bytes,
+        peak_reserved_bytes=None if memory is None else memory.peak_reserved_bytes,
     )
     for n, uniform in shapes:
         try:
