@@ -50,6 +50,16 @@ _LAZY: dict[str, str] = {
     "predict_step": "costmodel",
     "predict_frame": "costmodel",
     "calibrate": "costmodel",
+    "toy_profiles": "costmodel",
+    "SweepSpec": "sweepspec",
+    "SWEEP_PRESETS": "sweepspec",
+    "run_sweep": "sweep",
+    "SWEEP_COLUMNS": "store",
+    "ResultStore": "store",
+    "load_results": "store",
+    "load_captures": "store",
+    "load_reference": "store",
+    "write_report": "report",
 }
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Sweeps: time and size graphs over modes x capture-size ladders x batch shapes, resumably.
 
-A :class:`SweepSpec` names a toy-model preset, dtype, device, modes, ladders and shapes.
+A :class:`~cgdispatch.sweepspec.SweepSpec` names a toy-model preset, dtype, device, modes, ladders and shapes.
 :func:`run_sweep` runs one *unit* per (mode, ladder): build the model and a
 :class:`~cgdispatch.runner.GraphRunner`, capture every key (timed, pool bytes on CUDA),
 then time each shape eagerly and through the graphs; one row per (mode, ladder, shape)
@@ -14,17 +14,14 @@ soon as the runner supports them.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 
-from .ladders import ENGINE_LADDERS
-from .modes import CUDAGraphMode
 from .store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_results, row_key
+from .sweepspec import SWEEP_PRESETS, SweepSpec
 
 __all__ = [
     "SweepSpec",
@@ -36,133 +33,6 @@ __all__ = [
     "load_results",
 ]
 
-BATCH_KINDS = ("decode", "mixed")
-
-
-@dataclass(frozen=True)
-class SweepSpec:
-    """What to sweep. ``ladders`` maps a name to sizes, or to None for the engine ladder
-    of that name (``vllm``, ``sglang``, ``trtllm``, ``tgi``, ``pow2``, ``every``) up to
-    ``max_capture_size``. Shapes are ``num_tokens`` x ``batch_kinds`` (decode = uniform
-    decode with one token per request; mixed = decodes plus prefill chunks)."""
-
-    name: str = "custom"
-    model: str = "toy-tiny"  # a toy-model preset (cgdispatch.models.toy.PRESETS)
-    dtype: str = "float32"
-    device: str = "cpu"
-    modes: tuple[str, ...] = ("FULL",)
-    ladders: Mapping[str, Sequence[int] | None] = field(default_factory=lambda: {"pow2": None})
-    max_capture_size: int = 16
-    num_tokens: tuple[int, ...] = (1, 4, 16)
-    batch_kinds: tuple[str, ...] = BATCH_KINDS
-    max_num_seqs: int = 16
-    repeats: int = 10
-    warmup: int = 2
-    input_sets: int = 3  # random batches rotated through the timed runs
-    cpu_threads: int = 1  # intra-op threads on CPU: 1 keeps timings steady on shared machines
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        for mode in self.modes:
-            CUDAGraphMode.parse(mode)  # ValueError names the valid modes
-        set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
-        for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets", "cpu_threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
-        bad = [k for k in self.batch_kinds if k not in BATCH_KINDS]
-        if bad:
-            raise ValueError(f"batch_kinds {bad} are unknown: use {list(BATCH_KINDS)}")
-        if not self.num_tokens or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.num_tokens
-        ):
-            raise ValueError(f"num_tokens={self.num_tokens!r} is invalid: give integers >= 1")
-        set_(self, "num_tokens", tuple(self.num_tokens))
-        set_(self, "batch_kinds", tuple(self.batch_kinds))
-        set_(
-            self,
-            "ladders",
-            {name: self._ladder(name, sizes) for name, sizes in dict(self.ladders).items()},
-        )
-        if not self.ladders:
-            raise ValueError("ladders is empty: give at least one, e.g. {'vllm': None}")
-
-    def _ladder(self, name: str, sizes: Sequence[int] | None) -> tuple[int, ...]:
-        if sizes is None:
-            if name not in ENGINE_LADDERS:
-                raise ValueError(
-                    f"ladder {name!r} has no sizes and is not an engine ladder: give a list of "
-                    f"sizes or use one of {sorted(ENGINE_LADDERS)}"
-                )
-            return tuple(ENGINE_LADDERS[name](self.max_capture_size))
-        if isinstance(sizes, (str, bytes)) or not all(isinstance(s, int) and s >= 1 for s in sizes):
-            raise ValueError(f"ladder {name!r}={sizes!r} is invalid: give a list of integers >= 1")
-        return tuple(sorted(set(sizes)))
-
-    @property
-    def shapes(self) -> list[tuple[int, bool]]:
-        """(num_tokens, uniform_decode) of every shape, in sweep order."""
-        return [(n, kind == "decode") for kind in self.batch_kinds for n in self.num_tokens]
-
-    def units(self) -> list[tuple[str, str]]:
-        """(mode, ladder name) of every unit: one runner and one capture each."""
-        return [(mode, ladder) for mode in self.modes for ladder in self.ladders]
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["ladders"] = {k: list(v) for k, v in self.ladders.items()}
-        return out
-
-    def replace(self, **changes: Any) -> SweepSpec:
-        kwargs = self.to_dict()
-        kwargs.update(changes)
-        return SweepSpec(**kwargs)
-
-
-_GPU_MODES = ("FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")
-SWEEP_PRESETS: dict[str, SweepSpec] = {
-    # CPU, under a minute: toy-tiny, two ladders, piecewise recorded as failed until it lands
-    "smoke": SweepSpec(
-        name="smoke",
-        model="toy-tiny",
-        modes=("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
-        ladders={"pow2": None, "coarse": [4, 16]},
-        max_capture_size=16,
-        num_tokens=(1, 3, 8, 13),
-        max_num_seqs=16,
-        repeats=5,
-        warmup=2,
-    ),
-    # one H200, a few minutes: toy-small in bf16, vLLM's ladder against powers of two
-    "gpu-small": SweepSpec(
-        name="gpu-small",
-        model="toy-small",
-        dtype="bfloat16",
-        device="cuda",
-        modes=_GPU_MODES,
-        ladders={"vllm": None, "pow2": None},
-        max_capture_size=512,
-        num_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-        max_num_seqs=256,
-        repeats=20,
-        warmup=3,
-    ),
-    # one H200, under 8 minutes: Llama-3.2-1B shapes, four engine ladders, odd sizes too
-    "gpu-full": SweepSpec(
-        name="gpu-full",
-        model="toy-1b",
-        dtype="bfloat16",
-        device="cuda",
-        modes=_GPU_MODES,
-        ladders={"vllm": None, "sglang": None, "trtllm": None, "pow2": None},
-        max_capture_size=512,
-        num_tokens=(1, 3, 8, 17, 32, 64, 100, 128, 200, 256, 384, 512),
-        max_num_seqs=256,
-        repeats=20,
-        warmup=3,
-    ),
-}
-
 
 def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
     import torch
@@ -173,7 +43,7 @@ def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
         name, source = device_label(spec.device), source_label(spec.device)
     except Exception:  # noqa: BLE001 - a missing GPU is reported as the point's error
         name, source = spec.device, f"measured ({spec.device})"
-    sizes = spec.ladders[ladder]
+    sizes = spec.ladder_sizes(ladder)
     return {
         "sweep": spec.name,
         "model": spec.model,
@@ -242,7 +112,7 @@ def _unit_rows(
         model.fill_kv_cache_(seed=0)
         config = GraphConfig(
             cudagraph_mode=mode,
-            cudagraph_capture_sizes=list(spec.ladders[ladder]),
+            cudagraph_capture_sizes=list(spec.ladder_sizes(ladder)),
             max_num_seqs=spec.max_num_seqs,
         )
         runner = GraphRunner(model, config)

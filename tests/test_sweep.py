@@ -186,6 +186,20 @@ def test_store_replaces_by_key_and_writes_parquet(tmp_path: Path) -> None:
     )
 
 
+def test_engine_ladders_follow_the_max_and_lists_stay() -> None:
+    from cgdispatch.ladders import vllm_ladder
+
+    spec = SweepSpec(ladders={"vllm": None, "mine": [8, 2, 2]}, max_capture_size=64)
+    assert spec.ladder_sizes("vllm") == tuple(vllm_ladder(64)) and spec.ladder_sizes("mine") == (
+        2,
+        8,
+    )
+    smaller = spec.replace(max_capture_size=16)
+    assert smaller.ladder_sizes("vllm") == tuple(vllm_ladder(16)) and smaller.ladder_sizes(
+        "mine"
+    ) == (2, 8)
+
+
 def test_bad_specs_raise_value_error() -> None:
     with pytest.raises(ValueError, match="unknown"):
         SweepSpec(modes=("FAST",))
@@ -195,6 +209,8 @@ def test_bad_specs_raise_value_error() -> None:
         SweepSpec(batch_kinds=("prefill",))
     with pytest.raises(ValueError, match="num_tokens"):
         SweepSpec(num_tokens=(0,))
+    with pytest.raises(ValueError, match="integers"):
+        SweepSpec(ladders={"mine": [0, 4]})
     with pytest.raises(ValueError, match="preset"):
         run_sweep("nope")
 
