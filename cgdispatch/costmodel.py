@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .config import DEFAULT_SPLITTING_OPS
 from .memory import _tensors, fake_mode_for, is_splitting_op
 from .modes import CUDAGraphMode
 
@@ -82,6 +83,7 @@ _SKIP = {
     "aten::lift_fresh",
     "aten::_local_scalar_dense",
 }
+_GATHER = {"aten::embedding", "aten::index", "aten::index_select", "aten::gather"}
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -151,6 +153,9 @@ class _KernelCounter(TorchDispatchMode):
         split = is_splitting_op(func, self.splitting_ops)
         if split and name.startswith("cgdispatch::attention"):
             flops, nbytes = _attention_cost(args, self.context_len)
+        elif name in _GATHER:  # reads the gathered rows, not the whole table
+            flops = 0.0
+            nbytes = float(2 * sum(map(_nbytes, outs)) + sum(map(_nbytes, inputs[1:])))
         else:
             flops = _matmul_flops(name, args, out)
             nbytes = float(sum(map(_nbytes, inputs)) + sum(map(_nbytes, outs)))
@@ -163,11 +168,7 @@ def profile_step(
     model: Callable[..., Any],
     args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
     *,
-    splitting_ops: Sequence[str] = (
-        "cgdispatch::attention",
-        "cgdispatch::attention_uniform",
-        "aten::scaled_dot_product_attention",
-    ),
+    splitting_ops: Sequence[str] = DEFAULT_SPLITTING_OPS,
     context_len: int | None = None,
 ) -> StepProfile:
     """Count the kernels of ``model(*args)`` on fake tensors (no real compute or memory).

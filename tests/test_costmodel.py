@@ -198,3 +198,11 @@ def test_toy_lm_attention_is_eager_in_piecewise_by_hand() -> None:
     full = predict_step(prof, "FULL", spec)
     assert full["host_ms"] == pytest.approx((spec.step_overhead_us + spec.graph_launch_us) / 1e3)
     assert eager["step_ms"] > pw["step_ms"] >= full["step_ms"]  # a tiny step is launch-bound
+
+
+def test_a_gather_reads_its_rows_not_the_whole_table() -> None:
+    table = nn.Embedding(5000, 32)
+    ids = torch.randint(0, 5000, (7,))
+    prof = profile_step(table, lambda: (ids,))
+    assert prof.names == ("aten::embedding",)
+    assert prof.bytes.tolist() == [2 * 7 * 32 * 4 + 7 * 8]  # rows read + written, int64 ids
