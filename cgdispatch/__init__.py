@@ -51,6 +51,7 @@ _LAZY: dict[str, str] = {
     "predict_frame": "costmodel",
     "calibrate": "costmodel",
     "toy_profiles": "costmodel",
+    "calibrate_rows": "costmodel",
     "SweepSpec": "sweepspec",
     "SWEEP_PRESETS": "sweepspec",
     "run_sweep": "sweep",

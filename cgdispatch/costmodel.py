@@ -43,6 +43,7 @@ __all__ = [
     "predict_frame",
     "calibrate",
     "toy_profiles",
+    "calibrate_rows",
 ]
 
 
@@ -350,3 +351,21 @@ def toy_profiles(
         )
         for n in sizes
     }
+
+
+def calibrate_rows(rows: pd.DataFrame, spec: DeviceSpec, **kwargs: Any) -> DeviceSpec:
+    """:func:`calibrate` on sweep rows of one toy-model preset (``status == "ok"``), with
+    kernel profiles built on meta tensors at every num_tokens and padded size."""
+    from .models.toy import build_toy_model
+
+    ok = rows[rows["status"] == "ok"].dropna(subset=["eager_ms", "graph_ms"])
+    presets = ok[["model", "dtype"]].drop_duplicates()
+    if len(presets) != 1:
+        raise ValueError(
+            f"rows hold {len(presets)} (model, dtype) pairs with ok timings: calibrate on the "
+            "rows of one model and dtype (filter the frame first)"
+        )
+    name, dtype = presets.iloc[0]
+    model = build_toy_model(name, device="meta", dtype=dtype)
+    sizes = sorted({int(n) for n in ok["num_tokens"]} | {int(n) for n in ok["padded_size"]})
+    return calibrate(ok, toy_profiles(model, sizes), spec, **kwargs)

@@ -87,6 +87,42 @@ def test_each_captured_key_is_stored_largest_first(tiny) -> None:
     ].isna().all()  # CPU: no pool
 
 
+def test_calibrating_on_measured_rows_fits_them_better(tiny) -> None:
+    import math
+
+    from cgdispatch.costmodel import DEVICE_PRESETS, calibrate_rows, predict_step, toy_profiles
+    from cgdispatch.models.toy import build_toy_model
+
+    rows, _ = tiny
+    ok = rows[rows["status"] == "ok"]
+    profiles = toy_profiles(
+        build_toy_model("toy-tiny", device="meta"), sorted({*ok["num_tokens"], *ok["padded_size"]})
+    )
+
+    def loss(spec) -> float:  # squared log error of both times, computed here independently
+        return sum(
+            (
+                math.log(predict_step(profiles[int(r.num_tokens)], "NONE", spec)["step_ms"])
+                - math.log(r.eager_ms)
+            )
+            ** 2
+            + (
+                math.log(
+                    predict_step(profiles[int(r.padded_size)], r.runtime_mode, spec)["step_ms"]
+                )
+                - math.log(r.graph_ms)
+            )
+            ** 2
+            for r in ok.itertuples()
+        )
+
+    preset = DEVICE_PRESETS["H100"]
+    fitted = calibrate_rows(rows, preset, rounds=15)
+    assert fitted.name == "H100 SXM (calibrated)" and loss(fitted) < loss(preset)
+    with pytest.raises(ValueError, match="one model"):
+        calibrate_rows(pd.concat([rows, rows.assign(model="toy-small")]), preset)
+
+
 def test_rerun_skips_ok_points_and_retries_failed_ones(tiny) -> None:
     rows, out = tiny
     again = run_sweep(SPEC, store=out, progress=False)
