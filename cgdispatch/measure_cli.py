@@ -26,6 +26,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         spec = spec.replace(repeats=args.repeats)
     if args.modes:
         spec = spec.replace(modes=tuple(m for m in args.modes.split(",") if m))
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers} is invalid: give 1 (in-process) or more")
     store = ResultStore(args.out)
     previous = store.load()
     if not args.resume and (previous["sweep"] == spec.name).any():

@@ -201,6 +201,15 @@ def run_sweep(
                 f"sweep preset {spec!r} is unknown: use one of {sorted(SWEEP_PRESETS)}"
             )
         spec = SWEEP_PRESETS[spec]
+    if executor is None and spec.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"sweep {spec.name!r} runs on {spec.device} but this machine has no CUDA GPU: "
+                "run it on a GPU machine, pass an executor whose workers have GPUs, or use "
+                "device='cpu' (--device cpu)"
+            )
     if not isinstance(store, ResultStore):
         store = ResultStore(store)
     store.save_spec(spec.to_dict())

@@ -197,6 +197,7 @@ def test_process_pool_executor_gives_the_same_points(tiny) -> None:
 
 
 def test_store_replaces_by_key_and_writes_parquet(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
     store = ResultStore(tmp_path / "r.parquet")
     base = {
         "model": "m",
@@ -249,6 +250,9 @@ def test_bad_specs_raise_value_error() -> None:
         SweepSpec(ladders={"mine": [0, 4]})
     with pytest.raises(ValueError, match="preset"):
         run_sweep("nope")
+    if not __import__("torch").cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            run_sweep("gpu-small", store=None, progress=False)
 
 
 def test_reference_loader_labels_rows_and_is_empty_without_files(tmp_path: Path) -> None:
