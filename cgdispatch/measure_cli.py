@@ -14,12 +14,16 @@ __all__ = ["add_parser"]
 def run_sweep_command(args: argparse.Namespace) -> int:
     from .store import ResultStore
     from .sweep import SWEEP_PRESETS, run_sweep
+    from .sweepspec import load_spec
 
-    if args.preset not in SWEEP_PRESETS:
+    if args.spec is not None:
+        spec = load_spec(args.spec)
+    elif args.preset in SWEEP_PRESETS:
+        spec = SWEEP_PRESETS[args.preset]
+    else:
         raise ValueError(
-            f"sweep preset {args.preset!r} is unknown: use one of {sorted(SWEEP_PRESETS)}"
+            f"sweep preset {args.preset!r} is unknown: use one of {sorted(SWEEP_PRESETS)} or --spec FILE"
         )
-    spec = SWEEP_PRESETS[args.preset]
     if args.device:
         spec = spec.replace(device=args.device)
     if args.repeats:

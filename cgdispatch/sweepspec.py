@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .ladders import ENGINE_LADDERS
 from .modes import CUDAGraphMode
 
-__all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS"]
+__all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
 BATCH_KINDS = ("decode", "mixed")
 
@@ -150,3 +151,24 @@ SWEEP_PRESETS: dict[str, SweepSpec] = {
         warmup=3,
     ),
 }
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """A spec from a YAML or JSON file holding :class:`SweepSpec` fields, e.g.
+    ``{name: mine, model: toy-small, modes: [FULL], ladders: {vllm: null, few: [1, 8, 64]}}``."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(
+            f"spec file {path} does not exist: give a YAML or JSON file of SweepSpec fields"
+        )
+    fields = yaml.safe_load(path.read_text())  # JSON is YAML
+    known = {f.name for f in dataclasses.fields(SweepSpec)}
+    if not isinstance(fields, dict) or set(fields) - known:
+        unknown = sorted(set(fields) - known) if isinstance(fields, dict) else fields
+        raise ValueError(f"spec file {path} has unknown fields {unknown}: use {sorted(known)}")
+    for name in ("modes", "num_tokens", "batch_kinds"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    return SweepSpec(**fields)

@@ -237,6 +237,23 @@ def test_engine_ladders_follow_the_max_and_lists_stay() -> None:
     ) == (2, 8)
 
 
+def test_spec_files_round_trip(tmp_path: Path) -> None:
+    import json
+
+    from cgdispatch.sweepspec import load_spec
+
+    (tmp_path / "s.json").write_text(json.dumps(SPEC.to_dict()))
+    assert load_spec(tmp_path / "s.json") == SPEC
+    (tmp_path / "s.yaml").write_text(
+        "name: y\nmodes: [FULL]\nladders: {vllm: null, few: [1, 8]}\nmax_capture_size: 8\n"
+    )
+    spec = load_spec(tmp_path / "s.yaml")
+    assert spec.ladder_sizes("vllm") == (1, 2, 4, 8) and spec.ladder_sizes("few") == (1, 8)
+    (tmp_path / "bad.yaml").write_text("name: y\nrepeat: 3\n")
+    with pytest.raises(ValueError, match="unknown fields"):
+        load_spec(tmp_path / "bad.yaml")
+
+
 def test_bad_specs_raise_value_error() -> None:
     with pytest.raises(ValueError, match="unknown"):
         SweepSpec(modes=("FAST",))
