@@ -14,13 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure  # pyplot-free: no backend is touched, notebooks keep theirs
 
-matplotlib.use("Agg")  # files only; notebooks use cgdispatch.plots
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from .store import load_captures, load_reference, load_results  # noqa: E402
+from .store import load_captures, load_reference, load_results
 
 __all__ = [
     "speedup_figure",
