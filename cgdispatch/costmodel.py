@@ -1,7 +1,7 @@
 """An analytic device model of step latency per (mode, size), with no GPU needed.
 
-Kernels are counted from the model's aten operators on fake tensors (views, metadata and
-allocation-only ops launch nothing and are skipped). Each kernel's device time is
+Kernels are counted from the model's aten operators on fake tensors
+(:mod:`cgdispatch.kernels`; re-exported here). Each kernel's device time is
 ``max(flops / (peak_flops * flop_efficiency), bytes / (bandwidth * bw_efficiency),
 kernel_min_us)``. The host issues work in order and the device runs it in order:
 
@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from .config import DEFAULT_SPLITTING_OPS
-from .memory import _tensors, fake_mode_for, is_splitting_op
+from .kernels import StepProfile, profile_step, toy_profiles
 from .modes import CUDAGraphMode
 
 __all__ = [
@@ -44,6 +41,7 @@ __all__ = [
     "calibrate",
     "toy_profiles",
     "calibrate_rows",
+    "predict_config",
 ]
 
 
@@ -73,127 +71,6 @@ DEVICE_PRESETS: dict[str, DeviceSpec] = {
     "H200": DeviceSpec("H200 SXM", 989e12, 67e12, 4.8e12),
     "A100": DeviceSpec("A100 SXM 80GB", 312e12, 19.5e12, 2.0e12),
 }
-
-_SKIP = {
-    "aten::empty",
-    "aten::empty_like",
-    "aten::empty_strided",
-    "aten::new_empty",
-    "aten::detach",
-    "aten::alias",
-    "aten::lift_fresh",
-    "aten::_local_scalar_dense",
-}
-_GATHER = {"aten::embedding", "aten::index", "aten::index_select", "aten::gather"}
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def _matmul_flops(func_name: str, args: tuple[Any, ...], out: Any) -> float:
-    if func_name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
-        a = args[1] if func_name in ("aten::addmm", "aten::baddbmm") else args[0]
-        return 2.0 * out.numel() * a.shape[-1]  # 2 * M * N * K (per batch)
-    if func_name.startswith("aten::_scaled_dot_product"):
-        q, k = args[0], args[1]  # [..., Lq, D], [..., Lk, D]
-        return 4.0 * q.numel() * k.shape[-2]
-    return 0.0
-
-
-def _attention_cost(args: tuple[Any, ...], context_len: int | None) -> tuple[float, float]:
-    """(flops, bytes) of the toy paged-attention op: each token reads its context's K/V.
-
-    q [T, H, D], k/v [T, Hkv, D], kv_cache [2, slots, L, Hkv, D]; ``context_len``
-    defaults to L (the worst case).
-    """
-    q, k, cache = args[0], args[1], args[3]
-    tokens, heads, head_dim = q.shape
-    ctx = cache.shape[2] if context_len is None else context_len
-    kv_bytes = 2 * tokens * ctx * k.shape[1] * head_dim * cache.element_size()
-    return 4.0 * tokens * heads * head_dim * ctx, float(kv_bytes + 2 * _nbytes(q) + 2 * _nbytes(k))
-
-
-@dataclass(frozen=True)
-class StepProfile:
-    """The kernels of one step, in launch order: name, FLOPs, bytes moved, 16-bit or not,
-    and whether it is a splitting op (eager in piecewise modes)."""
-
-    num_tokens: int
-    names: tuple[str, ...]
-    flops: np.ndarray
-    bytes: np.ndarray
-    half: np.ndarray
-    splitting: np.ndarray
-
-    @property
-    def num_kernels(self) -> int:
-        return len(self.names)
-
-
-class _KernelCounter(TorchDispatchMode):
-    def __init__(self, splitting_ops: Sequence[str], context_len: int | None) -> None:
-        super().__init__()
-        self.splitting_ops, self.context_len = splitting_ops, context_len
-        self.rows: list[tuple[str, float, float, bool, bool]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
-        name = func.name().split(".")[0]
-        if func.is_view or name in _SKIP or name.startswith("prim::"):
-            return out
-        inputs = _tensors(list(args) + list((kwargs or {}).values()))
-        outs = [
-            t
-            for i, t in enumerate(_tensors(out))
-            if i >= len(func._schema.returns) or func._schema.returns[i].alias_info is None
-        ]
-        if not inputs and not outs:
-            return out
-        split = is_splitting_op(func, self.splitting_ops)
-        if split and name.startswith("cgdispatch::attention"):
-            flops, nbytes = _attention_cost(args, self.context_len)
-        elif name in _GATHER:  # reads the gathered rows, not the whole table
-            flops = 0.0
-            nbytes = float(2 * sum(map(_nbytes, outs)) + sum(map(_nbytes, inputs[1:])))
-        else:
-            flops = _matmul_flops(name, args, out)
-            nbytes = float(sum(map(_nbytes, inputs)) + sum(map(_nbytes, outs)))
-        half = any(t.dtype in _HALF for t in inputs + outs)
-        self.rows.append((name, flops, nbytes, half, split))
-        return out
-
-
-def profile_step(
-    model: Callable[..., Any],
-    args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
-    *,
-    splitting_ops: Sequence[str] = DEFAULT_SPLITTING_OPS,
-    context_len: int | None = None,
-) -> StepProfile:
-    """Count the kernels of ``model(*args)`` on fake tensors (no real compute or memory).
-
-    A model on the ``meta`` device runs on meta tensors directly, others under
-    ``FakeTensorMode``.
-    ``args`` may be a function building them (called under the fake mode). The first
-    tensor argument's first dimension is taken as ``num_tokens``.
-    """
-    counter = _KernelCounter(tuple(splitting_ops), context_len)
-    with torch.no_grad(), fake_mode_for(model):
-        real_args = args() if callable(args) else args
-        with counter:
-            model(*real_args)
-    first = next((a for a in real_args if isinstance(a, torch.Tensor)), None)
-    rows = counter.rows
-    return StepProfile(
-        num_tokens=int(first.shape[0]) if first is not None and first.dim() else 0,
-        names=tuple(r[0] for r in rows),
-        flops=np.array([r[1] for r in rows], dtype=float),
-        bytes=np.array([r[2] for r in rows], dtype=float),
-        half=np.array([r[3] for r in rows], dtype=bool),
-        splitting=np.array([r[4] for r in rows], dtype=bool),
-    )
 
 
 def _kernel_us(p: StepProfile, spec: DeviceSpec) -> np.ndarray:
@@ -327,32 +204,6 @@ def calibrate(
     return best.replace(name=f"{spec.name} (calibrated)")
 
 
-def toy_profiles(
-    model: Any,
-    sizes: Sequence[int],
-    *,
-    uniform: bool = False,
-    q: int = 1,
-    context_len: int | None = None,
-) -> dict[int, StepProfile]:
-    """Kernel profiles of a toy LM's dummy step at each size (build it with ``device="meta"``).
-
-    Feed them to :func:`predict_frame` for eager vs FULL vs PIECEWISE step times at any size,
-    or to :func:`calibrate` with measured sweep rows.
-    """
-    from .batch import BatchDescriptor
-    from .memory import toy_inputs
-
-    return {
-        int(n): profile_step(
-            model,
-            lambda n=n: toy_inputs(model, BatchDescriptor(int(n), None, uniform), q),
-            context_len=context_len,
-        )
-        for n in sizes
-    }
-
-
 def calibrate_rows(rows: pd.DataFrame, spec: DeviceSpec, **kwargs: Any) -> DeviceSpec:
     """:func:`calibrate` on sweep rows of one toy-model preset (``status == "ok"``), with
     kernel profiles built on meta tensors at every num_tokens and padded size."""
@@ -369,3 +220,43 @@ def calibrate_rows(rows: pd.DataFrame, spec: DeviceSpec, **kwargs: Any) -> Devic
     model = build_toy_model(name, device="meta", dtype=dtype)
     sizes = sorted({int(n) for n in ok["num_tokens"]} | {int(n) for n in ok["padded_size"]})
     return calibrate(ok, toy_profiles(model, sizes), spec, **kwargs)
+
+
+def predict_config(
+    model: Any,
+    config: Any,
+    num_tokens: Sequence[int],
+    spec: DeviceSpec,
+    *,
+    uniform_decode: bool = False,
+) -> pd.DataFrame:
+    """Modelled step time of a toy LM under a :class:`~cgdispatch.config.GraphConfig`: each
+    batch is dispatched (runtime mode, padding) as the runner would, then timed by the model.
+
+    Columns: num_tokens, runtime_mode, padded_size, eager_ms, graph_ms, speedup_x, source.
+    """
+    from .dispatcher import CudagraphDispatcher
+
+    config = config.resolve(model.attention_cg_support)
+    dispatcher = CudagraphDispatcher(config, record_stats=False)
+    dispatcher.initialize_cudagraph_keys()
+    plan = [(int(n), *dispatcher.dispatch(int(n), uniform_decode)) for n in num_tokens]
+    q = config.uniform_decode_query_len if uniform_decode else 1
+    sizes = {n for n, _, _ in plan} | {d.num_tokens for _, _, d in plan}
+    profiles = toy_profiles(model, sorted(sizes), uniform=uniform_decode, q=q)
+    rows = []
+    for n, mode, desc in plan:
+        eager = predict_step(profiles[n], "NONE", spec)["step_ms"]
+        graph = predict_step(profiles[desc.num_tokens], mode, spec)["step_ms"]
+        rows.append(
+            {
+                "num_tokens": n,
+                "runtime_mode": str(mode),
+                "padded_size": desc.num_tokens,
+                "eager_ms": eager,
+                "graph_ms": graph,
+                "speedup_x": eager / graph,
+                "source": f"model ({spec.name})",
+            }
+        )
+    return pd.DataFrame(rows)

@@ -206,3 +206,36 @@ def test_a_gather_reads_its_rows_not_the_whole_table() -> None:
     prof = profile_step(table, lambda: (ids,))
     assert prof.names == ("aten::embedding",)
     assert prof.bytes.tolist() == [2 * 7 * 32 * 4 + 7 * 8]  # rows read + written, int64 ids
+
+
+def test_predict_config_pads_and_dispatches_like_the_runner() -> None:
+    from cgdispatch import CudagraphDispatcher, GraphConfig
+    from cgdispatch.costmodel import predict_config, toy_profiles
+    from cgdispatch.models.toy import build_toy_model
+
+    model = build_toy_model("toy-tiny", device="meta")
+    config = GraphConfig(
+        cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=[2, 8], max_num_seqs=16
+    )
+    spec = DEVICE_PRESETS["H200"]
+    sizes = [1, 3, 8, 11]
+    for uniform in (True, False):
+        frame = predict_config(model, config, sizes, spec, uniform_decode=uniform)
+        dispatcher = CudagraphDispatcher(config)
+        dispatcher.initialize_cudagraph_keys()
+        profiles = toy_profiles(model, [1, 2, 3, 8, 11], uniform=uniform)
+        for r in frame.itertuples():
+            mode, desc = dispatcher.dispatch(r.num_tokens, uniform)
+            assert (r.runtime_mode, r.padded_size) == (str(mode), desc.num_tokens)
+            assert r.graph_ms == pytest.approx(
+                predict_step(profiles[desc.num_tokens], mode, spec)["step_ms"]
+            )
+            assert r.eager_ms == pytest.approx(
+                predict_step(profiles[r.num_tokens], "NONE", spec)["step_ms"]
+            )
+        # mixed batches stay eager under FULL_DECODE_ONLY; decode batches up to 8 replay FULL graphs
+        expected = ["FULL", "FULL", "FULL", "NONE"] if uniform else ["NONE"] * 4
+        assert (
+            frame["runtime_mode"].tolist() == expected
+            and frame["source"].str.startswith("model").all()
+        )
