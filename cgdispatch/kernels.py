@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .config import DEFAULT_SPLITTING_OPS
-from .memory import _tensors, fake_mode_for, is_splitting_op
+from .fake import fake_mode_for, is_splitting_op, tensors_in
 
 __all__ = ["StepProfile", "profile_step", "toy_profiles"]
 
@@ -92,10 +92,10 @@ class _KernelCounter(TorchDispatchMode):
         name = func.name().split(".")[0]
         if func.is_view or name in _SKIP or name.startswith("prim::"):
             return out
-        inputs = _tensors(list(args) + list((kwargs or {}).values()))
+        inputs = tensors_in(list(args) + list((kwargs or {}).values()))
         outs = [
             t
-            for i, t in enumerate(_tensors(out))
+            for i, t in enumerate(tensors_in(out))
             if i >= len(func._schema.returns) or func._schema.returns[i].alias_info is None
         ]
         if not inputs and not outs:
@@ -159,7 +159,7 @@ def toy_profiles(
     or to :func:`calibrate` with measured sweep rows.
     """
     from .batch import BatchDescriptor
-    from .memory import toy_inputs
+    from .fake import toy_inputs
 
     return {
         int(n): profile_step(

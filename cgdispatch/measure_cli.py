@@ -104,6 +104,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument("--preset", default="smoke", help="sweep preset: smoke, gpu-small, gpu-full")
     sweep.add_argument(
+        "--spec", type=Path, default=None, help="a spec file (YAML or JSON) instead of --preset"
+    )
+    sweep.add_argument(
         "--out",
         required=True,
         type=Path,

@@ -38,12 +38,12 @@ from typing import Any
 
 import pandas as pd
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .batch import BatchDescriptor
 from .config import GraphConfig
 from .dispatcher import CudagraphDispatcher
+from .fake import fake_mode_for, is_splitting_op, tensors_in, toy_inputs
 from .modes import CUDAGraphMode
 
 __all__ = [
@@ -66,28 +66,6 @@ InputsFn = Callable[[BatchDescriptor], tuple[tuple[Any, ...], dict[str, Any]]]
 def round_up(nbytes: int, granularity: int) -> int:
     """``nbytes`` rounded up to a multiple of ``granularity`` (>= 1)."""
     return -(-int(nbytes) // granularity) * granularity
-
-
-def is_splitting_op(func: Any, splitting_ops: Sequence[str]) -> bool:
-    """Whether an aten/custom op overload is one of ``splitting_ops`` (``"ns::name"``).
-
-    ``aten::scaled_dot_product_attention`` also matches the backend-specific variants it
-    decomposes into below autograd (``aten::_scaled_dot_product_*``).
-    """
-    name = func.name().split(".")[0]  # "aten::addmm.default" -> "aten::addmm"
-    if name in splitting_ops:
-        return True
-    return "aten::scaled_dot_product_attention" in splitting_ops and name.startswith(
-        "aten::_scaled_dot_product"
-    )
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -156,7 +134,7 @@ class AllocationTracker(TorchDispatchMode):
         if region is None:
             return out
         returns = func._schema.returns
-        for i, t in enumerate(_tensors(out)):
+        for i, t in enumerate(tensors_in(out)):
             alias = returns[i].alias_info if i < len(returns) else None
             if alias is not None:
                 continue  # a view or an in-place / out= result: no new memory
@@ -322,14 +300,6 @@ def estimate_graph_memory(
     return MemoryEstimate(graphs, per_key, pool, int(graphs["peak_bytes"].sum()), keep_outputs)
 
 
-def fake_mode_for(model: Any) -> Any:
-    """No mode for a model on ``meta`` (meta tensors are already fake), else FakeTensorMode."""
-    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    if params and all(p.device.type == "meta" for p in params):
-        return contextlib.nullcontext()
-    return FakeTensorMode(allow_non_fake_inputs=True)
-
-
 def _forward_context(mode: CUDAGraphMode, desc: BatchDescriptor) -> Any:
     """The runner's forward context when it exists (the toy attention reads it)."""
     try:
@@ -346,17 +316,3 @@ def _default_inputs_fn(model: torch.nn.Module, q: int) -> InputsFn:
             "pass inputs_fn=lambda desc: ((tensor_args...), {kwargs})"
         )
     return lambda desc: (toy_inputs(model, desc, q), {})
-
-
-def toy_inputs(model: Any, desc: BatchDescriptor, q: int = 1) -> tuple[torch.Tensor, ...]:
-    """``(input_ids, positions, slots)`` of a dummy step for the toy LM, on its device.
-
-    Every token writes the padding slot (as the runner's capture does); positions are
-    ``arange % q`` for uniform keys and 0 otherwise.
-    """
-    n, dev = desc.num_tokens, getattr(model, "device", "cpu")
-    q = q if desc.uniform else 1
-    ids = torch.randint(0, model.config.vocab_size, (n,), device=dev)
-    positions = torch.arange(n, device=dev) % q
-    slots = torch.full((n,), model.dummy_slot, dtype=torch.long, device=dev)
-    return ids, positions, slots

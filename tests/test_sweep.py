@@ -249,6 +249,11 @@ def test_spec_files_round_trip(tmp_path: Path) -> None:
     )
     spec = load_spec(tmp_path / "s.yaml")
     assert spec.ladder_sizes("vllm") == (1, 2, 4, 8) and spec.ladder_sizes("few") == (1, 8)
+    from cgdispatch.__main__ import main
+
+    assert main(["sweep", "--spec", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"),
+                 "--repeats", "1", "--no-progress"]) == 0  # fmt: skip
+    assert set(load_results(tmp_path / "out")["ladder"]) == {"vllm", "few"}
     (tmp_path / "bad.yaml").write_text("name: y\nrepeat: 3\n")
     with pytest.raises(ValueError, match="unknown fields"):
         load_spec(tmp_path / "bad.yaml")
