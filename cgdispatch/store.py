@@ -59,7 +59,7 @@ SWEEP_COLUMNS: dict[str, str] = {
     "num_graphs": "keys captured for this (mode, ladder)",
     "capture_s": "wall time of capturing every key, warm-ups included",
     "graph_capture_s": "time inside graph capture only (sum over keys)",
-    "pool_bytes": "graph-pool bytes reserved by the capture (CUDA; empty on CPU)",
+    "pool_bytes": "graph-pool bytes: sum of what each graph capture reserved (CUDA; empty on CPU)",
     "peak_allocated_bytes": "peak allocated bytes during the capture (CUDA; empty on CPU)",
     "peak_reserved_bytes": "peak reserved bytes during the capture (CUDA; empty on CPU)",
     "repeats": "timed runs per median",

@@ -136,7 +136,8 @@ def _unit_rows(
         num_graphs=len(report),
         capture_s=capture_s,
         graph_capture_s=float(report["capture_s"].sum()),
-        pool_bytes=None if memory is None else memory.pool_bytes,
+        # graph captures only: warm-up steps also grow the reserved memory, outside the pool
+        pool_bytes=None if memory is None else int(report["pool_bytes"].sum()),
         peak_allocated_bytes=None if memory is None else memory.peak_allocated_bytes,
         peak_reserved_bytes=None if memory is None else memory.peak_reserved_bytes,
     )
