@@ -97,3 +97,60 @@ def test_cuda_timing_and_graph_pool_memory() -> None:
     assert memory.allocated_bytes >= 1024 * 1024 * 4  # the output stays in the pool
     assert memory.peak_allocated_bytes >= memory.allocated_bytes
     assert source_label("cuda").startswith("measured (") and "CPU" not in source_label("cuda")
+
+
+def test_cuda_branch_with_stand_in_events_and_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA code path, run with stand-ins: device time from events, host time from the
+    clock, pool bytes from allocator counters the capture changes."""
+    clock = FakeClock()
+    monkeypatch.setattr(measure.time, "perf_counter_ns", clock)
+    device_lag_ms = 0.75  # the GPU finishes this long after the host call returns
+
+    class Event:
+        created = 0
+
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            self.is_end = Event.created % 2 == 1  # time_step makes (start, end) pairs
+            Event.created += 1
+
+        def record(self) -> None:
+            self.t_ms = clock.now / 1e6 + (device_lag_ms if self.is_end else 0.0)
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return end.t_ms - self.t_ms
+
+    counters = {"reserved": 10 << 20, "allocated": 4 << 20, "peak_alloc": 0, "peak_res": 0}
+    fake_cuda = {
+        "Event": Event, "synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
+        "memory_reserved": lambda *a: counters["reserved"], "memory_allocated": lambda *a: counters["allocated"],
+        "max_memory_allocated": lambda *a: counters["peak_alloc"], "max_memory_reserved": lambda *a: counters["peak_res"],
+    }  # fmt: skip
+    for name, value in fake_cuda.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+    host_ns = [2_000_000, 1_000_000, 3_000_000, 1_500_000, 2_500_000]
+    calls = []
+
+    def step(x: torch.Tensor) -> None:
+        clock.now += host_ns[len(calls)]
+        calls.append(x)
+
+    timing = time_step(step, [torch.randn(2), torch.randn(2)], warmup=1, repeats=4, device="cuda")
+    host = np.array(host_ns[1:]) / 1e6  # the warm-up run is not timed
+    assert timing.host_median_ms == pytest.approx(np.median(host))
+    assert timing.median_ms == pytest.approx(np.median(host + device_lag_ms))
+    assert timing.device == "cuda" and len(calls) == 5
+
+    def capture() -> str:
+        counters["reserved"] += 6 << 20  # a new 6 MiB segment for the graph pool
+        counters["allocated"] += 1 << 20  # the graph's outputs stay allocated
+        counters["peak_alloc"], counters["peak_res"] = 9 << 20, 16 << 20
+        return "graph"
+
+    result, memory = measure_capture_memory(capture, "cuda")
+    assert result == "graph"
+    assert (memory.pool_bytes, memory.allocated_bytes) == (6 << 20, 1 << 20)
+    assert (memory.peak_allocated_bytes, memory.peak_reserved_bytes) == (9 << 20, 16 << 20)
