@@ -79,21 +79,30 @@ def run_estimate_command(args: argparse.Namespace) -> int:
     est = estimate_graph_memory(
         model, config, keep_outputs=not args.weak_outputs, progress=not args.no_progress
     )
-    table = est.per_key.assign(
-        kept_MiB=est.per_key["kept_bytes"] / (1 << 20),
-        pool_increment_MiB=est.per_key["pool_increment_bytes"] / (1 << 20),
-    )
-    cols = [
-        "runtime_mode",
-        "num_tokens",
-        "num_reqs",
-        "uniform",
-        "pieces",
-        "kept_MiB",
-        "pool_increment_MiB",
-    ]
+    mib = 1 << 20
+    if args.per_graph:  # one row per graph: a FULL key, or one piece of a PIECEWISE key
+        table = est.graphs.assign(
+            peak_MiB=est.graphs["peak_bytes"] / mib, output_MiB=est.graphs["output_bytes"] / mib
+        )
+        cols = [
+            "runtime_mode",
+            "num_tokens",
+            "num_reqs",
+            "uniform",
+            "piece",
+            "peak_MiB",
+            "output_MiB",
+        ]
+    else:
+        table = est.per_key.assign(kept_MiB=est.per_key["kept_bytes"] / mib)
+        cols = ["runtime_mode", "num_tokens", "num_reqs", "uniform", "pieces", "kept_MiB"]
+    table = table.assign(pool_increment_MiB=table["pool_increment_bytes"] / mib)
     with pd.option_context("display.max_rows", None, "display.width", 200):
-        print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        print(
+            table[[*cols, "pool_increment_MiB"]].to_string(
+                index=False, float_format=lambda v: f"{v:.2f}"
+            )
+        )
     print(f"\n{args.model} ({model.config.dtype}), mode {config.cudagraph_mode}: {est.summary()}")
     return 0
 
@@ -145,6 +154,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--weak-outputs",
         action="store_true",
         help="graph outputs go back to the pool (vLLM's weak references)",
+    )
+    est.add_argument(
+        "--per-graph", action="store_true", help="one row per graph (piece) instead of per key"
     )
     est.add_argument("--no-progress", action="store_true")
     est.set_defaults(func=run_estimate_command)

@@ -132,9 +132,14 @@ def test_write_report_and_cli(swept: Path, tmp_path: Path, capsys: pytest.Captur
         GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 4, 8]),
     )
     assert est.summary() in printed and "[model]" in printed
-    assert (
-        main(["estimate-memory", "--model", "toy-huge", "--no-progress"]) == 2
-    )  # ValueError -> exit 2
+    assert main(["estimate-memory", "--model", "toy-huge", "--no-progress"]) == 2  # ValueError
+    capsys.readouterr()
+    assert main(["estimate-memory", "--model", "toy-tiny", "--mode", "PIECEWISE", "--sizes", "4,8",
+                 "--per-graph", "--no-progress"]) == 0  # fmt: skip
+    lines = [
+        ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("PIECEWISE")
+    ]
+    assert len(lines) == 2 * 3  # 2 keys x (2 layers + 1) pieces
 
 
 def test_report_of_a_missing_directory_raises(tmp_path: Path) -> None:
