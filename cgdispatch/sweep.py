@@ -186,7 +186,8 @@ def run_sweep(
     executor: cf.Executor | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Run every point of ``spec`` not yet ``ok`` in ``store``; return this spec's rows.
+    """Run every point of ``spec`` not yet ``ok`` in ``store``; return the spec's rows (one
+    per point, whatever else the store holds).
 
     ``store``: a :class:`ResultStore`, a path (``.csv``, ``.parquet`` or a directory), or
     None to keep rows in memory only. Without ``executor`` units run here, one after the
@@ -215,17 +216,17 @@ def run_sweep(
         store = ResultStore(store)
     store.save_spec(spec.to_dict())
     done = store.done_keys()
-    todo = []
+    todo, wanted = [], set()
     for mode, ladder in spec.units():
         base = _base_row(spec, mode, ladder)
-        shapes = [
-            (n, u)
-            for n, u in spec.shapes
-            if row_key(
+        keys = {
+            (n, u): row_key(
                 tuple({**base, "num_tokens": n, "uniform_decode": u}[c] for c in KEY_COLUMNS)
             )
-            not in done
-        ]
+            for n, u in spec.shapes
+        }
+        wanted |= set(keys.values())
+        shapes = [shape for shape, key in keys.items() if key not in done]
         if shapes:
             todo.append((mode, ladder, shapes))
     total = len(spec.units()) * len(spec.shapes)
@@ -265,4 +266,7 @@ def run_sweep(
                 store.append(rows)
                 bar.update(len(rows))
     frame = store.load()
-    return frame[frame["sweep"] == spec.name].reset_index(drop=True)
+    if frame.empty:
+        return frame
+    mine = frame[list(KEY_COLUMNS)].apply(lambda r: row_key(tuple(r)) in wanted, axis=1)
+    return frame[mine.astype(bool)].reset_index(drop=True)

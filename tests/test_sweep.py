@@ -133,6 +133,11 @@ def test_rerun_skips_ok_points_and_retries_failed_ones(tiny) -> None:
     failed_before = rows[rows["status"] == "failed"]["timestamp"].max()
     assert (again[again["status"] == "failed"]["timestamp"] > failed_before).all()  # retried
     assert len(load_results(out)) == len(rows)
+    subset = run_sweep(SPEC.replace(num_tokens=(3,)), store=out, progress=False)
+    assert len(subset) == len(SPEC.units()) * 2 and set(subset["num_tokens"]) == {
+        3
+    }  # its points only
+    assert len(load_results(out)) == len(rows)  # nothing added: the subset's points exist
 
 
 def test_sigkill_in_the_middle_loses_and_duplicates_nothing(tmp_path: Path) -> None:
