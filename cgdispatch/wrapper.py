@@ -42,6 +42,9 @@ class GraphEntry:
     pool_bytes: int | None  # bytes the capture added to the pool (None on CPU)
     replays: int = 0
     order: int = field(default=0)  # capture order within the wrapper, 0 first
+    # the capture's arguments: a CUDA graph reads them by address at every replay, so they
+    # must outlive it (the graph itself does not hold them)
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] = field(default=((), {}), repr=False)
 
 
 def _tensor_addresses(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:
@@ -136,8 +139,7 @@ class CUDAGraphWrapper:
                 "with a key that was captured"
             )
         start = time.perf_counter()
-        for _ in range(self.num_warmups):
-            self.runnable(*args, **kwargs)
+        self.backend.warmup(lambda: self.runnable(*args, **kwargs), self.num_warmups)
         self.backend.synchronize()
         warmup_s = time.perf_counter() - start
         graph = self.backend.capture(lambda: self.runnable(*args, **kwargs))
@@ -149,6 +151,7 @@ class CUDAGraphWrapper:
             warmup_s,
             graph.pool_bytes,
             order=len(self.entries),
+            inputs=(args, dict(kwargs)),
         )
         return graph.output
 
