@@ -65,6 +65,13 @@ class GraphRunner:
         self.device = torch.device(getattr(model, "device", "cpu"))
         if backend is None and self.device.type != "cuda":
             backend = "cpu"  # a CPU model cannot be captured into CUDA graphs
+        asked = backend.name if isinstance(backend, GraphBackend) else backend
+        if isinstance(asked, str) and asked.lower() == "cuda" and self.device.type != "cuda":
+            raise ValueError(
+                f"backend 'cuda' with a model on {self.device} is invalid: a CUDA graph records "
+                "CUDA kernels only, so its replays would skip the model and return stale "
+                "outputs; move the model to a CUDA device or use backend='cpu'"
+            )
         self.backend = get_backend(backend)
         self.debug = debug
         self.compile_pieces = compile_pieces  # piecewise modes: compile pieces with inductor
@@ -188,7 +195,9 @@ class GraphRunner:
             return self._execute_large(answer, input_ids, positions, slots)
         views = self._in_views.get(n) or self._make_in_views(n)
         # one fused call for the three copies (host -> device copies are asynchronous on CUDA)
-        torch._foreach_copy_(views[:3], (input_ids, positions, slots), non_blocking=self._async_copy)
+        torch._foreach_copy_(
+            views[:3], (input_ids, positions, slots), non_blocking=self._async_copy
+        )
         return self._run(n, answer)
 
     def execute_packed(self, tokens: torch.Tensor, uniform_decode: bool = False) -> torch.Tensor:

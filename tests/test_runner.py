@@ -217,3 +217,17 @@ def test_steps_above_the_largest_capture_run_eagerly_on_the_inputs():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert_real_slots_equal(caches, ref_caches, runner.model.dummy_slot)
     assert runner.captured_keys == [] and runner.wrappers[0].num_bypasses == 1
+
+
+def test_cuda_backend_for_a_cpu_model_is_refused():
+    # a CUDA graph of CPU work records nothing: its replays would return stale logits
+    model = build_toy_model("toy-tiny")
+    for backend in ("cuda", "CUDA"):
+        with pytest.raises(ValueError, match=r"backend 'cuda' with a model on cpu.*backend='cpu'"):
+            GraphRunner(model, GraphConfig(cudagraph_mode="FULL", max_num_seqs=16), backend=backend)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_toy_model_on_cuda_without_a_gpu_raises_value_error():
+    with pytest.raises(ValueError, match=r"device='cuda'.*device='cpu'"):
+        build_toy_model("toy-tiny", device="cuda")
