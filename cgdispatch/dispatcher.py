@@ -294,10 +294,10 @@ class CudagraphDispatcher:
             else:
                 desc = BatchDescriptor(padded, min(padded, max_num_seqs), False, has_lora, lora)
             relaxed = desc.relax_for_mixed_batch_cudagraphs()
+            # FULL graphs match the exact key only (their attention metadata depends on
+            # num_reqs); only PIECEWISE keys are looked up relaxed
             if desc in full_keys:
                 answers.append((_FULL, desc))
-            elif relaxed in full_keys:
-                answers.append((_FULL, relaxed))
             elif relaxed in pw_keys:
                 answers.append((_PIECEWISE, relaxed))
             else:
