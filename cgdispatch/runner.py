@@ -11,6 +11,8 @@ and position. Inputs are not range-checked unless ``debug=True``.
 
 from __future__ import annotations
 
+import itertools
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -144,7 +146,9 @@ class GraphRunner:
             wrap,
             compile_pieces=self.compile_pieces,
         )
-        compiled = torch.compile(model, backend=self.piecewise_backend, fullgraph=True)
+        compiled = torch.compile(
+            _private_step(model), backend=self.piecewise_backend, fullgraph=True
+        )
         first = [True]
 
         def run_compiled(*inputs: torch.Tensor) -> Any:
@@ -378,3 +382,25 @@ class GraphRunner:
             f"GraphRunner(mode={self.cudagraph_mode}, backend={self.backend.name}, "
             f"max_num_tokens={self.max_num_tokens}, captured={len(self.captured_keys)})"
         )
+
+
+_STEP_IDS = itertools.count()
+
+
+def _private_step(model: Callable[..., Any]) -> Callable[..., Any]:
+    """``model(*inputs)`` behind a code object of its own, for one runner's torch.compile.
+
+    Dynamo caches compiled frames per code object, across ``torch.compile`` calls: compiling
+    ``model`` itself puts every runner's entry on the one ``forward`` of the model class, so
+    the ninth piecewise runner in a process fails with the recompile limit (fullgraph) and
+    each cache entry keeps an old runner's wrappers, graphs and CUDA pool alive. A private
+    code object takes its cache entry with it when the runner goes.
+    """
+
+    def step(*inputs: Any) -> Any:
+        return model(*inputs)
+
+    name = f"cgdispatch_step_{next(_STEP_IDS)}"
+    names = {"co_name": name, "co_qualname": name} if sys.version_info >= (3, 11) else {}
+    step.__code__ = step.__code__.replace(**(names or {"co_name": name}))
+    return step

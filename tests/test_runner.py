@@ -231,3 +231,22 @@ def test_cuda_backend_for_a_cpu_model_is_refused():
 def test_toy_model_on_cuda_without_a_gpu_raises_value_error():
     with pytest.raises(ValueError, match=r"device='cuda'.*device='cpu'"):
         build_toy_model("toy-tiny", device="cuda")
+
+
+def test_piecewise_runners_do_not_share_one_dynamo_cache():
+    # dynamo caches per code object: when every runner compiled the model class's forward,
+    # the ninth piecewise runner of a process failed with the recompile limit (fullgraph)
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    with dynamo_config.patch(**{name: 1}):
+        _three_piecewise_runners()
+
+
+def _three_piecewise_runners():
+    for seed in range(3):
+        runner = make_runner("PIECEWISE", sizes=[1, 2], seed=seed)
+        batch = runner.make_mixed_batch(2, seed=seed)
+        expected = runner.model(*batch.tokens)
+        torch.testing.assert_close(runner.execute_batch(batch), expected)
+        assert runner.piecewise_backend.num_splits == 1
