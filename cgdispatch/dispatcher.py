@@ -43,6 +43,11 @@ class CudagraphDispatcher:
     only with a registered key. It does not know whether a graph is captured yet; the
     wrapper captures a key on first use. Counting of dispatches (``stats_frame``) is on by
     default and can be switched off with ``record_stats = False``.
+
+    Capture sizes and mode are taken from the config as given: call
+    ``config.resolve(attention_support)`` first (the runner does) so that the mode is
+    lowered and, with speculative decoding, sizes are multiples of q as vLLM makes them;
+    unrounded sizes leave most uniform-decode FULL keys unreachable.
     """
 
     def __init__(self, config: GraphConfig | None = None, *, record_stats: bool = True) -> None:

@@ -185,6 +185,11 @@ class GraphRunner:
         ``uniform_decode=True`` declares that every request has exactly q tokens, grouped
         contiguously (q = 1 + speculative tokens). On a graph path the result is a view of
         the graph's output: the replay overwrites this tensor: copy it if you keep it.
+
+        On CUDA, CPU inputs are copied with ``non_blocking=True``: from pageable memory the
+        copy is staged before this returns, but from pinned memory it may still be reading
+        the inputs afterwards, so do not refill a pinned input until the step's output
+        has been read (or the stream synchronised).
         """
         n = input_ids.shape[0]
         if positions.shape[0] != n or slots.shape[0] != n or input_ids.dim() != 1:
