@@ -184,7 +184,10 @@ class GraphRunner:
 
         ``uniform_decode=True`` declares that every request has exactly q tokens, grouped
         contiguously (q = 1 + speculative tokens). On a graph path the result is a view of
-        the graph's output: the replay overwrites this tensor: copy it if you keep it.
+        the graph's output: the replay overwrites this tensor: copy it if you keep it. On
+        CUDA any later step may overwrite it, not only one of the same size: all graphs share
+        one pool, so a graph's output can sit in blocks another graph uses as scratch (the
+        CPU stand-in does not show this; consume or copy the result before the next step).
 
         On CUDA, CPU inputs are copied with ``non_blocking=True``: from pageable memory the
         copy is staged before this returns, but from pinned memory it may still be reading

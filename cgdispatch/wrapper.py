@@ -61,7 +61,8 @@ class CUDAGraphWrapper:
     context says ``allow_capture=False``, which raises ``RuntimeError`` naming the key.
 
     The replay returns the tensors captured as outputs: the replay overwrites this
-    tensor: copy it if you keep it (the same holds for a CUDA graph). Arguments of a
+    tensor: copy it if you keep it (the same holds for a CUDA graph; there, with one pool
+    shared by all graphs, the replay of any other key may overwrite it too). Arguments of a
     replay call are not read: the graph reads the tensors given at capture, so the
     caller refills those in place. ``debug=True`` checks that the tensor arguments have
     the capture's addresses and raises ``RuntimeError`` otherwise.
