@@ -106,6 +106,10 @@ _LAZY: dict[str, str] = {
     "load_captures": "store",
     "load_reference": "store",
     "write_report": "report",
+    "sweep_spec": "sweepviews",
+    "unit_table": "sweepviews",
+    "graph_memory_table": "sweepviews",
+    "modelled_speedup": "sweepviews",
 }
 
 __all__ = [

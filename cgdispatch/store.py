@@ -32,7 +32,7 @@ __all__ = [
 # The stable row schema of sweeps (column -> meaning); plots and notebooks rely on it.
 SWEEP_COLUMNS: dict[str, str] = {
     "sweep": "sweep spec name (smoke, gpu-small, ...)",
-    "model": "toy-model preset",
+    "model": "model name from the registry (toy-tiny, hf-llama-tiny, ...)",
     "dtype": "weights and activations dtype",
     "device": "torch device type the point ran on (cpu, cuda)",
     "device_name": "CPU or the GPU's name (NVIDIA H200)",

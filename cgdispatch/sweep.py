@@ -1,13 +1,14 @@
 """Sweeps: time and size graphs over modes x capture-size ladders x batch shapes, resumably.
 
-A :class:`~cgdispatch.sweepspec.SweepSpec` names a toy-model preset, dtype, device, modes, ladders and shapes.
+A :class:`~cgdispatch.sweepspec.SweepSpec` names a registry model, dtype, device, modes, ladders and shapes.
 :func:`run_sweep` runs one *unit* per (mode, ladder): build the model and a
 :class:`~cgdispatch.runner.GraphRunner`, capture every key (timed, pool bytes on CUDA),
 then time each shape eagerly and through the graphs; one row per (mode, ladder, shape)
 with the columns of :data:`SWEEP_COLUMNS`. Rows go to a :class:`ResultStore` as they
 finish; a rerun skips rows already ``ok``. A unit or shape that fails (a mode the runner
-refuses, out of memory, a shape that does not fit the model) becomes a ``failed`` row
-with its error, and the sweep goes on. Modes are plain strings, so piecewise modes run as
+refuses, out of memory, a shape that does not fit the model, a mixed batch for a
+decode-only Hugging Face model) becomes a ``failed`` row with its error, and the sweep
+goes on. Modes are plain strings, so piecewise modes run as
 soon as the runner supports them.
 """
 
@@ -103,24 +104,29 @@ def _unit_rows(
 
     from .config import GraphConfig
     from .measure import measure_capture_memory, time_call, time_step
-    from .models.toy import build_toy_model
+    from .models.registry import build_model
     from .runner import GraphRunner
 
     base = _base_row(spec, mode, ladder)
     try:
-        model = build_toy_model(spec.model, device=spec.device, dtype=spec.dtype)
+        sizes = spec.ladder_sizes(ladder)
+        model = build_model(
+            spec.model, device=spec.device, dtype=spec.dtype, max_num_tokens=max(sizes)
+        )
         model.fill_kv_cache_(seed=0)
         config = GraphConfig(
             cudagraph_mode=mode,
-            cudagraph_capture_sizes=list(spec.ladder_sizes(ladder)),
+            cudagraph_capture_sizes=list(sizes),
             max_num_seqs=spec.max_num_seqs,
         )
         runner = GraphRunner(model, config)
         eager = GraphRunner(
             model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
         )
+        # decode-only models (the HF adapter) refuse mixed batches: warm up on a decode step
+        mixed = getattr(model, "supports_mixed_batches", True)
         with torch.no_grad():  # one-time lazy initialisation, kept out of the capture time
-            eager.execute_batch(runner.make_mixed_batch(1))
+            eager.execute_batch((runner.make_mixed_batch if mixed else runner.make_decode_batch)(1))
         (report, memory), capture_s = time_call(
             lambda: measure_capture_memory(lambda: runner.capture_all(progress=False), spec.device),
             spec.device,

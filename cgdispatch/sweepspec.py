@@ -27,7 +27,7 @@ class SweepSpec:
     decode with one token per request; mixed = decodes plus prefill chunks)."""
 
     name: str = "custom"
-    model: str = "toy-tiny"  # a toy-model preset (cgdispatch.models.toy.PRESETS)
+    model: str = "toy-tiny"  # a registry name (cgdispatch.models.registry.model_names())
     dtype: str = "float32"
     device: str = "cpu"
     modes: tuple[str, ...] = ("FULL",)
@@ -43,6 +43,12 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        from .models.registry import model_names  # no torch import: names only
+
+        if self.model not in model_names():
+            raise ValueError(
+                f"model={self.model!r} is unknown: use a registry name, one of {model_names()}"
+            )
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
         set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
