@@ -110,6 +110,7 @@ _LAZY: dict[str, str] = {
     "unit_table": "sweepviews",
     "graph_memory_table": "sweepviews",
     "modelled_speedup": "sweepviews",
+    "step_time_figure": "sweepviews",
 }
 
 __all__ = [

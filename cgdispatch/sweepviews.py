@@ -1,10 +1,12 @@
 """Sweep results as notebook views: a preset with overrides, one row per unit, graph memory
-per unit (measured on a GPU, estimated otherwise) and the device model's speed-up per mode.
+per unit (measured on a GPU, estimated otherwise), the device model's speed-up per mode, and
+step time eager vs graphs.
 
-Notebook 03 is built on these. They read sweep rows (the :data:`~cgdispatch.store.SWEEP_COLUMNS`
-schema) and return frames with a ``source`` column that :mod:`cgdispatch.plots` draws
-(``measured (CPU)``, ``measured (<GPU>)``, ``model``, ``model (H200 SXM)``). They do not run
-sweeps (:func:`cgdispatch.sweep.run_sweep` does) and do not draw.
+Notebooks 03 and 05 are built on these. They read sweep rows (the
+:data:`~cgdispatch.store.SWEEP_COLUMNS` schema) and return frames with a ``source`` column
+that :mod:`cgdispatch.plots` draws (``measured (CPU)``, ``measured (<GPU>)``, ``model``,
+``model (H200 SXM)``); :func:`step_time_figure` draws its own, labelled likewise. They do
+not run sweeps (:func:`cgdispatch.sweep.run_sweep` does).
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ import pandas as pd
 
 from .sweepspec import SWEEP_PRESETS, SweepSpec
 
-__all__ = ["sweep_spec", "unit_table", "graph_memory_table", "modelled_speedup"]
+__all__ = [
+    "sweep_spec",
+    "unit_table",
+    "graph_memory_table",
+    "modelled_speedup",
+    "step_time_figure",
+]
 
 _UNIT = ["mode", "ladder"]
 
@@ -183,3 +191,35 @@ def modelled_speedup(
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Any:
+    """Median step time vs num_tokens of the ok rows: graphs (solid) and eager (dashed) per
+    mode, with the p10-p90 band of the graph runs; one panel per batch kind present.
+    ``source`` defaults to the rows' ``source`` column (e.g. ``measured (CPU)``)."""
+    from .plots import MODE_COLORS, SourcedFigure, _frame_source, _label_source, _require
+
+    cols = ["mode", "num_tokens", "uniform_decode", "eager_ms", "graph_ms"]
+    ok = _require(rows, cols, "step_time_figure")
+    label = _frame_source(ok, source)
+    kinds = [k for k in (True, False) if (ok["uniform_decode"] == k).any()]
+    fig = SourcedFigure(figsize=(5 + 3.5 * len(kinds), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
+    for ax, uniform in zip(axes, kinds):
+        part = ok[ok["uniform_decode"] == uniform]
+        for mode, group in part.groupby("mode", sort=False):
+            group = group.groupby("num_tokens").median(numeric_only=True).sort_index()
+            x, color = group.index.to_numpy(), MODE_COLORS.get(str(mode))
+            ax.plot(x, group["graph_ms"], marker="o", ms=3, color=color, label=f"{mode}: graphs")
+            ax.plot(x, group["eager_ms"], ls="--", marker=".", color=color, label=f"{mode}: eager")
+            if {"graph_p10_ms", "graph_p90_ms"} <= set(group.columns):
+                ax.fill_between(
+                    x, group["graph_p10_ms"], group["graph_p90_ms"], color=color, alpha=0.15
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("num_tokens (tokens)")
+        ax.set_title("uniform decode" if uniform else "mixed batches", fontsize=10)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("step time, median (ms)")
+    fig.suptitle("step time: eager vs graphs")
+    return _label_source(fig, label)

@@ -142,3 +142,27 @@ def test_modelled_speedup_refuses_non_toy_models_and_unknown_names():
         modelled_speedup(SweepSpec(), device="B200")
     with pytest.raises(ValueError, match="ladder 'vllm'"):
         modelled_speedup(SweepSpec(), ladder="vllm")
+
+
+def test_step_time_figure_draws_each_modes_medians_and_names_the_source():
+    from cgdispatch.plots import figure_source
+    from cgdispatch.sweepviews import step_time_figure
+
+    rng = random.Random(2)
+    rows = _fake_rows(9)
+    rows["eager_ms"] = [rng.uniform(1, 5) for _ in range(len(rows))]
+    rows["graph_ms"] = [rng.uniform(0.5, 4) for _ in range(len(rows))]
+    rows.loc[rows["status"] != "ok", ["eager_ms", "graph_ms"]] = None
+    fig = step_time_figure(rows)
+    assert figure_source(fig) == "measured (CPU)"
+    decode_ax = fig.axes[0]
+    lines = {line.get_label(): line for line in decode_ax.get_lines()}
+    ok = rows[(rows["status"] == "ok") & rows["uniform_decode"]]
+    for mode, part in ok.groupby("mode"):
+        for col, what in (("graph_ms", "graphs"), ("eager_ms", "eager")):
+            line = lines[f"{mode}: {what}"]
+            want = part.groupby("num_tokens")[col].median()
+            assert list(line.get_xdata()) == list(want.index)
+            assert np.allclose(line.get_ydata(), want.to_numpy())
+    with pytest.raises(ValueError, match="eager_ms"):
+        step_time_figure(rows.drop(columns=["eager_ms"]))
