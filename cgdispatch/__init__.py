@@ -77,6 +77,7 @@ _LAZY: dict[str, str] = {
     "HFDecodeLM": "models.hf",
     "HFAdapterConfig": "models.hf",
     "UnsupportedModelError": "models.hf_support",
+    "check_supported": "models.hf_support",
     "build_hf_model": "models.hf_presets",
     "build_model": "models.registry",
     "model_names": "models.registry",
