@@ -70,10 +70,13 @@ def memory_estimates(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFr
     """Estimated shared-pool and separate-pools bytes per (model, dtype, mode, ladder) (model).
 
     ``.attrs["per_key"]`` holds each unit's per-key estimate (``MemoryEstimate.per_key``
-    plus mode and ladder)."""
+    plus mode and ladder). Rows of non-toy models (the Hugging Face adapter) are skipped:
+    the estimate runs the toy LM's dummy step."""
     from .config import GraphConfig
     from .memory import estimate_graph_memory
-    from .models.toy import build_toy_model
+    from .models.toy import PRESETS, build_toy_model
+
+    rows = rows[rows["model"].isin(list(PRESETS))]
 
     cols = ["model", "dtype", "mode", "ladder", "capture_sizes", "max_num_seqs"]
     out, keys = [], []
@@ -207,9 +210,12 @@ def memory_per_key_figure(captures: pd.DataFrame, per_key: pd.DataFrame) -> Figu
 
 def model_speedup_figure(rows: pd.DataFrame, device: str = "H200") -> Figure:
     """Speed-up the analytic device model predicts for the swept model and sizes on a GPU
-    preset (``model (<device>)``): what the CPU measurements cannot show."""
+    preset (``model (<device>)``): what the CPU measurements cannot show. Toy models only
+    (the device model profiles the toy LM); other models' rows are skipped."""
     from .costmodel import DEVICE_PRESETS, predict_frame, toy_profiles
-    from .models.toy import build_toy_model
+    from .models.toy import PRESETS, build_toy_model
+
+    rows = rows[rows["model"].isin(list(PRESETS))]
 
     spec = DEVICE_PRESETS[device]
     fig = Figure(figsize=(7, 4.2), layout="constrained")
@@ -230,7 +236,8 @@ def model_speedup_figure(rows: pd.DataFrame, device: str = "H200") -> Figure:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("num_tokens")
     ax.set_ylabel("speed-up (eager / graph), x")
-    ax.legend(fontsize=7)
+    if len(rows):  # no toy rows: an empty chart, no legend
+        ax.legend(fontsize=7)
     ax.set_title(
         f"Modelled speed-up on {spec.name}\nsource: model (datasheet rates, assumed launch costs)",
         fontsize=10,

@@ -19,8 +19,9 @@ def test_spec_accepts_every_registry_name_and_refuses_others():
         SweepSpec(model="toy-huge")
 
 
-def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed():
+def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed(tmp_path):
     pytest.importorskip("transformers")
+    from cgdispatch.report import memory_estimates, write_report
     from cgdispatch.sweep import run_sweep
 
     rng = random.Random(7)
@@ -36,7 +37,7 @@ def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed():
         warmup=0,
         input_sets=1,
     )
-    rows = run_sweep(spec, progress=False)
+    rows = run_sweep(spec, store=tmp_path, progress=False)
     assert len(rows) == 2 * len(tokens)
     dispatcher = CudagraphDispatcher(
         GraphConfig(cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=sizes)
@@ -53,3 +54,8 @@ def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed():
     assert mixed["error"].str.contains("does not support mixed batches").all()
     assert set(rows["model"]) == {"hf-llama-tiny"}
     assert int(rows["num_graphs"].iloc[0]) == len(dispatcher.get_capture_descs()[0][1])
+    # the report skips what needs a toy LM (memory estimate, device model) and lists failures
+    assert memory_estimates(rows).empty
+    summary = write_report(tmp_path).read_text()
+    assert f"{len(rows)} ({len(decode)} ok, {len(mixed)} failed)" in summary
+    assert "does not support mixed batches" in summary
