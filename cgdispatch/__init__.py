@@ -74,6 +74,7 @@ _LAZY: dict[str, str] = {
     "capture_time_figure": "plots",
     "figure_source": "plots",
     "dispatch_explorer": "widgets",
+    "whatif_dashboard": "whatif_widgets",
 }
 
 __all__ = [
