@@ -75,6 +75,12 @@ _LAZY: dict[str, str] = {
     "figure_source": "plots",
     "dispatch_explorer": "widgets",
     "whatif_dashboard": "whatif_widgets",
+    "workload_trace": "whatif_plots",
+    "step_histogram_figure": "whatif_plots",
+    "ladder_comparison_figure": "whatif_plots",
+    "whatif_figure": "whatif_plots",
+    "capture_each_mode": "capture_tour",
+    "step_time_table": "capture_tour",
 }
 
 __all__ = [

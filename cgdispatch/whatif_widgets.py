@@ -20,16 +20,16 @@ from typing import Any
 import ipywidgets as w
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from .config import GraphConfig
 from .costs import as_cost_model, cost_source
 from .modes import CUDAGraphMode
 from .whatif import WhatIfResult, evaluate
+from .whatif_plots import whatif_figure
 from .widgets import DispatchExplorer, build_config, message_html
 from .workload import check_trace
 
-__all__ = ["whatif_for_box", "metrics_html", "whatif_figure", "WhatIfDashboard", "whatif_dashboard"]
+__all__ = ["whatif_for_box", "metrics_html", "WhatIfDashboard", "whatif_dashboard"]
 
 _MIB = 2**20
 
@@ -118,18 +118,6 @@ def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
         attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
     attr_text = " ".join(f'data-{k}="{e(str(v))}"' for k, v in attrs.items())
     return f"<div {attr_text}><table>{body}</table></div>"
-
-
-def whatif_figure(result: WhatIfResult, source: str, max_sizes: int = 40) -> Figure:
-    """Steps per runtime mode and per padded size for one what-if result.
-
-    :func:`cgdispatch.plots.hit_rate_figure` on the result's ``by_size`` table; ``source``
-    names the trace (e.g. ``"synthetic trace (sharegpt preset, seed 0)"``).
-    """
-    from .plots import hit_rate_figure
-
-    stats = result.by_size.rename(columns={"steps": "calls"})
-    return hit_rate_figure(stats, source=source, max_sizes=max_sizes)
 
 
 def _scalar_cost(model: Any) -> Any:

@@ -12,7 +12,8 @@ import pytest
 from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, whatif_dashboard
 from cgdispatch.costs import AffineCostModel
 from cgdispatch.plots import figure_source
-from cgdispatch.whatif_widgets import metrics_html, whatif_figure, whatif_for_box
+from cgdispatch.whatif_plots import whatif_figure
+from cgdispatch.whatif_widgets import metrics_html, whatif_for_box
 from cgdispatch.workload import make_trace
 
 BASE = GraphConfig(max_num_seqs=16, max_num_batched_tokens=256)
@@ -184,3 +185,41 @@ def test_dashboard_rejects_bad_traces_and_configs():
         whatif_dashboard(make_trace([1, 2]).drop(columns="num_tokens"))
     with pytest.raises(ValueError, match="GraphConfig"):
         whatif_dashboard(make_trace([1, 2]), {"cudagraph_mode": "FULL"})
+
+
+def test_step_histogram_and_ladder_figures_draw_the_data_given():
+    from cgdispatch import compare, step_histogram
+    from cgdispatch.whatif_plots import ladder_comparison_figure, step_histogram_figure
+
+    rng = random.Random(77)
+    trace = random_trace(rng, 150)
+    hist = step_histogram(trace)
+    fig = step_histogram_figure(hist, source="synthetic test trace")
+    assert figure_source(fig) == "synthetic test trace"
+    heights = sum(p.get_height() for p in fig.axes[0].patches)
+    assert heights == len(trace)
+    table = compare(
+        trace, {"a": [1, 8, 64], "b": [4, 16]}, config=BASE, cost_model=AffineCostModel()
+    )
+    fig = ladder_comparison_figure(table, source="synthetic test trace")
+    panels = {ax.get_title().split("\n")[0]: ax for ax in fig.axes}
+    assert "[model]" in panels["mean step (ms)"].get_title()
+    shown = [p.get_height() for p in panels["eager steps (%)"].patches]
+    assert shown == pytest.approx(list(100 * table["eager_step_share"]))
+
+
+def test_workload_trace_from_presets_and_files(tmp_path):
+    from cgdispatch import simulate_steps, synthetic_requests
+    from cgdispatch.whatif_plots import workload_trace
+
+    trace, label = workload_trace("alpaca", num_requests=40, rate_per_s=5.0, seed=3, max_num_seqs=8)
+    want = simulate_steps(
+        synthetic_requests(40, "alpaca", rate_per_s=5.0, seed=3), max_num_seqs=8, seed=3
+    )
+    assert trace.equals(want) and label.startswith("synthetic (alpaca preset, 40 requests")
+    steps = tmp_path / "steps.csv"
+    steps.write_text("num_tokens\n" + "\n".join(str(n) for n in [3, 9, 1, 40]) + "\n")
+    trace, label = workload_trace(str(steps))
+    assert trace["num_tokens"].tolist() == [3, 9, 1, 40] and label == "steps from steps.csv"
+    with pytest.raises(ValueError, match="neither a preset"):
+        workload_trace("sharegtp")
