@@ -97,8 +97,11 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cgdispatch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    imported = importlib.import_module(f".{module}", __name__)
+    value = getattr(imported, name)
     globals()[name] = value
+    if _LAZY.get(module) == module:  # e.g. compare.compare: importing the submodule bound
+        globals()[module] = getattr(imported, module)  # the package attribute to the module
     return value
 
 
