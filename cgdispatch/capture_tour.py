@@ -103,7 +103,7 @@ def capture_each_mode(
                 "capture_s": float(report["capture_s"].sum()),
             }
         )
-    out.reports = pd.concat(reports, ignore_index=True)
+    out.reports = pd.concat(reports, ignore_index=True).astype({"num_reqs": "Int64"})
     out.checks = pd.concat(checks, ignore_index=True)
     out.summary = pd.DataFrame(summary)
     return out
