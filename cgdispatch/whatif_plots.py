@@ -73,7 +73,7 @@ def workload_trace(
 
 
 def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True) -> Figure:
-    """Steps per ``num_tokens``: uniform-decode and mixed steps stacked.
+    """Steps per ``num_tokens`` (log count axis): uniform-decode and mixed steps stacked.
 
     ``hist`` is :func:`~cgdispatch.workload.step_histogram` (index num_tokens; columns
     uniform_decode, mixed). The title gives each kind's share of the steps.
@@ -85,7 +85,8 @@ def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True
     total = dec.sum() + mix.sum()
     fig = SourcedFigure(figsize=(9, 4), layout="constrained")
     ax = fig.subplots()
-    width = np.maximum(n * 0.08, 0.8) if log_x else np.full(len(n), 0.9)
+    # on a log axis a width proportional to n draws every bar equally wide
+    width = n * 0.09 if log_x else np.full(len(n), 0.9)
     ax.bar(n, dec, width, color=MODE_COLORS["FULL"], label="uniform decode", gid="hist-decode")
     ax.bar(
         n, mix, width, bottom=dec, color=MODE_COLORS["PIECEWISE"], label="mixed", gid="hist-mixed"
@@ -93,7 +94,8 @@ def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True
     if log_x:
         ax.set_xscale("log", base=2)
     ax.set_xlabel("num_tokens per step (unpadded)")
-    ax.set_ylabel("steps")
+    ax.set_yscale("log", nonpositive="clip")  # rare mixed sizes stay visible next to decodes
+    ax.set_ylabel("steps (log scale)")
     ax.set_title(
         f"{int(total)} steps: {100 * dec.sum() / total:.1f}% uniform decode, "
         f"{100 * mix.sum() / total:.1f}% mixed",

@@ -197,9 +197,9 @@ class WhatIfDashboard(DispatchExplorer):
             self.decision.value = ""
             self.message.value = message_html(notes)
             return
-        self.metrics.value = metrics_html(result, self.trace_source)
-        if self.draw:
+        if self.draw:  # the figure first: once the metrics show, the figure is on its way
             self.plot.value = whatif_figure(result, self.trace_source)._repr_png_()
+        self.metrics.value = metrics_html(result, self.trace_source)
 
 
 def whatif_dashboard(
