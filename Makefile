@@ -25,6 +25,8 @@ install: $(STAMP)
 
 run: install
 	$(PY) -m cgdispatch demo
+	$(PY) -m cgdispatch sweep --preset smoke --out runs/smoke --resume
+	$(PY) -m cgdispatch report runs/smoke --out runs/smoke/report
 
 # one pytest run: unit, CLI and browser tests in tests/, nbval on the committed notebooks
 test: install browser

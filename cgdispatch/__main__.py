@@ -12,6 +12,9 @@ COMMANDS: dict[str, str] = {
     "dispatch": "cgdispatch.cli",
     "plan": "cgdispatch.plan_cli",
     "capture": "cgdispatch.capture_cli",
+    "sweep": "cgdispatch.measure_cli",
+    "report": "cgdispatch.measure_cli",
+    "estimate-memory": "cgdispatch.measure_cli",
 }
 
 

@@ -149,11 +149,20 @@ class PiecewiseBackend:
         self.wrap_piece = wrap_piece
         self.compile_pieces = compile_pieces
         self.num_splits = 0
+        # False once the runner locked capture: a recompile would make pieces without graphs
+        self.allow_resplit = True
         self.report = SplitReport()
         self.graph_pieces: list[Callable[..., Any]] = []  # the wrapped graph pieces, in order
         self.split_gm: fx.GraphModule | None = None
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if self.num_splits and not self.allow_resplit:
+            raise RuntimeError(
+                "torch.compile recompiled the model after its graphs were captured (a dynamo "
+                "guard failed, e.g. another grad mode, a changed module attribute or a newly "
+                "registered model class); the new pieces would have no graphs. Run "
+                "capture_all() again, or set runner.capture_enabled = True to capture lazily"
+            )
         self.num_splits += 1
         piece_of: dict[fx.Node, int] = {}
         piece, splitting_pieces = 0, set()

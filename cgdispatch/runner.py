@@ -160,6 +160,8 @@ class GraphRunner:
     @capture_enabled.setter
     def capture_enabled(self, value: bool) -> None:
         self._capture_enabled = bool(value)
+        if self.piecewise_backend is not None:
+            self.piecewise_backend.allow_resplit = self._capture_enabled
         self._steps.clear()  # their contexts carry the flag
 
     def execute(
@@ -187,14 +189,8 @@ class GraphRunner:
         if answer[1].num_tokens > self.max_num_tokens:
             return self._execute_large(answer, input_ids, positions, slots)
         views = self._in_views.get(n) or self._make_in_views(n)
-        if self._async_copy:  # host -> device copies overlap; on CPU the flag only costs time
-            views[0].copy_(input_ids, non_blocking=True)
-            views[1].copy_(positions, non_blocking=True)
-            views[2].copy_(slots, non_blocking=True)
-        else:
-            views[0].copy_(input_ids)
-            views[1].copy_(positions)
-            views[2].copy_(slots)
+        # one fused call for the three copies (host -> device copies are asynchronous on CUDA)
+        torch._foreach_copy_(views[:3], (input_ids, positions, slots), non_blocking=self._async_copy)
         return self._run(n, answer)
 
     def execute_packed(self, tokens: torch.Tensor, uniform_decode: bool = False) -> torch.Tensor:
@@ -286,13 +282,25 @@ class GraphRunner:
 
     # ----- batches ---------------------------------------------------------------------------
     def make_decode_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
-        """A random uniform-decode batch: num_tokens // q requests of q tokens each."""
-        return make_decode_batch(
-            self.model.config, num_tokens, self.config.uniform_decode_query_len, seed=seed
-        )
+        """A random uniform-decode batch: num_tokens // q requests of q tokens each.
+
+        A model with its own ``make_decode_batch(num_tokens, q, seed=)`` builds it (the
+        Hugging Face adapter puts every request at one position)."""
+        q = self.config.uniform_decode_query_len
+        own = getattr(self.model, "make_decode_batch", None)
+        if own is not None:
+            return own(num_tokens, q, seed=seed)
+        return make_decode_batch(self.model.config, num_tokens, q, seed=seed)
 
     def make_mixed_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
-        """A random batch mixing single-token decodes and prefill chunks."""
+        """A random batch mixing single-token decodes and prefill chunks.
+
+        Raises ValueError for a model with ``supports_mixed_batches = False``."""
+        if not getattr(self.model, "supports_mixed_batches", True):
+            raise ValueError(
+                f"{type(self.model).__name__} does not support mixed batches (prefill chunks): "
+                "it serves decode steps only; use make_decode_batch"
+            )
         max_reqs = min(self.model.num_slots, self.config.max_num_seqs)
         return make_mixed_batch(self.model.config, num_tokens, seed=seed, max_num_reqs=max_reqs)
 

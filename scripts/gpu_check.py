@@ -1,10 +1,12 @@
 """GPU check: replay correctness, replay vs eager step time, capture time and pool bytes.
 
 On CUDA (default ``--model toy-small``, vLLM's ladder 1..512): for each mode in ``--modes``
-it captures every key and compares replay with eager on fresh random decode and mixed
-batches; then, for the first mode, it times decode steps per capture size through the
-graph runner and through an eager (NONE) runner on the same model, with CUDA events.
-It writes one CSV row per size and prints a short table last. Runs on CPU too (timings
+(FULL, FULL_DECODE_ONLY, PIECEWISE, FULL_AND_PIECEWISE by default) it captures every key,
+compares replay with eager on fresh random decode and mixed batches, and times a decode
+and a mixed step per capture size through the graph runner and through an eager (NONE)
+runner on the same model, with CUDA events. It writes step times (one row per mode, size
+and batch kind) and the per-key capture report (capture_s, pool bytes) as CSV and prints
+a per-mode summary (graphs, capture time, pool MiB, errors) and the speed-up table last. Runs on CPU too (timings
 then use perf_counter and are labelled ``measured (CPU)``):
 
     PYTHONPATH=. python scripts/gpu_check.py                       # on a GPU machine
@@ -57,18 +59,55 @@ def step_ms(runner: GraphRunner, batch, iters: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def time_mode(
+    runner: GraphRunner, eager: GraphRunner, args: argparse.Namespace, eager_cache: dict
+) -> list[dict]:
+    """Replay vs eager step time per capture size, for a decode and a mixed batch."""
+    rows = []
+    sizes = runner.config.cudagraph_capture_sizes
+    for n in sizes:
+        for kind in ("decode", "mixed"):
+            make = runner.make_decode_batch if kind == "decode" else runner.make_mixed_batch
+            try:
+                batch = make(n, seed=args.seed + n)
+            except ValueError:  # more requests than the model has KV slots
+                continue
+            mode, desc = runner.dispatcher.dispatch(n, batch.uniform_decode)
+            if (n, kind) not in eager_cache:
+                eager_cache[(n, kind)] = step_ms(eager, batch, args.iters, args.repeats)
+            eager_ms = eager_cache[(n, kind)]
+            graph_ms = step_ms(runner, batch, args.iters, args.repeats)
+            rows.append(
+                {
+                    "mode": str(runner.cudagraph_mode),
+                    "batch": kind,
+                    "num_tokens": n,
+                    "runtime_mode": str(mode),
+                    "padded_size": desc.num_tokens,
+                    "eager_ms": eager_ms,
+                    "graph_ms": graph_ms,
+                    "speedup_x": eager_ms / graph_ms,
+                }
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="toy-small")
     p.add_argument(
-        "--modes", default="FULL,FULL_DECODE_ONLY", help="modes to check; the first is timed"
+        "--modes",
+        default="FULL,FULL_DECODE_ONLY,PIECEWISE,FULL_AND_PIECEWISE",
+        help="modes to check and time",
     )
     p.add_argument("--sizes", default=None, help="capture sizes (default: vLLM's ladder up to 512)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="default: the preset's")
     p.add_argument("--iters", type=int, default=20, help="steps per timing sample")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", default="gpu_check.csv", help="CSV path")
+    p.add_argument(
+        "--out", default="gpu_check.csv", help="CSV of step times (one row per mode, size, batch)"
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -78,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         else "measured (CPU)"
     )
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    failures, timed = 0, None
-    for i, mode in enumerate(modes):
+    failures, rows, captures, summary = 0, [], [], []
+    eager, eager_cache = None, {}
+    for mode in modes:
         ns = SimpleNamespace(
             model=args.model,
             mode=mode,
@@ -94,59 +134,50 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
         )
         runner = build_runner(ns)
+        start = time.perf_counter()
         report = runner.capture_all()
+        capture_wall_s = time.perf_counter() - start
         checks = check_replay(runner, seed=args.seed + 1)
         bad = int((~checks["ok"]).sum())
         failures += bad
-        worst = checks.groupby("num_tokens")["max_abs_err"].max()
-        print(
-            f"{mode}: {len(report)} graphs in {report['step_s'].sum():.2f} s, "
-            f"{len(checks)} replay checks, {bad} failed, largest error {checks['max_abs_err'].max():.3g}"
-        )
-        if i == 0:
-            timed = (runner, report, worst)
-    runner, report, worst = timed
-    eager = GraphRunner(
-        runner.model,
-        GraphConfig(
-            cudagraph_mode="NONE",
-            cudagraph_capture_sizes=runner.config.cudagraph_capture_sizes,
-            max_num_seqs=runner.config.max_num_seqs,
-        ),
-    )
-    rows = []
-    for _, key in report.sort_values("num_tokens").iterrows():
-        n = int(key["num_tokens"])
-        try:
-            batch = runner.make_decode_batch(n, seed=args.seed + n)
-        except ValueError:
-            batch = runner.make_mixed_batch(n, seed=args.seed + n)
-        replay_ms = step_ms(runner, batch, args.iters, args.repeats)
-        eager_ms = step_ms(eager, batch, args.iters, args.repeats)
-        rows.append(
+        if eager is None:  # one eager runner on the same model times every mode's baseline
+            eager = GraphRunner(
+                runner.model,
+                GraphConfig(
+                    cudagraph_mode="NONE",
+                    cudagraph_capture_sizes=runner.config.cudagraph_capture_sizes,
+                    max_num_seqs=runner.config.max_num_seqs,
+                ),
+            )
+        rows += time_mode(runner, eager, args, eager_cache)
+        captures.append(report.assign(config_mode=str(runner.cudagraph_mode), source=where))
+        pool = report["pool_bytes"].sum() if report["pool_bytes"].notna().any() else float("nan")
+        summary.append(
             {
-                "num_tokens": n,
-                "uniform": bool(key["uniform"]),
-                "capture_s": key["capture_s"],
-                "pool_bytes": key["pool_bytes"],
-                "eager_ms": eager_ms,
-                "replay_ms": replay_ms,
-                "speedup_x": eager_ms / replay_ms,
-                "max_abs_err": float(worst.get(n, float("nan"))),
-                "source": where,
+                "mode": str(runner.cudagraph_mode),
+                "graphs": int(report["num_graphs"].sum()),
+                "keys": len(report),
+                "capture_s": report["capture_s"].sum(),
+                "capture_wall_s": capture_wall_s,
+                "pool_MiB": pool / 2**20,
+                "replay_checks": len(checks),
+                "failed": bad,
+                "max_abs_err": checks["max_abs_err"].max(),
             }
         )
-    table = pd.DataFrame(rows)
+        del runner
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    table = pd.DataFrame(rows).assign(source=where)
     table.to_csv(args.out, index=False)
-    total = report["pool_bytes"].sum() if report["pool_bytes"].notna().any() else float("nan")
-    print(f"\n{args.model}, mode {modes[0]}, {where}; CSV: {args.out}")
-    if total == total:
-        print(f"graph pool: {total / 2**20:.1f} MiB for {len(report)} graphs")
-    shown = table.assign(pool_MiB=table["pool_bytes"] / 2**20).drop(
-        columns=["pool_bytes", "source"]
-    )
+    captures_path = Path(args.out).with_name(Path(args.out).stem + "_captures.csv")
+    pd.concat(captures).to_csv(captures_path, index=False)
+    print(f"\n{args.model}, {where}; CSV: {args.out}, {captures_path}")
     with pd.option_context("display.width", 160, "display.float_format", "{:.4g}".format):
-        print(shown.to_string(index=False))
+        print(pd.DataFrame(summary).to_string(index=False))
+        speed = table.pivot_table(index="num_tokens", columns=["mode", "batch"], values="speedup_x")
+        print("\nspeed-up (eager ms / graph ms) by size:")
+        print(speed.to_string())
     return 1 if failures else 0
 
 

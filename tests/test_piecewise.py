@@ -181,3 +181,14 @@ def test_capture_cli_full_and_piecewise_check():
         )
         == 0
     )
+
+
+def test_recompile_after_locked_capture_is_a_clear_error():
+    model, runner = make_runner("PIECEWISE")
+    runner.capture_all(progress=False)
+    torch._dynamo.reset()  # as if a guard failed: the next step recompiles
+    with pytest.raises(Exception, match="recompiled the model after its graphs were captured"):
+        runner.execute_batch(runner.make_mixed_batch(3, seed=2))
+    runner.capture_enabled = True  # lazy capture allowed: a recompile is fine again
+    batch = runner.make_mixed_batch(3, seed=2)
+    torch.testing.assert_close(runner.execute_batch(batch), eager(model, batch), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,99 @@
+"""Model names the command line accepts (``--model``), mapped to their builders.
+
+One entry per family: the toy LM's presets (``toy-*``) and the Hugging Face adapter's
+(``hf-*``, needs ``transformers``). A builder returns a model the ``GraphRunner`` can run;
+this module only resolves names, and imports a family's module when one of its names is
+built (so listing names needs neither torch nor transformers).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ModelFamily", "MODEL_FAMILIES", "model_names", "build_model"]
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """Names of one family and where its builder lives (``module:function``)."""
+
+    names: tuple[str, ...]
+    builder: str  # "cgdispatch.models.registry:build_toy"
+    options: tuple[str, ...]  # build options the builder understands besides device/dtype/seed
+    description: str
+
+
+MODEL_FAMILIES: tuple[ModelFamily, ...] = (
+    ModelFamily(
+        ("toy-tiny", "toy-small", "toy-1b"),
+        "cgdispatch.models.registry:build_toy",
+        ("attention",),
+        "toy decoder LM, custom attention op, decode and mixed batches",
+    ),
+    ModelFamily(
+        ("hf-llama-tiny", "hf-gpt2-tiny"),
+        "cgdispatch.models.hf_presets:build_hf_model",
+        ("attention",),  # only "general": the adapter's SDPA attention is not switchable
+        "Hugging Face causal LM (random weights) through HFDecodeLM: lock-step decode only",
+    ),
+)
+
+
+def model_names() -> list[str]:
+    """Every name ``build_model`` accepts, in registry order."""
+    return [name for family in MODEL_FAMILIES for name in family.names]
+
+
+def build_model(
+    name: str,
+    *,
+    device: Any = None,
+    dtype: str | None = None,
+    seed: int = 0,
+    max_num_tokens: int | None = None,
+    **options: Any,
+) -> Any:
+    """Build the model registered as ``name``; options a family does not take must be None.
+
+    ``max_num_tokens`` is the largest padded step the runner will run (models with fixed
+    work buffers, like the HF adapter, size them by it; the toy LM ignores it). Toy models
+    take ``attention`` ("general" or "uniform"); HF models accept only "general". A non-None option the family does not
+    understand raises ValueError naming it.
+    """
+    for family in MODEL_FAMILIES:
+        if name in family.names:
+            break
+    else:
+        raise ValueError(f"model {name!r} is unknown: use one of {model_names()}")
+    extra = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(extra) - set(family.options))
+    if unknown:
+        raise ValueError(
+            f"option(s) {unknown} do not apply to model {name!r}: it takes {list(family.options)}"
+        )
+    module, function = family.builder.split(":")
+    build = getattr(importlib.import_module(module), function)
+    return build(
+        name, device=device, dtype=dtype, seed=seed, max_num_tokens=max_num_tokens, **extra
+    )
+
+
+def build_toy(
+    name: str,
+    *,
+    device: Any = None,
+    dtype: str | None = None,
+    seed: int = 0,
+    max_num_tokens: int | None = None,
+    attention: str = "general",
+) -> Any:
+    """A toy preset with the attention op chosen by name (the registry's toy builder).
+
+    ``max_num_tokens`` is ignored: the toy LM runs steps of any size."""
+    from .toy import PRESETS, build_toy_model
+
+    return build_toy_model(
+        PRESETS[name].replace(attention=attention), device=device, dtype=dtype, seed=seed
+    )
