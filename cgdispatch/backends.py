@@ -95,6 +95,11 @@ class GraphBackend:
     def synchronize(self) -> None:
         """Wait for the device (no-op on CPU)."""
 
+    def warmup(self, fn: Callable[[], Any], num_warmups: int) -> None:
+        """Run ``fn`` eagerly ``num_warmups`` times before its capture (CUDA: on the capture stream)."""
+        for _ in range(num_warmups):
+            fn()
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(graphs={self.num_graphs}, pool_bytes={self.pool_bytes_total})"
@@ -167,6 +172,18 @@ class CudaGraphBackend(GraphBackend):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
+
+    def warmup(self, fn: Callable[[], Any], num_warmups: int) -> None:
+        # Warm up on the stream that captures (torch.cuda.graphs docs): state created lazily
+        # per stream (cuBLAS workspaces, Triton autotuning, which synchronises) must exist
+        # before capture_begin, or it is made inside the capture, in the graph pool.
+        if num_warmups <= 0:
+            return
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            for _ in range(num_warmups):
+                fn()
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
     def capture(self, fn: Callable[[], Any]) -> CapturedGraph:
         graph = torch.cuda.CUDAGraph()

@@ -51,6 +51,9 @@ def check_replay(
     model, dummy = runner.model, runner.model.dummy_slot
     d_atol, d_rtol = _TOLERANCES[model.config.dtype]
     atol, rtol = (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if not value >= 0:  # also rejects NaN
+            raise ValueError(f"{name}={value!r} is invalid: a tolerance must be >= 0")
     rows: list[dict[str, Any]] = []
     snapshot = [c.clone() for c in model.kv_caches()]
 

@@ -52,6 +52,8 @@ def config_from_args(args: argparse.Namespace) -> GraphConfig:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if args.steps < 0:
+        raise ValueError(f"--steps {args.steps} is invalid: give a number of steps >= 0")
     config = config_from_args(args)
     dispatcher = CudagraphDispatcher(config)
     dispatcher.initialize_cudagraph_keys()
@@ -87,6 +89,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_dispatch(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if not 0 <= args.active_loras <= config.max_loras:
+        raise ValueError(
+            f"--active-loras {args.active_loras} is invalid with --max-loras {config.max_loras}: "
+            "a step has 0..max_loras active adapters; raise --max-loras or lower --active-loras"
+        )
     dispatcher = CudagraphDispatcher(config)
     dispatcher.initialize_cudagraph_keys()
     mode, desc = dispatcher.dispatch(

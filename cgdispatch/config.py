@@ -71,6 +71,12 @@ def captured_lora_counts(max_loras: int, specialize_active_lora: bool) -> list[i
 
     Without specialisation one graph serves any count up to ``max_loras``; with it,
     counts are the powers of two below ``max_loras`` plus ``max_loras`` itself.
+
+    Counts are adapters. vLLM's own list (``vllm.lora.utils.get_captured_lora_counts``,
+    2026) counts up to ``max_loras + 1`` (the no-adapter slot included): unspecialised it
+    labels the graphs ``max_loras + 1``; specialised it takes the powers of two up to
+    ``max_loras + 1`` plus ``max_loras + 1`` (max_loras=4: 1, 2, 4, 5 there; 1, 2, 4 here),
+    so vLLM may capture one more LoRA graph per size than counted here.
     """
     if max_loras <= 0:
         return []
@@ -283,6 +289,11 @@ class GraphConfig:
         FULL decode needs at least UNIFORM_SINGLE_TOKEN_DECODE (UNIFORM_BATCH when q > 1),
         else -> PIECEWISE or NONE. With q > 1 and a FULL decode mode, sizes are rounded up
         to multiples of q and those above the max dropped.
+
+        "Attention can be split out" is read as ``splitting_ops`` being None (the attention
+        ops of ``DEFAULT_SPLITTING_OPS``) or non-empty: the config cannot tell which op of a
+        custom list is the model's attention, so a list that names only other ops still
+        lowers to FULL_AND_PIECEWISE (vLLM checks that its attention ops are in the list).
         """
         support = AttentionCGSupport(attention_support)
         mode = self.cudagraph_mode

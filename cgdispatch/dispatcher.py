@@ -43,6 +43,11 @@ class CudagraphDispatcher:
     only with a registered key. It does not know whether a graph is captured yet; the
     wrapper captures a key on first use. Counting of dispatches (``stats_frame``) is on by
     default and can be switched off with ``record_stats = False``.
+
+    Capture sizes and mode are taken from the config as given: call
+    ``config.resolve(attention_support)`` first (the runner does) so that the mode is
+    lowered and, with speculative decoding, sizes are multiples of q as vLLM makes them;
+    unrounded sizes leave most uniform-decode FULL keys unreachable.
     """
 
     def __init__(self, config: GraphConfig | None = None, *, record_stats: bool = True) -> None:
@@ -294,10 +299,10 @@ class CudagraphDispatcher:
             else:
                 desc = BatchDescriptor(padded, min(padded, max_num_seqs), False, has_lora, lora)
             relaxed = desc.relax_for_mixed_batch_cudagraphs()
+            # FULL graphs match the exact key only (their attention metadata depends on
+            # num_reqs); only PIECEWISE keys are looked up relaxed
             if desc in full_keys:
                 answers.append((_FULL, desc))
-            elif relaxed in full_keys:
-                answers.append((_FULL, relaxed))
             elif relaxed in pw_keys:
                 answers.append((_PIECEWISE, relaxed))
             else:

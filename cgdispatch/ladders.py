@@ -29,7 +29,12 @@ def vllm_max_capture_size(
     max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_speculative_tokens: int = 0
 ) -> int:
     """vLLM's default largest capture size: ``min(2 * max_num_seqs * q, 512)``, capped by tokens."""
-    q = 1 + num_speculative_tokens
+    _positive("max_num_seqs", max_num_seqs)
+    _positive("max_num_batched_tokens", max_num_batched_tokens)
+    spec = num_speculative_tokens
+    if isinstance(spec, bool) or not isinstance(spec, int) or spec < 0:
+        raise ValueError(f"num_speculative_tokens={spec!r} is invalid: it must be an integer >= 0")
+    q = 1 + spec
     return min(2 * max_num_seqs * q, 512, max_num_batched_tokens)
 
 
@@ -73,7 +78,9 @@ def trtllm_ladder(max_batch_size: int = 128) -> list[int]:
 def tgi_ladder(max_size: int | None = None) -> list[int]:
     """Hugging Face TGI's ``--cuda-graphs`` default ``1,2,4,8,16,32``."""
     sizes = [1, 2, 4, 8, 16, 32]
-    return sizes if max_size is None else [s for s in sizes if s <= max_size] or [max_size]
+    if max_size is None:
+        return sizes
+    return [s for s in sizes if s <= _positive("max_size", max_size)]
 
 
 def powers_of_two_ladder(max_size: int) -> list[int]:

@@ -11,6 +11,8 @@ and position. Inputs are not range-checked unless ``debug=True``.
 
 from __future__ import annotations
 
+import itertools
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -65,6 +67,13 @@ class GraphRunner:
         self.device = torch.device(getattr(model, "device", "cpu"))
         if backend is None and self.device.type != "cuda":
             backend = "cpu"  # a CPU model cannot be captured into CUDA graphs
+        asked = backend.name if isinstance(backend, GraphBackend) else backend
+        if isinstance(asked, str) and asked.lower() == "cuda" and self.device.type != "cuda":
+            raise ValueError(
+                f"backend 'cuda' with a model on {self.device} is invalid: a CUDA graph records "
+                "CUDA kernels only, so its replays would skip the model and return stale "
+                "outputs; move the model to a CUDA device or use backend='cpu'"
+            )
         self.backend = get_backend(backend)
         self.debug = debug
         self.compile_pieces = compile_pieces  # piecewise modes: compile pieces with inductor
@@ -137,7 +146,9 @@ class GraphRunner:
             wrap,
             compile_pieces=self.compile_pieces,
         )
-        compiled = torch.compile(model, backend=self.piecewise_backend, fullgraph=True)
+        compiled = torch.compile(
+            _private_step(model), backend=self.piecewise_backend, fullgraph=True
+        )
         first = [True]
 
         def run_compiled(*inputs: torch.Tensor) -> Any:
@@ -175,7 +186,15 @@ class GraphRunner:
 
         ``uniform_decode=True`` declares that every request has exactly q tokens, grouped
         contiguously (q = 1 + speculative tokens). On a graph path the result is a view of
-        the graph's output: the replay overwrites this tensor: copy it if you keep it.
+        the graph's output: the replay overwrites this tensor: copy it if you keep it. On
+        CUDA any later step may overwrite it, not only one of the same size: all graphs share
+        one pool, so a graph's output can sit in blocks another graph uses as scratch (the
+        CPU stand-in does not show this; consume or copy the result before the next step).
+
+        On CUDA, CPU inputs are copied with ``non_blocking=True``: from pageable memory the
+        copy is staged before this returns, but from pinned memory it may still be reading
+        the inputs afterwards, so do not refill a pinned input until the step's output
+        has been read (or the stream synchronised).
         """
         n = input_ids.shape[0]
         if positions.shape[0] != n or slots.shape[0] != n or input_ids.dim() != 1:
@@ -190,7 +209,9 @@ class GraphRunner:
             return self._execute_large(answer, input_ids, positions, slots)
         views = self._in_views.get(n) or self._make_in_views(n)
         # one fused call for the three copies (host -> device copies are asynchronous on CUDA)
-        torch._foreach_copy_(views[:3], (input_ids, positions, slots), non_blocking=self._async_copy)
+        torch._foreach_copy_(
+            views[:3], (input_ids, positions, slots), non_blocking=self._async_copy
+        )
         return self._run(n, answer)
 
     def execute_packed(self, tokens: torch.Tensor, uniform_decode: bool = False) -> torch.Tensor:
@@ -383,3 +404,25 @@ class GraphRunner:
             f"GraphRunner(mode={self.cudagraph_mode}, backend={self.backend.name}, "
             f"max_num_tokens={self.max_num_tokens}, captured={len(self.captured_keys)})"
         )
+
+
+_STEP_IDS = itertools.count()
+
+
+def _private_step(model: Callable[..., Any]) -> Callable[..., Any]:
+    """``model(*inputs)`` behind a code object of its own, for one runner's torch.compile.
+
+    Dynamo caches compiled frames per code object, across ``torch.compile`` calls: compiling
+    ``model`` itself puts every runner's entry on the one ``forward`` of the model class, so
+    the ninth piecewise runner in a process fails with the recompile limit (fullgraph) and
+    each cache entry keeps an old runner's wrappers, graphs and CUDA pool alive. A private
+    code object takes its cache entry with it when the runner goes.
+    """
+
+    def step(*inputs: Any) -> Any:
+        return model(*inputs)
+
+    name = f"cgdispatch_step_{next(_STEP_IDS)}"
+    names = {"co_name": name, "co_qualname": name} if sys.version_info >= (3, 11) else {}
+    step.__code__ = step.__code__.replace(**(names or {"co_name": name}))
+    return step

@@ -56,7 +56,7 @@ SWEEP_COLUMNS: dict[str, str] = {
     "eager_host_ms": "median host time to issue an eager step (equals eager_ms on CPU)",
     "graph_host_ms": "median host time to issue a graph step (equals graph_ms on CPU)",
     "speedup_x": "eager_ms / graph_ms",
-    "num_graphs": "keys captured for this (mode, ladder); a PIECEWISE key holds a graph per piece",
+    "num_graphs": "graphs captured for this (mode, ladder): one per FULL key, one per piece per PIECEWISE key",
     "capture_s": "wall time of capturing every key, warm-ups included",
     "graph_capture_s": "time inside graph capture only (sum over keys)",
     "pool_bytes": "graph-pool bytes: sum of what each graph capture reserved (CUDA; empty on CPU)",

@@ -133,7 +133,7 @@ def _unit_rows(
         yield {**base, **rec, "runtime_mode": rec["mode"], "mode": mode, "_table": "captures"}
     base.update(
         resolved_mode=str(runner.cudagraph_mode),
-        num_graphs=len(report),
+        num_graphs=int(report["num_graphs"].sum()),
         capture_s=capture_s,
         graph_capture_s=float(report["capture_s"].sum()),
         # graph captures only: warm-up steps also grow the reserved memory, outside the pool

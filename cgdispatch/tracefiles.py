@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -102,7 +102,19 @@ def _read(source: str | Path | pd.DataFrame, **kwargs: object) -> pd.DataFrame:
     path = Path(source)
     if not path.exists():
         raise ValueError(f"trace file {str(path)!r} does not exist")
-    return pd.read_csv(path, **kwargs)
+    return _parse_csv(path, path, **kwargs)
+
+
+def _parse_csv(path: Path, source: Any, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_csv`` whose parse errors name the file and the expected format."""
+    try:
+        return pd.read_csv(source, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"trace file {str(path)!r} is not a readable CSV ({str(err).strip()}): give a CSV "
+            "with a header row (requests: arrival, prompt and output tokens; steps: "
+            "num_tokens) or a vLLM --cudagraph-metrics log"
+        ) from None
 
 
 def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") -> pd.DataFrame:
@@ -245,10 +257,17 @@ def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.Dat
     path = Path(source)
     if not path.exists():
         raise ValueError(f"trace file {str(path)!r} does not exist")
-    head = path.read_text()[:65536]
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"trace file {str(path)!r} is not text: give a CSV of requests or steps, or a "
+            "vLLM --cudagraph-metrics log"
+        ) from None
+    head = text[:65536]
     if re.search(r"unpadded", head, re.IGNORECASE) and "|" in head:
         return "steps", load_cudagraph_metrics(path)
-    frame = pd.read_csv(io.StringIO(path.read_text()))
+    frame = _parse_csv(path, io.StringIO(text))
     if len(_match(list(frame.columns), REQUEST_ALIASES)) >= 2:  # a request file, maybe lacking one
         return "requests", load_requests(frame)
     if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (

@@ -42,6 +42,9 @@ class GraphEntry:
     pool_bytes: int | None  # bytes the capture added to the pool (None on CPU)
     replays: int = 0
     order: int = field(default=0)  # capture order within the wrapper, 0 first
+    # the capture's arguments: a CUDA graph reads them by address at every replay, so they
+    # must outlive it (the graph itself does not hold them)
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] = field(default=((), {}), repr=False)
 
 
 def _tensor_addresses(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:
@@ -58,7 +61,8 @@ class CUDAGraphWrapper:
     context says ``allow_capture=False``, which raises ``RuntimeError`` naming the key.
 
     The replay returns the tensors captured as outputs: the replay overwrites this
-    tensor: copy it if you keep it (the same holds for a CUDA graph). Arguments of a
+    tensor: copy it if you keep it (the same holds for a CUDA graph; there, with one pool
+    shared by all graphs, the replay of any other key may overwrite it too). Arguments of a
     replay call are not read: the graph reads the tensors given at capture, so the
     caller refills those in place. ``debug=True`` checks that the tensor arguments have
     the capture's addresses and raises ``RuntimeError`` otherwise.
@@ -136,8 +140,7 @@ class CUDAGraphWrapper:
                 "with a key that was captured"
             )
         start = time.perf_counter()
-        for _ in range(self.num_warmups):
-            self.runnable(*args, **kwargs)
+        self.backend.warmup(lambda: self.runnable(*args, **kwargs), self.num_warmups)
         self.backend.synchronize()
         warmup_s = time.perf_counter() - start
         graph = self.backend.capture(lambda: self.runnable(*args, **kwargs))
@@ -149,6 +152,7 @@ class CUDAGraphWrapper:
             warmup_s,
             graph.pool_bytes,
             order=len(self.entries),
+            inputs=(args, dict(kwargs)),
         )
         return graph.output
 

@@ -67,11 +67,8 @@ def brute_dispatch(
     else:
         desc = BatchDescriptor(padded, min(padded, config.max_num_seqs), False, lora > 0, lora)
     relaxed = BatchDescriptor(padded, None, False, lora > 0, lora)
-    if not exclude_full:
-        if desc in keys[M.FULL]:
-            return M.FULL, desc
-        if relaxed in keys[M.FULL]:
-            return M.FULL, relaxed
+    if not exclude_full and desc in keys[M.FULL]:
+        return M.FULL, desc
     if not exclude_piecewise and relaxed in keys[M.PIECEWISE]:
         return M.PIECEWISE, relaxed
     return eager

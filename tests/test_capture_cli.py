@@ -66,6 +66,8 @@ def test_capture_check_fails_on_a_replay_that_differs(monkeypatch, capsys):
         (["--mode", "SOMETIMES"], "unknown"),
         (["--model", "toy-huge"], "toy-tiny"),
         (["--sizes", "1,x"], "not an integer"),
+        (["--sizes", "1", "--check", "--atol", "-1"], "atol=-1.0 is invalid"),
+        (["--sizes", "1", "--check", "--rtol", "nan"], "rtol=nan is invalid"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(argv, match, capsys):

@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from cgdispatch import AttentionCGSupport, CUDAGraphMode, GraphConfig
-from cgdispatch.ladders import sglang_ladder, trtllm_ladder
+from cgdispatch.ladders import sglang_ladder, tgi_ladder, trtllm_ladder, vllm_max_capture_size
 
 M, A = CUDAGraphMode, AttentionCGSupport
 
@@ -239,3 +239,18 @@ def test_engine_ladders_match_references():
     assert sg[:6] == [1, 2, 4, 8, 12, 16] and 272 in sg and 264 not in sg and sg[-1] == 512
     assert trtllm_ladder() == [1, 2, 4] + list(range(8, 129, 8))
     assert trtllm_ladder(300) == [1, 2, 4] + list(range(8, 129, 8)) + [192, 256, 300]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: tgi_ladder(0), "max_size=0"),
+        (lambda: tgi_ladder(-3), "max_size=-3"),
+        (lambda: vllm_max_capture_size(0), "max_num_seqs=0"),
+        (lambda: vllm_max_capture_size(8, num_speculative_tokens=-1), "num_speculative_tokens=-1"),
+    ],
+)
+def test_ladder_helpers_refuse_bad_counts(call, match):
+    # tgi_ladder(0) returned [0] and vllm_max_capture_size(0) returned 0: not a ladder
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -237,3 +237,14 @@ def test_importing_dispatcher_does_not_import_torch_or_pandas():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_full_keys_match_exactly_never_relaxed():
+    # design.md: the exact descriptor among FULL keys, the relaxed one among PIECEWISE only
+    d = make(
+        GraphConfig(cudagraph_mode="PIECEWISE", max_num_seqs=4, cudagraph_capture_sizes=[4, 8])
+    )
+    d.add_cudagraph_key(M.FULL, BatchDescriptor(8))  # num_reqs=None: not an exact key
+    assert d.dispatch(5) == (M.PIECEWISE, BatchDescriptor(8))
+    d.add_cudagraph_key(M.FULL, BatchDescriptor(8, 4))
+    assert d.dispatch(5) == (M.FULL, BatchDescriptor(8, 4))

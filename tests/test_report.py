@@ -28,7 +28,7 @@ SPEC = SweepSpec(
     modes=("FULL", "FULL_AND_PIECEWISE"),
     ladders={"pow2": None, "few": [4, 8]},
     max_capture_size=8,
-    num_tokens=(2, 8),
+    num_tokens=(2, 8, 20),  # 20 decode requests do not fit toy-tiny's 16 KV slots: failed points
     max_num_seqs=16,
     repeats=2,
     warmup=1,
@@ -73,9 +73,9 @@ def test_estimates_match_a_direct_estimate(swept: Path) -> None:
 def test_figures_label_their_sources(swept: Path) -> None:
     rows = ResultStore(swept).load()
     speed = speedup_figure(rows)
-    assert (
-        "measured (CPU)" in titles(speed) and len(speed.axes[0].lines) == 2 + 1
-    )  # 2 ok units + y=1
+    ok_decode = rows[(rows["status"] == "ok") & rows["uniform_decode"].astype(bool)]
+    units = ok_decode.groupby(["mode", "ladder"]).ngroups
+    assert "measured (CPU)" in titles(speed) and len(speed.axes[0].lines) == units + 1  # + y=1
     captures = load_captures(swept)
     capture = capture_figure(rows, captures)
     assert "measured (CPU)" in titles(capture) and len(capture.axes) == 2  # per-key panel
@@ -106,7 +106,7 @@ def test_write_report_and_cli(swept: Path, tmp_path: Path, capsys: pytest.Captur
     }
     text = summary.read_text()
     assert (
-        "measured (CPU)" in text and "model" in text and "NotImplementedError" in text
+        "measured (CPU)" in text and "model" in text and "KV slots" in text
     )  # failed points listed
     assert main(["report", str(swept), "--out", str(tmp_path / "r2"), "--no-progress"]) == 0
     assert (tmp_path / "r2" / "summary.md").exists()

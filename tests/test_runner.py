@@ -217,3 +217,36 @@ def test_steps_above_the_largest_capture_run_eagerly_on_the_inputs():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert_real_slots_equal(caches, ref_caches, runner.model.dummy_slot)
     assert runner.captured_keys == [] and runner.wrappers[0].num_bypasses == 1
+
+
+def test_cuda_backend_for_a_cpu_model_is_refused():
+    # a CUDA graph of CPU work records nothing: its replays would return stale logits
+    model = build_toy_model("toy-tiny")
+    for backend in ("cuda", "CUDA"):
+        with pytest.raises(ValueError, match=r"backend 'cuda' with a model on cpu.*backend='cpu'"):
+            GraphRunner(model, GraphConfig(cudagraph_mode="FULL", max_num_seqs=16), backend=backend)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_toy_model_on_cuda_without_a_gpu_raises_value_error():
+    with pytest.raises(ValueError, match=r"device='cuda'.*device='cpu'"):
+        build_toy_model("toy-tiny", device="cuda")
+
+
+def test_piecewise_runners_do_not_share_one_dynamo_cache():
+    # dynamo caches per code object: when every runner compiled the model class's forward,
+    # the ninth piecewise runner of a process failed with the recompile limit (fullgraph)
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    with dynamo_config.patch(**{name: 1}):
+        _three_piecewise_runners()
+
+
+def _three_piecewise_runners():
+    for seed in range(3):
+        runner = make_runner("PIECEWISE", sizes=[1, 2], seed=seed)
+        batch = runner.make_mixed_batch(2, seed=seed)
+        expected = runner.model(*batch.tokens)
+        torch.testing.assert_close(runner.execute_batch(batch), expected)
+        assert runner.piecewise_backend.num_splits == 1

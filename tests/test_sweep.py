@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cgdispatch import CudagraphDispatcher, GraphConfig
+from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
 from cgdispatch.store import (
     CAPTURE_COLUMNS,
     KEY_COLUMNS,
@@ -56,32 +56,41 @@ def test_rows_follow_the_dispatcher_and_failures_are_recorded(tiny) -> None:
     rows, _ = tiny
     assert list(rows.columns) == list(SWEEP_COLUMNS)
     assert len(rows) == len(SPEC.units()) * len(SPEC.shapes) and len(set(keys(rows))) == len(rows)
-    dispatcher = CudagraphDispatcher(
-        GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[2, 8], max_num_seqs=16)
-    )
-    dispatcher.initialize_cudagraph_keys()
-    full = rows[rows["mode"] == "FULL"]
-    for r in full.itertuples():
-        if r.uniform_decode and r.num_tokens > 16:  # 20 decode requests do not fit 16 KV slots
-            assert r.status == "failed" and "slots" in r.error
-            continue
-        mode, desc = dispatcher.dispatch(int(r.num_tokens), bool(r.uniform_decode))
-        assert (r.status, r.runtime_mode, r.padded_size) == ("ok", str(mode), desc.num_tokens)
-        assert r.speedup_x == pytest.approx(r.eager_ms / r.graph_ms)
-        assert r.source == "measured (CPU)" and r.device_name == "CPU" and r.num_graphs == 2
-        assert r.capture_s >= r.graph_capture_s >= 0 and pd.isna(r.pool_bytes)  # no pool on CPU
-    piecewise = rows[rows["mode"] == "FULL_AND_PIECEWISE"]  # the runner refuses it today
-    assert (piecewise["status"] == "failed").all() and piecewise["error"].str.contains(
-        "piecewise"
-    ).all()
+    for mode in ("FULL", "FULL_AND_PIECEWISE"):
+        dispatcher = CudagraphDispatcher(
+            GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=[2, 8], max_num_seqs=16)
+        )
+        dispatcher.initialize_cudagraph_keys()
+        for r in rows[rows["mode"] == mode].itertuples():
+            if r.uniform_decode and r.num_tokens > 16:  # 20 decode requests do not fit 16 slots
+                assert r.status == "failed" and "slots" in r.error
+                continue
+            runtime, desc = dispatcher.dispatch(int(r.num_tokens), bool(r.uniform_decode))
+            assert (r.status, r.runtime_mode, r.padded_size) == (
+                "ok",
+                str(runtime),
+                desc.num_tokens,
+            )
+            assert r.speedup_x == pytest.approx(r.eager_ms / r.graph_ms)
+            assert r.source == "measured (CPU)" and r.device_name == "CPU"
+            # toy-tiny has 2 layers: 3 piece graphs per PIECEWISE key, 1 graph per FULL key
+            pw = len(dispatcher.cudagraph_keys[CUDAGraphMode.PIECEWISE])
+            assert r.num_graphs == 3 * pw + len(dispatcher.cudagraph_keys[CUDAGraphMode.FULL])
+            assert r.capture_s >= r.graph_capture_s >= 0 and pd.isna(r.pool_bytes)  # CPU: no pool
 
 
 def test_each_captured_key_is_stored_largest_first(tiny) -> None:
     _, out = tiny
     captures = load_captures(out)
     assert list(captures.columns) == list(CAPTURE_COLUMNS)
-    assert captures["mode"].tolist() == ["FULL", "FULL"]  # the refused mode captured nothing
-    assert captures["num_tokens"].tolist() == [8, 2] and (captures["runtime_mode"] == "FULL").all()
+    for mode, rows in captures.groupby("mode", sort=False):
+        d = CudagraphDispatcher(
+            GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=[2, 8], max_num_seqs=16)
+        )
+        d.initialize_cudagraph_keys()
+        want = [(str(m), k.num_tokens) for m, keys in d.get_capture_descs() for k in keys]
+        assert list(zip(rows["runtime_mode"], rows["num_tokens"])) == want  # PIECEWISE, then FULL
+    assert set(captures["mode"]) == {"FULL", "FULL_AND_PIECEWISE"}
     assert (captures["capture_s"] >= 0).all() and captures[
         "pool_bytes"
     ].isna().all()  # CPU: no pool

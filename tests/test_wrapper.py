@@ -232,3 +232,54 @@ def test_capture_session_freezes_and_restores_the_garbage_collector():
     with pytest.raises(KeyError), backend.capture_session():
         raise KeyError("capture failed")
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+class _GraphLikeBackend(CpuReplayBackend):
+    """Like the CUDA backend: the captured graph does not hold the callable (nor its inputs),
+    and warm-ups are the backend's job (CUDA runs them on its capture stream)."""
+
+    name = "graph-like"
+
+    def __init__(self):
+        super().__init__()
+        self.warmup_runs = 0
+
+    def warmup(self, fn, num_warmups):
+        self.warmup_runs += num_warmups
+        super().warmup(fn, num_warmups)
+
+    def capture(self, fn):
+        from cgdispatch.backends import CapturedGraph
+
+        output = fn()
+        return self._record(CapturedGraph(output, lambda: output, 0.0, 0))
+
+
+def test_warmups_run_through_the_backend_on_its_capture_stream():
+    fn, backend = Counted(), _GraphLikeBackend()
+    wrapper = CUDAGraphWrapper(fn, M.FULL, backend, num_warmups=3)
+    x, b = fresh((4, 6), 1), fresh((6,), 2)
+    with set_forward_context(M.FULL, BatchDescriptor(4, 4)):
+        out = wrapper(x, b)
+    assert backend.warmup_runs == 3 and fn.calls == 4  # 3 warm-ups + the capture
+    torch.testing.assert_close(out, torch.tanh(x @ fn.w) + b)
+
+
+def test_the_wrapper_keeps_the_captured_inputs_alive():
+    import gc
+    import weakref
+
+    wrapper = CUDAGraphWrapper(Counted(), M.FULL, _GraphLikeBackend(), num_warmups=0)
+    x, b = fresh((2, 6), 1), fresh((6,), 2)
+    alive = weakref.ref(x)
+    with set_forward_context(M.FULL, BatchDescriptor(2, 2)):
+        wrapper(x, b)
+    del x
+    gc.collect()
+    assert alive() is not None  # a replay reads it by address: freeing it would be stale
+
+
+def test_cpu_backend_warmup_runs_the_callable_n_times():
+    calls = []
+    CpuReplayBackend().warmup(lambda: calls.append(1), 2)
+    assert len(calls) == 2

@@ -281,6 +281,11 @@ def build_toy_model(
         cfg = cfg.replace(dtype=dtype)
     torch.manual_seed(seed)
     device = torch.device("cpu" if device is None else device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={str(device)!r} is invalid here: torch {torch.__version__} sees no CUDA "
+            "device; use device='cpu' (graphs then replay on the CPU stand-in)"
+        )
     with torch.device(device):
         model = ToyLM(cfg)
     for name, param in model.named_parameters():
