@@ -23,10 +23,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the main job on the built-in default (toy model; CPU without a GPU): dispatcher demo, the
+# smoke sweep (resumable) and its report, then every notebook headless with an HTML report
 run: install
 	$(PY) -m cgdispatch demo
-	$(PY) -m cgdispatch sweep --preset smoke --out runs/smoke --resume
-	$(PY) -m cgdispatch report runs/smoke --out runs/smoke/report
+	$(PY) -m cgdispatch sweep --preset smoke --out build/smoke --resume
+	$(PY) -m cgdispatch report build/smoke --out build/smoke/report
+	$(NOTEBOOK_ENV) $(PY) scripts/run_notebooks.py
 
 # one pytest run: unit, CLI and browser tests in tests/, nbval on the committed notebooks
 test: install browser

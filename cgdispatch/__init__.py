@@ -74,6 +74,13 @@ _LAZY: dict[str, str] = {
     "capture_time_figure": "plots",
     "figure_source": "plots",
     "dispatch_explorer": "widgets",
+    "whatif_dashboard": "whatif_widgets",
+    "workload_trace": "whatif_plots",
+    "step_histogram_figure": "whatif_plots",
+    "ladder_comparison_figure": "whatif_plots",
+    "whatif_figure": "whatif_plots",
+    "capture_each_mode": "capture_tour",
+    "step_time_table": "capture_tour",
     "HFDecodeLM": "models.hf",
     "HFAdapterConfig": "models.hf",
     "UnsupportedModelError": "models.hf_support",
@@ -128,8 +135,11 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cgdispatch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    imported = importlib.import_module(f".{module}", __name__)
+    value = getattr(imported, name)
     globals()[name] = value
+    if _LAZY.get(module) == module:  # e.g. compare.compare: importing the submodule bound
+        globals()[module] = getattr(imported, module)  # the package attribute to the module
     return value
 
 

@@ -1,4 +1,5 @@
-"""ipywidgets dashboards, each one call: ``dispatch_explorer(config)`` (``whatif_dashboard`` next).
+"""ipywidgets dashboards, each one call: ``dispatch_explorer(config)`` here, ``whatif_dashboard(trace)``
+in :mod:`cgdispatch.whatif_widgets` (built on the explorer).
 
 The handlers are plain functions (``parse_sizes_box``, ``build_config``, ``decision_html``,
 and ``explain_dispatch`` from :mod:`cgdispatch.explain`) so they are tested without a
@@ -257,9 +258,3 @@ def dispatch_explorer(
     the largest capture size).
     """
     return DispatchExplorer(config, cost_model, num_tokens=num_tokens, cost_source=cost_source)
-
-
-# ----- whatif_dashboard(trace) ---------------------------------------------------------------
-# Next round: needs cgdispatch.whatif / planner / costmodel (branches `planner`, `measure`).
-# It will reuse parse_sizes_box/build_config for the sizes box and show the what-if metrics
-# (hit rate, padding waste, latency, graph memory) for the edited ladder against the trace.

@@ -1,15 +1,17 @@
-"""Real-browser tests: the dispatch explorer in JupyterLab and in the Voila app.
+"""Real-browser tests: the what-if dashboard of notebook 04 in JupyterLab and in the Voila app.
 
 Each test starts its own server on a copy of the notebook (so the committed one is never
 rewritten), drives Debian's Chromium through Playwright, moves the num_tokens slider with the
-keyboard and checks every decision shown against ``CudagraphDispatcher.dispatch`` computed
-here from the notebook's parameters cell. Screenshots go to build/screenshots/.
+keyboard and checks every decision shown against ``CudagraphDispatcher.dispatch``, then types
+new capture sizes and checks the what-if metrics shown against ``evaluate`` on the same trace,
+all computed here from the notebook's parameters cell. Screenshots go to build/screenshots/.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import random
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +36,7 @@ from cgdispatch import CudagraphDispatcher, GraphConfig
 _SKIP = browser_skip_reason()
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
 
-NOTEBOOK = REPO_ROOT / "notebooks" / "01_dispatch_tour.ipynb"
+NOTEBOOK = REPO_ROOT / "notebooks" / "04_what_if.ipynb"
 TIMEOUT_MS = 90_000  # kernel start + running every cell on a loaded 2-core machine
 
 
@@ -50,18 +52,52 @@ def notebook_parameters(path: Path) -> dict[str, Any]:
     }
 
 
-def expected_dispatcher(params: dict[str, Any]) -> CudagraphDispatcher:
-    """The dispatcher for the config the notebook builds from its parameters."""
-    config = GraphConfig(
-        cudagraph_mode=params["mode"],
-        cudagraph_capture_sizes=params["capture_sizes"],
-        max_num_seqs=params["max_num_seqs"],
-        max_num_batched_tokens=params["max_num_batched_tokens"],
-        num_speculative_tokens=params["num_speculative_tokens"],
-    ).resolve()
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
-    return dispatcher
+class Expected:
+    """The notebook's trace, config and starting ladder, rebuilt here from its parameters."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        from cgdispatch import engine_ladders, plan_capture_sizes, workload_trace
+
+        self.params = params
+        self.config = GraphConfig(
+            cudagraph_mode=params["mode"],
+            max_num_seqs=params["max_num_seqs"],
+            max_num_batched_tokens=params["max_num_batched_tokens"],
+            num_speculative_tokens=params["num_speculative_tokens"],
+        ).resolve()
+        self.trace, _ = workload_trace(
+            params["workload"],
+            num_requests=params["num_requests"],
+            rate_per_s=params["rate_per_s"],
+            seed=params["seed"],
+            max_num_seqs=params["max_num_seqs"],
+            max_num_batched_tokens=params["max_num_batched_tokens"],
+            num_speculative_tokens=params["num_speculative_tokens"],
+        )
+        planned = plan_capture_sizes(
+            self.trace,
+            params["max_graphs"],
+            mode=params["mode"],
+            max_size=engine_ladders(self.config)["vllm"][-1],
+            multiple_of=self.config.uniform_decode_query_len,
+        )
+        self.start_sizes = params["capture_sizes"] or planned
+
+    def dispatcher(self, sizes: list[int]) -> CudagraphDispatcher:
+        config = self.config.replace(cudagraph_capture_sizes=sizes).resolve()
+        dispatcher = CudagraphDispatcher(config, record_stats=False)
+        dispatcher.initialize_cudagraph_keys()
+        return dispatcher
+
+    def summary(self, sizes: list[int]) -> dict[str, Any]:
+        from cgdispatch import evaluate
+
+        return evaluate(self.config.replace(cudagraph_capture_sizes=sizes), self.trace).summary
+
+
+@pytest.fixture(scope="module")
+def expected() -> Expected:
+    return Expected(notebook_parameters(NOTEBOOK))
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +121,6 @@ def page(browser: Any) -> Iterator[Any]:
     context.close()
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    notebooks = tmp_path / "notebooks"
-    notebooks.mkdir()
-    shutil.copy(NOTEBOOK, notebooks / NOTEBOOK.name)
-    return tmp_path
-
-
 def shown_decision(page: Any) -> tuple[int, str, int]:
     """(num_tokens, runtime mode, padded size) as the page shows them."""
     box = page.locator("[data-testid=dispatch-decision]")
@@ -104,7 +132,10 @@ def shown_decision(page: Any) -> tuple[int, str, int]:
 
 
 def slide_and_check(page: Any, dispatcher: CudagraphDispatcher, start: int, keys: list[str]) -> set:
-    """Press each key on the slider handle; after each, the decision must be the dispatcher's."""
+    """Press each key on the slider handle; after each, the decision must be the dispatcher's.
+
+    ArrowRight/ArrowLeft move one token, End/Home jump to the slider's ends.
+    """
     from playwright.sync_api import expect
 
     box = page.locator("[data-testid=dispatch-decision]")
@@ -113,10 +144,11 @@ def slide_and_check(page: Any, dispatcher: CudagraphDispatcher, start: int, keys
     handle = page.locator(".noUi-handle").last
     handle.scroll_into_view_if_needed()
     handle.focus()
+    top = slider_max(dispatcher)
     n, seen = start, set()
     for key in keys:
         page.keyboard.press(key)
-        n += 1 if key == "ArrowRight" else -1
+        n = {"ArrowRight": n + 1, "ArrowLeft": n - 1, "End": top, "Home": 1}[key]
         expect(box).to_have_attribute("data-num-tokens", str(n))
         expect(page.locator(".widget-readout").last).to_have_text(str(n))
         mode, desc = dispatcher.dispatch(n)
@@ -125,18 +157,73 @@ def slide_and_check(page: Any, dispatcher: CudagraphDispatcher, start: int, keys
     return seen
 
 
+def slider_max(dispatcher: CudagraphDispatcher) -> int:
+    """The slider's range as the dashboard sets it (twice the largest size, within limits)."""
+    largest = dispatcher.max_capture_size
+    return min(dispatcher.config.max_num_batched_tokens, max(2 * largest, largest + 16, 16))
+
+
 def _keys(dispatcher: CudagraphDispatcher, start: int) -> list[str]:
-    """Key presses from ``start`` down across a capture size, then up past the largest one."""
+    """From ``start`` down across a capture size, up past the largest one, then both ends."""
     sizes = dispatcher.config.cudagraph_capture_sizes
     below = max((s for s in sizes if s < start), default=1)
     down = start - max(below - 1, 1)
     up = (dispatcher.max_capture_size + 2) - (start - down)
-    return ["ArrowLeft"] * down + ["ArrowRight"] * up
+    return ["ArrowLeft"] * down + ["ArrowRight"] * up + ["End", "Home"]
 
 
-def test_dispatch_explorer_in_jupyterlab(page: Any, workdir: Path) -> None:
-    params = notebook_parameters(NOTEBOOK)
-    dispatcher = expected_dispatcher(params)
+def check_slider(page: Any, expected: Expected) -> None:
+    dispatcher = expected.dispatcher(expected.start_sizes)
+    start = expected.params["start_tokens"]
+    seen = slide_and_check(page, dispatcher, start, _keys(dispatcher, start))
+    assert len(seen) >= 3, f"the slider crossed too few decisions: {seen}"
+    assert any(mode == "NONE" for mode, _ in seen) and any(mode != "NONE" for mode, _ in seen)
+
+
+def shown_metrics(page: Any) -> dict[str, str]:
+    box = page.locator("[data-testid=whatif-metrics]")
+    names = ("sizes", "eager-step-share", "padded-token-ratio", "eager-steps", "padding-tokens")
+    shown = {name: box.get_attribute(f"data-{name}") for name in names}
+    assert box.locator("[data-testid=whatif-eager]").inner_text().strip() == shown["eager-steps"]
+    return shown
+
+
+def check_metrics(page: Any, expected: Expected, sizes: list[int]) -> None:
+    """The metrics shown are ``evaluate``'s for these sizes on the notebook's trace."""
+    want = expected.summary(sizes)
+    got = shown_metrics(page)
+    assert got["sizes"] == ",".join(map(str, sizes))
+    assert float(got["eager-step-share"]) == want["eager_step_share"]
+    assert float(got["padded-token-ratio"]) == want["padded_token_ratio"]
+    assert int(got["eager-steps"]) == want["steps"] - want["graph_steps"]
+    assert int(got["padding-tokens"]) == want["padding_tokens"]
+
+
+def edit_sizes_and_check(page: Any, expected: Expected, seed: int) -> list[int]:
+    """Type random capture sizes into the dashboard's box; the metrics must follow ``evaluate``."""
+    check_metrics(page, expected, expected.start_sizes)
+    rng = random.Random(seed)
+    limit = min(expected.config.max_num_batched_tokens, 256)
+    sizes = sorted(rng.sample(range(1, limit + 1), rng.randint(3, 8)))
+    sizes_box = page.locator(".widget-text input").first
+    sizes_box.fill(", ".join(map(str, reversed(sizes))))  # order does not matter
+    sizes_box.press("Enter")
+    page.locator(
+        f"[data-testid=whatif-metrics][data-sizes='{','.join(map(str, sizes))}']"
+    ).wait_for(state="attached")
+    check_metrics(page, expected, sizes)
+    return sizes
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    shutil.copy(NOTEBOOK, notebooks / NOTEBOOK.name)
+    return tmp_path
+
+
+def test_whatif_dashboard_in_jupyterlab(page: Any, workdir: Path, expected: Expected) -> None:
     port = free_port()
     with running_server(
         jupyterlab_argv(port, workdir / "notebooks"), "/api/status", port, workdir
@@ -147,12 +234,9 @@ def test_dispatch_explorer_in_jupyterlab(page: Any, workdir: Path) -> None:
         page.locator("#jp-main-statusbar").get_by_text("Idle").wait_for()
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-        page.locator("[data-testid=dispatch-decision]").wait_for(state="attached")
-        start = params["start_tokens"]
-        seen = slide_and_check(page, dispatcher, start, _keys(dispatcher, start))
-        assert len(seen) >= 3, f"the slider crossed too few decisions: {seen}"
-        assert any(mode == "NONE" for mode, _ in seen) and any(mode != "NONE" for mode, _ in seen)
-        screenshot(page, "jupyterlab_dispatch_explorer")
+        page.locator("[data-testid=whatif-metrics]").wait_for(state="attached")
+        check_slider(page, expected)
+        screenshot(page, "jupyterlab_whatif_dashboard")
 
         # uniform decode: the same num_tokens now dispatches as a uniform batch
         n = shown_decision(page)[0]
@@ -160,8 +244,16 @@ def test_dispatch_explorer_in_jupyterlab(page: Any, workdir: Path) -> None:
         page.locator("[data-testid=dispatch-decision][data-uniform=true]").wait_for(
             state="attached"
         )
-        mode, desc = dispatcher.dispatch(n, uniform_decode=True)
+        mode, desc = expected.dispatcher(expected.start_sizes).dispatch(n, uniform_decode=True)
         assert shown_decision(page) == (n, mode.name, desc.num_tokens)
+
+        sizes = edit_sizes_and_check(page, expected, seed=401)
+        mode, desc = expected.dispatcher(sizes).dispatch(n, uniform_decode=True)
+        page.locator(
+            f"[data-testid=dispatch-decision][data-padded-size='{desc.num_tokens}']"
+        ).wait_for(state="attached")
+        assert shown_decision(page) == (n, mode.name, desc.num_tokens)
+        screenshot(page, "jupyterlab_whatif_edited")
 
         # a bad sizes entry shows a message, not a traceback
         sizes_box = page.locator(".widget-text input").first
@@ -170,6 +262,7 @@ def test_dispatch_explorer_in_jupyterlab(page: Any, workdir: Path) -> None:
         message = page.locator("[data-testid=dispatch-message]")
         message.wait_for()
         assert "not integers" in message.inner_text()
+        assert page.locator("[data-testid=whatif-metrics]").count() == 0
         assert (
             page.locator(
                 ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
@@ -179,15 +272,12 @@ def test_dispatch_explorer_in_jupyterlab(page: Any, workdir: Path) -> None:
         screenshot(page, "jupyterlab_bad_sizes")
 
 
-def test_dispatch_explorer_in_voila(page: Any, workdir: Path) -> None:
-    params = notebook_parameters(NOTEBOOK)
-    dispatcher = expected_dispatcher(params)
+def test_whatif_dashboard_in_voila(page: Any, workdir: Path, expected: Expected) -> None:
     port = free_port()
     notebook = workdir / "notebooks" / NOTEBOOK.name
     with running_server(voila_argv(port, notebook), None, port, workdir) as url:
         page.goto(url)
-        page.locator("[data-testid=dispatch-decision]").wait_for(state="attached")
-        start = params["start_tokens"]
-        seen = slide_and_check(page, dispatcher, start, _keys(dispatcher, start))
-        assert len(seen) >= 3, f"the slider crossed too few decisions: {seen}"
-        screenshot(page, "voila_dispatch_explorer")
+        page.locator("[data-testid=whatif-metrics]").wait_for(state="attached")
+        check_slider(page, expected)
+        edit_sizes_and_check(page, expected, seed=402)
+        screenshot(page, "voila_whatif_dashboard")

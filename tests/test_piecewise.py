@@ -191,4 +191,6 @@ def test_recompile_after_locked_capture_is_a_clear_error():
         runner.execute_batch(runner.make_mixed_batch(3, seed=2))
     runner.capture_enabled = True  # lazy capture allowed: a recompile is fine again
     batch = runner.make_mixed_batch(3, seed=2)
-    torch.testing.assert_close(runner.execute_batch(batch), eager(model, batch), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        runner.execute_batch(batch), eager(model, batch), rtol=1e-4, atol=1e-4
+    )

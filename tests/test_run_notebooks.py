@@ -104,3 +104,17 @@ def test_find_notebooks_takes_numbered_ones(tmp_path, name):
     (tmp_path / name).write_text("{}")
     (tmp_path / "untitled.ipynb").write_text("{}")
     assert [p.name for p in runner.find_notebooks(tmp_path)] == [name]
+
+
+def test_every_committed_notebook_is_found_and_takes_parameters():
+    runner = load_runner()
+    folder = SCRIPT.parent.parent / "notebooks"
+    found = runner.find_notebooks(folder)
+    assert [p.name for p in found] == sorted(p.name for p in folder.glob("[0-9][0-9]_*.ipynb"))
+    assert {"01_dispatch_tour.ipynb", "02_capture_and_replay.ipynb", "04_what_if.ipynb"} <= {
+        p.name for p in found
+    }
+    for path in found:
+        cells = nbformat.read(path, as_version=4).cells
+        tagged = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{path.name}: papermill needs one cell tagged 'parameters'"

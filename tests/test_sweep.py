@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cgdispatch import CUDAGraphMode, CudagraphDispatcher, GraphConfig
+from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
 from cgdispatch.store import (
     CAPTURE_COLUMNS,
     KEY_COLUMNS,
@@ -66,7 +66,11 @@ def test_rows_follow_the_dispatcher_and_failures_are_recorded(tiny) -> None:
                 assert r.status == "failed" and "slots" in r.error
                 continue
             runtime, desc = dispatcher.dispatch(int(r.num_tokens), bool(r.uniform_decode))
-            assert (r.status, r.runtime_mode, r.padded_size) == ("ok", str(runtime), desc.num_tokens)
+            assert (r.status, r.runtime_mode, r.padded_size) == (
+                "ok",
+                str(runtime),
+                desc.num_tokens,
+            )
             assert r.speedup_x == pytest.approx(r.eager_ms / r.graph_ms)
             assert r.source == "measured (CPU)" and r.device_name == "CPU"
             # toy-tiny has 2 layers: 3 piece graphs per PIECEWISE key, 1 graph per FULL key
