@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from cgdispatch.compare import compare, engine_ladders
+from cgdispatch.ladder_compare import compare, engine_ladders
 from cgdispatch.modes import CUDAGraphMode
 from cgdispatch.planner import _candidates, _costs, _row_full, as_histogram, plan_capture_sizes
 from cgdispatch.synthetic import synthetic_requests

@@ -31,9 +31,9 @@ _LAZY: dict[str, str] = {
     "load_trace": "tracefiles",
     "plan_capture_sizes": "planner",
     "plan_cost": "planner",
-    "engine_ladders": "compare",
-    "compare": "compare",
-    "export_plan": "compare",
+    "engine_ladders": "ladder_compare",
+    "compare": "ladder_compare",
+    "export_plan": "ladder_compare",
     "evaluate": "whatif",
     "WhatIfResult": "whatif",
     "CostModel": "costs",
@@ -135,11 +135,10 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cgdispatch' has no attribute {name!r}")
-    imported = importlib.import_module(f".{module}", __name__)
-    value = getattr(imported, name)
+    # no public name equals a submodule's name: importing a submodule binds the package
+    # attribute of that name to the module (tests/test_lazy_names.py checks)
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
-    if _LAZY.get(module) == module:  # e.g. compare.compare: importing the submodule bound
-        globals()[module] = getattr(imported, module)  # the package attribute to the module
     return value
 
 

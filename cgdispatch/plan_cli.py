@@ -11,7 +11,7 @@ from .config import GraphConfig
 def run_plan(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from .compare import compare, compare_json, engine_ladders, export_plan
+    from .ladder_compare import compare, compare_json, engine_ladders, export_plan
     from .planner import plan_capture_sizes
     from .tracefiles import load_trace
     from .workload import simulate_steps

@@ -2,7 +2,7 @@
 
 ``plan_capture_sizes`` solves the choice exactly by dynamic programming over candidate
 sizes. It plans token sizes for vLLM-style dispatch and captures nothing; comparing plans
-with the engines' ladders and exporting them as engine flags is :mod:`cgdispatch.compare`.
+with the engines' ladders and exporting them as engine flags is :mod:`cgdispatch.ladder_compare`.
 """
 
 from __future__ import annotations

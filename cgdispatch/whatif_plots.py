@@ -116,7 +116,7 @@ _PANELS = [
 def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
     """One bar per ladder in panels: sizes, eager share, padding waste, mean step time.
 
-    ``table`` is :func:`~cgdispatch.compare.compare`'s output; the step-time panel is
+    ``table`` is :func:`~cgdispatch.ladder_compare.compare`'s output; the step-time panel is
     drawn when it has ``mean_step_ms`` (a cost model was given) and is titled with that
     model's ``source``.
     """
