@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cgdispatch import CudagraphDispatcher, GraphConfig
-from cgdispatch.ladder_compare import compare, engine_ladders, export_plan
 from cgdispatch.costs import FunctionCostModel
+from cgdispatch.ladder_compare import compare, engine_ladders, export_plan
 from cgdispatch.planner import as_histogram, plan_capture_sizes, plan_cost
 from cgdispatch.workload import make_trace
 
