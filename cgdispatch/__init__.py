@@ -85,6 +85,8 @@ _LAZY: dict[str, str] = {
     "HFAdapterConfig": "models.hf",
     "UnsupportedModelError": "models.hf_support",
     "check_supported": "models.hf_support",
+    "support_report": "models.hf_support",
+    "unsupported_examples": "models.hf_support",
     "build_hf_model": "models.hf_presets",
     "build_model": "models.registry",
     "model_names": "models.registry",

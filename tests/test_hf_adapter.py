@@ -179,3 +179,27 @@ def test_registry_names_match_the_presets_and_reject_bad_options():
     assert toy.config.attention == "uniform"
     hf = build_model("hf-gpt2-tiny", max_num_tokens=40)
     assert isinstance(hf, HFDecodeLM) and hf.config.max_batch_size == 40
+
+
+def test_support_report_agrees_with_the_adapter():
+    import warnings
+
+    from cgdispatch.models.hf import HFDecodeLM
+    from cgdispatch.models.hf_support import support_report, unsupported_examples
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        examples = unsupported_examples()
+    examples["tiny llama"] = build_model("hf-llama-tiny").hf_model
+    report = support_report(examples).set_index("model")
+    for label, hf_model in examples.items():
+        try:
+            HFDecodeLM(hf_model)
+            refused = None
+        except UnsupportedModelError as err:
+            refused = str(err)
+        assert report.loc[label, "supported"] == (refused is None), label
+        assert report.loc[label, "reason"] == (refused or ""), label
+    reasons = " ".join(report["reason"])
+    for words in ("sdpa", "causal-LM head", "static KV cache", "encoder-decoder"):
+        assert words in reasons

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["UnsupportedModelError", "check_supported", "require_transformers"]
+__all__ = [
+    "UnsupportedModelError",
+    "check_supported",
+    "require_transformers",
+    "support_report",
+    "unsupported_examples",
+]
 
 
 class UnsupportedModelError(ValueError):
@@ -72,3 +78,57 @@ def check_supported(model: Any) -> None:
             "handles full-attention layers only (one static cache row per request); use a "
             "model without sliding-window or linear-attention layers"
         )
+
+
+def support_report(models: dict[str, Any]) -> Any:
+    """One row per labelled model: whether the adapter accepts it, else the refusal message.
+
+    Returns a pandas DataFrame with columns ``model``, ``class``, ``supported``, ``reason``.
+    """
+    import pandas as pd
+
+    rows = []
+    for label, model in models.items():
+        try:
+            check_supported(model)
+            supported, reason = True, ""
+        except UnsupportedModelError as err:
+            supported, reason = False, str(err)
+        rows.append(
+            {
+                "model": label,
+                "class": type(model).__name__,
+                "supported": supported,
+                "reason": reason,
+            }
+        )
+    return pd.DataFrame(rows, columns=["model", "class", "supported", "reason"])
+
+
+def unsupported_examples(seed: int = 0) -> dict[str, Any]:
+    """Tiny random-weight models the adapter refuses, one per reason (for docs and tests).
+
+    A Llama with eager attention (no SDPA to split at), a Llama base model (no LM head),
+    BERT (a masked LM, no static cache) and T5 (encoder-decoder).
+    """
+    import torch
+
+    transformers = require_transformers()
+    torch.manual_seed(seed)
+    small = dict(vocab_size=128, hidden_size=32, num_attention_heads=4, intermediate_size=64)
+    llama = transformers.LlamaConfig(
+        **small, num_hidden_layers=1, num_key_value_heads=2, attn_implementation="sdpa"
+    )
+    eager = transformers.LlamaConfig(
+        **small, num_hidden_layers=1, num_key_value_heads=2, attn_implementation="eager"
+    )
+    bert = transformers.BertConfig(**small, num_hidden_layers=1)
+    t5 = transformers.T5Config(
+        vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4
+    )
+    return {
+        "Llama without SDPA (eager attention)": transformers.LlamaForCausalLM(eager),
+        "Llama base model (no causal-LM head)": transformers.LlamaModel(llama),
+        "BERT (bidirectional masked LM)": transformers.BertForMaskedLM(bert),
+        "T5 (encoder-decoder)": transformers.T5ForConditionalGeneration(t5),
+    }
