@@ -249,24 +249,16 @@ class CudagraphDispatcher:
 
     @staticmethod
     def _allowed_modes(valid: Any, invalid: Any, cascade: bool) -> frozenset[CUDAGraphMode]:
-        allowed = _ALL_GRAPH_MODES
-        if valid is not None:
-            valid = frozenset(valid)
-            bad = [m for m in valid | frozenset(invalid or ()) if m not in _RUNTIME_MODES]
-            if bad:
-                raise ValueError(
-                    f"modes {[str(m) for m in bad]} are not runtime modes: valid_modes and "
-                    "invalid_modes take NONE, PIECEWISE and FULL"
-                )
-            allowed = allowed & valid
-        if invalid is not None:
-            invalid = frozenset(invalid)
-            if any(m not in _RUNTIME_MODES for m in invalid):
-                raise ValueError("invalid_modes take NONE, PIECEWISE and FULL only")
-            allowed = allowed - invalid
-        if cascade:
-            allowed = allowed - {_FULL}
-        return allowed
+        valid = _ALL_GRAPH_MODES if valid is None else frozenset(valid)
+        invalid = frozenset(invalid or ())
+        bad = [m for m in valid | invalid if m not in _RUNTIME_MODES]
+        if bad:
+            raise ValueError(
+                f"modes {[str(m) for m in bad]} are not runtime modes: valid_modes and "
+                "invalid_modes take NONE, PIECEWISE and FULL"
+            )
+        allowed = (_ALL_GRAPH_MODES & valid) - invalid
+        return allowed - {_FULL} if cascade else allowed
 
     def _lora_case(self, has_lora: bool, loras: int) -> int | None:
         """The active-LoRA count of the graphs that serve this batch, or None for eager."""

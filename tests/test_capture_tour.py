@@ -24,17 +24,12 @@ def expected_keys(mode: str, sizes: list[int], max_num_seqs: int) -> int:
 
 @pytest.fixture(scope="module")
 def captures():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a busy 2-core machine: one thread is fastest
     rng = random.Random(81)
     sizes = sorted(rng.sample(range(1, 13), 3))
     yield (
         sizes,
         capture_each_mode(["NONE", "FULL", "FULL_DECODE_ONLY"], sizes=sizes, progress=False),
     )
-    torch.set_num_threads(threads)
 
 
 def test_each_mode_captures_the_dispatchers_keys_and_replays_exactly(captures):

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from small_models import MLP
 from torch import nn
 
 from cgdispatch.costmodel import (
@@ -20,15 +21,6 @@ from cgdispatch.costmodel import (
     predict_step,
     profile_step,
 )
-
-
-class MLP(nn.Module):
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(nn.functional.gelu(self.fc1(x)))
 
 
 def test_kernels_flops_and_bytes_of_an_mlp_by_hand() -> None:

@@ -16,15 +16,6 @@ from cgdispatch.models.registry import build_model, model_names  # noqa: E402
 PRESETS = ["hf-llama-tiny", "hf-gpt2-tiny"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny ops: one intra-op thread is ~2x faster on the shared 2-core test machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module", params=PRESETS)
 def model(request):
     m = build_hf_model(request.param, seed=3)

@@ -20,15 +20,6 @@ M = CUDAGraphMode
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny ops: one intra-op thread is ~2x faster on the shared 2-core test machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module", autouse=True)
 def _instantiate_every_hf_class_before_compiling():
     """torch.compile guards on transformers' registry of instantiated model classes: a
     class first instantiated after a capture recompiles into pieces without graphs."""

@@ -6,21 +6,11 @@ import random
 
 import pytest
 import torch
+from small_models import MLP
 from torch import nn
 
 from cgdispatch import GraphConfig
 from cgdispatch.memory import estimate_graph_memory, round_up, shared_pool_bytes
-
-
-class MLP(nn.Module):
-    """x -> Linear(h, 4h) -> GELU -> Linear(4h, h)."""
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(nn.functional.gelu(self.fc1(x)))
 
 
 def mlp_inputs(hidden: int, dtype: torch.dtype = torch.float32):

@@ -110,14 +110,13 @@ def attention_uniform(
     return _general(q, k, v, kv_cache, positions, slots, scale)
 
 
-@attention.register_fake
 def _attention_fake(q, k, v, kv_cache, positions, slots, scale):  # noqa: ANN001, ANN202
+    """Shape-only stand-in for both ops (tracing, fake tensors): the output is shaped like q."""
     return torch.empty_like(q)
 
 
-@attention_uniform.register_fake
-def _attention_uniform_fake(q, k, v, kv_cache, positions, slots, scale):  # noqa: ANN001, ANN202
-    return torch.empty_like(q)
+attention.register_fake(_attention_fake)
+attention_uniform.register_fake(_attention_fake)
 
 
 def attention_reference(
