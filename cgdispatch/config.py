@@ -16,6 +16,7 @@ from typing import Any
 
 from .ladders import vllm_ladder
 from .modes import AttentionCGSupport, CUDAGraphMode
+from .validate import check_int as _check_int
 
 __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
 
@@ -59,11 +60,6 @@ _IGNORED_VLLM_KEYS = frozenset(
         "dynamic_shapes_config",
     }
 )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {minimum}")
 
 
 def captured_lora_counts(max_loras: int, specialize_active_lora: bool) -> list[int]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .batch import BatchDescriptor
 from .config import GraphConfig
 from .modes import CUDAGraphMode
+from .validate import check_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,10 +113,7 @@ class CudagraphDispatcher:
             if uniform_decode_query_len is None
             else uniform_decode_query_len
         )
-        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
-            raise ValueError(
-                f"uniform_decode_query_len={q!r} is invalid: it must be an integer >= 1"
-            )
+        check_int("uniform_decode_query_len", q, 1)
         self.cudagraph_mode, self.uniform_decode_query_len = mode, q
         sizes = self.config.cudagraph_capture_sizes
         max_num_seqs = self.config.max_num_seqs

@@ -7,6 +7,8 @@ Each function returns a sorted list of distinct sizes.
 
 from __future__ import annotations
 
+from .validate import check_int
+
 __all__ = [
     "vllm_max_capture_size",
     "vllm_ladder",
@@ -20,9 +22,7 @@ __all__ = [
 
 
 def _positive(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
-    return value
+    return check_int(name, value, 1)
 
 
 def vllm_max_capture_size(

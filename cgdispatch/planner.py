@@ -14,6 +14,7 @@ import pandas as pd
 
 from .costs import as_cost_model
 from .modes import CUDAGraphMode
+from .validate import check_int
 from .workload import step_histogram
 
 __all__ = ["plan_capture_sizes", "plan_cost", "as_histogram"]
@@ -54,9 +55,8 @@ def as_histogram(steps: Any) -> pd.DataFrame:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {minimum}")
-    return int(value)
+    """As :func:`cgdispatch.validate.check_int`, numpy integers accepted too."""
+    return check_int(name, int(value) if isinstance(value, np.integer) else value, minimum)
 
 
 def _candidates(

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .validate import check_int
+
 __all__ = ["StepBatch", "make_decode_batch", "make_mixed_batch"]
 
 
@@ -50,9 +52,7 @@ class StepBatch:
 
 
 def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
-    return value
+    return check_int(name, value, 1)
 
 
 def _build(

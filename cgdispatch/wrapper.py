@@ -21,6 +21,7 @@ from . import context as _context
 from .backends import CapturedGraph, GraphBackend, get_backend
 from .batch import BatchDescriptor
 from .modes import CUDAGraphMode
+from .validate import check_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,8 +93,7 @@ class CUDAGraphWrapper:
                 f"runtime_mode={runtime_mode!r} is invalid for a graph wrapper: use "
                 "CUDAGraphMode.FULL or CUDAGraphMode.PIECEWISE (NONE needs no wrapper)"
             )
-        if isinstance(num_warmups, bool) or not isinstance(num_warmups, int) or num_warmups < 0:
-            raise ValueError(f"num_warmups={num_warmups!r} is invalid: it must be an integer >= 0")
+        check_int("num_warmups", num_warmups, 0)
         self.runnable = runnable
         self.runtime_mode = runtime_mode
         self.backend = get_backend(backend)
