@@ -144,12 +144,7 @@ def build_runner(args: argparse.Namespace) -> GraphRunner:
         num_speculative_tokens=args.num_speculative_tokens,
         splitting_ops=[] if args.no_piecewise else None,
     )
-    try:
-        return GraphRunner(model, config, backend=args.backend)
-    except NotImplementedError as err:
-        raise ValueError(
-            f"{err} (or pass --no-piecewise to lower to a non-piecewise mode)"
-        ) from None
+    return GraphRunner(model, config, backend=args.backend)
 
 
 def add_runner_arguments(
@@ -196,7 +191,9 @@ def run_capture(args: argparse.Namespace) -> int:
 
     runner = build_runner(args)
     report = runner.capture_all(progress=not args.no_progress)
-    where = f"measured ({'CPU' if runner.backend.name == 'cpu' else _gpu_name()})"
+    from .measure import source_label
+
+    where = source_label(runner.device)
     print(f"{runner}\ncapture report, {where}:")
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(report.to_string(index=False))
@@ -226,12 +223,6 @@ def run_capture(args: argparse.Namespace) -> int:
         return 1
     print(f"\nok: {len(checks)} checks within tolerance")
     return 0
-
-
-def _gpu_name() -> str:
-    import torch
-
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

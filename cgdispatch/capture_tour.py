@@ -41,11 +41,9 @@ class ModeCaptures:
 
 def device_source(runner: Any) -> str:
     """``measured (CPU)`` or ``measured (<GPU name>)`` for a runner's device."""
-    if runner.device.type == "cuda":
-        import torch
+    from .measure import source_label
 
-        return f"measured ({torch.cuda.get_device_name(runner.device)})"
-    return "measured (CPU)"
+    return source_label(runner.device)
 
 
 def capture_each_mode(
