@@ -13,7 +13,7 @@ import time
 import torch
 
 from cgdispatch import BatchDescriptor, GraphConfig
-from cgdispatch.memory import estimate_graph_memory, toy_inputs
+from cgdispatch.estimate.graph_memory import estimate_graph_memory, toy_inputs
 from cgdispatch.models.toy import build_toy_model
 
 

@@ -18,11 +18,11 @@ import time
 import numpy as np
 import pandas as pd
 
-from cgdispatch.ladder_compare import compare, engine_ladders
-from cgdispatch.modes import CUDAGraphMode
-from cgdispatch.planner import _candidates, _costs, _row_full, as_histogram, plan_capture_sizes
-from cgdispatch.synthetic import synthetic_requests
-from cgdispatch.workload import simulate_steps
+from cgdispatch.core.modes import CUDAGraphMode
+from cgdispatch.plan.ladder_compare import compare, engine_ladders
+from cgdispatch.plan.planner import _candidates, _costs, _row_full, as_histogram, plan_capture_sizes
+from cgdispatch.workload.synthetic import synthetic_requests
+from cgdispatch.workload.trace import simulate_steps
 
 RATES = [2.0, 5.0, 10.0, 20.0, float("inf")]
 NUM_REQUESTS = 2000

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import torch
 
 from cgdispatch import BatchDescriptor, CUDAGraphMode, GraphConfig
-from cgdispatch.context import set_forward_context
-from cgdispatch.modes import AttentionCGSupport
-from cgdispatch.runner import GraphRunner
+from cgdispatch.capture.context import set_forward_context
+from cgdispatch.capture.runner import GraphRunner
+from cgdispatch.core.modes import AttentionCGSupport
 
 SIZES = [1, 2, 4, 8, 16, 32, 64]
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from cgdispatch import CudagraphDispatcher, GraphConfig
-from cgdispatch.whatif import MODE_CODES, evaluate
-from cgdispatch.workload import make_trace
+from cgdispatch.plan.whatif import MODE_CODES, evaluate
+from cgdispatch.workload.trace import make_trace
 
 STEPS, SAMPLE, REPEATS = 10_000_000, 200_000, 3
 

@@ -8,13 +8,13 @@ import sys
 
 # command name -> module defining ``add_parser(subparsers)``; each sets ``func`` on its parser
 COMMANDS: dict[str, str] = {
-    "demo": "cgdispatch.cli",
-    "dispatch": "cgdispatch.cli",
-    "plan": "cgdispatch.plan_cli",
-    "capture": "cgdispatch.capture_cli",
-    "sweep": "cgdispatch.measure_cli",
-    "report": "cgdispatch.measure_cli",
-    "estimate-memory": "cgdispatch.measure_cli",
+    "demo": "cgdispatch.cli.dispatch",
+    "dispatch": "cgdispatch.cli.dispatch",
+    "plan": "cgdispatch.cli.plan",
+    "capture": "cgdispatch.cli.capture",
+    "sweep": "cgdispatch.cli.sweep",
+    "report": "cgdispatch.cli.sweep",
+    "estimate-memory": "cgdispatch.cli.sweep",
 }
 
 

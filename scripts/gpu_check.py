@@ -29,9 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cgdispatch.capture_cli import build_runner, check_replay  # noqa: E402
-from cgdispatch.config import GraphConfig  # noqa: E402
-from cgdispatch.runner import GraphRunner  # noqa: E402
+from cgdispatch.capture.runner import GraphRunner  # noqa: E402
+from cgdispatch.cli.capture import build_runner  # noqa: E402
+from cgdispatch.core.config import GraphConfig  # noqa: E402
+from cgdispatch.measure.replay_check import check_replay  # noqa: E402
 
 
 def step_ms(runner: GraphRunner, batch, iters: int, repeats: int) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import context as _context
+from ..capture import context as _context
 
 __all__ = ["attention", "attention_uniform", "attention_reference"]
 

@@ -34,7 +34,7 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     ),
     ModelFamily(
         ("hf-llama-tiny", "hf-gpt2-tiny"),
-        "cgdispatch.models.hf_presets:build_hf_model",
+        "cgdispatch.models.hf.presets:build_hf_model",
         ("attention",),  # only "general": the adapter's SDPA attention is not switchable
         "Hugging Face causal LM (random weights) through HFDecodeLM: lock-step decode only",
     ),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..modes import AttentionCGSupport
+from ..core.modes import AttentionCGSupport
 from . import attention as _attention_ops  # noqa: F401 - registers the custom ops
 
 __all__ = ["ToyConfig", "ToyLM", "PRESETS", "build_toy_model"]

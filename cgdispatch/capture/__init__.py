@@ -1,0 +1,1 @@
+"""Capture and replay: forward context, graph backends, wrappers, piecewise backend, runner."""

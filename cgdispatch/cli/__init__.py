@@ -1,0 +1,1 @@
+"""Command line: argument parsing and printing, one module per command group."""

@@ -1,0 +1,161 @@
+"""Measurement commands: ``sweep``, ``report`` and ``estimate-memory``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .dispatch import add_config_arguments, config_from_args
+
+__all__ = ["add_parser"]
+
+
+def run_sweep_command(args: argparse.Namespace) -> int:
+    from ..sweep.run import SWEEP_PRESETS, run_sweep
+    from ..sweep.spec import load_spec
+    from ..sweep.store import ResultStore
+
+    if args.spec is not None:
+        spec = load_spec(args.spec)
+    elif args.preset in SWEEP_PRESETS:
+        spec = SWEEP_PRESETS[args.preset]
+    else:
+        raise ValueError(
+            f"sweep preset {args.preset!r} is unknown: use one of {sorted(SWEEP_PRESETS)} or --spec FILE"
+        )
+    if args.device:
+        spec = spec.replace(device=args.device)
+    if args.repeats:
+        spec = spec.replace(repeats=args.repeats)
+    if args.modes:
+        spec = spec.replace(modes=tuple(m for m in args.modes.split(",") if m))
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers} is invalid: give 1 (in-process) or more")
+    store = ResultStore(args.out)
+    previous = store.load()
+    if not args.resume and (previous["sweep"] == spec.name).any():
+        raise ValueError(
+            f"{store.path} already holds rows of sweep {spec.name!r}: pass --resume to finish it "
+            "(finished points are skipped) or choose another --out directory"
+        )
+    executor = None
+    if args.workers > 1:
+        import concurrent.futures as cf
+        import multiprocessing
+
+        executor = cf.ProcessPoolExecutor(
+            args.workers, mp_context=multiprocessing.get_context("spawn")
+        )
+    try:
+        rows = run_sweep(spec, store=store, executor=executor, progress=not args.no_progress)
+    finally:
+        if executor is not None:
+            executor.shutdown()
+    ok = int((rows["status"] == "ok").sum())
+    print(f"sweep {spec.name}: {ok} ok, {len(rows) - ok} failed -> {store.path}")
+    return 0
+
+
+def run_report_command(args: argparse.Namespace) -> int:
+    from ..views.report import write_report
+
+    path = write_report(
+        args.results, args.out, estimate=not args.no_estimate, progress=not args.no_progress
+    )
+    print(f"report: {path} and its charts in {path.parent}")
+    return 0
+
+
+def run_estimate_command(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..estimate.graph_memory import estimate_graph_memory
+    from ..models.toy import build_toy_model
+
+    model = build_toy_model(args.model, device="meta", dtype=args.dtype)
+    config = config_from_args(args)
+    config = config.resolve(model.attention_cg_support)
+    est = estimate_graph_memory(
+        model, config, keep_outputs=not args.weak_outputs, progress=not args.no_progress
+    )
+    mib = 1 << 20
+    if args.per_graph:  # one row per graph: a FULL key, or one piece of a PIECEWISE key
+        table = est.graphs.assign(
+            peak_MiB=est.graphs["peak_bytes"] / mib, output_MiB=est.graphs["output_bytes"] / mib
+        )
+        cols = [
+            "runtime_mode",
+            "num_tokens",
+            "num_reqs",
+            "uniform",
+            "piece",
+            "peak_MiB",
+            "output_MiB",
+        ]
+    else:
+        table = est.per_key.assign(kept_MiB=est.per_key["kept_bytes"] / mib)
+        cols = ["runtime_mode", "num_tokens", "num_reqs", "uniform", "pieces", "kept_MiB"]
+    table = table.assign(pool_increment_MiB=table["pool_increment_bytes"] / mib)
+    with pd.option_context("display.max_rows", None, "display.width", 200):
+        print(
+            table[[*cols, "pool_increment_MiB"]].to_string(
+                index=False, float_format=lambda v: f"{v:.2f}"
+            )
+        )
+    print(f"\n{args.model} ({model.config.dtype}), mode {config.cudagraph_mode}: {est.summary()}")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    sweep = subparsers.add_parser(
+        "sweep", help="time and size graphs over modes x ladders x shapes (resumable)"
+    )
+    sweep.add_argument("--preset", default="smoke", help="sweep preset: smoke, gpu-small, gpu-full")
+    sweep.add_argument(
+        "--spec", type=Path, default=None, help="a spec file (YAML or JSON) instead of --preset"
+    )
+    sweep.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="result directory (results.csv) or .csv/.parquet file",
+    )
+    sweep.add_argument(
+        "--resume", action="store_true", help="continue a sweep: skip points already ok"
+    )
+    sweep.add_argument("--workers", type=int, default=1, help="processes (units run in parallel)")
+    sweep.add_argument("--device", default=None, help="override the preset's device (cpu, cuda)")
+    sweep.add_argument("--repeats", type=int, default=None, help="override timed runs per point")
+    sweep.add_argument(
+        "--modes", default=None, help="override the preset's modes, e.g. FULL,PIECEWISE"
+    )
+    sweep.add_argument("--no-progress", action="store_true")
+    sweep.set_defaults(func=run_sweep_command)
+    report = subparsers.add_parser("report", help="charts (PNG) and a Markdown summary of a sweep")
+    report.add_argument("results", type=Path, help="a sweep's --out directory or results file")
+    report.add_argument(
+        "--out", type=Path, default=None, help="report directory (default RESULTS/report)"
+    )
+    report.add_argument(
+        "--no-estimate", action="store_true", help="skip the graph-memory estimates"
+    )
+    report.add_argument("--no-progress", action="store_true")
+    report.set_defaults(func=run_report_command)
+    est = subparsers.add_parser(
+        "estimate-memory", help="graph memory per key and in total, without a GPU"
+    )
+    add_config_arguments(est)
+    est.add_argument(
+        "--model", default="toy-small", help="toy-model preset (toy-tiny, toy-small, toy-1b)"
+    )
+    est.add_argument("--dtype", default=None, help="override the preset's dtype")
+    est.add_argument(
+        "--weak-outputs",
+        action="store_true",
+        help="graph outputs go back to the pool (vLLM's weak references)",
+    )
+    est.add_argument(
+        "--per-graph", action="store_true", help="one row per graph (piece) instead of per key"
+    )
+    est.add_argument("--no-progress", action="store_true")
+    est.set_defaults(func=run_estimate_command)

@@ -1,0 +1,108 @@
+"""Default capture-size ladders of the engines cgdispatch compares against.
+
+Facts from the engines' documentation and source as summarised in docs/references.md
+(vLLM V1 mid-2026, SGLang 2025-2026, TensorRT-LLM PyTorch backend, Hugging Face TGI).
+Each function returns a sorted list of distinct sizes.
+"""
+
+from __future__ import annotations
+
+from .validate import check_int
+
+__all__ = [
+    "vllm_max_capture_size",
+    "vllm_ladder",
+    "sglang_ladder",
+    "trtllm_ladder",
+    "tgi_ladder",
+    "powers_of_two_ladder",
+    "every_size_ladder",
+    "ENGINE_LADDERS",
+]
+
+
+def _positive(name: str, value: int) -> int:
+    return check_int(name, value, 1)
+
+
+def vllm_max_capture_size(
+    max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_speculative_tokens: int = 0
+) -> int:
+    """vLLM's default largest capture size: ``min(2 * max_num_seqs * q, 512)``, capped by tokens."""
+    _positive("max_num_seqs", max_num_seqs)
+    _positive("max_num_batched_tokens", max_num_batched_tokens)
+    spec = num_speculative_tokens
+    if isinstance(spec, bool) or not isinstance(spec, int) or spec < 0:
+        raise ValueError(f"num_speculative_tokens={spec!r} is invalid: it must be an integer >= 0")
+    q = 1 + spec
+    return min(2 * max_num_seqs * q, 512, max_num_batched_tokens)
+
+
+def vllm_ladder(
+    max_size: int | None = None,
+    *,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    num_speculative_tokens: int = 0,
+) -> list[int]:
+    """vLLM V1's default ladder ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``.
+
+    ``max_size`` defaults to ``min(2 * max_num_seqs * q, 512)``; when
+    ``max_num_batched_tokens`` is below it, the ladder is cut there and that token count
+    appended, so the largest batch the scheduler can form is still captured.
+    """
+    if max_size is None:
+        max_size = min(2 * max_num_seqs * (1 + num_speculative_tokens), 512)
+    _positive("max_size", max_size)
+    base = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
+    sizes = [s for s in base if s <= max_size]
+    if max_num_batched_tokens < max_size:
+        sizes = [s for s in sizes if s <= max_num_batched_tokens] + [max_num_batched_tokens]
+    return sorted(set(sizes))
+
+
+def sglang_ladder(max_size: int = 256) -> list[int]:
+    """SGLang: ``[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512, max+1, 32)``."""
+    _positive("max_size", max_size)
+    base = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_size + 1, 32)]
+    return sorted({s for s in base if s <= max_size})
+
+
+def trtllm_ladder(max_batch_size: int = 128) -> list[int]:
+    """TensorRT-LLM (PyTorch backend, padding on): ``[1, 2, 4] + range(8, 129, 8)``, then +64 steps, max appended."""
+    _positive("max_batch_size", max_batch_size)
+    base = [1, 2, 4, *range(8, 129, 8), *range(192, max_batch_size + 1, 64)]
+    return sorted({s for s in base if s <= max_batch_size} | {max_batch_size})
+
+
+def tgi_ladder(max_size: int | None = None) -> list[int]:
+    """Hugging Face TGI's ``--cuda-graphs`` default ``1,2,4,8,16,32``."""
+    sizes = [1, 2, 4, 8, 16, 32]
+    if max_size is None:
+        return sizes
+    return [s for s in sizes if s <= _positive("max_size", max_size)]
+
+
+def powers_of_two_ladder(max_size: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_size``, which is always included."""
+    _positive("max_size", max_size)
+    sizes, s = [], 1
+    while s < max_size:
+        sizes.append(s)
+        s *= 2
+    return [*sizes, max_size]
+
+
+def every_size_ladder(max_size: int) -> list[int]:
+    """Every size 1..max (no padding at all; SGLang with padding disabled)."""
+    return list(range(1, _positive("max_size", max_size) + 1))
+
+
+ENGINE_LADDERS = {
+    "vllm": vllm_ladder,
+    "sglang": sglang_ladder,
+    "trtllm": trtllm_ladder,
+    "tgi": tgi_ladder,
+    "pow2": powers_of_two_ladder,
+    "every": every_size_ladder,
+}

@@ -1,0 +1,1 @@
+"""Estimate without a GPU: fake-tensor tracking, kernel profiles, device model, graph memory."""

@@ -1,0 +1,1 @@
+"""Measure: timing, replay checks, the capture tour."""

@@ -1,0 +1,114 @@
+"""Replay against eager: the check behind ``capture --check``, notebook 02 and the GPU script.
+
+For every captured key it runs fresh random batches through the runner (replay) and
+through the model directly (eager, unpadded) from the same KV-cache state, and compares
+logits and the real requests' caches.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from ..capture.runner import GraphRunner
+
+__all__ = ["check_replay"]
+
+# (atol, rtol) of the check, rtol relative to the largest |eager logit| of the batch
+_TOLERANCES = {"float32": (1e-5, 1e-4), "bfloat16": (1e-2, 2e-2), "float16": (1e-3, 5e-3)}
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+
+
+def check_replay(
+    runner: GraphRunner,
+    *,
+    seed: int = 0,
+    atol: float | None = None,
+    rtol: float | None = None,
+    sizes: list[int] | None = None,
+) -> pd.DataFrame:
+    """Replay vs eager for every captured key, on fresh random decode and mixed batches.
+
+    One row per (key, batch kind): max_abs_err of the logits, cache_err (largest change
+    of a real slot's cache between the two runs), tol, ok, and whether the step replayed
+    a graph. The model's caches are restored after each comparison. Keys must have been
+    captured (``runner.capture_all()``) for ``replayed`` to be True. A runner in mode NONE
+    has no keys: it is checked at ``sizes`` (eager through the runner's path).
+    """
+    import pandas as pd
+    import torch
+
+    model, dummy = runner.model, runner.model.dummy_slot
+    d_atol, d_rtol = _TOLERANCES[model.config.dtype]
+    atol, rtol = (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
+    for name, value in (("atol", atol), ("rtol", rtol)):
+        if not value >= 0:  # also rejects NaN
+            raise ValueError(f"{name}={value!r} is invalid: a tolerance must be >= 0")
+    rows: list[dict[str, Any]] = []
+    snapshot = [c.clone() for c in model.kv_caches()]
+
+    def restore() -> None:
+        for cache, saved in zip(model.kv_caches(), snapshot):
+            cache.copy_(saved)
+
+    from ..core.batch import BatchDescriptor
+    from ..core.modes import CUDAGraphMode
+
+    eager_only = runner.cudagraph_mode is CUDAGraphMode.NONE
+    keys = (
+        [(CUDAGraphMode.NONE, BatchDescriptor(s)) for s in sizes or []]
+        if eager_only
+        else list(dict.fromkeys(runner.captured_keys))  # one row per key, not per piece
+    )
+    for i, (mode, desc) in enumerate(keys):
+        n = desc.num_tokens
+        kinds = ["decode"] if desc.uniform else ["mixed", "decode"]
+        if not getattr(model, "supports_mixed_batches", True):
+            # decode-only models (the HF adapter): a non-uniform key is exercised by a decode
+            # batch dispatched as non-uniform, so that this very key replays
+            kinds = ["decode"] if desc.uniform else ["decode-nonuniform"]
+        for kind in kinds:
+            make = runner.make_mixed_batch if kind == "mixed" else runner.make_decode_batch
+            try:
+                batch = make(n, seed=seed * 7919 + i * 2 + (kind == "mixed"))
+            except ValueError:  # e.g. more decode requests than KV slots
+                continue
+            dev = runner.device
+            ids, pos, slots = (t.to(dev) for t in (batch.input_ids, batch.positions, batch.slots))
+            restore()
+            with torch.no_grad():
+                ref = model(ids, pos, slots)
+            ref_caches = [c[:, :dummy].clone() for c in model.kv_caches()]
+            restore()
+            replays = sum(w.num_replays for w in runner.wrappers)
+            uniform = batch.uniform_decode and kind != "decode-nonuniform"
+            out = runner.execute(ids, pos, slots, uniform_decode=uniform).clone()
+            replayed = sum(w.num_replays for w in runner.wrappers) > replays
+            cache_err = max(
+                _max_err(c[:, :dummy], r) for c, r in zip(model.kv_caches(), ref_caches)
+            )
+            err = _max_err(out, ref)
+            tol = atol + rtol * float(ref.float().abs().max())
+            rows.append(
+                {
+                    "mode": str(mode),
+                    "num_tokens": n,
+                    "num_reqs": desc.num_reqs,
+                    "uniform": desc.uniform,
+                    "batch": kind,
+                    "batch_reqs": batch.num_reqs,
+                    "replayed": replayed,
+                    "max_abs_err": err,
+                    "cache_err": cache_err,
+                    "tol": tol,
+                    "ok": (replayed or eager_only) and err <= tol and cache_err <= tol,
+                }
+            )
+    restore()
+    return pd.DataFrame(rows)

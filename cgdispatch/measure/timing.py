@@ -1,0 +1,200 @@
+"""Measuring steps like a benchmark: step time, host time, capture time, graph-pool memory.
+
+Timing discards warm-up runs, rotates the inputs among several random sets (so no run is
+timed on the inputs of the run before, or on zeros) and reports the median and spread.
+On CUDA the device time comes from CUDA events around each step; on CPU from
+``perf_counter_ns`` after synchronisation (there is nothing to synchronise: the step has
+returned). Host time is how long the Python call takes to return: on a GPU that is the
+launch overhead that graphs remove; on CPU it equals the step time. Capture is timed
+separately and never mixed into step time.
+
+This module measures what it is given; it does not build models, capture graphs or choose
+sizes (see ``runner.py`` and ``sweep.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = [
+    "StepTiming",
+    "CaptureMemory",
+    "time_step",
+    "time_call",
+    "measure_capture_memory",
+    "device_label",
+    "source_label",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Step time statistics over ``repeats`` timed runs (warm-up excluded).
+
+    ``median_ms``/``p10_ms``/``p90_ms``: device-inclusive step time. ``host_median_ms``:
+    time for the call to return on the host (no synchronisation).
+    """
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    min_ms: float
+    host_median_ms: float
+    repeats: int
+    warmup: int
+    device: str
+
+    @property
+    def spread_ms(self) -> float:
+        """p90 - p10: the width of the middle 80 % of runs."""
+        return self.p90_ms - self.p10_ms
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CaptureMemory:
+    """Allocator statistics around one capture (CUDA only), in bytes.
+
+    ``pool_bytes``: reserved memory added by the capture (the graph pool grows by
+    whole segments); ``allocated_bytes``: allocated memory still held afterwards (the
+    graph's outputs and blocks it keeps); ``peak_*``: high-water marks during capture.
+    """
+
+    pool_bytes: int
+    allocated_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an ascending list."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {minimum}")
+    return value
+
+
+def time_step(
+    step: Callable[[Any], Any],
+    input_sets: Sequence[Any],
+    *,
+    warmup: int = 3,
+    repeats: int = 20,
+    device: str | torch.device = "cpu",
+) -> StepTiming:
+    """Time ``step(inputs)`` over ``repeats`` runs after ``warmup`` discarded ones.
+
+    Run ``i`` uses ``input_sets[i % len(input_sets)]``: give at least two random sets.
+    Each timed run is synchronised before the next starts, so runs do not overlap.
+    """
+    _check_count("warmup", warmup, 0)
+    _check_count("repeats", repeats, 1)
+    if len(input_sets) < 1:
+        raise ValueError(
+            "input_sets is empty: give at least one (better several) random input sets"
+        )
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    n = len(input_sets)
+    for i in range(warmup):
+        step(input_sets[i % n])
+    if cuda:
+        torch.cuda.synchronize(dev)
+    step_ms, host_ms = [], []
+    for i in range(repeats):
+        inputs = input_sets[(warmup + i) % n]
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            t0 = time.perf_counter_ns()
+            step(inputs)
+            t1 = time.perf_counter_ns()
+            end.record()
+            end.synchronize()
+            step_ms.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter_ns()
+            step(inputs)
+            t1 = time.perf_counter_ns()  # on CPU the step has finished when it returns
+            step_ms.append((t1 - t0) / 1e6)
+        host_ms.append((t1 - t0) / 1e6)
+    ordered = sorted(step_ms)
+    return StepTiming(
+        median_ms=statistics.median(ordered),
+        p10_ms=_quantile(ordered, 0.1),
+        p90_ms=_quantile(ordered, 0.9),
+        min_ms=ordered[0],
+        host_median_ms=statistics.median(host_ms),
+        repeats=repeats,
+        warmup=warmup,
+        device=str(dev),
+    )
+
+
+def time_call(fn: Callable[[], T], device: str | torch.device = "cpu") -> tuple[T, float]:
+    """``(fn(), seconds)``, synchronised before and after on CUDA (for capture time)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    t0 = time.perf_counter_ns()
+    result = fn()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return result, (time.perf_counter_ns() - t0) / 1e9
+
+
+def measure_capture_memory(
+    capture: Callable[[], T], device: str | torch.device = "cuda"
+) -> tuple[T, CaptureMemory | None]:
+    """``(capture(), CaptureMemory)`` from torch's allocator statistics around the call.
+
+    Resets the peak counters first. Returns ``None`` for the memory off CUDA, where there
+    is no graph pool to measure (use :func:`cgdispatch.estimate.graph_memory.estimate_graph_memory`).
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return capture(), None
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    reserved0 = torch.cuda.memory_reserved(dev)
+    allocated0 = torch.cuda.memory_allocated(dev)
+    result = capture()
+    torch.cuda.synchronize(dev)
+    memory = CaptureMemory(
+        pool_bytes=torch.cuda.memory_reserved(dev) - reserved0,
+        allocated_bytes=torch.cuda.memory_allocated(dev) - allocated0,
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+    )
+    return result, memory
+
+
+def device_label(device: str | torch.device) -> str:
+    """A device's human name: ``"CPU"`` or the GPU's name (``"NVIDIA H200"``)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return dev.type.upper()
+
+
+def source_label(device: str | torch.device) -> str:
+    """``"measured (CPU)"`` or ``"measured (<GPU name>)"`` for numbers timed on ``device``."""
+    return f"measured ({device_label(device)})"

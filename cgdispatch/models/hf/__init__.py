@@ -1,0 +1,1 @@
+"""Hugging Face causal LMs: the decode adapter, support checks, presets."""

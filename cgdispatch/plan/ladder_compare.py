@@ -1,0 +1,142 @@
+"""Compare capture-size ladders on a trace, and export a plan as each engine's settings.
+
+``compare`` replays one trace under every ladder through the what-if engine (so through
+the real dispatcher); ``engine_ladders`` gives the engines' defaults for a config (facts in
+docs/references.md, implemented in :mod:`cgdispatch.core.ladders`); ``export_plan`` writes
+the flags. Nothing here measures: times and memory come from the cost model given.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ..core.config import GraphConfig
+from ..core.ladders import (
+    every_size_ladder,
+    powers_of_two_ladder,
+    sglang_ladder,
+    trtllm_ladder,
+    vllm_ladder,
+)
+from .whatif import evaluate
+
+__all__ = ["engine_ladders", "compare", "export_plan", "COMPARE_COLUMNS"]
+
+COMPARE_COLUMNS = [
+    "ladder",
+    "sizes",
+    "num_graphs",
+    "num_captured_graphs",
+    "step_share_FULL",
+    "step_share_PIECEWISE",
+    "eager_step_share",
+    "padding_tokens",
+    "padded_token_ratio",
+]
+_COST_COLUMNS = ["mean_step_ms", "total_time_s", "graph_memory_bytes", "source"]
+
+
+def engine_ladders(config: GraphConfig | None = None) -> dict[str, list[int]]:
+    """The engines' default ladders for ``config``'s scheduler limits, on a common max.
+
+    vLLM's ladder is the one it derives from max_num_seqs, max_num_batched_tokens and the
+    speculative tokens; SGLang's, TensorRT-LLM's, powers of two and every size are cut at
+    the same largest size (vLLM's), so that the rows differ in ladder shape, not coverage.
+    """
+    config = GraphConfig() if config is None else config
+    vllm = vllm_ladder(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        num_speculative_tokens=config.num_speculative_tokens,
+    )
+    top = vllm[-1]
+    return {
+        "vllm": vllm,
+        "sglang": sglang_ladder(top),
+        "trtllm": trtllm_ladder(top),
+        "pow2": powers_of_two_ladder(top),
+        "every": every_size_ladder(top),
+    }
+
+
+def _config_with(config: GraphConfig, sizes: list[int]) -> GraphConfig:
+    with warnings.catch_warnings():  # sizes above the token budget are dropped: expected here
+        warnings.simplefilter("ignore")
+        return config.replace(cudagraph_capture_sizes=list(sizes)).resolve()
+
+
+def compare(
+    trace: pd.DataFrame,
+    ladders: dict[str, list[int]] | None = None,
+    *,
+    config: GraphConfig | None = None,
+    cost_model: Any = None,
+) -> pd.DataFrame:
+    """One row per ladder: graphs, share of steps per runtime mode, padding waste, and with
+    a cost model expected step time and graph memory (columns :data:`COMPARE_COLUMNS`, plus
+    ``mean_step_ms``, ``total_time_s``, ``graph_memory_bytes``, ``source``).
+
+    ``num_graphs`` counts capture sizes (what ``max_graphs`` limits), ``num_captured_graphs``
+    the graphs the mode captures (e.g. a PIECEWISE and a FULL decode graph per size).
+    ``padded_token_ratio`` is padding tokens / real tokens over graph-replayed steps.
+    Each ladder replaces ``config``'s sizes and is resolved (multiples of q with spec decode).
+    """
+    config = GraphConfig() if config is None else config
+    ladders = engine_ladders(config) if ladders is None else ladders
+    if not isinstance(ladders, dict) or not ladders:
+        raise ValueError("ladders must be a non-empty dict {name: [capture sizes]}")
+    rows = []
+    for name, sizes in ladders.items():
+        if not len(sizes):
+            raise ValueError(f"ladder {name!r} has no sizes: give at least one capture size")
+        cfg = _config_with(config, sizes)
+        summary = evaluate(cfg, trace, cost_model).summary
+        row = {"ladder": name, "sizes": list(cfg.cudagraph_capture_sizes)}
+        row.update({c: summary[c] for c in COMPARE_COLUMNS[2:]})
+        row.update({c: summary[c] for c in _COST_COLUMNS if c in summary})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def export_plan(sizes: list[int], config: GraphConfig | None = None) -> dict[str, str]:
+    """The settings each engine takes for these capture sizes.
+
+    ``vllm``: ``vllm serve`` flags (``--compilation-config`` JSON and scheduler limits);
+    ``vllm_compilation_config``: the JSON alone; ``sglang``: ``--cuda-graph-bs ...
+    --cuda-graph-max-bs N``; ``trtllm``: the ``cuda_graph_config`` YAML block. SGLang and
+    TensorRT-LLM graph decode batches by request count, so their sizes are the token sizes
+    divisible by q = 1 + speculative tokens, divided by q (plan on decode steps for them).
+    """
+    config = GraphConfig() if config is None else config
+    cfg = _config_with(config, sizes)
+    q = config.uniform_decode_query_len
+    batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
+    if not batch:
+        raise ValueError(
+            f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}"
+        )
+    trt = {
+        "cuda_graph_config": {
+            "enable_padding": True,
+            "batch_sizes": batch,
+            "max_batch_size": batch[-1],
+        }
+    }
+    return {
+        "vllm": cfg.to_vllm_args(),
+        "vllm_compilation_config": cfg.to_vllm(),
+        "sglang": f"--cuda-graph-bs {' '.join(map(str, batch))} --cuda-graph-max-bs {batch[-1]}",
+        "trtllm": yaml.safe_dump(trt, default_flow_style=None, sort_keys=False),
+    }
+
+
+def compare_json(table: pd.DataFrame) -> str:
+    """The CLI's ``--json`` form: ``{"ladders": [{name, sizes, num_graphs, padded_token_ratio,
+    eager_step_share, ...}, ...]}``."""
+    records = table.rename(columns={"ladder": "name"}).to_dict(orient="records")
+    return json.dumps({"ladders": records}, default=float)

@@ -1,0 +1,1 @@
+"""Sweeps: specs, resumable runs on any executor, the result store."""

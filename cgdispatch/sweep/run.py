@@ -1,0 +1,278 @@
+"""Sweeps: time and size graphs over modes x capture-size ladders x batch shapes, resumably.
+
+A :class:`~cgdispatch.sweep.spec.SweepSpec` names a registry model, dtype, device, modes, ladders and shapes.
+:func:`run_sweep` runs one *unit* per (mode, ladder): build the model and a
+:class:`~cgdispatch.capture.runner.GraphRunner`, capture every key (timed, pool bytes on CUDA),
+then time each shape eagerly and through the graphs; one row per (mode, ladder, shape)
+with the columns of :data:`SWEEP_COLUMNS`. Rows go to a :class:`ResultStore` as they
+finish; a rerun skips rows already ``ok``. A unit or shape that fails (a mode the runner
+refuses, out of memory, a shape that does not fit the model, a mixed batch for a
+decode-only Hugging Face model) becomes a ``failed`` row with its error, and the sweep
+goes on. Modes are plain strings, so piecewise modes run as
+soon as the runner supports them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+
+from .spec import SWEEP_PRESETS, SweepSpec
+from .store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_results, row_key
+
+__all__ = [
+    "SweepSpec",
+    "SWEEP_PRESETS",
+    "run_sweep",
+    "run_unit",
+    "SWEEP_COLUMNS",
+    "ResultStore",
+    "load_results",
+]
+
+
+def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
+    import torch
+
+    from ..measure.timing import device_label, source_label
+
+    try:
+        name, source = device_label(spec.device), source_label(spec.device)
+    except Exception:  # noqa: BLE001 - a missing GPU is reported as the point's error
+        name, source = spec.device, f"measured ({spec.device})"
+    sizes = spec.ladder_sizes(ladder)
+    return {
+        "sweep": spec.name,
+        "model": spec.model,
+        "dtype": spec.dtype,
+        "device": spec.device,
+        "device_name": name,
+        "torch_version": torch.__version__,
+        "mode": mode,
+        "ladder": ladder,
+        "capture_sizes": ",".join(map(str, sizes)),
+        "num_capture_sizes": len(sizes),
+        "max_num_seqs": spec.max_num_seqs,
+        "repeats": spec.repeats,
+        "source": source,
+    }
+
+
+def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> dict[str, Any]:
+    return {
+        **base,
+        "num_tokens": n,
+        "uniform_decode": uniform,
+        "status": "failed",
+        "error": f"{type(err).__name__}: {err}"[:500],
+        "timestamp": time.time(),
+    }
+
+
+def iter_unit(
+    spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
+) -> Iterator[dict[str, Any]]:
+    """Rows of one (mode, ladder) unit, one per shape, each yielded as soon as it is timed.
+
+    On CPU the unit runs with ``spec.cpu_threads`` intra-op threads (restored afterwards);
+    on CUDA the allocator cache is emptied afterwards so that units do not pile up memory.
+    """
+    import gc
+
+    import torch
+
+    threads = torch.get_num_threads()
+    if spec.device == "cpu":
+        torch.set_num_threads(spec.cpu_threads)
+    try:
+        yield from _unit_rows(spec, mode, ladder, shapes)
+    finally:
+        torch.set_num_threads(threads)
+        if spec.device.startswith("cuda") and torch.cuda.is_available():
+            gc.collect()
+            torch.cuda.empty_cache()
+
+
+def _unit_rows(
+    spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
+) -> Iterator[dict[str, Any]]:
+    import torch
+
+    from ..capture.runner import GraphRunner
+    from ..core.config import GraphConfig
+    from ..measure.timing import measure_capture_memory, time_call, time_step
+    from ..models.registry import build_model
+
+    base = _base_row(spec, mode, ladder)
+    try:
+        sizes = spec.ladder_sizes(ladder)
+        model = build_model(
+            spec.model, device=spec.device, dtype=spec.dtype, max_num_tokens=max(sizes)
+        )
+        model.fill_kv_cache_(seed=0)
+        config = GraphConfig(
+            cudagraph_mode=mode,
+            cudagraph_capture_sizes=list(sizes),
+            max_num_seqs=spec.max_num_seqs,
+        )
+        runner = GraphRunner(model, config)
+        eager = GraphRunner(
+            model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
+        )
+        # decode-only models (the HF adapter) refuse mixed batches: warm up on a decode step
+        mixed = getattr(model, "supports_mixed_batches", True)
+        with torch.no_grad():  # one-time lazy initialisation, kept out of the capture time
+            eager.execute_batch((runner.make_mixed_batch if mixed else runner.make_decode_batch)(1))
+        (report, memory), capture_s = time_call(
+            lambda: measure_capture_memory(lambda: runner.capture_all(progress=False), spec.device),
+            spec.device,
+        )
+    except Exception as err:  # noqa: BLE001 - recorded, the sweep goes on
+        for n, uniform in shapes:
+            yield _failed(base, n, uniform, err)
+        return
+    for rec in report.to_dict("records"):  # per-key capture cost, stored apart from the rows
+        yield {**base, **rec, "runtime_mode": rec["mode"], "mode": mode, "_table": "captures"}
+    base.update(
+        resolved_mode=str(runner.cudagraph_mode),
+        num_graphs=int(report["num_graphs"].sum()),
+        capture_s=capture_s,
+        graph_capture_s=float(report["capture_s"].sum()),
+        # graph captures only: warm-up steps also grow the reserved memory, outside the pool
+        pool_bytes=None if memory is None else int(report["pool_bytes"].sum()),
+        peak_allocated_bytes=None if memory is None else memory.peak_allocated_bytes,
+        peak_reserved_bytes=None if memory is None else memory.peak_reserved_bytes,
+    )
+    for n, uniform in shapes:
+        try:
+            make = runner.make_decode_batch if uniform else runner.make_mixed_batch
+            batches = [make(n, seed=s) for s in range(spec.input_sets)]
+            runtime_mode, desc = runner.dispatcher.dispatch(n, uniform)
+            kw = dict(warmup=spec.warmup, repeats=spec.repeats, device=spec.device)
+            with torch.no_grad():
+                t_eager = time_step(eager.execute_batch, batches, **kw)
+                t_graph = time_step(runner.execute_batch, batches, **kw)
+            yield {
+                **base,
+                "num_tokens": n,
+                "uniform_decode": uniform,
+                "runtime_mode": str(runtime_mode),
+                "padded_size": desc.num_tokens,
+                "eager_ms": t_eager.median_ms,
+                "eager_p10_ms": t_eager.p10_ms,
+                "eager_p90_ms": t_eager.p90_ms,
+                "graph_ms": t_graph.median_ms,
+                "graph_p10_ms": t_graph.p10_ms,
+                "graph_p90_ms": t_graph.p90_ms,
+                "eager_host_ms": t_eager.host_median_ms,
+                "graph_host_ms": t_graph.host_median_ms,
+                "speedup_x": t_eager.median_ms / t_graph.median_ms,
+                "status": "ok",
+                "error": "",
+                "timestamp": time.time(),
+            }
+        except Exception as err:  # noqa: BLE001
+            yield _failed(base, n, uniform, err)
+
+
+def run_unit(
+    spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
+) -> list[dict[str, Any]]:
+    """All rows of one unit (what an executor runs in a worker process)."""
+    return list(iter_unit(spec, mode, ladder, shapes))
+
+
+def run_sweep(
+    spec: SweepSpec | str,
+    store: ResultStore | str | None = None,
+    executor: cf.Executor | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run every point of ``spec`` not yet ``ok`` in ``store``; return the spec's rows (one
+    per point, whatever else the store holds).
+
+    ``store``: a :class:`ResultStore`, a path (``.csv``, ``.parquet`` or a directory), or
+    None to keep rows in memory only. Without ``executor`` units run here, one after the
+    other, and each row is stored as soon as it is timed. With any
+    ``concurrent.futures.Executor`` units run in parallel and their rows are stored as each
+    unit completes: ``ProcessPoolExecutor`` for several CPU processes, or a dask cluster's
+    ``Client.get_executor()`` to spread units over GPUs or machines (each worker needs
+    cgdispatch installed; give each GPU worker its own ``CUDA_VISIBLE_DEVICES``).
+    """
+    if isinstance(spec, str):
+        if spec not in SWEEP_PRESETS:
+            raise ValueError(
+                f"sweep preset {spec!r} is unknown: use one of {sorted(SWEEP_PRESETS)}"
+            )
+        spec = SWEEP_PRESETS[spec]
+    if executor is None and spec.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"sweep {spec.name!r} runs on {spec.device} but this machine has no CUDA GPU: "
+                "run it on a GPU machine, pass an executor whose workers have GPUs, or use "
+                "device='cpu' (--device cpu)"
+            )
+    if not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    store.save_spec(spec.to_dict())
+    done = store.done_keys()
+    todo, wanted = [], set()
+    for mode, ladder in spec.units():
+        base = _base_row(spec, mode, ladder)
+        keys = {
+            (n, u): row_key(
+                tuple({**base, "num_tokens": n, "uniform_decode": u}[c] for c in KEY_COLUMNS)
+            )
+            for n, u in spec.shapes
+        }
+        wanted |= set(keys.values())
+        shapes = [shape for shape, key in keys.items() if key not in done]
+        if shapes:
+            todo.append((mode, ladder, shapes))
+    total = len(spec.units()) * len(spec.shapes)
+    from tqdm.auto import tqdm
+
+    with tqdm(
+        total=total,
+        initial=total - sum(len(t[2]) for t in todo),
+        desc=f"sweep {spec.name}",
+        unit="point",
+        disable=not progress,
+    ) as bar:
+        if executor is None:
+            for mode, ladder, shapes in todo:
+                captures = []
+                for row in iter_unit(spec, mode, ladder, shapes):
+                    if row.pop("_table", None):
+                        captures.append(row)
+                        continue
+                    if captures:
+                        store.append_captures(captures)
+                        captures = []
+                    store.append([row])
+                    bar.update(1)
+        else:
+            futures = {executor.submit(run_unit, spec, *unit): unit for unit in todo}
+            for future in cf.as_completed(futures):
+                mode, ladder, shapes = futures[future]
+                try:
+                    rows = future.result()
+                except Exception as err:  # noqa: BLE001 - a worker died: record, go on
+                    base = _base_row(spec, mode, ladder)
+                    rows = [_failed(base, n, u, err) for n, u in shapes]
+                captures = [r for r in rows if r.pop("_table", None)]
+                rows = [r for r in rows if "status" in r]  # capture records have no status
+                store.append_captures(captures)
+                store.append(rows)
+                bar.update(len(rows))
+    frame = store.load()
+    if frame.empty:
+        return frame
+    mine = frame[list(KEY_COLUMNS)].apply(lambda r: row_key(tuple(r)) in wanted, axis=1)
+    return frame[mine.astype(bool)].reset_index(drop=True)

@@ -1,0 +1,183 @@
+"""Sweep specs: what a sweep measures (model, dtype, device, modes, ladders, shapes, repeats),
+and the named presets ``smoke``, ``gpu-small`` and ``gpu-full``. A spec runs nothing
+(see :func:`cgdispatch.sweep.run.run_sweep`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.ladders import ENGINE_LADDERS
+from ..core.modes import CUDAGraphMode
+
+__all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
+
+BATCH_KINDS = ("decode", "mixed")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep. ``ladders`` maps a name to sizes, or to None for the engine ladder
+    of that name (``vllm``, ``sglang``, ``trtllm``, ``tgi``, ``pow2``, ``every``) up to
+    ``max_capture_size``. Shapes are ``num_tokens`` x ``batch_kinds`` (decode = uniform
+    decode with one token per request; mixed = decodes plus prefill chunks)."""
+
+    name: str = "custom"
+    model: str = "toy-tiny"  # a registry name (cgdispatch.models.registry.model_names())
+    dtype: str = "float32"
+    device: str = "cpu"
+    modes: tuple[str, ...] = ("FULL",)
+    ladders: Mapping[str, Sequence[int] | None] = field(default_factory=lambda: {"pow2": None})
+    max_capture_size: int = 16
+    num_tokens: tuple[int, ...] = (1, 4, 16)
+    batch_kinds: tuple[str, ...] = BATCH_KINDS
+    max_num_seqs: int = 16
+    repeats: int = 10
+    warmup: int = 2
+    input_sets: int = 3  # random batches rotated through the timed runs
+    cpu_threads: int = 1  # intra-op threads on CPU: 1 keeps timings steady on shared machines
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        from ..models.registry import model_names  # no torch import: names only
+
+        if self.model not in model_names():
+            raise ValueError(
+                f"model={self.model!r} is unknown: use a registry name, one of {model_names()}"
+            )
+        for mode in self.modes:
+            CUDAGraphMode.parse(mode)  # ValueError names the valid modes
+        set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
+        for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets", "cpu_threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
+        bad = [k for k in self.batch_kinds if k not in BATCH_KINDS]
+        if bad:
+            raise ValueError(f"batch_kinds {bad} are unknown: use {list(BATCH_KINDS)}")
+        if not self.num_tokens or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.num_tokens
+        ):
+            raise ValueError(f"num_tokens={self.num_tokens!r} is invalid: give integers >= 1")
+        set_(self, "num_tokens", tuple(self.num_tokens))
+        set_(self, "batch_kinds", tuple(self.batch_kinds))
+        ladders = {
+            name: None if sizes is None else tuple(sizes)
+            for name, sizes in dict(self.ladders).items()
+        }
+        set_(self, "ladders", ladders)
+        if not ladders:
+            raise ValueError("ladders is empty: give at least one, e.g. {'vllm': None}")
+        for name in ladders:
+            self.ladder_sizes(name)  # validates
+
+    def ladder_sizes(self, name: str) -> tuple[int, ...]:
+        """The sizes of ladder ``name``: as given, or the engine ladder up to the max."""
+        sizes = self.ladders[name]
+        if sizes is None:
+            if name not in ENGINE_LADDERS:
+                raise ValueError(
+                    f"ladder {name!r} has no sizes and is not an engine ladder: give a list of "
+                    f"sizes or use one of {sorted(ENGINE_LADDERS)}"
+                )
+            return tuple(ENGINE_LADDERS[name](self.max_capture_size))
+        if not sizes or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
+        ):
+            raise ValueError(
+                f"ladder {name!r}={list(sizes)!r} is invalid: give a list of integers >= 1"
+            )
+        return tuple(sorted(set(sizes)))
+
+    @property
+    def shapes(self) -> list[tuple[int, bool]]:
+        """(num_tokens, uniform_decode) of every shape, in sweep order."""
+        return [(n, kind == "decode") for kind in self.batch_kinds for n in self.num_tokens]
+
+    def units(self) -> list[tuple[str, str]]:
+        """(mode, ladder name) of every unit: one runner and one capture each."""
+        return [(mode, ladder) for mode in self.modes for ladder in self.ladders]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["ladders"] = {k: None if v is None else list(v) for k, v in self.ladders.items()}
+        return out
+
+    def replace(self, **changes: Any) -> SweepSpec:
+        """A new spec with ``changes``; engine ladders are re-derived (e.g. for a new max)."""
+        kwargs = self.to_dict()
+        kwargs.update(changes)
+        return SweepSpec(**kwargs)
+
+
+_GPU_MODES = ("FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")
+SWEEP_PRESETS: dict[str, SweepSpec] = {
+    # CPU, under a minute: toy-tiny, two ladders, piecewise recorded as failed until it lands
+    "smoke": SweepSpec(
+        name="smoke",
+        model="toy-tiny",
+        modes=("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
+        ladders={"pow2": None, "coarse": [4, 16]},
+        max_capture_size=16,
+        num_tokens=(1, 3, 8, 13),
+        max_num_seqs=16,
+        repeats=5,
+        warmup=2,
+    ),
+    # one H200, a few minutes (about 1 by the device model; not yet run on a GPU):
+    # toy-small in bf16, vLLM's ladder against powers of two
+    "gpu-small": SweepSpec(
+        name="gpu-small",
+        model="toy-small",
+        dtype="bfloat16",
+        device="cuda",
+        modes=_GPU_MODES,
+        ladders={"vllm": None, "pow2": None},
+        max_capture_size=512,
+        num_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+        max_num_seqs=256,
+        repeats=20,
+        warmup=3,
+    ),
+    # one H200, under 8 minutes: Llama-3.2-1B shapes, three engine ladders, odd sizes too.
+    # Not yet run on a GPU; the device model puts it near 3 minutes (model), to which
+    # piecewise compilation adds its compile time per PIECEWISE / FULL_AND_PIECEWISE unit.
+    "gpu-full": SweepSpec(
+        name="gpu-full",
+        model="toy-1b",
+        dtype="bfloat16",
+        device="cuda",
+        modes=_GPU_MODES,
+        ladders={"vllm": None, "sglang": None, "trtllm": None},
+        max_capture_size=512,
+        num_tokens=(1, 3, 8, 17, 32, 64, 100, 128, 200, 256, 384, 512),
+        max_num_seqs=256,
+        repeats=20,
+        warmup=3,
+    ),
+}
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """A spec from a YAML or JSON file holding :class:`SweepSpec` fields, e.g.
+    ``{name: mine, model: toy-small, modes: [FULL], ladders: {vllm: null, few: [1, 8, 64]}}``."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(
+            f"spec file {path} does not exist: give a YAML or JSON file of SweepSpec fields"
+        )
+    fields = yaml.safe_load(path.read_text())  # JSON is YAML
+    known = {f.name for f in dataclasses.fields(SweepSpec)}
+    if not isinstance(fields, dict) or set(fields) - known:
+        unknown = sorted(set(fields) - known) if isinstance(fields, dict) else fields
+        raise ValueError(f"spec file {path} has unknown fields {unknown}: use {sorted(known)}")
+    for name in ("modes", "num_tokens", "batch_kinds"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    return SweepSpec(**fields)

@@ -1,0 +1,1 @@
+"""Show: tables, figures, widgets, dashboards and sweep reports."""

@@ -1,0 +1,148 @@
+"""Figures and inputs for the what-if notebook: the workload's step histogram, the ladder
+comparison, the hit rates of one what-if result, and the trace a notebook parameter names.
+
+Figures are :class:`~cgdispatch.views.plots.SourcedFigure` labelled with their source, as in
+:mod:`cgdispatch.views.plots`; they draw what they are given and compute nothing themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from .plots import MODE_COLORS, SourcedFigure, _label_source, _require, hit_rate_figure
+
+if TYPE_CHECKING:
+    from ..plan.whatif import WhatIfResult
+
+__all__ = ["workload_trace", "step_histogram_figure", "ladder_comparison_figure", "whatif_figure"]
+
+
+def workload_trace(
+    workload: str | Path,
+    *,
+    num_requests: int = 300,
+    rate_per_s: float = 8.0,
+    seed: int = 0,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    num_speculative_tokens: int = 0,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, str]:
+    """``(step trace, source label)`` for a synthetic length preset or a CSV file.
+
+    A preset name (``"sharegpt"``, ``"alpaca"``) gives ``num_requests`` synthetic requests at
+    ``rate_per_s`` simulated through the scheduler model; a CSV of requests is simulated the
+    same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log) is used as is. The label
+    says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
+    """
+    from ..workload.files import load_trace
+    from ..workload.synthetic import LENGTH_PRESETS, synthetic_requests
+    from ..workload.trace import simulate_steps
+
+    limits = {
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "num_speculative_tokens": num_speculative_tokens,
+        "progress": progress,
+    }
+    if isinstance(workload, str) and workload in LENGTH_PRESETS:
+        requests = synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
+        trace = simulate_steps(requests, seed=seed, **limits)
+        label = (
+            f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
+            f"seed {seed}; scheduler simulated)"
+        )
+        return trace, label
+    path = Path(workload)
+    if path.suffix.lower() not in (".csv", ".log", ".txt") and not path.exists():
+        raise ValueError(
+            f"workload={str(workload)!r} is neither a preset ({sorted(LENGTH_PRESETS)}) nor a "
+            "file: give a preset name or the path of a requests/steps CSV"
+        )
+    kind, table = load_trace(path)
+    if kind == "requests":
+        return simulate_steps(
+            table, seed=seed, **limits
+        ), f"requests from {path.name}, scheduler simulated"
+    return table, f"steps from {path.name}"
+
+
+def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True) -> Figure:
+    """Steps per ``num_tokens`` (log count axis): uniform-decode and mixed steps stacked.
+
+    ``hist`` is :func:`~cgdispatch.workload.trace.step_histogram` (index num_tokens; columns
+    uniform_decode, mixed). The title gives each kind's share of the steps.
+    """
+    hist = _require(hist, ["uniform_decode", "mixed"], "step_histogram_figure")
+    n = hist.index.to_numpy(dtype=np.int64)
+    dec = hist["uniform_decode"].to_numpy(dtype=float)
+    mix = hist["mixed"].to_numpy(dtype=float)
+    total = dec.sum() + mix.sum()
+    fig = SourcedFigure(figsize=(9, 4), layout="constrained")
+    ax = fig.subplots()
+    # on a log axis a width proportional to n draws every bar equally wide
+    width = n * 0.09 if log_x else np.full(len(n), 0.9)
+    ax.bar(n, dec, width, color=MODE_COLORS["FULL"], label="uniform decode", gid="hist-decode")
+    ax.bar(
+        n, mix, width, bottom=dec, color=MODE_COLORS["PIECEWISE"], label="mixed", gid="hist-mixed"
+    )
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("num_tokens per step (unpadded)")
+    ax.set_yscale("log", nonpositive="clip")  # rare mixed sizes stay visible next to decodes
+    ax.set_ylabel("steps (log scale)")
+    ax.set_title(
+        f"{int(total)} steps: {100 * dec.sum() / total:.1f}% uniform decode, "
+        f"{100 * mix.sum() / total:.1f}% mixed",
+        fontsize=10,
+    )
+    ax.legend(fontsize=8)
+    return _label_source(fig, source)
+
+
+_PANELS = [
+    ("num_graphs", "capture sizes", 1.0),
+    ("eager_step_share", "eager steps (%)", 100.0),
+    ("padded_token_ratio", "padding / real tokens (%)", 100.0),
+    ("mean_step_ms", "mean step (ms)", 1.0),
+]
+
+
+def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
+    """One bar per ladder in panels: sizes, eager share, padding waste, mean step time.
+
+    ``table`` is :func:`~cgdispatch.plan.ladder_compare.compare`'s output; the step-time panel is
+    drawn when it has ``mean_step_ms`` (a cost model was given) and is titled with that
+    model's ``source``.
+    """
+    table = _require(
+        table, ["ladder", "num_graphs", "eager_step_share"], "ladder_comparison_figure"
+    )
+    panels = [p for p in _PANELS if p[0] in table.columns]
+    fig = SourcedFigure(figsize=(3.2 * len(panels), 3.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    names = table["ladder"].astype(str).tolist()
+    for ax, (column, label, scale) in zip(axes, panels):
+        values = table[column].to_numpy(dtype=float) * scale
+        bars = ax.bar(names, values, color="0.55", gid=f"ladders-{column}")
+        ax.bar_label(bars, fmt="%.3g", fontsize=7)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelrotation=60, labelsize=8)
+        if column == "mean_step_ms" and "source" in table.columns:
+            ax.set_title(f"{label}\n[{table['source'].iloc[0]}]", fontsize=9)
+    return _label_source(fig, source)
+
+
+def whatif_figure(result: WhatIfResult, source: str, max_sizes: int = 40) -> Figure:
+    """Steps per runtime mode and per padded size for one what-if result.
+
+    :func:`cgdispatch.views.plots.hit_rate_figure` on the result's ``by_size`` table; ``source``
+    names the trace (e.g. ``"synthetic (sharegpt preset, ...)"``).
+    """
+    stats = result.by_size.rename(columns={"steps": "calls"})
+    return hit_rate_figure(stats, source=source, max_sizes=max_sizes)

@@ -1,0 +1,1 @@
+"""Workloads: step traces, the scheduler simulator, synthetic requests, trace-file loaders."""

@@ -1,0 +1,281 @@
+"""Loaders for what a deployment logged: request CSVs, step-size CSVs, vLLM graph metrics.
+
+Each loader returns the schemas of :mod:`cgdispatch.workload.trace` (a request table or a step
+trace) and raises ``ValueError`` naming the missing columns and the names it accepts.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from .trace import LORA_COLUMN, REQUEST_COLUMNS, check_trace, make_trace
+
+__all__ = [
+    "load_requests",
+    "load_step_sizes",
+    "load_cudagraph_metrics",
+    "load_trace",
+    "REQUEST_ALIASES",
+]
+
+# accepted column names (compared lower-case, without spaces, dashes and underscores);
+# ``TIMESTAMP, ContextTokens, GeneratedTokens`` is the layout of public production traces
+REQUEST_ALIASES: dict[str, tuple[str, ...]] = {
+    "arrival_s": (
+        "timestamp",
+        "arrivals",
+        "arrivaltime",
+        "arrival",
+        "time",
+        "times",
+        "starttime",
+        "created",
+    ),
+    "prompt_tokens": (
+        "prompttokens",
+        "contexttokens",
+        "inputtokens",
+        "promptlen",
+        "inputlen",
+        "promptlength",
+        "inputlength",
+        "numprompttokens",
+        "numinputtokens",
+        "isl",
+    ),
+    "output_tokens": (
+        "outputtokens",
+        "generatedtokens",
+        "completiontokens",
+        "outputlen",
+        "outputlength",
+        "numoutputtokens",
+        "numgeneratedtokens",
+        "decodetokens",
+        "osl",
+    ),
+}
+LORA_ALIASES: dict[str, tuple[str, ...]] = {
+    LORA_COLUMN: ("loraid", "lora", "loraname", "adapter", "adapterid", "loraadapter")
+}
+STEP_ALIASES: dict[str, tuple[str, ...]] = {
+    "num_tokens": (
+        "numtokens",
+        "tokens",
+        "numbatchedtokens",
+        "batchedtokens",
+        "steptokens",
+        "batchsize",
+        "size",
+        "unpadded",
+        "unpaddedtokens",
+    ),
+    "count": ("count", "steps", "numsteps", "frequency", "freq"),
+    "uniform_decode": ("uniformdecode", "uniform", "isdecode", "decode"),
+    "num_reqs": ("numreqs", "numrequests", "requests"),
+}
+
+
+def _norm(name: object) -> str:
+    return re.sub(r"[\s_\-]", "", str(name)).lower()
+
+
+def _match(columns: list[str], aliases: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    by_norm = {_norm(c): c for c in columns}
+    found = {}
+    for role, names in aliases.items():
+        hit = next((by_norm[n] for n in names if n in by_norm), None)
+        if hit is not None:
+            found[role] = hit
+    return found
+
+
+def _read(source: str | Path | pd.DataFrame, **kwargs: object) -> pd.DataFrame:
+    if isinstance(source, pd.DataFrame):
+        return source
+    path = Path(source)
+    if not path.exists():
+        raise ValueError(f"trace file {str(path)!r} does not exist")
+    return _parse_csv(path, path, **kwargs)
+
+
+def _parse_csv(path: Path, source: Any, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_csv`` whose parse errors name the file and the expected format."""
+    try:
+        return pd.read_csv(source, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"trace file {str(path)!r} is not a readable CSV ({str(err).strip()}): give a CSV "
+            "with a header row (requests: arrival, prompt and output tokens; steps: "
+            "num_tokens) or a vLLM --cudagraph-metrics log"
+        ) from None
+
+
+def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") -> pd.DataFrame:
+    """A request table from a CSV (or DataFrame) with one request per row.
+
+    Column names are matched loosely (see :data:`REQUEST_ALIASES`). Numeric timestamps are
+    read in ``time_unit`` (``"s"``, ``"ms"``, ``"us"``); text timestamps are parsed as dates.
+    Arrivals are shifted so that the first request arrives at 0. An optional adapter
+    column (``lora_id``, ``lora``, ``adapter`` ...) becomes ``lora_id``: ids or names mapped
+    to 0, 1, ... and blanks (or negative ids) to -1 (no LoRA).
+    """
+    frame = _read(source)
+    found = _match(list(frame.columns), REQUEST_ALIASES)
+    missing = [role for role in REQUEST_COLUMNS if role not in found]
+    if missing:
+        accepted = "; ".join(f"{r}: {', '.join(REQUEST_ALIASES[r][:4])}..." for r in missing)
+        raise ValueError(
+            f"request CSV lacks a column for {missing} (it has {list(frame.columns)}); "
+            f"accepted names: {accepted}"
+        )
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}.get(time_unit)
+    if scale is None:
+        raise ValueError(f"time_unit={time_unit!r} is unknown: use 's', 'ms' or 'us'")
+    stamps = frame[found["arrival_s"]]
+    if pd.api.types.is_numeric_dtype(stamps):
+        arrival = stamps.to_numpy(dtype=np.float64) * scale
+    else:
+        try:
+            times = pd.to_datetime(stamps)
+        except (ValueError, TypeError) as err:
+            raise ValueError(
+                f"column {found['arrival_s']!r} holds neither numbers nor dates: {err}"
+            ) from None
+        arrival = (times - times.min()).dt.total_seconds().to_numpy()
+    out = pd.DataFrame(
+        {
+            "arrival_s": arrival - (arrival.min() if len(arrival) else 0.0),
+            "prompt_tokens": frame[found["prompt_tokens"]].to_numpy(dtype=np.int64),
+            "output_tokens": frame[found["output_tokens"]].to_numpy(dtype=np.int64),
+        }
+    )
+    lora_col = _match(list(frame.columns), LORA_ALIASES).get(LORA_COLUMN)
+    if lora_col is not None:
+        values = frame[lora_col]
+        if pd.api.types.is_numeric_dtype(values):
+            values = values.where(values >= 0)
+        codes, _ = pd.factorize(values, sort=True)  # blanks -> -1
+        out[LORA_COLUMN] = codes.astype(np.int64)
+    bad = (out["prompt_tokens"] < 1) | (out["output_tokens"] < 1)
+    if bad.any():
+        raise ValueError(
+            f"{int(bad.sum())} requests have prompt or output tokens < 1 (first at row "
+            f"{int(np.flatnonzero(bad)[0])}): drop them or fix the file"
+        )
+    return out.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+
+
+def load_step_sizes(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """A step trace from a CSV of step sizes: a ``num_tokens`` column (or a single column
+    without header), optional ``count`` (steps of that size), ``uniform_decode``, ``num_reqs``."""
+    if isinstance(source, pd.DataFrame):
+        frame = source
+    else:
+        frame = _read(source)
+        if len(frame.columns) == 1 and _is_int(frame.columns[0]):
+            frame = _read(source, header=None, names=["num_tokens"])
+    found = _match(list(frame.columns), STEP_ALIASES)
+    if "num_tokens" not in found:
+        raise ValueError(
+            f"step CSV lacks a step-size column (it has {list(frame.columns)}): name it "
+            "num_tokens (or tokens, batch_size, size), or give one column of sizes without header"
+        )
+    count = (
+        frame[found["count"]].to_numpy(dtype=np.int64)
+        if "count" in found
+        else np.ones(len(frame), dtype=np.int64)
+    )
+    sizes = frame[found["num_tokens"]].to_numpy(dtype=np.int64)
+    uniform = (
+        frame[found["uniform_decode"]].to_numpy(dtype=bool) if "uniform_decode" in found else False
+    )
+    reqs = frame[found["num_reqs"]].to_numpy(dtype=np.int64) if "num_reqs" in found else sizes
+    rep = lambda a: np.repeat(np.broadcast_to(a, sizes.shape), count)  # noqa: E731
+    return make_trace(rep(sizes), rep(uniform), num_reqs=rep(reqs))
+
+
+def _is_int(text: object) -> bool:
+    return str(text).strip().lstrip("-").isdigit()
+
+
+def load_cudagraph_metrics(
+    source: str | Path,
+    *,
+    tables: Literal["sum", "last"] = "sum",
+    uniform_modes: tuple[str, ...] = ("FULL",),
+) -> pd.DataFrame:
+    """A step trace from the tables vLLM's ``--cudagraph-metrics`` writes to its log.
+
+    Reads every table with columns Unpadded, Padded, Paddings, Mode, Count (log prefixes and
+    ``|---|`` rules are skipped) and repeats each row Count times. ``tables="last"`` keeps
+    only the last table (use it when the log's tables are cumulative). The log does not say
+    which steps were uniform decodes: steps whose mode is in ``uniform_modes`` are marked so
+    (right for FULL_AND_PIECEWISE, where only uniform decodes run FULL). The logged mode
+    and padded size are kept as ``logged_mode`` and ``logged_padded_tokens``.
+    """
+    text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
+    found: list[list[tuple[int, int, str, int]]] = []
+    current: list[tuple[int, int, str, int]] | None = None
+    for line in text.splitlines():
+        if "|" not in line:
+            current = None
+            continue
+        cells = [c.strip() for c in line[line.index("|") :].strip().strip("|").split("|")]
+        if any("unpadded" in c.lower() for c in cells):
+            current = []
+            found.append(current)
+        elif current is not None and len(cells) >= 5 and _is_int(cells[0]):
+            current.append((int(cells[0]), int(cells[1]), cells[3].upper(), int(cells[4])))
+    if not found:
+        raise ValueError(
+            "no cudagraph metrics table found: expected a table with columns Unpadded Tokens | "
+            "Padded Tokens | Num Paddings | Runtime Mode | Count (vLLM --cudagraph-metrics)"
+        )
+    rows = found[-1] if tables == "last" else [r for t in found for r in t]
+    if not rows:
+        raise ValueError("the cudagraph metrics tables have no rows")
+    unpadded, padded, mode, count = (np.array(c) for c in zip(*rows))
+    trace = make_trace(np.repeat(unpadded, count), np.repeat(np.isin(mode, uniform_modes), count))
+    trace["logged_mode"] = np.repeat(mode, count)
+    trace["logged_padded_tokens"] = np.repeat(padded, count).astype(np.int64)
+    return trace
+
+
+def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.DataFrame]:
+    """Read a file of requests or of steps, telling which it holds.
+
+    A vLLM metrics log or a step-size CSV gives ``("steps", trace)``; a CSV with arrival,
+    prompt and output columns gives ``("requests", table)`` (simulate it into steps).
+    """
+    path = Path(source)
+    if not path.exists():
+        raise ValueError(f"trace file {str(path)!r} does not exist")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"trace file {str(path)!r} is not text: give a CSV of requests or steps, or a "
+            "vLLM --cudagraph-metrics log"
+        ) from None
+    head = text[:65536]
+    if re.search(r"unpadded", head, re.IGNORECASE) and "|" in head:
+        return "steps", load_cudagraph_metrics(path)
+    frame = _parse_csv(path, io.StringIO(text))
+    if len(_match(list(frame.columns), REQUEST_ALIASES)) >= 2:  # a request file, maybe lacking one
+        return "requests", load_requests(frame)
+    if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (
+        len(frame.columns) == 1 and _is_int(frame.columns[0])
+    ):
+        return "steps", check_trace(load_step_sizes(path))
+    raise ValueError(
+        f"{str(path)!r} holds neither requests (arrival, prompt and output token columns such "
+        "as TIMESTAMP, ContextTokens, GeneratedTokens) nor steps (a num_tokens column, or a "
+        f"vLLM --cudagraph-metrics log); its columns are {list(frame.columns)}"
+    )

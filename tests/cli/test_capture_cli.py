@@ -1,0 +1,138 @@
+"""`python -m cgdispatch capture`: report, --check passes on CPU and fails on a bad replay."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cgdispatch.__main__ import main
+from cgdispatch.capture.backends import CpuReplayBackend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("mode", ["FULL", "FULL_DECODE_ONLY", "NONE"])
+def test_capture_check_passes_and_prints_report_and_errors(mode, capsys):
+    rc = main(
+        [
+            "capture",
+            "--model",
+            "toy-tiny",
+            "--mode",
+            mode,
+            "--sizes",
+            "1,2,4",
+            "--check",
+            "--no-progress",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "capture report, measured (CPU)" in out and "max_abs_err" in out
+    assert "ok: " in out and "MISMATCH" not in out
+    if mode != "NONE":
+        report = out.split("capture report")[1].split("replay vs eager")[0]
+        sizes = [int(line.split()[1]) for line in report.splitlines() if line.startswith("FULL")]
+        assert sizes == [4, 2, 1]
+
+
+def test_capture_check_fails_on_a_replay_that_differs(monkeypatch, capsys):
+    original = CpuReplayBackend.capture
+
+    def corrupt(self, fn):
+        graph = original(self, fn)
+        replay = graph.replay_fn
+
+        def bad_replay():
+            out = replay()
+            out.add_(torch.randn_like(out))
+            return out
+
+        graph.replay_fn = bad_replay
+        return graph
+
+    monkeypatch.setattr(CpuReplayBackend, "capture", corrupt)
+    rc = main(["capture", "--mode", "FULL", "--sizes", "1,2", "--check", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "MISMATCH" in out
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--mode", "SOMETIMES"], "unknown"),
+        (["--model", "toy-huge"], "toy-tiny"),
+        (["--sizes", "1,x"], "not an integer"),
+        (["--sizes", "1", "--check", "--atol", "-1"], "atol=-1.0 is invalid"),
+        (["--sizes", "1", "--check", "--rtol", "nan"], "rtol=nan is invalid"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(argv, match, capsys):
+    rc = main(["capture", "--no-progress", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and match in err
+
+
+def test_module_entry_point_runs():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cgdispatch",
+            "capture",
+            "--sizes",
+            "1,2",
+            "--check",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "ok: " in proc.stdout
+
+
+def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out_csv = tmp_path / "check.csv"
+    argv = [
+        "--device",
+        "cpu",
+        "--model",
+        "toy-tiny",
+        "--sizes",
+        "1,4",
+        "--iters",
+        "2",
+        "--repeats",
+        "1",
+    ]
+    argv += ["--out", str(out_csv)]
+    assert module.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "measured (CPU)" in printed and "speed-up (eager ms / graph ms)" in printed
+    import pandas as pd
+
+    table = pd.read_csv(out_csv)
+    modes = ["FULL", "FULL_DECODE_ONLY", "PIECEWISE", "FULL_AND_PIECEWISE"]
+    assert sorted(table["mode"].unique()) == sorted(modes)
+    for _, rows in table.groupby(["mode", "batch"]):
+        assert rows["num_tokens"].tolist() == [1, 4]
+    assert (table["speedup_x"] - table["eager_ms"] / table["graph_ms"]).abs().max() < 1e-9
+    # the runtime mode each row ran in is the dispatcher's answer for that mode and batch
+    fdo = table[(table["mode"] == "FULL_DECODE_ONLY") & (table["batch"] == "mixed")]
+    assert set(fdo["runtime_mode"]) == {"NONE"}
+    captures = pd.read_csv(tmp_path / "check_captures.csv")
+    assert set(captures["config_mode"]) == set(modes)
+    assert (table["eager_ms"] > 0).all() and (table["graph_ms"] > 0).all()
+    assert (table["source"] == "measured (CPU)").all()

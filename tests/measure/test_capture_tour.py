@@ -1,0 +1,72 @@
+"""capture_each_mode / step_time_table: graph counts against the dispatcher's keys, replay
+checks pass, timing rows follow the dispatcher and say where they were measured."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cgdispatch import AttentionCGSupport, CudagraphDispatcher, GraphConfig
+from cgdispatch.measure.capture_tour import capture_each_mode, step_time_table
+
+pytest.importorskip("torch")
+
+
+def expected_keys(mode: str, sizes: list[int], max_num_seqs: int) -> int:
+    config = GraphConfig(
+        cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=max_num_seqs
+    ).resolve(AttentionCGSupport.ALWAYS)
+    dispatcher = CudagraphDispatcher(config, record_stats=False)
+    dispatcher.initialize_cudagraph_keys()
+    return sum(len(descs) for _, descs in dispatcher.get_capture_descs())
+
+
+@pytest.fixture(scope="module")
+def captures():
+    rng = random.Random(81)
+    sizes = sorted(rng.sample(range(1, 13), 3))
+    yield (
+        sizes,
+        capture_each_mode(["NONE", "FULL", "FULL_DECODE_ONLY"], sizes=sizes, progress=False),
+    )
+
+
+def test_each_mode_captures_the_dispatchers_keys_and_replays_exactly(captures):
+    sizes, result = captures
+    summary = result.summary.set_index("config_mode")
+    assert list(summary.index) == ["NONE", "FULL", "FULL_DECODE_ONLY"]
+    for mode in summary.index:
+        want = expected_keys(mode, sizes, 16)  # toy-tiny has 16 KV slots
+        assert summary.loc[mode, "keys"] == want
+        assert summary.loc[mode, "graphs"] == want  # FULL keys: one whole-model graph each
+        assert summary.loc[mode, "all_ok"]
+        rows = result.checks[result.checks["config_mode"] == mode]
+        assert summary.loc[mode, "max_abs_err"] == rows["max_abs_err"].max()
+        assert summary.loc[mode, "checks"] == len(rows) > 0
+    assert summary.loc["NONE", "replayed"] == 0 and summary.loc["FULL", "replayed"] > 0
+    assert set(result.reports["config_mode"]) == {"FULL", "FULL_DECODE_ONLY"}
+
+
+def test_step_time_rows_follow_the_dispatcher(captures):
+    sizes, result = captures
+    n_top = sizes[-1] + 3  # one size above the ladder: eager in every mode
+    table = step_time_table(result.runners, [sizes[0], n_top], repeats=2, progress=False)
+    assert len(table) == 3 * 2 * 2
+    for row in table.itertuples():
+        runner = result.runners[row.mode]
+        mode, desc = runner.dispatcher.dispatch(row.num_tokens, uniform_decode=row.uniform_decode)
+        assert (row.runtime_mode, row.padded_size) == (mode.name, desc.num_tokens)
+        assert row.speedup_x == pytest.approx(row.eager_ms / row.graph_ms)
+        assert row.eager_ms > 0 and row.graph_ms > 0
+    assert set(table["source"]) == {"measured (CPU)"}
+    assert set(table.loc[table["num_tokens"] == n_top, "runtime_mode"]) == {"NONE"}
+
+
+def test_bad_arguments_are_named(captures):
+    with pytest.raises(ValueError, match="repeats=0"):
+        step_time_table(captures[1].runners, [1], repeats=0)
+    with pytest.raises(ValueError, match="'toy-huge' is unknown"):
+        capture_each_mode(["FULL"], preset="toy-huge")
+    with pytest.raises(ValueError, match="unknown"):
+        capture_each_mode(["FOO"])

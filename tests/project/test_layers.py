@@ -1,0 +1,140 @@
+"""The import rule of docs/architecture.md: a layer imports only the layers below it.
+
+Every ``import`` and ``from ... import`` in the package is parsed (function-local ones too),
+so a lazy import cannot hide a dependency that points upwards.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cgdispatch"
+
+# subpackage -> subpackages it may import (besides itself); docs/architecture.md
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "capture": {"core"},
+    "models": {"core", "capture"},
+    "estimate": {"core", "capture", "models"},
+    "measure": {"core", "capture", "models", "estimate"},
+    "workload": {"core"},
+    "sweep": {"core", "capture", "models", "estimate", "measure"},
+    "plan": {"core", "workload", "estimate"},
+    "views": {"core", "capture", "models", "estimate", "measure", "sweep", "workload", "plan"},
+    "cli": {
+        "core",
+        "capture",
+        "models",
+        "estimate",
+        "measure",
+        "sweep",
+        "workload",
+        "plan",
+        "views",
+    },
+}
+# third-party packages a layer must not import at all (core stays importable without them)
+FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {"core": {"torch", "pandas", "numpy", "matplotlib"}}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "cgdispatch" or parts[1] == "__main__":
+        return None
+    return parts[1]
+
+
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, package_root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import statement in ``path``."""
+    here = _module_name(path, package_root).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+                if node.module is None:  # from . import x: x may be a module
+                    found += [(node.lineno, f"{target}.{alias.name}") for alias in node.names]
+                    continue
+            else:
+                target = node.module or ""
+            found.append((node.lineno, target))
+    return found
+
+
+def module_level_imports(path: Path) -> list[tuple[int, str]]:
+    """Third-party imports that run when the module is imported (not inside functions and
+    not under ``if TYPE_CHECKING``): a lazy import inside one function is allowed."""
+    found = []
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append((node.lineno, node.module or ""))
+    return found
+
+
+def layer_violations(package: Path = PACKAGE) -> list[str]:
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        own = _layer(_module_name(path, package))
+        if own is None:  # cgdispatch/__init__.py and __main__.py sit above every layer
+            continue
+        if own not in ALLOWED:
+            bad.append(f"{path}: module outside every layer ({own})")
+            continue
+        for line, target in imports_of(path, package):
+            other = _layer(target)
+            if other is not None and other != own and other not in ALLOWED[own]:
+                bad.append(f"{path}:{line}: {own} imports {target} ({other})")
+            if other is None and target.split(".")[0] == "cgdispatch":
+                bad.append(f"{path}:{line}: {own} imports the package root ({target})")
+        for line, target in module_level_imports(path):
+            if target.split(".")[0] in FORBIDDEN_THIRD_PARTY.get(own, set()):
+                bad.append(f"{path}:{line}: {own} imports {target}")
+    return bad
+
+
+def test_no_layer_imports_a_higher_one():
+    assert layer_violations() == []
+
+
+def test_package_root_holds_only_entry_points_and_subpackages():
+    loose = {p.name for p in PACKAGE.glob("*.py")} - {"__init__.py", "__main__.py"}
+    assert loose == set()
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"} <= (
+        set(ALLOWED) | {"models", "data"}
+    )
+
+
+def test_checker_catches_an_upward_import(tmp_path):
+    package = tmp_path / "cgdispatch"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "core" / "__init__.py").write_text("")
+    (package / "core" / "bad.py").write_text("def f():\n    from ..plan import planner\n")
+    (package / "core" / "heavy.py").write_text("import torch\n")
+    found = layer_violations(package)
+    assert any("core imports cgdispatch.plan (plan)" in line for line in found)
+    assert any("core imports torch" in line for line in found)
+
+
+def test_sources_cite_the_repo_docs_not_outside_files():
+    """Users of the package have docs/, not the project's planning files."""
+    root = PACKAGE.parent
+    offenders = []
+    for folder in ("cgdispatch", "tests"):
+        for path in (root / folder).rglob("*.py"):
+            source = path.read_text()
+            if "shared" + "/" in source or "design" + ".md" in source:
+                offenders.append(str(path.relative_to(root)))
+    assert offenders == []

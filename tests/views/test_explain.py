@@ -1,0 +1,252 @@
+"""The readable views (cgdispatch.views.explain) against the dispatcher and hand-applied rules."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
+from cgdispatch.views.explain import (
+    dispatch_stats,
+    dispatch_table,
+    explain_dispatch,
+    keys_summary,
+    keys_table,
+    make_dispatcher,
+    modes_table,
+    random_batches,
+)
+
+# The truth table of docs/semantics.md (the spec, typed in by hand):
+# mode: (decode, mixed, separate_routine, requires_piecewise, has_full, valid_runtime)
+DESIGN_TABLE = {
+    "NONE": ("NONE", "NONE", False, False, False, True),
+    "PIECEWISE": ("PIECEWISE", "PIECEWISE", False, True, False, True),
+    "FULL": ("FULL", "FULL", False, False, True, True),
+    "FULL_DECODE_ONLY": ("FULL", "NONE", True, False, True, False),
+    "FULL_AND_PIECEWISE": ("FULL", "PIECEWISE", True, True, True, False),
+}
+
+
+def random_config(rng: random.Random) -> GraphConfig:
+    """A random, valid, resolved config: sizes, mode, limits, spec decode, LoRA."""
+    mode = rng.choice(list(CUDAGraphMode))
+    sizes = sorted(rng.sample(range(1, 97), rng.randint(2, 12)))
+    sizes[-1] = -(-sizes[-1] // 12) * 12  # largest size: a multiple of every q used here
+    return GraphConfig(
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=rng.randint(1, 48),
+        max_num_batched_tokens=rng.randint(sizes[-1], 256),
+        num_speculative_tokens=rng.choice([0, 0, 1, 3]),
+        max_loras=rng.choice([0, 0, 2, 4]),
+        specialize_active_lora=rng.random() < 0.5,
+    ).resolve()
+
+
+def test_modes_table_matches_the_design_truth_table():
+    table = modes_table().set_index("mode")
+    assert sorted(table.index) == sorted(DESIGN_TABLE)
+    cols = [
+        "decode_mode",
+        "mixed_mode",
+        "separate_routine",
+        "requires_piecewise",
+        "has_full",
+        "valid_runtime_mode",
+    ]
+    for mode, row in DESIGN_TABLE.items():
+        assert tuple(table.loc[mode, cols]) == row, mode
+        assert table.loc[mode, "value"] == str(CUDAGraphMode[mode].value)
+
+
+def test_keys_table_lists_every_key_in_capture_order():
+    rng = random.Random(11)
+    for _ in range(30):
+        config = random_config(rng)
+        dispatcher = make_dispatcher(config)
+        table = keys_table(config)
+        got = {
+            (
+                r.runtime_mode,
+                int(r.num_tokens),
+                None if pd.isna(r.num_reqs) else int(r.num_reqs),
+                bool(r.uniform),
+                bool(r.has_lora),
+                int(r.num_active_loras),
+            )
+            for r in table.itertuples()
+        }
+        want = {
+            (mode.name, d.num_tokens, d.num_reqs, d.uniform, d.has_lora, d.num_active_loras)
+            for mode, keys in dispatcher.cudagraph_keys.items()
+            for d in keys
+        }
+        assert got == want and len(table) == len(want)
+        modes = list(table["runtime_mode"])
+        assert modes == sorted(modes, key=lambda m: m != "PIECEWISE")  # PIECEWISE first
+        for mode in ("PIECEWISE", "FULL"):
+            tokens = list(table.loc[table["runtime_mode"] == mode, "num_tokens"])
+            assert tokens == sorted(tokens, reverse=True)  # largest first within a mode
+
+
+def test_keys_summary_counts_follow_the_key_rules():
+    rng = random.Random(12)
+    for _ in range(30):
+        config = random_config(rng)
+        sizes, q, seqs = (
+            config.cudagraph_capture_sizes,
+            config.uniform_decode_query_len,
+            config.max_num_seqs,
+        )
+        lora_cases = len(config.lora_cases())
+        summary = keys_summary(config).set_index("mode")
+        for mode in CUDAGraphMode:
+            row = summary.loc[mode.name]
+            mixed, decode = mode.mixed_mode(), mode.decode_mode()
+            want_pw = len(sizes) * lora_cases if mixed is CUDAGraphMode.PIECEWISE else 0
+            want_mixed = len(sizes) * lora_cases if mixed is CUDAGraphMode.FULL else 0
+            separate = mode.separate_routine() and decode is CUDAGraphMode.FULL
+            want_uni = sum(q <= s <= q * seqs for s in sizes) * lora_cases if separate else 0
+            assert (row.piecewise, row.full_mixed, row.full_uniform) == (
+                want_pw,
+                want_mixed,
+                want_uni,
+            ), mode
+
+
+def test_keys_summary_reports_a_mode_the_config_cannot_run():
+    config = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 2, 4], splitting_ops=[])
+    row = keys_summary(config, modes=["PIECEWISE"]).iloc[0]
+    assert row.graphs == 0 and "splitting_ops" in row.note
+
+
+def test_explain_dispatch_equals_the_dispatcher_on_random_batches():
+    rng = random.Random(13)
+    for _ in range(40):
+        config = random_config(rng)
+        reference = CudagraphDispatcher(config)
+        reference.initialize_cudagraph_keys()
+        dispatcher = make_dispatcher(config)
+        for _ in range(50):
+            n = rng.randint(0, config.max_num_batched_tokens)
+            uniform, cascade = rng.random() < 0.5, rng.random() < 0.3
+            loras = rng.randint(0, config.max_loras)
+            got = explain_dispatch(dispatcher, n, uniform, loras, cascade)
+            mode, desc = reference.dispatch(
+                n,
+                uniform_decode=uniform,
+                has_lora=loras > 0,
+                num_active_loras=loras,
+                use_cascade_attn=cascade,
+            )
+            assert (got["runtime_mode"], got["padded_size"], got["num_reqs"]) == (
+                mode.name,
+                desc.num_tokens,
+                desc.num_reqs,
+            )
+            assert got["key"] == repr(desc) and got["padding_tokens"] == desc.num_tokens - n
+            if mode is not CUDAGraphMode.NONE:  # padded to the smallest capture size that fits
+                assert desc.num_tokens == min(s for s in config.cudagraph_capture_sizes if s >= n)
+            assert got["reason"] and got["predicted_ms"] is None
+
+
+def test_explain_dispatch_reasons():
+    config = GraphConfig(
+        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=8, max_num_batched_tokens=64
+    )
+    assert "exceed the largest capture size 8" in explain_dispatch(config, 9)["reason"]
+    none = config.replace(cudagraph_mode="NONE")
+    assert "NONE" in explain_dispatch(none, 3)["reason"]
+    full = config.replace(cudagraph_mode="FULL")
+    cascaded = explain_dispatch(full, 3, cascade=True)
+    assert (
+        cascaded["runtime_mode"] == "NONE"
+        and "cascade attention excludes FULL" in cascaded["reason"]
+    )
+    decode_only = config.replace(cudagraph_mode="FULL_DECODE_ONLY")
+    assert "runs mixed batches eagerly" in explain_dispatch(decode_only, 3)["reason"]
+    assert (
+        "FULL graph (uniform-decode key)"
+        in explain_dispatch(decode_only, 3, uniform=True)["reason"]
+    )
+    fap = explain_dispatch(config, 3, cascade=True)
+    assert fap["runtime_mode"] == "PIECEWISE" and "cascade" in fap["reason"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"num_tokens": 65}, "max_num_batched_tokens=64"),
+        ({"num_tokens": -1}, "num_tokens=-1"),
+        ({"num_tokens": True}, "num_tokens=True"),
+        ({"num_tokens": 4, "loras": 1}, "max_loras=0"),
+        ({"num_tokens": 4, "loras": -2}, "active LoRAs=-2"),
+    ],
+)
+def test_explain_dispatch_rejects_batches_the_scheduler_never_forms(kwargs, fragment):
+    config = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8], max_num_batched_tokens=64)
+    with pytest.raises(ValueError, match="invalid") as err:
+        explain_dispatch(config, **kwargs)
+    assert fragment in str(err.value)
+
+
+def test_explain_dispatch_uses_the_cost_model_at_the_padded_size():
+    rng = random.Random(14)
+    base_ms, per_token_ms = rng.uniform(1, 3), rng.uniform(0.01, 0.05)
+    factor = {"NONE": 1.0, "PIECEWISE": 0.8, "FULL": 0.6}
+
+    def cost(mode, padded):
+        return (base_ms + per_token_ms * padded) * factor[mode.name]
+
+    config = GraphConfig(max_num_seqs=32, max_num_batched_tokens=512)
+    for n in rng.sample(range(1, 200), 20):
+        got = explain_dispatch(config, n, cost_model=cost)
+        assert got["predicted_ms"] == pytest.approx(
+            (base_ms + per_token_ms * got["padded_size"]) * factor[got["runtime_mode"]]
+        )
+
+
+def test_dispatch_table_has_one_row_per_combination():
+    rng = random.Random(15)
+    config = random_config(rng)
+    sizes = rng.sample(range(0, config.max_num_batched_tokens + 1), 6)
+    table = dispatch_table(config, sizes, uniform_decode=[False, True], cascade=[False, True])
+    assert len(table) == len(sizes) * 4
+    for row in table.itertuples():
+        want = explain_dispatch(
+            config, row.num_tokens, row.uniform_decode, row.active_loras, row.cascade
+        )
+        assert (row.runtime_mode, row.padded_size) == (want["runtime_mode"], want["padded_size"])
+
+
+def test_random_batches_are_seeded_and_within_the_limits():
+    config = GraphConfig(max_num_seqs=20, max_num_batched_tokens=300, num_speculative_tokens=2)
+    a = random_batches(config, 500, decode_fraction=0.7, seed=3)
+    assert a == random_batches(config, 500, decode_fraction=0.7, seed=3)
+    assert a != random_batches(config, 500, decode_fraction=0.7, seed=4)
+    for n, uniform in a:
+        assert 1 <= n <= 300
+        if uniform:
+            assert n % 3 == 0 and n // 3 <= 20
+    assert 0.6 < sum(u for _, u in a) / len(a) < 0.8
+    with pytest.raises(ValueError, match="decode_fraction"):
+        random_batches(config, 5, decode_fraction=1.5)
+
+
+def test_dispatch_stats_counts_every_batch():
+    rng = random.Random(16)
+    config = random_config(rng)
+    batches = random_batches(config, 400, seed=1)
+    stats = dispatch_stats(config, batches)
+    reference = CudagraphDispatcher(config, record_stats=False)
+    reference.initialize_cudagraph_keys()
+    want = Counter()
+    for n, uniform in batches:
+        mode, desc = reference.dispatch(n, uniform_decode=uniform)
+        want[(mode.name, desc.num_tokens)] += 1
+    got = {(r.runtime_mode, r.padded_size): r.calls for r in stats.itertuples()}
+    assert got == dict(want)
