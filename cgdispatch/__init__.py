@@ -12,6 +12,7 @@ from typing import Any
 
 from .batch import BatchDescriptor
 from .config import GraphConfig
+from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from .dispatcher import CudagraphDispatcher
 from .modes import AttentionCGSupport, CUDAGraphMode
 
@@ -126,7 +127,9 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AttentionCGSupport",
     "BatchDescriptor",
+    "BatchExecutionDescriptor",
     "CUDAGraphMode",
+    "CudaGraphManager",
     "CudagraphDispatcher",
     "GraphConfig",
     *_LAZY,
