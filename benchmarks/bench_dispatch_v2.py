@@ -41,7 +41,10 @@ def make_batches(n: int, max_num_seqs: int, max_tokens: int, seed: int) -> list[
 
 def main(n_batches: int = 50_000, repeats: int = 3, seed: int = 0) -> float:
     config = GraphConfig(
-        vllm_version="0.34", max_num_seqs=256, max_num_batched_tokens=8192, device_capability=(10, 0)
+        vllm_version="0.34",
+        max_num_seqs=256,
+        max_num_batched_tokens=8192,
+        device_capability=(10, 0),
     ).resolve(AttentionCGSupport.ALWAYS)
     ours = CudaGraphManager(config)
     tables = CudaGraphManager(config)

@@ -272,7 +272,9 @@ def _is_sm100(config: GraphConfig) -> bool:
 
 
 def _uses_draft_decode_graphs(config: GraphConfig) -> bool:
-    return config.num_speculative_tokens >= 2 and config.speculative_method in ONE_TOKEN_DRAFT_METHODS
+    return (
+        config.num_speculative_tokens >= 2 and config.speculative_method in ONE_TOKEN_DRAFT_METHODS
+    )
 
 
 def _warn(message: str) -> None:
@@ -446,13 +448,17 @@ def _split_sizes(
             }
         )
     mode = config.cudagraph_mode
-    if config.enable_adaptive_verification and not decode_sizes:
-        if mode.separate_routine() and mode.decode_mode() is M.FULL:
-            raise ValueError(
-                "Adaptive verification needs decode CUDA graphs, but "
-                "decode_cudagraph_capture_request_sizes is empty. Capture decode graphs, "
-                "or disable adaptive verification."
-            )
+    if (
+        config.enable_adaptive_verification
+        and not decode_sizes
+        and mode.separate_routine()
+        and mode.decode_mode() is M.FULL
+    ):
+        raise ValueError(
+            "Adaptive verification needs decode CUDA graphs, but "
+            "decode_cudagraph_capture_request_sizes is empty. Capture decode graphs, "
+            "or disable adaptive verification."
+        )
     out["prefill_cudagraph_capture_token_sizes"] = prefill_sizes
     out["max_prefill_cudagraph_capture_tokens"] = max(prefill_sizes, default=0)
     out["decode_cudagraph_capture_request_sizes"] = decode_sizes
@@ -460,7 +466,8 @@ def _split_sizes(
     out["max_decode_cudagraph_capture_tokens"] = max_decode_tokens
     decode_max = min(max_num_tokens, max_decode_tokens or max_num_tokens)
     token_sizes: set[int] = {
-        n * q for n, q in decode_cudagraph_capture_shapes(decode_sizes, target_query_lens, decode_max)
+        n * q
+        for n, q in decode_cudagraph_capture_shapes(decode_sizes, target_query_lens, decode_max)
     }
     if decode_sizes and _uses_draft_decode_graphs(config):
         draft = decode_cudagraph_capture_grid(max_num_seqs)
@@ -468,7 +475,9 @@ def _split_sizes(
             n for n, _ in decode_cudagraph_capture_shapes(draft, {1: max_num_seqs}, decode_max)
         )
     if config.enable_adaptive_verification:
-        token_sizes.update(varlen_token_sizes(config, max(decode_sizes, default=0), max_decode_tokens))
+        token_sizes.update(
+            varlen_token_sizes(config, max(decode_sizes, default=0), max_decode_tokens)
+        )
     decode_token_sizes = set(token_sizes)
     token_sizes.update(prefill_sizes)
     if not (legacy and not uses_split) and config.cudagraph_mode.mixed_mode() is M.NONE:

@@ -133,7 +133,9 @@ class CudaGraphManager:
         self.use_ubatching = config.enable_dbo or config.ubatch_size > 1
         # maybe_build_ubatch_runner: a microbatch runner only with DP > 1
         self.has_ubatch_runner = self.use_ubatching and config.data_parallel_size > 1
-        self.num_ubatches = (2 if config.enable_dbo else config.ubatch_size) if self.use_ubatching else 1
+        self.num_ubatches = (
+            (2 if config.enable_dbo else config.ubatch_size) if self.use_ubatching else 1
+        )
         self._lora_dispatch_map, self._max_lora_case = self._build_lora_dispatch_map()
         self._candidates: dict[tuple[int, int], list[BatchExecutionDescriptor]] = {}
         self._decode_descs: dict[tuple[int, int, int], list[BatchExecutionDescriptor]] = {}
@@ -247,7 +249,9 @@ class CudaGraphManager:
             self._decode_descs[key] = table
 
         for mode in (M.FULL, M.PIECEWISE):
-            mode_descs = sorted((d for d in token_keyed if d.cg_mode is mode), key=lambda d: d.num_tokens)
+            mode_descs = sorted(
+                (d for d in token_keyed if d.cg_mode is mode), key=lambda d: d.num_tokens
+            )
             for lora in loras:
                 start = 0
                 lora_descs = [d for d in mode_descs if d.num_active_loras == lora]
@@ -291,7 +295,14 @@ class CudaGraphManager:
         otherwise the smallest token-keyed FULL graph, then PIECEWISE graph, with
         ``num_tokens`` tokens or more that is compatible (``is_compatible``).
         """
-        key = (num_reqs, num_tokens, uniform_token_count, num_active_loras, max_query_len, num_ubatches)
+        key = (
+            num_reqs,
+            num_tokens,
+            uniform_token_count,
+            num_active_loras,
+            max_query_len,
+            num_ubatches,
+        )
         hit = self._memo.get(key)
         if hit is not None:
             return hit

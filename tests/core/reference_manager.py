@@ -65,7 +65,9 @@ class ReferenceManager:
             return None
         if d.num_tokens < self.num_ub or d.num_tokens < self.config.dbo_decode_token_threshold:
             return None
-        return D(d.cg_mode, d.num_tokens, d.num_reqs, u, d.max_query_len, d.num_active_loras, self.num_ub)
+        return D(
+            d.cg_mode, d.num_tokens, d.num_reqs, u, d.max_query_len, d.num_active_loras, self.num_ub
+        )
 
     def _build(self) -> None:
         cfg, mode = self.config, self.mode
@@ -135,8 +137,15 @@ class ReferenceManager:
             return False
         return d.num_tokens >= tokens and d.num_active_loras == loras and d.num_ubatches == nub
 
-    def dispatch(self, num_reqs, num_tokens, uniform_token_count, num_active_loras,
-                 max_query_len=None, num_ubatches=1) -> D:
+    def dispatch(
+        self,
+        num_reqs,
+        num_tokens,
+        uniform_token_count,
+        num_active_loras,
+        max_query_len=None,
+        num_ubatches=1,
+    ) -> D:
         loras = self.effective_loras(num_active_loras)
         if num_tokens > 0 and (self.decode or self.token_keyed):
             candidates = []
@@ -156,13 +165,16 @@ class ReferenceManager:
                 big = [
                     d
                     for d in self.token_keyed
-                    if d.cg_mode is mode and d.num_active_loras == loras and d.num_tokens >= num_tokens
+                    if d.cg_mode is mode
+                    and d.num_active_loras == loras
+                    and d.num_tokens >= num_tokens
                 ]
                 if big:
                     smallest = min(d.num_tokens for d in big)
                     candidates += [d for d in big if d.num_tokens == smallest]
             for d in candidates:
-                if self.compatible(d, num_reqs, num_tokens, uniform_token_count, loras,
-                                   max_query_len, num_ubatches):
+                if self.compatible(
+                    d, num_reqs, num_tokens, uniform_token_count, loras, max_query_len, num_ubatches
+                ):
                     return d
         return D(M.NONE, num_tokens, num_reqs, None, None, loras, num_ubatches)

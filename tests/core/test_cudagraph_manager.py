@@ -144,7 +144,9 @@ def test_explicit_sizes_above_their_cap_are_refused():
     with pytest.raises(ValueError, match="max_prefill_cudagraph_capture_tokens"):
         gen2(prefill_cudagraph_capture_token_sizes=[8, 64], max_prefill_cudagraph_capture_tokens=32)
     with pytest.raises(ValueError, match="max_decode_cudagraph_capture_requests"):
-        gen2(decode_cudagraph_capture_request_sizes=[8, 64], max_decode_cudagraph_capture_requests=32)
+        gen2(
+            decode_cudagraph_capture_request_sizes=[8, 64], max_decode_cudagraph_capture_requests=32
+        )
 
 
 def test_legacy_sizes_warn_deprecated_and_feed_both_kinds():
@@ -220,7 +222,9 @@ def test_full_with_never_is_refused():
 
 def test_piecewise_capture_unavailable_drops_piecewise():
     c = gen2(cudagraph_mode="FULL_AND_PIECEWISE")
-    assert c.resolve(A.ALWAYS, piecewise_capture_available=False).cudagraph_mode is M.FULL_DECODE_ONLY
+    assert (
+        c.resolve(A.ALWAYS, piecewise_capture_available=False).cudagraph_mode is M.FULL_DECODE_ONLY
+    )
     p = gen2(cudagraph_mode="PIECEWISE")
     assert p.resolve(A.ALWAYS, piecewise_capture_available=False).cudagraph_mode is M.NONE
 
@@ -231,7 +235,9 @@ def test_adaptive_verification_takes_a_separate_decode_route():
     with pytest.raises(ValueError, match="LoRA"):
         gen2(num_speculative_tokens=3, enable_adaptive_verification=True, max_loras=2)
     with pytest.raises(ValueError, match="full CUDA graphs"):
-        gen2(cudagraph_mode="PIECEWISE", num_speculative_tokens=3, enable_adaptive_verification=True)
+        gen2(
+            cudagraph_mode="PIECEWISE", num_speculative_tokens=3, enable_adaptive_verification=True
+        )
     with pytest.raises(ValueError, match="needs decode CUDA graphs"):
         gen2(
             num_speculative_tokens=3,
@@ -341,7 +347,10 @@ def test_gen2_fields_need_the_gen2_version():
 
 def test_v1_config_is_unchanged_by_the_switch():
     assert GraphConfig() == GraphConfig(vllm_version=None)
-    assert GraphConfig(vllm_version="0.33").cudagraph_capture_sizes == GraphConfig().cudagraph_capture_sizes
+    assert (
+        GraphConfig(vllm_version="0.33").cudagraph_capture_sizes
+        == GraphConfig().cudagraph_capture_sizes
+    )
 
 
 def test_public_names_are_exported():
@@ -365,8 +374,15 @@ def test_invalid_values_say_what_to_change():
         {},
         {"device_capability": (10, 0), "max_num_seqs": 64, "num_speculative_tokens": 2},
         {"cudagraph_mode": "FULL_DECODE_ONLY", "max_loras": 2},
-        {"prefill_cudagraph_capture_token_sizes": [4, 16], "decode_cudagraph_capture_request_sizes": [1, 2]},
-        {"cudagraph_capture_sizes": [1, 2, 4, 8, 16], "max_num_seqs": 8, "num_speculative_tokens": 1},
+        {
+            "prefill_cudagraph_capture_token_sizes": [4, 16],
+            "decode_cudagraph_capture_request_sizes": [1, 2],
+        },
+        {
+            "cudagraph_capture_sizes": [1, 2, 4, 8, 16],
+            "max_num_seqs": 8,
+            "num_speculative_tokens": 1,
+        },
         {"cudagraph_mode": "NONE"},
     ],
 )

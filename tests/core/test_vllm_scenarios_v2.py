@@ -55,19 +55,25 @@ def test_resolved_sizes_match_the_legacy_mapping():
 
 
 def test_uniform_decode_pads_up_to_full_graph():
-    desc = make_manager().dispatch(num_reqs=4, num_tokens=12, uniform_token_count=Q, num_active_loras=0)
+    desc = make_manager().dispatch(
+        num_reqs=4, num_tokens=12, uniform_token_count=Q, num_active_loras=0
+    )
     assert desc.cg_mode is M.FULL
     assert desc.uniform_token_count == Q
     assert (desc.num_tokens, desc.num_reqs) == (18, 6)
 
 
 def test_uniform_decode_exact_match_is_not_over_padded():
-    desc = make_manager().dispatch(num_reqs=3, num_tokens=9, uniform_token_count=Q, num_active_loras=0)
+    desc = make_manager().dispatch(
+        num_reqs=3, num_tokens=9, uniform_token_count=Q, num_active_loras=0
+    )
     assert (desc.cg_mode, desc.num_tokens, desc.num_reqs) == (M.FULL, 9, 3)
 
 
 def test_mixed_batch_never_selects_a_uniform_decode_graph():
-    desc = make_manager().dispatch(num_reqs=2, num_tokens=12, uniform_token_count=None, num_active_loras=0)
+    desc = make_manager().dispatch(
+        num_reqs=2, num_tokens=12, uniform_token_count=None, num_active_loras=0
+    )
     assert desc.cg_mode is M.PIECEWISE
     assert desc.uniform_token_count is None
     assert desc.num_tokens == 16
@@ -100,14 +106,18 @@ def test_mixed_batch_at_decode_only_token_count_still_gets_a_graph():
     )
     assert decode_only  # the premise
     for num_tokens in decode_only:
-        desc = mgr.dispatch(num_reqs=1, num_tokens=num_tokens, uniform_token_count=None, num_active_loras=0)
+        desc = mgr.dispatch(
+            num_reqs=1, num_tokens=num_tokens, uniform_token_count=None, num_active_loras=0
+        )
         assert desc.cg_mode is M.PIECEWISE, num_tokens
         assert desc.uniform_token_count is None, num_tokens
         assert desc.num_tokens >= num_tokens, num_tokens
 
 
 def test_uniform_decode_beyond_capture_ladder_falls_back():
-    desc = make_manager().dispatch(num_reqs=9, num_tokens=27, uniform_token_count=Q, num_active_loras=0)
+    desc = make_manager().dispatch(
+        num_reqs=9, num_tokens=27, uniform_token_count=Q, num_active_loras=0
+    )
     assert desc.cg_mode is M.NONE
 
 
