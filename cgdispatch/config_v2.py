@@ -497,6 +497,11 @@ def _split_sizes(
     out["max_cudagraph_capture_size"] = max(token_sizes, default=0)
     if not token_sizes:
         out["cudagraph_mode"] = M.NONE
+        if config.enable_adaptive_verification:  # validated after the sizes, as in vLLM
+            raise ValueError(
+                "Adaptive verification requires full CUDA graphs, but no CUDA graph capture "
+                "size is left: give prefill or decode sizes, or disable adaptive verification."
+            )
     return out
 
 
