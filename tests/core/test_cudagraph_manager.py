@@ -455,15 +455,19 @@ batches = st.lists(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(configs, st.sampled_from(list(A)), st.booleans(), batches)
-def test_dispatch_agrees_with_the_reference(kw, support, adaptive, batch_list):
+@given(configs, st.sampled_from(list(A)), st.booleans(), batches, st.booleans())
+def test_dispatch_agrees_with_the_reference(kw, support, adaptive, batch_list, dynamic):
     if adaptive and kw["num_speculative_tokens"] and not kw["max_loras"]:
         kw = {**kw, "enable_adaptive_verification": True}
     try:
         cfg = gen2(**kw).resolve(support)
     except ValueError:
         return  # refused configs are covered by the rule tests
-    mgr, ref = CudaGraphManager(cfg), ReferenceManager(cfg)
+    lens = None
+    if dynamic:  # dynamic speculative decoding: narrower queries for larger batches
+        q, seqs = cfg.uniform_decode_query_len, cfg.max_num_seqs
+        lens = {k: max(1, seqs * (q - k + 1) // q) for k in range(1, q + 1)}
+    mgr, ref = CudaGraphManager(cfg, decode_query_lens=lens), ReferenceManager(cfg, lens)
     assert mgr.capture_descs == ref.capture_descs()
     for args in batch_list:
         assert mgr.dispatch(*args) == ref.dispatch(*args), args
@@ -472,3 +476,13 @@ def test_dispatch_agrees_with_the_reference(kw, support, adaptive, batch_list):
     q = cfg.uniform_decode_query_len
     for n in range(1, cfg.max_num_seqs + 1, 7):
         assert mgr.dispatch(n, n * q, q, 0) == ref.dispatch(n, n * q, q, 0)
+
+
+def test_benchmark_runs_and_agrees():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from bench_dispatch_v2 import main
+
+    assert main(n_batches=3000, repeats=1) > 1
