@@ -278,6 +278,10 @@ class GraphConfig:
 
     def lora_cases(self) -> list[int]:
         """Active-LoRA counts that have graphs; 0 is the no-LoRA case."""
+        if _v2.is_gen2(self):  # vLLM 0.34 counts the no-adapter slot: max_loras + 1
+            return _v2.get_lora_capture_cases(
+                self.max_loras, self.specialize_active_lora, self.cudagraph_specialize_lora
+            )
         if not self.lora_enabled:
             return [0]
         counts = captured_lora_counts(self.max_loras, self.specialize_active_lora)
