@@ -142,6 +142,7 @@ class CudaGraphManager:
         self._capture_descs: dict[CUDAGraphMode, list[BatchExecutionDescriptor]] = {}
         self._memo: dict[tuple, BatchExecutionDescriptor] = {}
         self._init_candidates()
+        self._init_fast_path()
 
     # ----- construction ------------------------------------------------------------------
     def _build_lora_dispatch_map(self) -> tuple[dict[int, int], int]:
@@ -261,6 +262,29 @@ class CudaGraphManager:
                         self._candidates.setdefault((i, lora), []).extend(matching)
                     start = num_tokens + 1
 
+    def _init_fast_path(self) -> None:
+        """Flat tables for batches without LoRA, query bound or microbatching: per query
+        length the decode table, and per token count the first token-keyed candidate
+        such a batch can take (with the most requests it holds)."""
+        self._fast_decode = {
+            u: table
+            for (u, lora, nub), table in self._decode_descs.items()
+            if lora == 0 and nub == 1
+        }
+        self._fast_max = max((t for t, lora in self._candidates if lora == 0), default=0)
+        none = (None, -1)  # no candidate: the general path answers
+        self._fast_mixed = [none] * (self._fast_max + 1)
+        for t in range(1, self._fast_max + 1):
+            for desc in self._candidates.get((t, 0), ()):
+                if (
+                    desc.uniform_token_count is None
+                    and desc.max_query_len is None
+                    and desc.num_ubatches == 1
+                ):
+                    limit = desc.num_reqs if desc.num_reqs is not None else 1 << 62
+                    self._fast_mixed[t] = (desc, limit)
+                    break
+
     # ----- queries -----------------------------------------------------------------------
     @property
     def capture_descs(self) -> dict[CUDAGraphMode, list[BatchExecutionDescriptor]]:
@@ -295,6 +319,24 @@ class CudaGraphManager:
         otherwise the smallest token-keyed FULL graph, then PIECEWISE graph, with
         ``num_tokens`` tokens or more that is compatible (``is_compatible``).
         """
+        # fast path: no LoRA, no query bound, no microbatching (answers equal the tables')
+        if (
+            max_query_len is None
+            and num_ubatches == 1
+            and num_active_loras == 0
+            and 0 < num_tokens <= self._fast_max
+        ):
+            if uniform_token_count is not None:
+                table = self._fast_decode.get(uniform_token_count)
+                if table is not None:
+                    n = -(-num_tokens // uniform_token_count)
+                    if n < len(table):
+                        desc = table[n]
+                        if desc.num_reqs >= num_reqs:
+                            return desc
+            desc, limit = self._fast_mixed[num_tokens]
+            if num_reqs <= limit:
+                return desc
         key = (
             num_reqs,
             num_tokens,
