@@ -158,7 +158,6 @@ class GraphConfig:
             set_(self, "_asked_v2", {f: getattr(self, f) for f in _v2.GEN2_FIELDS})
             for name, value in _v2.derive_sizes(self).items():
                 set_(self, name, value)
-            set_(self, "compile_sizes", tuple(self.compile_sizes))
             return
         sizes, max_size = self._derive_sizes()
         set_(self, "cudagraph_capture_sizes", sizes)

@@ -283,7 +283,35 @@ def _warn(message: str) -> None:
 
 def derive_sizes(config: GraphConfig) -> dict[str, Any]:
     """Every size field resolved as vLLM 0.34's ``VllmConfig._set_cudagraph_sizes`` and
-    ``_split_cudagraph_capture_sizes`` resolve them (warnings as Python warnings)."""
+    ``_split_cudagraph_capture_sizes`` resolve them (warnings as Python warnings), then
+    ``compile_sizes`` (``post_init_cudagraph_sizes``) and the mode lowered for
+    ``splitting_ops == []`` (``set_splitting_ops_for_v1``, which runs after the sizes)."""
+    out = _derive_sizes(config)
+    compile_sizes: list[int] = []
+    for size in set(config.compile_sizes or ()):
+        if size == "cudagraph_capture_sizes":
+            compile_sizes.extend(out["cudagraph_capture_sizes"])
+        elif isinstance(size, bool) or not isinstance(size, int):
+            raise ValueError(
+                f"compile size {size!r} is invalid: give integers or the string "
+                "'cudagraph_capture_sizes'"
+            )
+        else:
+            compile_sizes.append(size)
+    out["compile_sizes"] = tuple(sorted(compile_sizes))
+    mode = out.get("cudagraph_mode", config.cudagraph_mode)
+    if config.splitting_ops == []:
+        lowered = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
+        if lowered is not mode:
+            _warn(
+                f"Piecewise compilation with empty splitting_ops does not contain piecewise "
+                f"cudagraph. Setting cudagraph_mode to {lowered}."
+            )
+            out["cudagraph_mode"] = lowered
+    return out
+
+
+def _derive_sizes(config: GraphConfig) -> dict[str, Any]:
     mode = config.cudagraph_mode
     out: dict[str, Any] = {}
     if mode is M.NONE:

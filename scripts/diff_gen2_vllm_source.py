@@ -244,6 +244,9 @@ def vllm_resolve(kw):
         cc.cudagraph_capture_sizes = []
     v.lora_config = object() if kw.get("max_loras") else None
     v._validate_adaptive_verification()
+    if cc.splitting_ops == []:  # set_splitting_ops_for_v1, after the sizes
+        mode = cc.cudagraph_mode
+        cc.cudagraph_mode = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
     return v
 
 

@@ -486,3 +486,17 @@ def test_benchmark_runs_and_agrees():
     from bench_dispatch_v2 import main
 
     assert main(n_batches=3000, repeats=1) > 1
+
+
+def test_compile_sizes_expand_the_recorded_sizes():
+    c = gen2(cudagraph_capture_sizes=[1, 2, 4, 8], compile_sizes=(2, "cudagraph_capture_sizes"))
+    assert c.compile_sizes == (1, 2, 2, 4, 8)
+    with pytest.raises(ValueError, match="compile size"):
+        gen2(compile_sizes=("all",))
+
+
+def test_empty_splitting_ops_lower_the_mode_after_the_sizes():
+    c = gen2(cudagraph_mode="FULL_AND_PIECEWISE", splitting_ops=[], max_num_seqs=8)
+    assert c.cudagraph_mode is M.FULL
+    # the sizes were resolved with FULL_AND_PIECEWISE (prefill sizes recorded too)
+    assert c.cudagraph_capture_sizes == c.prefill_cudagraph_capture_token_sizes

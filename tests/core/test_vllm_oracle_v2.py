@@ -1,7 +1,10 @@
-"""Replay the vLLM 0.34.0 oracle fixture (real vLLM code run on CPU) through generation 2.
+"""Replay the vLLM 0.34.0 oracle fixture (vLLM's own code run on CPU) through generation 2.
 
-The fixture is written by the oracle tool (tests/data/vllm_oracle/README.md describes it);
-every case must agree. Skipped, with the reason, while the fixture is absent.
+Schema: tests/data/vllm_oracle/README.md. Each case's engine args and --compilation-config
+go through ``GraphConfig.from_vllm(..., vllm_version="0.34")``; its resolved fields, the
+mode after ``resolve(attention_cg_support)``, the manager's capture descriptors and every
+dispatch answer must equal vLLM's, and vLLM's refusals must be ValueErrors here. Skipped,
+with the reason, while the fixture is absent.
 """
 
 from __future__ import annotations
@@ -13,82 +16,149 @@ from typing import Any
 
 import pytest
 
-from cgdispatch import AttentionCGSupport, CudaGraphManager, CUDAGraphMode, GraphConfig
+from cgdispatch import AttentionCGSupport, CudaGraphManager, GraphConfig
+from cgdispatch.config_v2 import splitting_ops_contain_attention
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "vllm_oracle" / "vllm-0.34.0.json"
 
 pytestmark = pytest.mark.skipif(
     not FIXTURE.exists(),
-    reason=f"{FIXTURE.relative_to(FIXTURE.parents[3])} is absent: the vLLM 0.34.0 oracle "
+    reason="tests/data/vllm_oracle/vllm-0.34.0.json is absent: the vLLM 0.34.0 oracle "
     "fixture has not been generated yet",
 )
 
-DESC_FIELDS = (
-    "cg_mode",
-    "num_tokens",
-    "num_reqs",
-    "uniform_token_count",
-    "max_query_len",
-    "num_active_loras",
-    "num_ubatches",
-)
+
+def _fixture() -> dict[str, Any]:
+    return json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {"cases": []}
 
 
-def _cases() -> list[dict[str, Any]]:
-    if not FIXTURE.exists():
-        return []
-    data = json.loads(FIXTURE.read_text())
-    return data["cases"] if isinstance(data, dict) else data
+DATA = _fixture()
+CASES = DATA["cases"]
 
 
-def _desc(d: Any) -> tuple:
-    if isinstance(d, dict):
-        values = [d.get(f) for f in DESC_FIELDS]
-        values[0] = CUDAGraphMode.parse(values[0]).name
-        values[-1] = 1 if values[-1] is None else values[-1]
-        values[-2] = 0 if values[-2] is None else values[-2]
-        return tuple(values)
-    return (d.cg_mode.name, *(getattr(d, f) for f in DESC_FIELDS[1:]))
-
-
-def _build(case: dict[str, Any]):
-    kwargs = dict(case["config"])
-    kwargs.setdefault("vllm_version", "0.34")
-    if kwargs.get("device_capability") is not None:
-        kwargs["device_capability"] = tuple(kwargs["device_capability"])
-    support = AttentionCGSupport[case.get("attention_support", "ALWAYS")]
+def _config(inputs: dict[str, Any]) -> GraphConfig:
+    engine = dict(inputs["engine_args"])
+    fields: dict[str, Any] = {
+        "vllm_version": "0.34",
+        "max_num_seqs": engine["max_num_seqs"],
+        "max_num_batched_tokens": engine["max_num_batched_tokens"],
+        "num_speculative_tokens": engine.get("num_speculative_tokens", 0),
+        "device_capability": tuple(inputs["device_capability"]),
+    }
+    if fields["num_speculative_tokens"]:
+        fields["speculative_method"] = "ngram"
+    if engine.get("enable_lora"):
+        fields["max_loras"] = engine.get("max_loras", 1)
+        fields["specialize_active_lora"] = engine.get("specialize_active_lora", False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        config = GraphConfig(**kwargs)
-        resolved = config.resolve(
-            support,
-            piecewise_capture_available=case.get("piecewise_capture_available", True),
+        return GraphConfig.from_vllm(dict(inputs["compilation_config"]), **fields)
+
+
+def _desc(d: Any) -> list:
+    return [
+        d.cg_mode.name,
+        d.num_tokens,
+        d.num_reqs,
+        d.uniform_token_count,
+        d.max_query_len,
+        d.num_active_loras,
+        d.num_ubatches,
+    ]
+
+
+def replay(case: dict[str, Any]) -> list[str]:
+    """Differences between cgdispatch and vLLM for one case (empty = agreement)."""
+    diffs: list[str] = []
+    refusal = case.get("refusal")
+    inputs = case["inputs"]
+    support = AttentionCGSupport[inputs["attention_cg_support"]]
+    try:
+        config = _config(inputs)
+    except ValueError as err:
+        if refusal and refusal["stage"] == "create_engine_config":
+            return []
+        return [f"refused at config ({err}); vLLM: {refusal}"]
+    if refusal and refusal["stage"] == "create_engine_config":
+        return [f"vLLM refused at create_engine_config ({refusal['message'][:200]}), we did not"]
+    want = case["config"]
+    got = {
+        "cudagraph_mode": config.cudagraph_mode.name,
+        "cudagraph_capture_sizes": config.cudagraph_capture_sizes,
+        "max_cudagraph_capture_size": config.max_cudagraph_capture_size,
+        "compile_sizes": list(config.compile_sizes),
+        "splitting_ops_contain_attention": splitting_ops_contain_attention(config),
+        "splitting_ops_empty": config.splitting_ops == [],
+        "prefill_cudagraph_capture_token_sizes": config.prefill_cudagraph_capture_token_sizes,
+        "decode_cudagraph_capture_request_sizes": config.decode_cudagraph_capture_request_sizes,
+        "max_prefill_cudagraph_capture_tokens": config.max_prefill_cudagraph_capture_tokens,
+        "max_decode_cudagraph_capture_requests": config.max_decode_cudagraph_capture_requests,
+        "max_decode_cudagraph_capture_tokens": config.max_decode_cudagraph_capture_tokens,
+    }
+    for key, value in got.items():
+        if key in want and want[key] != value:
+            diffs.append(f"config.{key}: vLLM {want[key]} ours {value}")
+    try:
+        resolved = config.resolve(support)
+    except ValueError as err:
+        if refusal and refusal["stage"] == "resolve":
+            return diffs
+        return [*diffs, f"refused at resolve ({err}); vLLM: {refusal}"]
+    if refusal and refusal["stage"] == "resolve":
+        return [*diffs, f"vLLM refused at resolve ({refusal['message'][:200]}), we did not"]
+    want = case.get("resolved", {})
+    got = {
+        "cudagraph_mode": resolved.cudagraph_mode.name,
+        "cudagraph_capture_sizes": resolved.cudagraph_capture_sizes,
+        "max_cudagraph_capture_size": resolved.max_cudagraph_capture_size,
+        "prefill_cudagraph_capture_token_sizes": resolved.prefill_cudagraph_capture_token_sizes,
+        "decode_cudagraph_capture_request_sizes": resolved.decode_cudagraph_capture_request_sizes,
+    }
+    for key, value in got.items():
+        if key in want and want[key] != value:
+            diffs.append(f"resolved.{key}: vLLM {want[key]} ours {value}")
+    manager_in = case.get("manager", {})
+    lens = manager_in.get("decode_query_lens")
+    lens = {int(k): v for k, v in lens.items()} if lens else None
+    try:
+        mgr = CudaGraphManager(resolved, decode_query_lens=lens)
+    except ValueError as err:
+        if refusal and refusal["stage"] == "manager":
+            return diffs
+        return [*diffs, f"refused at manager ({err}); vLLM: {refusal}"]
+    if refusal:
+        return [*diffs, f"vLLM refused at {refusal['stage']}, we did not"]
+    if (
+        "lora_capture_cases" in manager_in
+        and mgr.lora_capture_cases != manager_in["lora_capture_cases"]
+    ):
+        diffs.append(
+            f"lora cases: vLLM {manager_in['lora_capture_cases']} ours {mgr.lora_capture_cases}"
         )
-    lens = case.get("decode_query_lens")
-    if lens is not None:
-        lens = {int(k): v for k, v in lens.items()}
-    return config, resolved, CudaGraphManager(resolved, decode_query_lens=lens)
+    if "capture_descs" in case:
+        got_descs = [[m.name, [_desc(d) for d in ds]] for m, ds in mgr.capture_descs.items()]
+        if got_descs != case["capture_descs"]:
+            diffs.append("capture_descs differ")
+    for call in case.get("dispatch", []):
+        try:
+            answer = _desc(mgr.dispatch(**call["args"]))
+        except (ValueError, TypeError) as err:
+            if "error" not in call:
+                diffs.append(f"dispatch {call['args']} raised {err}")
+            continue
+        if "error" in call:
+            diffs.append(f"dispatch {call['args']}: vLLM raised {call['error']}, we answered")
+        elif answer != call["descriptor"]:
+            diffs.append(f"dispatch {call['args']}: vLLM {call['descriptor']} ours {answer}")
+    return diffs
 
 
-@pytest.mark.parametrize("case", _cases(), ids=lambda c: str(c.get("id", c.get("name"))))
+def test_fixture_is_generation_2():
+    assert DATA["vllm_version"] == "0.34.0" and DATA["generation"] == 2
+    assert len(CASES) == DATA["num_cases"] > 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c["id"]) for c in CASES])
 def test_oracle_case(case):
-    expected = case["expected"]
-    if expected.get("error"):
-        with pytest.raises(ValueError):
-            _build(case)
-        return
-    config, resolved, mgr = _build(case)
-    for field, value in expected.get("config", {}).items():
-        got = getattr(config, field)
-        got = got.name if isinstance(got, CUDAGraphMode) else got
-        assert got == value, field
-    if "cudagraph_mode" in expected:
-        assert resolved.cudagraph_mode.name == expected["cudagraph_mode"]
-    if "capture_descs" in expected:
-        got = {m.name: [_desc(d) for d in ds] for m, ds in mgr.capture_descs.items()}
-        want = {m: [_desc(d) for d in ds] for m, ds in expected["capture_descs"].items()}
-        assert got == want
-    for call in expected.get("dispatch", []):
-        args = call["args"]
-        got = mgr.dispatch(**args) if isinstance(args, dict) else mgr.dispatch(*args)
-        assert _desc(got) == _desc(call["desc"]), args
+    diffs = replay(case)
+    assert not diffs, "\n".join(diffs[:10])
