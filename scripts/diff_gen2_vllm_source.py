@@ -191,6 +191,13 @@ vc_ns["decode_cudagraph_capture_grid"] = ns["decode_cudagraph_capture_grid"]
 
 def vllm_resolve(kw):
     CAP[0] = kw.get("device_capability")
+    # engine-level refusals (SchedulerConfig.verify_max_model_len, EngineArgs LoRA + spec)
+    seqs, tokens = kw.get("max_num_seqs", 256), kw.get("max_num_batched_tokens", 8192)
+    if tokens < seqs:
+        raise ValueError("max_num_batched_tokens < max_num_seqs")
+    spec = kw.get("num_speculative_tokens", 0)
+    if kw.get("max_loras") and spec and tokens < seqs * (1 + spec):
+        raise ValueError("Consider increasing max_num_batched_tokens")
     cc = FakeCC()
     cc.cudagraph_mode = M.parse(kw.get("cudagraph_mode", "FULL_AND_PIECEWISE"))
     for f in (

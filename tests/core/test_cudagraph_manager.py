@@ -135,6 +135,7 @@ def test_explicit_sizes_out_of_range_are_dropped_with_a_warning():
         c = GraphConfig(
             vllm_version="0.34",
             max_num_batched_tokens=64,
+            max_num_seqs=16,
             prefill_cudagraph_capture_token_sizes=[0, 8, 64, 128],
         )
     assert c.prefill_cudagraph_capture_token_sizes == [8, 64]
@@ -500,3 +501,10 @@ def test_empty_splitting_ops_lower_the_mode_after_the_sizes():
     assert c.cudagraph_mode is M.FULL
     # the sizes were resolved with FULL_AND_PIECEWISE (prefill sizes recorded too)
     assert c.cudagraph_capture_sizes == c.prefill_cudagraph_capture_token_sizes
+
+
+def test_engine_level_refusals():
+    with pytest.raises(ValueError, match="greater than or equal to max_num_seqs"):
+        gen2(max_num_seqs=64, max_num_batched_tokens=32)
+    with pytest.raises(ValueError, match="decreasing num_speculative_tokens"):
+        gen2(max_num_seqs=64, max_num_batched_tokens=100, num_speculative_tokens=1, max_loras=1)
