@@ -12,6 +12,7 @@ from typing import Any
 
 from .core.batch import BatchDescriptor
 from .core.config import GraphConfig
+from .core.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from .core.dispatcher import CudagraphDispatcher
 from .core.modes import AttentionCGSupport, CUDAGraphMode
 
@@ -127,7 +128,9 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "AttentionCGSupport",
     "BatchDescriptor",
+    "BatchExecutionDescriptor",
     "CUDAGraphMode",
+    "CudaGraphManager",
     "CudagraphDispatcher",
     "GraphConfig",
     *_LAZY,

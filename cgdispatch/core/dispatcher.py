@@ -55,6 +55,12 @@ class CudagraphDispatcher:
         config = GraphConfig() if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+        if config.vllm_version == "0.34":
+            raise ValueError(
+                "this GraphConfig has vllm_version='0.34' (generation 2): use "
+                "cgdispatch.CudaGraphManager for it, or build the config with "
+                "vllm_version='0.33' (or None) for CudagraphDispatcher"
+            )
         mode = config.cudagraph_mode
         if mode.requires_piecewise_compilation() and config.splitting_ops == []:
             raise ValueError(
