@@ -19,6 +19,8 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch or pandas)
 _LAZY: dict[str, str] = {
+    "ready_dispatcher": "core.dispatcher",
+    "DispatchResult": "core.dispatcher",
     "make_trace": "workload.trace",
     "check_trace": "workload.trace",
     "synthetic_requests": "workload.synthetic",

@@ -235,11 +235,10 @@ def predict_config(
 
     Columns: num_tokens, runtime_mode, padded_size, eager_ms, graph_ms, speedup_x, source.
     """
-    from ..core.dispatcher import CudagraphDispatcher
+    from ..core.dispatcher import ready_dispatcher
 
     config = config.resolve(model.attention_cg_support)
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
+    dispatcher = ready_dispatcher(config, record_stats=False)
     plan = [(int(n), *dispatcher.dispatch(int(n), uniform_decode)) for n in num_tokens]
     q = config.uniform_decode_query_len if uniform_decode else 1
     sizes = {n for n, _, _ in plan} | {d.num_tokens for _, _, d in plan}
