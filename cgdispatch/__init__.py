@@ -72,9 +72,12 @@ _LAZY: dict[str, str] = {
     "ladder_figure": "views.plots",
     "hit_rate_figure": "views.plots",
     "speedup_figure": "views.plots",
-    "memory_figure": "views.plots",
-    "capture_time_figure": "views.plots",
-    "figure_source": "views.plots",
+    "memory_figure": "views.capture_figures",
+    "capture_time_figure": "views.capture_figures",
+    "figure_source": "views.sources",
+    "label_source": "views.sources",
+    "capture_per_key_figure": "views.capture_figures",
+    "memory_per_key_figure": "views.capture_figures",
     "dispatch_explorer": "views.widgets",
     "whatif_dashboard": "views.whatif_widgets",
     "workload_trace": "views.whatif_plots",
@@ -123,7 +126,8 @@ _LAZY: dict[str, str] = {
     "unit_table": "views.sweepviews",
     "graph_memory_table": "views.sweepviews",
     "modelled_speedup": "views.sweepviews",
-    "step_time_figure": "views.sweepviews",
+    "memory_estimates": "views.sweepviews",
+    "step_time_figure": "views.plots",
 }
 
 __all__ = [

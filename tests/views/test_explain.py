@@ -8,14 +8,13 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
+from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, ready_dispatcher
 from cgdispatch.views.explain import (
     dispatch_stats,
     dispatch_table,
     explain_dispatch,
     keys_summary,
     keys_table,
-    make_dispatcher,
     modes_table,
     random_batches,
 )
@@ -67,7 +66,7 @@ def test_keys_table_lists_every_key_in_capture_order():
     rng = random.Random(11)
     for _ in range(30):
         config = random_config(rng)
-        dispatcher = make_dispatcher(config)
+        dispatcher = ready_dispatcher(config)
         table = keys_table(config)
         got = {
             (
@@ -130,7 +129,7 @@ def test_explain_dispatch_equals_the_dispatcher_on_random_batches():
         config = random_config(rng)
         reference = CudagraphDispatcher(config)
         reference.initialize_cudagraph_keys()
-        dispatcher = make_dispatcher(config)
+        dispatcher = ready_dispatcher(config)
         for _ in range(50):
             n = rng.randint(0, config.max_num_batched_tokens)
             uniform, cascade = rng.random() < 0.5, rng.random() < 0.3
