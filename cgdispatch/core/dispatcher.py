@@ -194,7 +194,7 @@ class CudagraphDispatcher:
     ) -> DispatchResult:
         """(runtime mode, key) for a batch; ``(NONE, BatchDescriptor(num_tokens))`` when eager.
 
-        Also takes the seed's form ``dispatch(BatchDescriptor(...), use_cascade_attn=...)``.
+        Also takes the form of vLLM's first V1 dispatcher, ``dispatch(BatchDescriptor(...), use_cascade_attn=...)``.
         Cascade attention (and encoder outputs) exclude FULL.
         """
         # Fast path: plain int, no LoRA, no mode filter. One lookup and one increment.
@@ -232,7 +232,7 @@ class CudagraphDispatcher:
         invalid_modes: Iterable[CUDAGraphMode] | None,
         use_cascade_attn: bool,
     ) -> DispatchResult:
-        if isinstance(num_tokens, BatchDescriptor):  # seed form
+        if isinstance(num_tokens, BatchDescriptor):  # first V1 form
             desc = num_tokens
             num_tokens, uniform_decode = desc.num_tokens, desc.uniform
             has_lora, num_active_loras = desc.has_lora, desc.num_active_loras

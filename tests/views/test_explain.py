@@ -21,7 +21,7 @@ from cgdispatch.views.explain import (
 
 # The truth table of docs/semantics.md (the spec, typed in by hand):
 # mode: (decode, mixed, separate_routine, requires_piecewise, has_full, valid_runtime)
-DESIGN_TABLE = {
+SEMANTICS_TABLE = {
     "NONE": ("NONE", "NONE", False, False, False, True),
     "PIECEWISE": ("PIECEWISE", "PIECEWISE", False, True, False, True),
     "FULL": ("FULL", "FULL", False, False, True, True),
@@ -46,9 +46,9 @@ def random_config(rng: random.Random) -> GraphConfig:
     ).resolve()
 
 
-def test_modes_table_matches_the_design_truth_table():
+def test_modes_table_matches_the_semantics_truth_table():
     table = modes_table().set_index("mode")
-    assert sorted(table.index) == sorted(DESIGN_TABLE)
+    assert sorted(table.index) == sorted(SEMANTICS_TABLE)
     cols = [
         "decode_mode",
         "mixed_mode",
@@ -57,7 +57,7 @@ def test_modes_table_matches_the_design_truth_table():
         "has_full",
         "valid_runtime_mode",
     ]
-    for mode, row in DESIGN_TABLE.items():
+    for mode, row in SEMANTICS_TABLE.items():
         assert tuple(table.loc[mode, cols]) == row, mode
         assert table.loc[mode, "value"] == str(CUDAGraphMode[mode].value)
 
