@@ -29,6 +29,7 @@ from .capture_figures import (
     memory_per_key_figure,
 )
 from .plots import speedup_figure
+from .sources import frame_source
 from .sweepviews import graph_memory_table, memory_estimates, modelled_speedup, unit_table
 
 __all__ = ["modelled_rows", "ReportFigures", "draw_report", "write_report"]
@@ -37,7 +38,8 @@ MIB = 1 << 20
 
 
 def _sources(frame: pd.DataFrame) -> str:
-    return ", ".join(sorted(frame["source"].dropna().astype(str).unique())) or "no data"
+    """The frame's sources for the summary's prose (``no data`` when it names none)."""
+    return frame_source(frame, None) if frame["source"].notna().any() else "no data"
 
 
 def _lines(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
