@@ -209,6 +209,21 @@ def test_explain_dispatch_uses_the_cost_model_at_the_padded_size():
         )
 
 
+def test_explain_dispatch_takes_a_cost_model_object():
+    from cgdispatch.plan.costs import AffineCostModel
+
+    rng = random.Random(17)
+    model = AffineCostModel(
+        base_ms={m: rng.uniform(1, 6) for m in ("NONE", "PIECEWISE", "FULL")},
+        per_token_ms=rng.uniform(0.001, 0.05),
+    )
+    config = GraphConfig(max_num_seqs=32, max_num_batched_tokens=512)
+    for n in rng.sample(range(1, 512), 20):
+        got = explain_dispatch(config, n, rng.random() < 0.5, cost_model=model)
+        want = model.base_ms[got["runtime_mode"]] + model.per_token_ms * got["padded_size"]
+        assert got["predicted_ms"] == pytest.approx(want)
+
+
 def test_dispatch_table_has_one_row_per_combination():
     rng = random.Random(15)
     config = random_config(rng)
