@@ -20,6 +20,8 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch or pandas)
 _LAZY: dict[str, str] = {
+    "ready_dispatcher": "core.dispatcher",
+    "DispatchResult": "core.dispatcher",
     "make_trace": "workload.trace",
     "check_trace": "workload.trace",
     "synthetic_requests": "workload.synthetic",
@@ -71,9 +73,13 @@ _LAZY: dict[str, str] = {
     "ladder_figure": "views.plots",
     "hit_rate_figure": "views.plots",
     "speedup_figure": "views.plots",
-    "memory_figure": "views.plots",
-    "capture_time_figure": "views.plots",
-    "figure_source": "views.plots",
+    "memory_figure": "views.capture_figures",
+    "capture_time_figure": "views.capture_figures",
+    "figure_source": "views.sources",
+    "label_source": "views.sources",
+    "frame_source": "views.sources",
+    "capture_per_key_figure": "views.capture_figures",
+    "memory_per_key_figure": "views.capture_figures",
     "dispatch_explorer": "views.widgets",
     "whatif_dashboard": "views.whatif_widgets",
     "workload_trace": "views.whatif_plots",
@@ -118,11 +124,15 @@ _LAZY: dict[str, str] = {
     "load_captures": "sweep.store",
     "load_reference": "sweep.store",
     "write_report": "views.report",
+    "draw_report": "views.report",
+    "ReportFigures": "views.report",
+    "modelled_rows": "views.report",
     "sweep_spec": "views.sweepviews",
     "unit_table": "views.sweepviews",
     "graph_memory_table": "views.sweepviews",
     "modelled_speedup": "views.sweepviews",
-    "step_time_figure": "views.sweepviews",
+    "memory_estimates": "views.sweepviews",
+    "step_time_figure": "views.plots",
 }
 
 __all__ = [

@@ -55,7 +55,7 @@ class DeviceSpec:
     bandwidth_bytes_per_s: float  # HBM bandwidth
     flop_efficiency: float = 0.6  # assumed share of peak a GEMM reaches
     bw_efficiency: float = 0.75  # assumed share of peak bandwidth a kernel reaches
-    kernel_launch_us: float = 10.0  # host cost per eager launch: 5-20 us (references.md)
+    kernel_launch_us: float = 10.0  # host cost per eager launch: 5-20 us (docs/references.md)
     graph_launch_us: float = 10.0  # host cost per graph replay (assumption)
     kernel_min_us: float = 1.5  # floor of one kernel on the device (80 kernels in 70 us replay)
     step_overhead_us: float = 20.0  # host work per step in every mode (input copies, dispatch)
@@ -235,11 +235,10 @@ def predict_config(
 
     Columns: num_tokens, runtime_mode, padded_size, eager_ms, graph_ms, speedup_x, source.
     """
-    from ..core.dispatcher import CudagraphDispatcher
+    from ..core.dispatcher import ready_dispatcher
 
     config = config.resolve(model.attention_cg_support)
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
+    dispatcher = ready_dispatcher(config, record_stats=False)
     plan = [(int(n), *dispatcher.dispatch(int(n), uniform_decode)) for n in num_tokens]
     q = config.uniform_decode_query_len if uniform_decode else 1
     sizes = {n for n, _, _ in plan} | {d.num_tokens for _, _, d in plan}

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
 from ..core.modes import CUDAGraphMode
 from ..workload.trace import check_trace
 from .costs import as_cost_model, cost_source
@@ -47,18 +47,6 @@ class WhatIfResult:
     step_time_ms: np.ndarray | None
     by_size: pd.DataFrame
     summary: dict[str, Any]
-
-
-def _dispatcher(config: GraphConfig | CudagraphDispatcher) -> CudagraphDispatcher:
-    if isinstance(config, CudagraphDispatcher):
-        return config
-    if not isinstance(config, GraphConfig):
-        raise ValueError(
-            f"config={config!r} is invalid: pass a GraphConfig or a CudagraphDispatcher"
-        )
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
-    return dispatcher
 
 
 def _step_keys(trace: pd.DataFrame) -> tuple[np.ndarray, int]:
@@ -134,7 +122,7 @@ def evaluate(
     ``graph_memory_bytes``, ``graph_memory_bytes`` (sum over captured graphs: an upper
     bound, pool reuse is not modelled).
     """
-    dispatcher = _dispatcher(config)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     trace = check_trace(trace)
     if len(trace) == 0:
         raise ValueError("the step trace is empty: give at least one step")

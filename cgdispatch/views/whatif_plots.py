@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .plots import MODE_COLORS, SourcedFigure, _label_source, _require, hit_rate_figure
+from .plots import hit_rate_figure
+from .sources import MODE_COLORS, SourcedFigure, label_source, rows_to_plot
 
 if TYPE_CHECKING:
     from ..plan.whatif import WhatIfResult
@@ -78,7 +79,7 @@ def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True
     ``hist`` is :func:`~cgdispatch.workload.trace.step_histogram` (index num_tokens; columns
     uniform_decode, mixed). The title gives each kind's share of the steps.
     """
-    hist = _require(hist, ["uniform_decode", "mixed"], "step_histogram_figure")
+    hist = rows_to_plot(hist, ["uniform_decode", "mixed"], "step_histogram_figure")
     n = hist.index.to_numpy(dtype=np.int64)
     dec = hist["uniform_decode"].to_numpy(dtype=float)
     mix = hist["mixed"].to_numpy(dtype=float)
@@ -102,7 +103,7 @@ def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True
         fontsize=10,
     )
     ax.legend(fontsize=8)
-    return _label_source(fig, source)
+    return label_source(fig, source)
 
 
 _PANELS = [
@@ -120,7 +121,7 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
     drawn when it has ``mean_step_ms`` (a cost model was given) and is titled with that
     model's ``source``.
     """
-    table = _require(
+    table = rows_to_plot(
         table, ["ladder", "num_graphs", "eager_step_share"], "ladder_comparison_figure"
     )
     panels = [p for p in _PANELS if p[0] in table.columns]
@@ -135,7 +136,7 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
         ax.tick_params(axis="x", labelrotation=60, labelsize=8)
         if column == "mean_step_ms" and "source" in table.columns:
             ax.set_title(f"{label}\n[{table['source'].iloc[0]}]", fontsize=9)
-    return _label_source(fig, source)
+    return label_source(fig, source)
 
 
 def whatif_figure(result: WhatIfResult, source: str, max_sizes: int = 40) -> Figure:

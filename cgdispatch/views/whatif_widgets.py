@@ -18,7 +18,6 @@ import html
 from typing import Any
 
 import ipywidgets as w
-import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
@@ -120,15 +119,6 @@ def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
     return f"<div {attr_text}><table>{body}</table></div>"
 
 
-def _scalar_cost(model: Any) -> Any:
-    """The explorer's ``f(mode, padded_size) -> ms`` from a vectorised cost model."""
-
-    def predict(mode: CUDAGraphMode, padded_size: int) -> float:
-        return float(np.asarray(model.step_time_ms(mode, np.array([padded_size])))[0])
-
-    return predict
-
-
 class WhatIfDashboard(DispatchExplorer):
     """The dispatch explorer plus the what-if metrics and figure of the edited sizes on a trace.
 
@@ -161,7 +151,7 @@ class WhatIfDashboard(DispatchExplorer):
         model = self.whatif_cost_model
         super().__init__(
             config.resolve(),
-            None if model is None else _scalar_cost(model),
+            model,
             num_tokens=num_tokens,
             cost_source="model" if model is None else cost_source(model),
         )
