@@ -26,6 +26,8 @@ __all__ = ["plan_capture_sizes", "plan_cost", "as_histogram", "plan_multiple_of"
 
 Objective = Literal["padding", "time", "padded_tokens", "step_time"]
 # "padded_tokens" and "step_time" are the names of 0.1; "step_time" keeps its fixed top
+# what the planner takes as steps: a trace or histogram, {size: count}, or step sizes
+Steps = pd.DataFrame | pd.Series | dict[int, int] | np.ndarray | list[int]
 _OBJECTIVES = {
     "padding": "padding",
     "padded_tokens": "padding",
@@ -34,7 +36,7 @@ _OBJECTIVES = {
 }
 
 
-def as_histogram(steps: Any) -> pd.DataFrame:
+def as_histogram(steps: Steps) -> pd.DataFrame:
     """Steps per size as :func:`~cgdispatch.workload.trace.step_histogram` gives them.
 
     Takes a step trace, such a histogram, a Series / dict ``{num_tokens: count}`` or an
@@ -117,7 +119,7 @@ def _candidates(
 
 
 def _problem(
-    steps: Any,
+    steps: Steps,
     objective: str,
     cost_model: CostModel | None,
     rules: V1Rules,
@@ -158,7 +160,7 @@ def _check_budget(name: str, value: float | None, needs: str, model: CostModel |
 
 
 def plan_capture_sizes(
-    steps: Any,
+    steps: Steps,
     max_graphs: int,
     *,
     objective: Objective = "padding",
@@ -229,7 +231,7 @@ def plan_capture_sizes(
 
 
 def plan_cost(
-    steps: Any,
+    steps: Steps,
     sizes: list[int],
     *,
     objective: Objective = "padding",
