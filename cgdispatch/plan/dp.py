@@ -43,10 +43,12 @@ class _Tables:
 
 @dataclass(frozen=True)
 class Solution:
-    """Chosen candidate indices (ascending) and the plan's objective (without the extra)."""
+    """Chosen candidate indices (ascending) and the plan's objective (without the extra);
+    under a capture budget also the Lagrangian lower bound on the budgeted optimum."""
 
     indices: list[int]
     cost: float
+    lower_bound: float | None = None
 
 
 def _tables(problem: PlanProblem, extra: Arr) -> _Tables:
@@ -94,28 +96,41 @@ def solve_with_capture_budget(
     price each size's capture time at ``lam`` (cost units per second) and bisect ``lam`` to
     the cheapest price whose plan fits. A heuristic: a plan between two prices can be
     missed (the tests measure the gap against brute force)."""
-    fits = lambda s: float(problem.capture_s[s.indices].sum()) <= capture_budget_s  # noqa: E731
-    free = solve(problem, k)
+    capture = problem.capture_s
+    budget = capture_budget_s
+
+    def priced(lam: float) -> tuple[Solution, float]:
+        """The relaxed optimum at price ``lam`` and its bound: weak duality makes
+        ``cost + lam * (capture - budget)`` <= every budgeted plan's cost."""
+        sol = solve(problem, k, lam * capture)
+        return sol, sol.cost + lam * (float(capture[sol.indices].sum()) - budget)
+
+    def fits(sol: Solution) -> bool:
+        return float(capture[sol.indices].sum()) <= budget
+
+    free, bound = priced(0.0)
     if fits(free):
         return free
-    lo, hi = 0.0, 1.0
-    scale = max(float(np.abs(problem.tail_cost).max(initial=0.0)), 1.0)
-    while not fits(solve(problem, k, hi * scale * problem.capture_s)):
+    lo, hi = 0.0, max(float(np.abs(problem.tail_cost).max(initial=0.0)), 1.0)
+    best, hi_bound = priced(hi)
+    while not fits(best):
         hi *= 4
-        if hi > 1e12:
+        if hi > 1e15:
             raise ValueError(
-                f"capture_budget_s={capture_budget_s} is below the capture time of any plan "
-                f"(the cheapest size takes {problem.capture_s.min():.3g} s): raise the budget"
+                f"capture_budget_s={budget} is below the capture time of any plan "
+                f"(the cheapest size takes {capture.min():.3g} s): raise the budget"
             )
-    best = solve(problem, k, hi * scale * problem.capture_s)
+        best, hi_bound = priced(hi)
+    bound = max(bound, hi_bound)
     for _ in range(rounds):
         mid = (lo + hi) / 2
-        trial = solve(problem, k, mid * scale * problem.capture_s)
+        trial, trial_bound = priced(mid)
+        bound = max(bound, trial_bound)
         if fits(trial):
             hi, best = mid, trial
         else:
             lo = mid
-    return best
+    return Solution(best.indices, best.cost, bound)
 
 
 def _row_monotone(prev: Arr, t: _Tables, layer: int, m: int) -> tuple[Arr, Arr]:

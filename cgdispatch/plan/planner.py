@@ -22,7 +22,13 @@ from .costs import CostModel, as_cost_model
 from .dp import solve, solve_with_capture_budget
 from .problem import PlanProblem, V1Rules, v1_problem
 
-__all__ = ["plan_capture_sizes", "plan_cost", "as_histogram", "plan_multiple_of"]
+__all__ = [
+    "plan_capture_sizes",
+    "plan_cost",
+    "as_histogram",
+    "smooth_histogram",
+    "plan_multiple_of",
+]
 
 Objective = Literal["padding", "time", "padded_tokens", "step_time"]
 # "padded_tokens" and "step_time" are the names of 0.1; "step_time" keeps its fixed top
@@ -66,6 +72,32 @@ def as_histogram(steps: Steps) -> pd.DataFrame:
     hist.index.name = "num_tokens"
     hist["total"] = hist["mixed"]
     return hist
+
+
+def smooth_histogram(hist: pd.DataFrame, smoothing: float) -> pd.DataFrame:
+    """Each size's steps spread evenly over ``n +- floor(smoothing * n)`` (sizes >= 1), per
+    class: plan for traffic like the trace rather than for its exact sizes. Counts become
+    fractional; totals are kept. ``smoothing=0`` returns ``hist`` unchanged."""
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or smoothing < 0:
+        raise ValueError(f"smoothing={smoothing!r} is invalid: give a share >= 0 (0.1 = +-10%)")
+    if smoothing == 0 or not len(hist):
+        return hist
+    n = hist.index.to_numpy(dtype=np.int64)
+    w = np.floor(smoothing * n).astype(np.int64)
+    lo, hi = np.maximum(n - w, 1), n + w
+    top = int(hi.max())
+    out = {}
+    for col in ("uniform_decode", "mixed"):
+        per = hist[col].to_numpy(np.float64) / (hi - lo + 1)
+        diff = np.zeros(top + 2)
+        np.add.at(diff, lo, per)  # difference array: +per from lo, -per after hi
+        np.add.at(diff, hi + 1, -per)
+        out[col] = np.cumsum(diff)[: top + 1]
+    sizes = np.flatnonzero((out["uniform_decode"] > 1e-12) | (out["mixed"] > 1e-12))
+    smoothed = pd.DataFrame({c: v[sizes] for c, v in out.items()}, index=sizes)
+    smoothed.index.name = "num_tokens"
+    smoothed["total"] = smoothed["uniform_decode"] + smoothed["mixed"]
+    return smoothed
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -171,6 +203,7 @@ def plan_capture_sizes(
     memory_budget_bytes: float | None = None,
     capture_budget_s: float | None = None,
     config: GraphConfig | None = None,
+    smoothing: float = 0.0,
 ) -> list[int]:
     """The capture sizes (at most ``max_graphs``) that minimise the expected cost of ``steps``.
 
@@ -198,6 +231,9 @@ def plan_capture_sizes(
     among the observed sizes rounded up to ``multiple_of``: exact whenever step time, graph
     memory and capture time do not fall with size (then the divide-and-conquer DP runs;
     otherwise every split is tried). Fewer sizes are returned when more would not help.
+    ``smoothing``: plan on :func:`smooth_histogram` of the steps (0.1 spreads each size over
+    +-10%): exact sizes seen once rarely recur, so a plan for held-out traffic generalises
+    better (benchmarks/bench_planner.py measures both).
     """
     _check_int("max_graphs", max_graphs, 1)
     if objective not in _OBJECTIVES:
@@ -220,6 +256,7 @@ def plan_capture_sizes(
     if objective == "step_time" and max_size is None:  # 0.1: the largest step is the top
         max_size = int(_candidates(as_histogram(steps), rules, None, multiple_of, True)[-1])
     budgets = memory_budget_bytes is not None or capture_budget_s is not None
+    steps = smooth_histogram(as_histogram(steps), smoothing)
     problem = _problem(
         steps, kind, model, rules, max_size, multiple_of, memory_budget_bytes, budgets
     )
