@@ -109,8 +109,8 @@ def solve_with_capture_budget(
         return float(capture[sol.indices].sum()) <= budget
 
     free, bound = priced(0.0)
-    if fits(free):
-        return free
+    if fits(free):  # the budget does not bind: the unconstrained optimum, exact
+        return Solution(free.indices, free.cost, free.cost)
     lo, hi = 0.0, max(float(np.abs(problem.tail_cost).max(initial=0.0)), 1.0)
     best, hi_bound = priced(hi)
     while not fits(best):

@@ -144,7 +144,14 @@ def _candidates(
             f"max_size={max_size} is not a multiple of multiple_of={multiple_of}: "
             f"use {-(-max_size // multiple_of) * multiple_of}"
         )
-    rounded = np.unique(-(-n // multiple_of) * multiple_of)
+    rounded = -(-n // multiple_of) * multiple_of
+    if rules.mode.separate_routine() and rules.mode.decode_mode() is CUDAGraphMode.FULL:
+        # above q * max_num_seqs a size has no FULL decode graph: its memory and capture
+        # time drop there, so the first such size is a candidate (keeps the DP exact)
+        edge = rules.q * rules.max_num_seqs + 1
+        if edge <= rounded.max():
+            rounded = np.append(rounded, -(-edge // multiple_of) * multiple_of)
+    rounded = np.unique(rounded)
     top = int(rounded[-1]) if max_size is None else max_size
     rounded = rounded[rounded <= top]
     return np.unique(np.append(rounded, top)) if fixed_top else rounded
@@ -224,7 +231,9 @@ def plan_capture_sizes(
     ``memory_budget_bytes``: graph pool as vLLM accounts it (weak outputs: the pool is the
     largest graph's), so sizes whose graphs exceed it are dropped: exact.
     ``capture_budget_s``: summed modelled capture time, by Lagrangian relaxation: a
-    heuristic; on random small instances (tests/plan) it was within 3% of brute force.
+    heuristic (a knapsack in disguise); within 10% of brute force on random tiny instances
+    (tests/plan), within 0.01% of its Lagrangian lower bound on the benchmark workloads
+    (benchmarks/bench_planner.py, half of vLLM's capture time as the budget).
 
     ``config``: mode, ``max_num_seqs`` and q come from it (else ``mode``, 256, 1), and
     ``multiple_of`` defaults to :func:`plan_multiple_of` of it (else 1). Sizes are chosen

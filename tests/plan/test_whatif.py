@@ -90,7 +90,9 @@ def test_graph_memory_is_the_largest_captured_graph_and_capture_time_sums():
         def capture_time_s(self, mode, n):  # noqa: ANN001, ANN202
             return 0.5 * n + (1.0 if mode.name == "FULL" else 0.0)
 
-    s = evaluate(config, make_trace([1, 3]), WithCapture(model.step_time, model.graph_memory)).summary
+    s = evaluate(
+        config, make_trace([1, 3]), WithCapture(model.step_time, model.graph_memory)
+    ).summary
     assert s["capture_s"] == pytest.approx(0.5 * 6 + 0.5 * 6 + 2 * 1.0)
     assert s["num_captured_graphs"] == 4 and s["source"] == "model"
 
