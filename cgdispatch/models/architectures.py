@@ -207,6 +207,8 @@ def build_arch_model(
         )
     spec = ARCHITECTURES[name]
     dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    if (dtype or spec.dtype) not in dtypes:
+        raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(dtypes)}")
     torch_dtype = dtypes[dtype or spec.dtype]
     with torch.device("meta"):
         model = ArchLM(spec)
