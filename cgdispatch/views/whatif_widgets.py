@@ -219,8 +219,8 @@ class WhatIfDashboard(DispatchExplorer):
         ]
         self.children = [
             w.HBox([self.mode_box]),
+            self.sizes_box,  # first text box: browser tests type into it
             *(planner if cost_models else []),
-            self.sizes_box,
             self.metrics,
             self.plot,
             w.HTML("<b>batch shape</b>: the dispatcher's answer for one step"),
