@@ -118,7 +118,7 @@ _LAZY: dict[str, str] = {
     "ARCHITECTURES": "models.architectures",
     "build_arch_model": "models.architectures",
     "plan_multiple_of": "plan.planner",
-    "smooth_histogram": "plan.planner",
+    "smooth_histogram": "plan.histogram",
     "SweepSpec": "sweep.spec",
     "SWEEP_PRESETS": "sweep.spec",
     "run_sweep": "sweep.run",
