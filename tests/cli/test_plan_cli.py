@@ -186,3 +186,22 @@ def test_bad_flags_fail_at_once_with_one_line(tmp_path, extra, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert time.perf_counter() - start < 20  # no simulation, no cost model
+
+
+def test_split_holdout_cuts_by_time_or_by_rows():
+    from cgdispatch.workload.sources import split_holdout
+    from cgdispatch.workload.trace import make_trace
+
+    rng = np.random.default_rng(6)
+    trace = make_trace(rng.integers(1, 50, 200)).assign(time_s=np.sort(rng.random(200) * 10))
+    first, last = split_holdout(trace, 0.3)
+    assert len(first) + len(last) == 200 and first["time_s"].max() < 7.0 <= last["time_s"].min()
+    rows_first, rows_last = split_holdout(trace.drop(columns="time_s"), 0.25)
+    assert (
+        len(rows_first) == 150
+        and rows_last["num_tokens"].tolist() == (trace["num_tokens"].tolist()[150:])
+    )
+    with pytest.raises(ValueError, match="holdout=1 is invalid"):
+        split_holdout(trace, 1)
+    with pytest.raises(ValueError, match="leaves an empty part"):
+        split_holdout(trace.head(1), 0.5)
