@@ -65,7 +65,9 @@ class V1Rules:
         dec_mode, mix_mode = self.mode.decode_mode(), self.mode.mixed_mode()
         mix = np.full(len(sizes), mix_mode.value, dtype=np.int64)
         if dec_mode is FULL and self.mode.separate_routine():
+            # the exact uniform key needs a padded size that is a multiple of q
             has_key = (sizes >= self.q) & (sizes <= self.q * self.max_num_seqs)
+            has_key &= sizes % self.q == 0
             dec = np.where(has_key, FULL.value, mix_mode.value)  # else the relaxed key
         else:
             dec = np.full(len(sizes), dec_mode.value, dtype=np.int64)

@@ -49,7 +49,7 @@ def whatif_for_box(
     trace: pd.DataFrame,
     sizes_text: str,
     mode: str | CUDAGraphMode,
-    cost_model: Any = None,
+    cost_model: CostModel | None = None,
 ) -> tuple[WhatIfResult | None, list[str]]:
     """``evaluate`` the trace under ``base`` with the box's sizes and ``mode``.
 

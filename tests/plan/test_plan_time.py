@@ -219,3 +219,26 @@ def test_budget_and_objective_errors_name_the_fix():
         plan_capture_sizes(trace, 2, objective="time", cost_model=costs, memory_budget_bytes=1e-9)
     with pytest.raises(ValueError, match="no steps to plan for"):
         plan_capture_sizes(make_trace([3], False), 2, mode="FULL_DECODE_ONLY")
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 3))
+def test_time_plan_with_spec_decode_matches_brute_force(seed, k):
+    """q = 2: decode steps are multiples of q; the planner's sizes follow multiple_of."""
+    rng = np.random.default_rng(seed)
+    costs = _costs(rng)
+    n = rng.integers(1, 13, int(rng.integers(3, 20)))
+    decode = rng.random(len(n)) < 0.5
+    n = np.where(decode, 2 * np.minimum(n, 4), n)  # 2 tokens per request, <= 4 requests
+    trace = make_trace(n, decode)
+    config = GraphConfig(max_num_seqs=4, num_speculative_tokens=1)
+    hist = as_histogram(trace)
+    sizes = plan_capture_sizes(trace, k, objective="time", cost_model=costs, config=config)
+    assert all(s % 2 == 0 for s in sizes)
+    got, _, _ = _dispatch_total(config, sizes, hist, costs)
+    best = np.inf
+    top = int(hist.index.max()) + 1
+    for r in range(1, k + 1):
+        for ladder in itertools.combinations(range(2, top + 1, 2), r):
+            best = min(best, _dispatch_total(config, ladder, hist, costs)[0])
+    assert got == pytest.approx(best)
