@@ -210,7 +210,7 @@ def test_step_histogram_and_ladder_figures_draw_the_data_given():
 
 def test_workload_trace_from_presets_and_files(tmp_path):
     from cgdispatch import simulate_steps, synthetic_requests
-    from cgdispatch.views.whatif_plots import workload_trace
+    from cgdispatch.workload.sources import workload_trace
 
     trace, label = workload_trace("alpaca", num_requests=40, rate_per_s=5.0, seed=3, max_num_seqs=8)
     want = simulate_steps(
