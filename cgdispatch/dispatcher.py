@@ -234,10 +234,12 @@ class CudagraphDispatcher:
             or not allowed
         ):
             return self._eager(n)
-        lora_case = self._lora_case(bool(has_lora), loras)
+        # has_lora is implied by a count > 0 (vLLM's callers always pass both consistently)
+        has_lora = bool(has_lora) or loras > 0
+        lora_case = self._lora_case(has_lora, loras)
         if lora_case is None:
             return self._eager(n)
-        key = (bool(uniform_decode), bool(has_lora), lora_case, allowed)
+        key = (bool(uniform_decode), has_lora, lora_case, allowed)
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = self._build_table(*key)

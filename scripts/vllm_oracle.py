@@ -33,7 +33,13 @@ import types
 from typing import Any
 
 # set before vLLM is imported
-os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # 0.33: the V1 runner's path
+try:
+    from importlib.metadata import version as _dist_version
+
+    if _dist_version("vllm").startswith("0.33."):
+        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # 0.33: the V1 runner's path
+except Exception:  # noqa: BLE001 - no vLLM installed: --help still works
+    pass
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["VLLM_NO_USAGE_STATS"] = "1"
@@ -120,6 +126,9 @@ def bootstrap() -> str:
         def device_count(cls) -> int:
             return 1
 
+        def get_global_graph_pool(self) -> Any:  # no CUDA memory pool on CPU
+            return None
+
     _PLATFORM = OraclePlatform
     platforms._current_platform = OraclePlatform()
     # imports that probe CUDA kernels see "not CUDA"
@@ -139,6 +148,9 @@ def bootstrap() -> str:
     import vllm.distributed.parallel_state as ps
 
     ps.get_pp_group = lambda: _OnePipelineRank()
+    for name, module in list(sys.modules.items()):  # modules that imported it by name
+        if name.startswith("vllm.") and getattr(module, "get_pp_group", None) is not None:
+            module.get_pp_group = ps.get_pp_group
     return vllm.__version__
 
 
@@ -182,7 +194,7 @@ def make_config(engine_args: dict[str, Any], compilation_config: dict[str, Any])
 
 
 # ----- random inputs ------------------------------------------------------------------------
-def random_inputs(rng: random.Random) -> dict[str, Any]:
+def random_inputs(rng: random.Random, generation: int = 1) -> dict[str, Any]:
     """One random case in vLLM's own names."""
     small = rng.random() < 0.5
     if small:
@@ -231,6 +243,25 @@ def random_inputs(rng: random.Random) -> dict[str, Any]:
         cc["splitting_ops"] = ["vllm::unified_attention_with_output"]  # not ALL attention ops
     if "enable_lora" in engine_args and rng.random() < 0.5:
         cc["cudagraph_specialize_lora"] = False
+    if generation == 2 and rng.random() < 0.5:
+        # generation 2's own size fields (vllm/config/compilation.py, 0.34)
+        if rng.random() < 0.7:
+            cc.pop("cudagraph_capture_sizes", None)
+            cc.pop("max_cudagraph_capture_size", None)
+        if rng.random() < 0.35:
+            top = rng.choice([16, 64, 300, 1100, 9000])
+            k = rng.randint(0, min(8, top))
+            cc["prefill_cudagraph_capture_token_sizes"] = sorted(rng.sample(range(1, top + 1), k))
+        if rng.random() < 0.35:
+            top = rng.choice([4, 16, 64, 300, 1100])
+            k = rng.randint(0, min(8, top))
+            cc["decode_cudagraph_capture_request_sizes"] = sorted(rng.sample(range(1, top + 1), k))
+        if rng.random() < 0.3:
+            cc["max_prefill_cudagraph_capture_tokens"] = rng.choice([0, 16, 100, 512, 2048, 8192])
+        if rng.random() < 0.3:
+            cc["max_decode_cudagraph_capture_requests"] = rng.choice([0, 1, 8, 64, 300])
+        if rng.random() < 0.3:
+            cc["max_decode_cudagraph_capture_tokens"] = rng.choice([1, 16, 128, 1000, 8192])
     return {
         "engine_args": engine_args,
         "compilation_config": cc,
@@ -376,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     cases = []
     for i in range(args.cases):
-        inputs = random_inputs(rng)
+        inputs = random_inputs(rng, generation)
         case = case_fn(inputs, random.Random(rng.getrandbits(64)))
         cases.append({"id": i, **case})
     doc = {
@@ -456,9 +487,9 @@ def gen2_case(inputs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
             "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes or []),
             "max_cudagraph_capture_size": cc.max_cudagraph_capture_size,
         }
-        for name in GEN2_FIELDS[:2]:
+        for name in GEN2_FIELDS:
             value = getattr(cc, name)
-            resolved[name] = None if value is None else list(value)
+            resolved[name] = list(value) if isinstance(value, (list, tuple)) else value
         out["resolved"] = resolved
         query_lens = cfg.get_decode_cudagraph_query_lens(q)
         lora_cases = get_lora_capture_cases(cfg.lora_config, cc)
