@@ -95,7 +95,7 @@ def keys_summary(config: GraphConfig, modes: Iterable[CUDAGraphMode] | None = No
 
     One row per mode (all five by default): FULL keys (mixed and uniform-decode), PIECEWISE
     keys, total graphs and the largest captured size. A mode the config cannot run (e.g.
-    PIECEWISE with ``splitting_ops=[]``) gets zero keys and the reason in ``note``.
+    PIECEWISE when ``splitting_ops`` lacks an attention op) gets zero keys and the reason in ``note``.
     """
     import pandas as pd
 
