@@ -377,11 +377,7 @@ class GraphConfig:
         if mode.decode_mode() is M.FULL and support == AttentionCGSupport.NEVER:
             mode = M.PIECEWISE if split else M.NONE
         q = self.uniform_decode_query_len
-        if (
-            mode.decode_mode() is M.FULL
-            and q > 1
-            and support < AttentionCGSupport.UNIFORM_BATCH
-        ):
+        if mode.decode_mode() is M.FULL and q > 1 and support < AttentionCGSupport.UNIFORM_BATCH:
             mode = M.PIECEWISE if split else M.NONE
         sizes, largest = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
         if mode.decode_mode() is M.FULL and q > 1 and sizes:

@@ -344,14 +344,18 @@ def gen1_case(inputs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001
         out["refusal"] = _error("resolve" if "resolved" not in out else "dispatcher", err)
         return out
-    out["capture_descs"] = [[m.name, [_bd(d) for d in ds]] for m, ds in dispatcher.get_capture_descs()]
+    out["capture_descs"] = [
+        [m.name, [_bd(d) for d in ds]] for m, ds in dispatcher.get_capture_descs()
+    ]
     max_size = cc.max_cudagraph_capture_size or 0
     max_loras = cfg.lora_config.max_loras if cfg.lora_config is not None else 0
     calls = []
     for _ in range(30):
         uniform = rng.random() < 0.4
         if uniform:
-            num_tokens = q * rng.randint(1, max(1, min(cfg.scheduler_config.max_num_seqs, (max_size + 8) // q)))
+            num_tokens = q * rng.randint(
+                1, max(1, min(cfg.scheduler_config.max_num_seqs, (max_size + 8) // q))
+            )
         else:
             num_tokens = rng.randint(1, max_size + 8)
         num_active = rng.randint(0, max_loras) if max_loras else 0
@@ -430,8 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")
-    print(f"vLLM {version} (generation {generation}): {len(cases)} cases -> {args.out} "
-          f"in {time.time() - t0:.1f} s")
+    print(
+        f"vLLM {version} (generation {generation}): {len(cases)} cases -> {args.out} "
+        f"in {time.time() - t0:.1f} s"
+    )
     return 0
 
 
@@ -479,7 +485,10 @@ def gen2_case(inputs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     max_num_seqs = cfg.scheduler_config.max_num_seqs
     try:
         mode = cc.resolve_cudagraph_mode_and_sizes(
-            support, "OracleBackend", q, max_num_reqs=max_num_seqs,
+            support,
+            "OracleBackend",
+            q,
+            max_num_reqs=max_num_seqs,
             piecewise_capture_available=True,
         )
         resolved = {

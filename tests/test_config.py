@@ -111,7 +111,9 @@ def test_sequence_parallel_drops_sizes_not_divisible_by_tp():
         (dict(splitting_ops="cgdispatch::attention"), "splitting_ops"),
         (dict(max_num_seqs=64, max_num_batched_tokens=32), "below max_num_seqs=64"),
         (
-            dict(max_num_seqs=64, max_num_batched_tokens=100, num_speculative_tokens=1, max_loras=2),
+            dict(
+                max_num_seqs=64, max_num_batched_tokens=100, num_speculative_tokens=1, max_loras=2
+            ),
             "LoRA with speculative decoding",
         ),
         (

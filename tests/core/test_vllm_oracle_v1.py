@@ -105,7 +105,9 @@ def test_case_matches_vllm(case_id: int) -> None:
     ours_refusal = ours.get("refusal")
     where = f"case {case_id} inputs={json.dumps(case['inputs'])}"
     if theirs_refusal is not None:
-        assert ours_refusal is not None, f"vLLM refused ({theirs_refusal}), cgdispatch did not: {where}"
+        assert ours_refusal is not None, (
+            f"vLLM refused ({theirs_refusal}), cgdispatch did not: {where}"
+        )
         assert ours_refusal["stage"] == theirs_refusal["stage"], (
             f"refused at {ours_refusal['stage']} ({ours_refusal['message']}), vLLM at "
             f"{theirs_refusal['stage']} ({theirs_refusal['message']}): {where}"
