@@ -85,7 +85,7 @@ def predict_step(
 ) -> dict[str, float]:
     """``step_ms``, ``host_ms`` and ``device_ms`` of one step in a runtime mode (model)."""
     mode = CUDAGraphMode.parse(runtime_mode)
-    if not mode.valid_runtime_modes():
+    if not mode.is_valid_runtime_mode():
         raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
     dev = _kernel_us(profile, spec)
     n = len(dev)

@@ -48,7 +48,7 @@ def modes_table() -> pd.DataFrame:
             "separate_routine": m.separate_routine(),
             "requires_piecewise": m.requires_piecewise_compilation(),
             "has_full": m.has_full_cudagraphs(),
-            "valid_runtime_mode": m.valid_runtime_modes(),
+            "valid_runtime_mode": m.is_valid_runtime_mode(),
         }
         for m in CUDAGraphMode
     ]
