@@ -162,7 +162,13 @@ def _reason(
         return "empty batch: nothing to run"
     if num_tokens > dispatcher.max_capture_size:
         return f"{num_tokens} tokens exceed the largest capture size {dispatcher.max_capture_size}"
-    if loras and dispatcher.config.lora_enabled and dispatcher._lora_case(True, loras) is None:
+    cfg = dispatcher.config
+    if cfg.lora_enabled and not cfg.cudagraph_specialize_lora and not loras:
+        return (
+            "without cudagraph_specialize_lora only LoRA graphs (max_loras + 1 adapters) are "
+            "captured: batches without LoRA run eagerly"
+        )
+    if loras and cfg.lora_enabled and dispatcher._lora_case(True, loras) not in cfg.lora_cases():
         return f"no graphs were captured for {loras} active LoRAs"
     if cascade and config_mode.has_full_cudagraphs() and not config_mode.has_piecewise_cudagraphs():
         return f"cascade attention excludes FULL and {config_mode} has no PIECEWISE graphs"
