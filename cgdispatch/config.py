@@ -303,13 +303,20 @@ class GraphConfig:
         return list(DEFAULT_SPLITTING_OPS) if self.splitting_ops is None else self.splitting_ops
 
     def splitting_ops_contain_attention(self) -> bool:
-        """Whether every attention op is a split point (None: the default attention ops).
+        """Whether attention is split out: every attention op is a split point.
 
-        vLLM 0.33 ``CompilationConfig.splitting_ops_contain_attention``: ALL attention ops
-        must be in the list; a list naming only some of them does not count.
+        vLLM 0.33 ``CompilationConfig.splitting_ops_contain_attention``: ALL of its
+        attention ops must be in the list; a list naming only some of them does not count.
+        Here the attention ops are ``DEFAULT_SPLITTING_OPS``: None (the default) and a list
+        holding all of them count, a list holding some but not all does not, and a
+        non-empty list holding none of them names a custom model's own split ops, which
+        cgdispatch cannot check and takes as attention.
         """
         ops = self.splitting_ops
-        return ops is None or all(op in ops for op in DEFAULT_SPLITTING_OPS)
+        if ops is None:
+            return True
+        known = [op in ops for op in DEFAULT_SPLITTING_OPS]
+        return all(known) or (bool(ops) and not any(known))
 
     def lora_cases(self) -> list[int]:
         """Active-LoRA counts that have graphs; 0 is the no-LoRA case.

@@ -56,10 +56,9 @@ def graph_config_kwargs(inputs: dict[str, Any]) -> dict[str, Any]:
         if key in cc:
             kwargs[key] = cc[key]
     if "splitting_ops" in cc:
-        ops = cc["splitting_ops"]
-        # vLLM's attention op names stand for "not every attention op": cgdispatch's
-        # own attention ops are the split points when the list holds all of them
-        kwargs["splitting_ops"] = list(ops)
+        # [] stays []; vLLM's ["vllm::unified_attention_with_output"] names one attention
+        # op but not all of them: cgdispatch's analogue is one of its own attention ops
+        kwargs["splitting_ops"] = ["cgdispatch::attention"] if cc["splitting_ops"] else []
     return kwargs
 
 

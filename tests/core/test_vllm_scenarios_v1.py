@@ -5,7 +5,7 @@ not shipped in the 0.33.0 wheel; read from the repository). Its ``TestCudagraphD
 cases are kept with vLLM 0.33.0's dispatcher semantics where the stored test predates
 them: FULL mixed keys carry ``num_reqs = min(num_tokens, max_num_seqs)`` and cascade
 attention is ``invalid_modes={FULL}`` (0.33 replaced ``disable_full``). "Compilation mode
-NONE" (no piecewise split) is a ``splitting_ops`` list without the attention ops. Its
+NONE" (attention not split out) is a ``splitting_ops`` list without every attention op. Its
 wrapper and integration classes need CUDA; cgdispatch's own wrapper tests cover them.
 """
 
@@ -19,7 +19,9 @@ from cgdispatch.dispatcher import CudagraphDispatcher
 from cgdispatch.modes import CUDAGraphMode
 
 M = CUDAGraphMode
-NO_ATTENTION_SPLIT = ["cgdispatch::some_other_op"]  # vLLM's CompilationMode.NONE
+# vLLM's CompilationMode.NONE (attention not compiled piecewise): a list that does not
+# hold every attention op
+NO_ATTENTION_SPLIT = ["cgdispatch::attention"]
 
 
 def _config(mode: str, compiled: bool, *, sizes: list[int], max_num_seqs: int, lora: bool):
