@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format bench clean notebooks lab dashboard browser
+.PHONY: install run test lint format bench clean notebooks lab dashboard browser oracle
 # notebook kernels, nbval and servers import this checkout's cgdispatch (editable install or not)
 NOTEBOOK_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
 NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
@@ -67,3 +67,27 @@ bench: install
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache
+
+# The vLLM oracle (tests/data/vllm_oracle/README.md): one virtualenv per vLLM version under
+# .oracle/, built from scratch (torch CPU, the vLLM wheel with --no-deps, the pinned
+# pure-Python packages its imports need, no Triton), then vLLM's own config resolution and
+# dispatch run on random configs and batches and rewrite the JSON fixtures. `make test`
+# never needs it. About 6 minutes on 2 cores (README.md).
+ORACLE_DIR ?= .oracle
+ORACLE_VERSIONS ?= 0.33.0 0.34.0
+ORACLE_PYTHON ?= python3
+ORACLE_DATA := tests/data/vllm_oracle
+
+oracle:
+	@set -e; for v in $(ORACLE_VERSIONS); do \
+		venv=$(ORACLE_DIR)/vllm-$$v; \
+		case $$v in 0.33.*) cases=600;; *) cases=500;; esac; \
+		echo "== vLLM $$v: virtualenv $$venv"; \
+		rm -rf $$venv; $(ORACLE_PYTHON) -m venv $$venv; \
+		$$venv/bin/pip install -q "$(TORCH_PIN)"; \
+		$$venv/bin/pip download -q --no-deps vllm==$$v -d $(ORACLE_DIR)/wheels; \
+		$$venv/bin/pip install -q --no-deps $(ORACLE_DIR)/wheels/vllm-$$v-*.whl; \
+		$$venv/bin/pip install -q --no-deps -r scripts/vllm_oracle_requirements.txt; \
+		$$venv/bin/pip install -q --no-deps xgrammar==0.2.8; \
+		$$venv/bin/python scripts/vllm_oracle.py --out $(ORACLE_DATA)/vllm-$$v.json --cases $$cases; \
+	done

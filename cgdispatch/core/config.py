@@ -65,26 +65,19 @@ _IGNORED_VLLM_KEYS = frozenset(
 
 
 def captured_lora_counts(max_loras: int, specialize_active_lora: bool) -> list[int]:
-    """Active-LoRA counts that get their own graphs when LoRA is on.
+    """Active-LoRA counts that get their own graphs when LoRA is on (vLLM 0.33).
 
-    Without specialisation one graph serves any count up to ``max_loras``; with it,
-    counts are the powers of two below ``max_loras`` plus ``max_loras`` itself.
-
-    Counts are adapters. vLLM's own list (``vllm.lora.utils.get_captured_lora_counts``,
-    2026) counts up to ``max_loras + 1`` (the no-adapter slot included): unspecialised it
-    labels the graphs ``max_loras + 1``; specialised it takes the powers of two up to
-    ``max_loras + 1`` plus ``max_loras + 1`` (max_loras=4: 1, 2, 4, 5 there; 1, 2, 4 here),
-    so vLLM may capture one more LoRA graph per size than counted here.
+    ``vllm/lora/utils.py get_captured_lora_counts``: counts run up to ``max_loras + 1``
+    (the no-adapter slot counted). Unspecialised: ``[max_loras + 1]``; specialised: the
+    powers of two up to ``max_loras + 1`` plus ``max_loras + 1`` itself
+    (max_loras=4: 1, 2, 4, 5).
     """
     if max_loras <= 0:
         return []
+    top = max_loras + 1
     if not specialize_active_lora:
-        return [max_loras]
-    counts, c = [], 1
-    while c < max_loras:
-        counts.append(c)
-        c *= 2
-    return [*counts, max_loras]
+        return [top]
+    return [n for n in range(1, top + 1) if n & (n - 1) == 0 or n == top]
 
 
 @dataclass(frozen=True)
@@ -118,7 +111,8 @@ class GraphConfig:
     max_decode_cudagraph_capture_requests: int | None = None
     max_decode_cudagraph_capture_tokens: int | None = None
     performance_mode: str = "balanced"  # "interactivity": dense small sizes
-    device_capability: tuple[int, int] | None = None  # (10, x) widens the defaults (SM100)
+    # the GPU's (major, minor); SM100 (10, x) raises vLLM's default max size to 1024
+    device_capability: tuple[int, int] | None = None
     speculative_method: str | None = None  # "eagle", "eagle3", "mtp", "draft_model", ...
     enable_adaptive_verification: bool = False  # varlen decode graphs
     data_parallel_size: int = 1  # microbatching (DBO) needs > 1
@@ -147,6 +141,15 @@ class GraphConfig:
                     "names such as ['cgdispatch::attention'], [] for no splitting, or None"
                 )
             set_(self, "splitting_ops", list(self.splitting_ops))
+        if self.device_capability is not None:
+            cap = tuple(self.device_capability)
+            if len(cap) != 2 or not all(isinstance(v, int) for v in cap):
+                raise ValueError(
+                    f"device_capability={self.device_capability!r} is invalid: give "
+                    "(major, minor), e.g. (9, 0) for H100/H200 or (10, 0) for B200"
+                )
+            set_(self, "device_capability", cap)
+        self._check_scheduler()
         asked_sizes = self.cudagraph_capture_sizes
         set_(
             self,
@@ -162,48 +165,80 @@ class GraphConfig:
         sizes, max_size = self._derive_sizes()
         set_(self, "cudagraph_capture_sizes", sizes)
         set_(self, "max_cudagraph_capture_size", max_size)
-        self._check_compile_sizes()
+        self._expand_compile_sizes()
+        if self.splitting_ops == []:
+            # vLLM 0.33 CompilationConfig.set_splitting_ops_for_v1: nothing to split at, so
+            # no piecewise graphs (sizes are kept as derived)
+            M = CUDAGraphMode
+            lowered = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}
+            set_(self, "cudagraph_mode", lowered.get(self.cudagraph_mode, self.cudagraph_mode))
+
+    def _check_scheduler(self) -> None:
+        seqs, tokens, spec = (
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            self.num_speculative_tokens,
+        )
+        if tokens < seqs:  # vllm/config/scheduler.py SchedulerConfig.__post_init__
+            raise ValueError(
+                f"max_num_batched_tokens={tokens} is below max_num_seqs={seqs}: a step must "
+                "fit one token per request; raise max_num_batched_tokens to at least "
+                f"{seqs} or lower max_num_seqs"
+            )
+        q = 1 + spec
+        if self.max_loras > 0 and spec > 0 and tokens < seqs * q:
+            # vllm/engine/arg_utils.py EngineArgs.create_engine_config
+            raise ValueError(
+                f"max_num_batched_tokens={tokens} is below max_num_seqs * (1 + "
+                f"num_speculative_tokens) = {seqs * q}, which LoRA with speculative decoding "
+                f"needs: raise max_num_batched_tokens to {seqs * q} or lower "
+                "num_speculative_tokens or max_num_seqs"
+            )
 
     # ----- derivation -------------------------------------------------------------------
     def _derive_sizes(self) -> tuple[list[int], int]:
+        """Capture sizes and max as vLLM 0.33 ``VllmConfig._set_cudagraph_sizes`` makes them."""
         mode, tokens = self.cudagraph_mode, self.max_num_batched_tokens
         user_sizes, user_max = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
         if user_max is not None:
             _check_int("max_cudagraph_capture_size", user_max, 0)
-            if user_max == 0 and mode is not CUDAGraphMode.NONE:
-                raise ValueError(
-                    f"max_cudagraph_capture_size=0 is invalid with cudagraph_mode={mode}: "
-                    "graphs need a size >= 1; set the mode to NONE or give a positive max"
-                )
-        if user_sizes is None:
-            if mode is CUDAGraphMode.NONE and user_max in (None, 0):
-                return [], 0
-            if user_max is not None and user_max > tokens:
-                warnings.warn(
-                    f"max_cudagraph_capture_size={user_max} exceeds max_num_batched_tokens="
-                    f"{tokens}: truncated to {tokens}",
-                    stacklevel=4,
-                )
-            sizes = vllm_ladder(
-                user_max,
-                max_num_seqs=self.max_num_seqs,
-                max_num_batched_tokens=tokens,
-                num_speculative_tokens=self.num_speculative_tokens,
-            )
-            if user_max is not None and sizes[-1] < min(user_max, tokens):
-                warnings.warn(
-                    f"max_cudagraph_capture_size={user_max} is not on vLLM's ladder: "
-                    f"truncated to {sizes[-1]}",
-                    stacklevel=4,
-                )
-        else:
+        if user_sizes is not None:
             if isinstance(user_sizes, (str, bytes)) or not hasattr(user_sizes, "__iter__"):
                 raise ValueError(
                     f"cudagraph_capture_sizes={user_sizes!r} is invalid: give a list of "
                     "integers >= 1, e.g. [1, 2, 4, 8], or None for the default ladder"
                 )
+            user_sizes = list(user_sizes)
             for s in user_sizes:
                 _check_int(f"capture size {s!r} in cudagraph_capture_sizes", s, 1)
+        if mode is CUDAGraphMode.NONE:
+            return [], 0  # vLLM: no graphs, sizes [] and max 0 whatever was asked
+        if user_max == 0:
+            raise ValueError(
+                f"max_cudagraph_capture_size=0 is invalid with cudagraph_mode={mode}: "
+                "graphs need a size >= 1; set the mode to NONE or give a positive max"
+            )
+        if user_sizes is not None and not user_sizes:
+            raise ValueError(
+                f"cudagraph_capture_sizes=[] leaves no capture size for cudagraph_mode={mode}: "
+                "give at least one size, None for the default ladder, or set "
+                "cudagraph_mode='NONE'"
+            )
+        if user_sizes is None:
+            sizes = vllm_ladder(
+                user_max,
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=tokens,
+                num_speculative_tokens=self.num_speculative_tokens,
+                device_capability=self.device_capability,
+            )
+            if user_max is not None and sizes[-1] != user_max:
+                warnings.warn(
+                    f"max_cudagraph_capture_size={user_max} is not on vLLM's ladder within "
+                    f"max_num_batched_tokens={tokens}: truncated to {sizes[-1]}",
+                    stacklevel=4,
+                )
+        else:
             sizes = sorted(set(user_sizes))
             dropped = [s for s in sizes if s > tokens]
             if dropped:
@@ -214,6 +249,8 @@ class GraphConfig:
                 )
             sizes = [s for s in sizes if s <= tokens]
         if self.sequence_parallel and self.tensor_parallel_size > 1:
+            # cgdispatch's own rule (not in vLLM 0.33): sequence parallelism splits tokens
+            # evenly across ranks
             tp = self.tensor_parallel_size
             bad = [s for s in sizes if s % tp]
             if bad:
@@ -223,36 +260,49 @@ class GraphConfig:
                     stacklevel=4,
                 )
             sizes = [s for s in sizes if s % tp == 0]
-        if not sizes:
-            if mode is CUDAGraphMode.NONE:
-                return [], 0
+            if not sizes:
+                raise ValueError(
+                    f"no capture size is left for cudagraph_mode={mode} with sequence "
+                    f"parallelism over tensor_parallel_size={tp}: give sizes that are "
+                    f"multiples of {tp}, or set cudagraph_mode='NONE'"
+                )
+        largest = sizes[-1] if sizes else 0
+        if user_max is not None and user_sizes is not None and user_max != largest:
             raise ValueError(
-                f"no capture size is left for cudagraph_mode={mode} (asked: "
-                f"{user_sizes!r}, max_num_batched_tokens={tokens}): give at least one size "
-                "<= max_num_batched_tokens, or set cudagraph_mode='NONE'"
-            )
-        largest = sizes[-1]
-        explicit_max = self.max_cudagraph_capture_size
-        if explicit_max is not None and user_sizes is not None and explicit_max != largest:
-            raise ValueError(
-                f"max_cudagraph_capture_size={explicit_max} disagrees with the largest usable "
-                f"capture size {largest} of cudagraph_capture_sizes: drop one of the two, or "
+                f"max_cudagraph_capture_size={user_max} disagrees with the largest usable "
+                f"capture size {largest} of cudagraph_capture_sizes (sizes above "
+                f"max_num_batched_tokens={tokens} are dropped): drop one of the two, or "
                 "make the max equal to the largest size"
             )
-        if user_sizes is not None and largest < max(user_sizes):
+        if not sizes:
             warnings.warn(
-                f"max_cudagraph_capture_size truncated to {largest}, the largest usable size",
+                f"no capture size <= max_num_batched_tokens={tokens} is left: every batch "
+                "runs eagerly (as in vLLM, the mode is kept)",
                 stacklevel=4,
             )
         return sizes, largest
 
-    def _check_compile_sizes(self) -> None:
-        sizes = self.cudagraph_capture_sizes
-        compile_sizes = tuple(self.compile_sizes)
-        object.__setattr__(self, "compile_sizes", compile_sizes)
-        for s in compile_sizes:
-            _check_int(f"compile size {s!r}", s, 1)
-            if sizes and s <= sizes[-1] and s not in sizes:
+    def _expand_compile_sizes(self) -> None:
+        """``compile_sizes`` as ints (vLLM's ``"cudagraph_capture_sizes"`` entry expanded)."""
+        out: set[int] = set()
+        for s in tuple(self.compile_sizes or ()):
+            if s == "cudagraph_capture_sizes":
+                out.update(self.cudagraph_capture_sizes)
+                continue
+            out.add(_check_int(f"compile size {s!r}", s, 1))
+        object.__setattr__(self, "compile_sizes", tuple(sorted(out)))
+
+    def check_compile_sizes(self, sizes: list[int] | None = None) -> None:
+        """ValueError when padding would change a compile size (vLLM 0.33 dispatcher check).
+
+        ``vllm/v1/cudagraph_dispatcher.py _compute_bs_to_padded_graph_size``: a compile
+        size at most the max capture size must itself be a capture size.
+        """
+        sizes = self.cudagraph_capture_sizes if sizes is None else sizes
+        if not sizes:
+            return
+        for s in self.compile_sizes:
+            if s <= sizes[-1] and s not in sizes:
                 padded = min(c for c in sizes if c >= s)
                 raise ValueError(
                     f"compile size {s} would never run: batches of {s} tokens are padded to the "
@@ -275,16 +325,39 @@ class GraphConfig:
         """``splitting_ops`` with None replaced by the default attention ops."""
         return list(DEFAULT_SPLITTING_OPS) if self.splitting_ops is None else self.splitting_ops
 
+    def splitting_ops_contain_attention(self) -> bool:
+        """Whether attention is split out: every attention op is a split point.
+
+        vLLM 0.33 ``CompilationConfig.splitting_ops_contain_attention``: ALL of its
+        attention ops must be in the list; a list naming only some of them does not count.
+        Here the attention ops are ``DEFAULT_SPLITTING_OPS``: None (the default) and a list
+        holding all of them count, a list holding some but not all does not, and a
+        non-empty list holding none of them names a custom model's own split ops, which
+        cgdispatch cannot check and takes as attention.
+        """
+        ops = self.splitting_ops
+        if ops is None:
+            return True
+        known = [op in ops for op in DEFAULT_SPLITTING_OPS]
+        return all(known) or (bool(ops) and not any(known))
+
     def lora_cases(self) -> list[int]:
-        """Active-LoRA counts that have graphs; 0 is the no-LoRA case."""
+        """Active-LoRA counts that have graphs; 0 is the no-LoRA case.
+
+        vLLM 0.33 ``CudagraphDispatcher._get_lora_cases``: with
+        ``cudagraph_specialize_lora`` 0 plus the captured counts, else only
+        ``max_loras + 1`` (batches without LoRA then find no graph). Generation 2:
+        vLLM 0.34 ``get_lora_capture_cases``.
+        """
         if _v2.is_gen2(self):  # vLLM 0.34 counts the no-adapter slot: max_loras + 1
             return _v2.get_lora_capture_cases(
                 self.max_loras, self.specialize_active_lora, self.cudagraph_specialize_lora
             )
         if not self.lora_enabled:
             return [0]
-        counts = captured_lora_counts(self.max_loras, self.specialize_active_lora)
-        return [0, *counts] if self.cudagraph_specialize_lora else counts
+        if not self.cudagraph_specialize_lora:
+            return [self.max_loras + 1]
+        return [0, *captured_lora_counts(self.max_loras, self.specialize_active_lora)]
 
     def replace(self, **changes: Any) -> GraphConfig:
         """A new config with ``changes`` applied and everything re-derived."""
@@ -312,17 +385,19 @@ class GraphConfig:
     ) -> GraphConfig:
         """The config with the mode lowered to what can run, and sizes fit for spec decode.
 
-        Rules (vLLM V1): with ``splitting_ops == []`` there is no piecewise compilation, so
-        PIECEWISE -> NONE and FULL_AND_PIECEWISE -> FULL; FULL on mixed batches needs
-        ALWAYS, else -> FULL_AND_PIECEWISE (attention can be split out) or FULL_DECODE_ONLY;
-        FULL decode needs at least UNIFORM_SINGLE_TOKEN_DECODE (UNIFORM_BATCH when q > 1),
-        else -> PIECEWISE or NONE. With q > 1 and a FULL decode mode, sizes are rounded up
-        to multiples of q and those above the max dropped.
+        vLLM 0.33 ``CompilationConfig.resolve_cudagraph_mode_and_sizes`` (the V1 model
+        runner's ``_check_and_update_cudagraph_mode`` calls it with the least support of
+        the attention backends):
 
-        "Attention can be split out" is read as ``splitting_ops`` being None (the attention
-        ops of ``DEFAULT_SPLITTING_OPS``) or non-empty: the config cannot tell which op of a
-        custom list is the model's attention, so a list that names only other ops still
-        lowers to FULL_AND_PIECEWISE (vLLM checks that its attention ops are in the list).
+        - FULL on mixed batches needs ALWAYS; with NEVER it is refused (ValueError),
+          otherwise lowered to FULL_AND_PIECEWISE when every attention op is a split
+          point, else to FULL_DECODE_ONLY;
+        - FULL decode with NEVER: PIECEWISE when attention is split out, else NONE;
+        - FULL decode with q > 1 needs UNIFORM_BATCH: else PIECEWISE or NONE likewise;
+        - with q > 1 and a FULL decode mode, sizes are rounded up to multiples of q and
+          those above the max dropped; nothing left: ``[q]`` if q <= max, else ValueError.
+
+        Sizes are never re-derived here (a mode lowered to NONE keeps them).
 
         With ``vllm_version="0.34"`` the rules are generation 2's
         (``cgdispatch.core.config_v2.resolve_mode``): sizes are not touched, FULL on mixed batches
@@ -337,43 +412,43 @@ class GraphConfig:
             object.__setattr__(resolved, "cudagraph_mode", mode)
             return resolved
         mode = self.cudagraph_mode
-        can_split = self.splitting_ops is None or len(self.splitting_ops) > 0
         M = CUDAGraphMode
-        if not can_split:
-            mode = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
-        if mode.mixed_mode() is M.FULL and support < AttentionCGSupport.ALWAYS:
-            mode = M.FULL_AND_PIECEWISE if can_split else M.FULL_DECODE_ONLY
+        if mode is M.NONE:
+            return self
+        split = self.splitting_ops_contain_attention()
+        if mode.mixed_mode() is M.FULL and support != AttentionCGSupport.ALWAYS:
+            if support == AttentionCGSupport.NEVER:
+                raise ValueError(
+                    f"cudagraph_mode={mode} needs full graphs of every batch, but the "
+                    "attention backend supports no full graphs (NEVER): set "
+                    "cudagraph_mode='PIECEWISE' (with attention split out) or 'NONE'"
+                )
+            mode = M.FULL_AND_PIECEWISE if split else M.FULL_DECODE_ONLY
+        if mode.decode_mode() is M.FULL and support == AttentionCGSupport.NEVER:
+            mode = M.PIECEWISE if split else M.NONE
         q = self.uniform_decode_query_len
-        needed = (
-            AttentionCGSupport.UNIFORM_BATCH
-            if q > 1
-            else AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
-        )
-        if mode.decode_mode() is M.FULL and support < needed:
-            mode = M.PIECEWISE if can_split else M.NONE
-        sizes = self.cudagraph_capture_sizes
-        if q > 1 and mode.decode_mode() is M.FULL and sizes:
-            largest = sizes[-1]
-            rounded = sorted({-(-s // q) * q for s in sizes})
-            rounded = [s for s in rounded if s <= largest]
+        if mode.decode_mode() is M.FULL and q > 1 and support < AttentionCGSupport.UNIFORM_BATCH:
+            mode = M.PIECEWISE if split else M.NONE
+        sizes, largest = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
+        if mode.decode_mode() is M.FULL and q > 1 and sizes:
+            rounded = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= largest})
+            if not rounded and q <= largest:
+                rounded = [q]
             if not rounded:
                 raise ValueError(
                     f"no capture size is left after rounding {sizes} up to multiples of "
                     f"q={q} (1 + {self.num_speculative_tokens} speculative tokens) within the max "
-                    f"{largest}: add a size >= {q}"
+                    f"{largest}: add a size >= {q}, or lower num_speculative_tokens"
                 )
-            sizes = rounded
+            sizes, largest = rounded, rounded[-1]
         if mode is self.cudagraph_mode and sizes == self.cudagraph_capture_sizes:
             return self
-        compile_sizes = (
-            tuple(s for s in self.compile_sizes if s in sizes or s > sizes[-1]) if sizes else ()
-        )
-        return self.replace(
-            cudagraph_mode=mode,
-            cudagraph_capture_sizes=sizes,
-            max_cudagraph_capture_size=sizes[-1] if sizes else None,
-            compile_sizes=compile_sizes,
-        )
+        out = copy.copy(self)
+        object.__setattr__(out, "cudagraph_mode", mode)
+        object.__setattr__(out, "cudagraph_capture_sizes", list(sizes))
+        object.__setattr__(out, "max_cudagraph_capture_size", largest)
+        object.__setattr__(out, "_asked", (list(sizes), largest))
+        return out
 
     # ----- vLLM import / export -----------------------------------------------------------
     @classmethod

@@ -51,7 +51,6 @@ GEN2_FIELDS: dict[str, Any] = {
     "max_decode_cudagraph_capture_requests": None,
     "max_decode_cudagraph_capture_tokens": None,
     "performance_mode": "balanced",
-    "device_capability": None,
     "speculative_method": None,
     "enable_adaptive_verification": False,
     "data_parallel_size": 1,
@@ -220,20 +219,8 @@ def validate_fields(config: GraphConfig) -> None:
                 f"vllm_version={version!r}: pass vllm_version='0.34' or drop them"
             )
         return
-    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len
-    if config.max_num_batched_tokens < config.max_num_seqs:
-        raise ValueError(
-            f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be greater than or "
-            f"equal to max_num_seqs ({config.max_num_seqs}): raise the first or lower the second"
-        )
-    # vllm/engine/arg_utils.py EngineArgs.create_engine_config (LoRA with speculative decoding)
-    q = config.uniform_decode_query_len
-    if config.max_loras > 0 and q > 1 and config.max_num_batched_tokens < config.max_num_seqs * q:
-        raise ValueError(
-            f"max_num_batched_tokens ({config.max_num_batched_tokens}) is below max_num_seqs * "
-            f"(1 + num_speculative_tokens) = {config.max_num_seqs * q} with LoRA on: consider "
-            "increasing max_num_batched_tokens or decreasing num_speculative_tokens"
-        )
+    # the scheduler refusals (max_num_batched_tokens against max_num_seqs, LoRA with spec
+    # decode) are the same in both generations: GraphConfig._check_scheduler
     for name in ("prefill_cudagraph_capture_token_sizes", "decode_cudagraph_capture_request_sizes"):
         set_(config, name, _optional_list(config, name))
     _optional_int(config, "max_prefill_cudagraph_capture_tokens", 0)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .batch import BatchDescriptor
-from .config import GraphConfig
+from .config import DEFAULT_SPLITTING_OPS, GraphConfig
 from .modes import CUDAGraphMode
 from .validate import check_int
 
@@ -77,11 +77,13 @@ class CudagraphDispatcher:
                 "vllm_version='0.33' (or None) for CudagraphDispatcher"
             )
         mode = config.cudagraph_mode
-        if mode.requires_piecewise_compilation() and config.splitting_ops == []:
+        if mode.requires_piecewise_compilation() and not config.splitting_ops_contain_attention():
+            # vLLM 0.33 asserts this in CudagraphDispatcher.__init__
             raise ValueError(
-                f"cudagraph_mode={mode} needs piecewise compilation but splitting_ops is [] "
-                "(no split points): call config.resolve() to lower the mode, or set "
-                "splitting_ops=None to split at the attention ops"
+                f"cudagraph_mode={mode} needs piecewise compilation with every attention op "
+                f"as a split point, but splitting_ops={config.splitting_ops!r}: set "
+                "splitting_ops=None (the attention ops) or add all of "
+                f"{list(DEFAULT_SPLITTING_OPS)}, or use a mode without PIECEWISE"
             )
         self.config = config
         self.cudagraph_mode: CUDAGraphMode = mode
@@ -99,7 +101,8 @@ class CudagraphDispatcher:
         for n, i in zip(range(self.max_capture_size, 0, -1), _countdown_index(sizes)):
             self._padded[n] = sizes[i]
         self._lora_cases = config.lora_cases()
-        self._tables: dict[tuple[bool, int, frozenset[CUDAGraphMode]], _Table] = {}
+        self._captured_lora_counts = [c for c in self._lora_cases if c]
+        self._tables: dict[tuple[bool, bool, int, frozenset[CUDAGraphMode]], _Table] = {}
         # (mixed, uniform) tables without LoRA, all modes allowed: the common call is one
         # index into one of these. benchmarks/bench_dispatch.py: 7-9x the per-call
         # algorithm with them, about 1.5x when every call takes the general path (see _Table)
@@ -139,6 +142,11 @@ class CudagraphDispatcher:
         )
         check_int("uniform_decode_query_len", q, 1)
         self.cudagraph_mode, self.uniform_decode_query_len = mode, q
+        if mode is _NONE:
+            self.keys_initialized = True
+            self._invalidate()
+            return
+        self.config.check_compile_sizes()
         sizes = self.config.cudagraph_capture_sizes
         max_num_seqs = self.config.max_num_seqs
         for lora in self._lora_cases:
@@ -155,13 +163,17 @@ class CudagraphDispatcher:
             if mode.decode_mode() is _FULL and mode.separate_routine():
                 for s in sizes:
                     if q <= s <= q * max_num_seqs:
-                        desc = BatchDescriptor(s, s // q, True, has_lora, lora)
+                        desc = BatchDescriptor(s, min(s // q, max_num_seqs), True, has_lora, lora)
                         self.cudagraph_keys[_FULL].add(desc)
         self.keys_initialized = True
         self._invalidate()
 
     def get_capture_descs(self) -> list[tuple[CUDAGraphMode, list[BatchDescriptor]]]:
-        """Keys to capture: PIECEWISE before FULL, each largest first (pool reuse)."""
+        """Keys to capture: PIECEWISE before FULL, each largest first (pool reuse).
+
+        vLLM 0.33 ``get_capture_descs``: sorted by (num_tokens, num_active_loras)
+        descending; ties (uniform and mixed keys of one size) in a fixed order here.
+        """
         if not self.keys_initialized or self.cudagraph_mode is _NONE:
             return []
         out = []
@@ -169,16 +181,9 @@ class CudagraphDispatcher:
             keys = self.cudagraph_keys[mode]
             if keys:
                 order = sorted(
-                    keys,
-                    key=lambda d: (
-                        d.num_tokens,
-                        d.uniform,
-                        d.num_reqs or 0,
-                        d.has_lora,
-                        d.num_active_loras,
-                    ),
-                    reverse=True,
+                    keys, key=lambda d: (d.uniform, d.num_reqs or 0, d.has_lora), reverse=True
                 )
+                order.sort(key=lambda d: (d.num_tokens, d.num_active_loras), reverse=True)
                 out.append((mode, order))
         return out
 
@@ -253,10 +258,12 @@ class CudagraphDispatcher:
             or not allowed
         ):
             return self._eager(n)
-        lora_case = self._lora_case(bool(has_lora) or loras > 0, loras)
+        # has_lora is implied by a count > 0 (vLLM's callers always pass both consistently)
+        has_lora = bool(has_lora) or loras > 0
+        lora_case = self._lora_case(has_lora, loras)
         if lora_case is None:
             return self._eager(n)
-        key = (bool(uniform_decode), lora_case, allowed)
+        key = (bool(uniform_decode), has_lora, lora_case, allowed)
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = self._build_table(*key)
@@ -271,7 +278,8 @@ class CudagraphDispatcher:
 
     @staticmethod
     def _allowed_modes(valid: Any, invalid: Any, cascade: bool) -> frozenset[CUDAGraphMode]:
-        valid = _ALL_GRAPH_MODES if valid is None else frozenset(valid)
+        valid = frozenset(valid or ())
+        valid = valid or _ALL_GRAPH_MODES  # vLLM: ``valid_modes or valid_runtime_modes()``
         invalid = frozenset(invalid or ())
         bad = [m for m in valid | invalid if m not in _RUNTIME_MODES]
         if bad:
@@ -283,18 +291,23 @@ class CudagraphDispatcher:
         return allowed - {_FULL} if cascade else allowed
 
     def _lora_case(self, has_lora: bool, loras: int) -> int | None:
-        """The active-LoRA count of the graphs that serve this batch, or None for eager."""
-        cases = self._lora_cases
-        if not self.config.lora_enabled:
-            return 0 if not has_lora else None
-        if not self.config.cudagraph_specialize_lora:
-            return cases[0]  # one set of LoRA graphs serves every batch
-        if not has_lora:
-            return 0
-        want = loras or self.config.max_loras  # has_lora without a count: assume all
-        return next((c for c in cases if c >= want), None)
+        """The num_active_loras of the key that serves this batch, or None for eager.
 
-    def _build_table(self, uniform: bool, lora: int, allowed: frozenset[CUDAGraphMode]) -> _Table:
+        vLLM 0.33 ``CudagraphDispatcher.dispatch``: with ``has_lora`` and a count > 0 the
+        count becomes the smallest captured count >= it when ``specialize_active_lora``
+        (kept when none is), else ``max_loras + 1``; otherwise it is passed through.
+        """
+        if not self.config.lora_enabled:
+            return None if has_lora else loras  # vLLM asserts a LoRA config here
+        if has_lora and loras > 0:
+            if self.config.specialize_active_lora:
+                return next((c for c in self._captured_lora_counts if c >= loras), loras)
+            return self.config.max_loras + 1
+        return loras
+
+    def _build_table(
+        self, uniform: bool, has_lora: bool, lora: int, allowed: frozenset[CUDAGraphMode]
+    ) -> _Table:
         """Answers for every count 0..max, by probing the key sets as vLLM does."""
         full_keys = self.cudagraph_keys[_FULL] if _FULL in allowed else set()
         pw_keys = self.cudagraph_keys[_PIECEWISE] if _PIECEWISE in allowed else set()
@@ -304,12 +317,11 @@ class CudagraphDispatcher:
             self.config.max_num_seqs,
         )
         separate = mode.separate_routine() and mode.has_mode(_FULL)
-        has_lora = lora > 0
         answers = [DispatchResult(_NONE, BatchDescriptor(0))]
         for n in range(1, self.max_capture_size + 1):
             padded = self._padded[n]
             if uniform and separate and padded % q == 0:
-                desc = BatchDescriptor(padded, padded // q, True, has_lora, lora)
+                desc = BatchDescriptor(padded, min(padded // q, max_num_seqs), True, has_lora, lora)
             else:
                 desc = BatchDescriptor(padded, min(padded, max_num_seqs), False, has_lora, lora)
             relaxed = desc.relax_for_mixed_batch_cudagraphs()
@@ -329,14 +341,14 @@ class CudagraphDispatcher:
         self._tables.clear()
         if self.keys_initialized and self.cudagraph_mode is not _NONE and self.max_capture_size:
             allowed = _ALL_GRAPH_MODES
-            lora0 = self._lora_case(False, 0)
-            if lora0 is not None:
-                mixed = self._tables[(False, lora0, allowed)] = self._build_table(
-                    False, lora0, allowed
-                )
-                uni = self._tables[(True, lora0, allowed)] = self._build_table(True, lora0, allowed)
-                self._fast = (mixed, uni)
-                return
+            mixed = self._tables[(False, False, 0, allowed)] = self._build_table(
+                False, False, 0, allowed
+            )
+            uni = self._tables[(True, False, 0, allowed)] = self._build_table(
+                True, False, 0, allowed
+            )
+            self._fast = (mixed, uni)
+            return
         self._fast = (None, None)
 
     # ----- statistics ---------------------------------------------------------------------

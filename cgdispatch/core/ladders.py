@@ -38,26 +38,56 @@ def vllm_max_capture_size(
     return min(2 * max_num_seqs * q, 512, max_num_batched_tokens)
 
 
+def _vllm_default_max(device_capability: tuple[int, int] | None) -> int:
+    """512, or 1024 on the SM100 family (``is_device_capability_family(100)``)."""
+    return 1024 if device_capability is not None and device_capability[0] == 10 else 512
+
+
 def vllm_ladder(
     max_size: int | None = None,
     *,
     max_num_seqs: int = 256,
     max_num_batched_tokens: int = 8192,
     num_speculative_tokens: int = 0,
+    device_capability: tuple[int, int] | None = None,
 ) -> list[int]:
-    """vLLM V1's default ladder ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``.
+    """vLLM 0.33's default capture sizes (``vllm/config/vllm.py _set_cudagraph_sizes``).
 
-    ``max_size`` defaults to ``min(2 * max_num_seqs * q, 512)``; when
-    ``max_num_batched_tokens`` is below it, the ladder is cut there and that token count
-    appended, so the largest batch the scheduler can form is still captured.
+    ``max = min(2 * max_num_seqs * q, 512)`` (1024 on SM100) unless ``max_size`` is
+    given, then capped by ``max_num_batched_tokens``; the ladder is
+    ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)`` cut at max, plus
+    ``max_num_batched_tokens`` when it is <= max. Only when the max is vLLM's default,
+    uniform-decode sizes are added: ``max_num_seqs`` when q = 1 (if it fits), else
+    ``n * q`` for the request counts ``n`` of the same ladder up to ``max_num_seqs``
+    (plus ``max_num_seqs``) that fit under the uncapped max.
     """
+    _positive("max_num_seqs", max_num_seqs)
+    tokens = _positive("max_num_batched_tokens", max_num_batched_tokens)
+    spec = num_speculative_tokens
+    if isinstance(spec, bool) or not isinstance(spec, int) or spec < 0:
+        raise ValueError(f"num_speculative_tokens={spec!r} is invalid: it must be an integer >= 0")
+    q = 1 + spec
+    decode_sizes: list[int] = []
     if max_size is None:
-        max_size = min(2 * max_num_seqs * (1 + num_speculative_tokens), 512)
+        default_max = _vllm_default_max(device_capability)
+        max_size = min(max_num_seqs * q * 2, default_max)
+        if q > 1:
+            reqs = min(max_num_seqs, default_max)
+            counts = [n for n in (1, 2, 4) if n <= reqs]
+            counts += [*range(8, min(reqs + 1, 256), 8), *range(256, reqs + 1, 16), reqs]
+            decode_sizes = sorted({n * q for n in counts if n * q <= max_size})
+        elif max_num_seqs <= max_size:
+            decode_sizes = [max_num_seqs]
     _positive("max_size", max_size)
-    base = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
-    sizes = [s for s in base if s <= max_size]
-    if max_num_batched_tokens < max_size:
-        sizes = [s for s in sizes if s <= max_num_batched_tokens] + [max_num_batched_tokens]
+    max_size = min(tokens, max_size)
+    sizes = [s for s in (1, 2, 4) if s <= max_size]
+    if max_size >= 8:
+        sizes += range(8, min(max_size + 1, 256), 8)
+    if max_size >= 256:
+        sizes += range(256, max_size + 1, 16)
+    if tokens <= max_size:
+        sizes.append(tokens)
+    sizes += [s for s in decode_sizes if s <= tokens]
     return sorted(set(sizes))
 
 

@@ -62,9 +62,24 @@ class CUDAGraphMode(enum.Enum):
     def has_piecewise_cudagraphs(self) -> bool:
         return self.requires_piecewise_compilation()
 
-    def valid_runtime_modes(self) -> bool:
-        """True for the modes a wrapper or the forward context may carry at runtime."""
-        return not self.separate_routine()
+    def without_piecewise(self) -> CUDAGraphMode:
+        """The mode with its PIECEWISE part dropped: PIECEWISE -> NONE,
+        FULL_AND_PIECEWISE -> FULL_DECODE_ONLY (vLLM 0.33 ``without_piecewise``)."""
+        if self is CUDAGraphMode.PIECEWISE:
+            return CUDAGraphMode.NONE
+        if self is CUDAGraphMode.FULL_AND_PIECEWISE:
+            return CUDAGraphMode.FULL_DECODE_ONLY
+        return self
+
+    @classmethod
+    def valid_runtime_modes(cls) -> frozenset[CUDAGraphMode]:
+        """The modes a wrapper or the forward context may carry: NONE, PIECEWISE, FULL."""
+        return frozenset({cls.NONE, cls.PIECEWISE, cls.FULL})
+
+    def is_valid_runtime_mode(self) -> bool:
+        """True for NONE, PIECEWISE and FULL (vLLM 0.33's name; ``valid_runtime_modes``
+        is the set, as in vLLM)."""
+        return self in CUDAGraphMode.valid_runtime_modes()
 
     @classmethod
     def parse(cls, value: CUDAGraphMode | str) -> CUDAGraphMode:

@@ -98,7 +98,7 @@ def predict_step(
 ) -> dict[str, float]:
     """``step_ms``, ``host_ms`` and ``device_ms`` of one step in a runtime mode (model)."""
     mode = CUDAGraphMode.parse(runtime_mode)
-    if not mode.valid_runtime_modes():
+    if not mode.is_valid_runtime_mode():
         raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
     dev = _kernel_us(profile, spec)
     n = len(dev)
@@ -168,7 +168,7 @@ def step_times_ms(
     3600-kernel model would be 240 MB.
     """
     mode = CUDAGraphMode.parse(runtime_mode)
-    if not mode.valid_runtime_modes():
+    if not mode.is_valid_runtime_mode():
         raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
     n = np.asarray(num_tokens, dtype=np.int64)
     out = np.empty(n.shape, dtype=np.float64)

@@ -46,7 +46,7 @@ def modes_table() -> pd.DataFrame:
             "separate_routine": m.separate_routine(),
             "requires_piecewise": m.requires_piecewise_compilation(),
             "has_full": m.has_full_cudagraphs(),
-            "valid_runtime_mode": m.valid_runtime_modes(),
+            "valid_runtime_mode": m.is_valid_runtime_mode(),
         }
         for m in CUDAGraphMode
     ]
@@ -80,7 +80,7 @@ def keys_summary(config: GraphConfig, modes: Iterable[CUDAGraphMode] | None = No
 
     One row per mode (all five by default): FULL keys (mixed and uniform-decode), PIECEWISE
     keys, total graphs and the largest captured size. A mode the config cannot run (e.g.
-    PIECEWISE with ``splitting_ops=[]``) gets zero keys and the reason in ``note``.
+    PIECEWISE when ``splitting_ops`` lacks an attention op) gets zero keys and the reason in ``note``.
     """
     import pandas as pd
 
@@ -147,7 +147,13 @@ def _reason(
         return "empty batch: nothing to run"
     if num_tokens > dispatcher.max_capture_size:
         return f"{num_tokens} tokens exceed the largest capture size {dispatcher.max_capture_size}"
-    if loras and dispatcher.config.lora_enabled and dispatcher._lora_case(True, loras) is None:
+    cfg = dispatcher.config
+    if cfg.lora_enabled and not cfg.cudagraph_specialize_lora and not loras:
+        return (
+            "without cudagraph_specialize_lora only LoRA graphs (max_loras + 1 adapters) are "
+            "captured: batches without LoRA run eagerly"
+        )
+    if loras and cfg.lora_enabled and dispatcher._lora_case(True, loras) not in cfg.lora_cases():
         return f"no graphs were captured for {loras} active LoRAs"
     if cascade and config_mode.has_full_cudagraphs() and not config_mode.has_piecewise_cudagraphs():
         return f"cascade attention excludes FULL and {config_mode} has no PIECEWISE graphs"

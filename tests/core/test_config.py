@@ -11,15 +11,21 @@ M, A = CUDAGraphMode, AttentionCGSupport
 
 
 def reference_ladder(max_num_seqs=256, tokens=8192, spec=0):
-    """docs/references.md's formula, computed plainly."""
-    top = min(2 * max_num_seqs * (1 + spec), 512)
-    top = min(top, tokens)
-    sizes = [
-        s for s in [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16)) if s <= top
-    ]
-    if tokens < min(2 * max_num_seqs * (1 + spec), 512):
-        sizes = sorted(set(sizes + [tokens]))
-    return sizes
+    """vLLM 0.33's default (vllm/config/vllm.py _set_cudagraph_sizes), computed plainly."""
+    q = 1 + spec
+    uncapped = min(2 * max_num_seqs * q, 512)
+    top = min(uncapped, tokens)
+    grid = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
+    sizes = {s for s in grid if s <= top}
+    if tokens <= top:
+        sizes.add(tokens)
+    if q == 1:
+        decode = [max_num_seqs] if max_num_seqs <= uncapped else []
+    else:
+        counts = [n for n in grid if n <= max_num_seqs] + [max_num_seqs]
+        decode = [n * q for n in counts if n * q <= uncapped]
+    sizes |= {s for s in decode if s <= tokens}
+    return sorted(sizes)
 
 
 def test_defaults_match_vllm():
@@ -38,7 +44,8 @@ def test_defaults_match_vllm():
 
 
 @pytest.mark.parametrize(
-    "seqs,tokens,spec", [(8, 8192, 0), (64, 8192, 1), (256, 100, 0), (3, 5, 2), (128, 2048, 3)]
+    "seqs,tokens,spec",
+    [(8, 8192, 0), (64, 8192, 1), (64, 100, 0), (3, 5, 2), (128, 2048, 3), (100, 8192, 0)],
 )
 def test_default_ladder_follows_scheduler(seqs, tokens, spec):
     c = GraphConfig(max_num_seqs=seqs, max_num_batched_tokens=tokens, num_speculative_tokens=spec)
@@ -49,7 +56,9 @@ def test_default_ladder_follows_scheduler(seqs, tokens, spec):
 
 def test_user_list_cleaned():
     with pytest.warns(UserWarning, match="exceed max_num_batched_tokens"):
-        c = GraphConfig(cudagraph_capture_sizes=[16, 4, 4, 1, 9000], max_num_batched_tokens=64)
+        c = GraphConfig(
+            cudagraph_capture_sizes=[16, 4, 4, 1, 9000], max_num_seqs=16, max_num_batched_tokens=64
+        )
     assert c.cudagraph_capture_sizes == [1, 4, 16]
     assert c.max_cudagraph_capture_size == 16
 
@@ -58,7 +67,7 @@ def test_only_max_given_builds_ladder_to_max():
     c = GraphConfig(max_cudagraph_capture_size=40)
     assert c.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 24, 32, 40]
     with pytest.warns(UserWarning, match="truncated"):
-        c = GraphConfig(max_cudagraph_capture_size=40, max_num_batched_tokens=20)
+        c = GraphConfig(max_cudagraph_capture_size=40, max_num_seqs=16, max_num_batched_tokens=20)
     assert c.max_cudagraph_capture_size == 20 and c.cudagraph_capture_sizes[-2:] == [16, 20]
     with pytest.warns(UserWarning, match="not on vLLM's ladder"):
         c = GraphConfig(max_cudagraph_capture_size=50)
@@ -100,7 +109,13 @@ def test_sequence_parallel_drops_sizes_not_divisible_by_tp():
         (dict(tensor_parallel_size=0), "tensor_parallel_size=0"),
         (dict(cudagraph_mode="sometimes"), "'sometimes'"),
         (dict(splitting_ops="cgdispatch::attention"), "splitting_ops"),
-        (dict(cudagraph_capture_sizes=[1, 2, 4], compile_sizes=(3,)), "compile size 3"),
+        (dict(max_num_seqs=64, max_num_batched_tokens=32), "below max_num_seqs=64"),
+        (
+            dict(
+                max_num_seqs=64, max_num_batched_tokens=100, num_speculative_tokens=1, max_loras=2
+            ),
+            "LoRA with speculative decoding",
+        ),
         (
             dict(cudagraph_capture_sizes=[2, 6], tensor_parallel_size=4, sequence_parallel=True),
             "no capture size",
@@ -125,7 +140,8 @@ def test_mode_accepts_names_case_insensitive():
     assert GraphConfig(cudagraph_mode="full_decode_only").cudagraph_mode is M.FULL_DECODE_ONLY
 
 
-# (mode, splitting_ops, attention support, spec tokens) -> resolved mode, from docs/semantics.md's rules
+# (mode, splitting_ops, attention support, spec tokens) -> resolved mode (or ValueError), vLLM
+# 0.33's rules (splitting_ops=[] lowers PIECEWISE parts already at construction)
 RESOLVE_CASES = [
     (M.FULL_AND_PIECEWISE, None, A.ALWAYS, 0, M.FULL_AND_PIECEWISE),
     (M.FULL, None, A.ALWAYS, 0, M.FULL),
@@ -137,7 +153,11 @@ RESOLVE_CASES = [
     (M.FULL, None, A.UNIFORM_SINGLE_TOKEN_DECODE, 0, M.FULL_AND_PIECEWISE),
     (M.FULL_AND_PIECEWISE, None, A.NEVER, 0, M.PIECEWISE),
     (M.FULL_DECODE_ONLY, [], A.NEVER, 0, M.NONE),
-    (M.FULL, [], A.NEVER, 0, M.NONE),
+    (M.FULL, [], A.NEVER, 0, ValueError),
+    (M.FULL, None, A.NEVER, 0, ValueError),
+    (M.FULL_AND_PIECEWISE, ["cgdispatch::attention"], A.UNIFORM_BATCH, 0, M.FULL_AND_PIECEWISE),
+    (M.FULL, ["cgdispatch::attention"], A.UNIFORM_BATCH, 0, M.FULL_DECODE_ONLY),
+    (M.FULL_AND_PIECEWISE, ["cgdispatch::attention"], A.NEVER, 0, M.NONE),
     (M.FULL_AND_PIECEWISE, None, A.UNIFORM_SINGLE_TOKEN_DECODE, 2, M.PIECEWISE),
     (M.FULL_AND_PIECEWISE, None, A.UNIFORM_BATCH, 2, M.FULL_AND_PIECEWISE),
     (M.FULL_DECODE_ONLY, None, A.UNIFORM_SINGLE_TOKEN_DECODE, 0, M.FULL_DECODE_ONLY),
@@ -151,9 +171,32 @@ def test_resolve_lowers_mode(mode, ops, support, spec, expected):
     c = GraphConfig(
         cudagraph_mode=mode, splitting_ops=ops, num_speculative_tokens=spec, max_num_seqs=16
     )
+    if expected is ValueError:
+        with pytest.raises(ValueError, match="cudagraph_mode='PIECEWISE'"):
+            c.resolve(support)
+        return
     resolved = c.resolve(support)
     assert resolved.cudagraph_mode is expected
-    assert c.cudagraph_mode is mode  # the original is unchanged (frozen)
+    if ops != []:
+        assert c.cudagraph_mode is mode  # the original is unchanged (frozen)
+
+
+def test_empty_splitting_ops_lowers_at_construction():
+    # vLLM 0.33 set_splitting_ops_for_v1, in VllmConfig.__post_init__; sizes are kept
+    c = GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=[], max_num_seqs=16)
+    assert c.cudagraph_mode is M.NONE and c.cudagraph_capture_sizes[-1] == 32
+    assert GraphConfig(splitting_ops=[]).cudagraph_mode is M.FULL
+
+
+def test_compile_sizes_checked_when_keys_are_made():
+    from cgdispatch import CudagraphDispatcher
+
+    c = GraphConfig(cudagraph_capture_sizes=[1, 2, 4], compile_sizes=(3, "cudagraph_capture_sizes"))
+    assert c.compile_sizes == (1, 2, 3, 4)
+    with pytest.raises(ValueError, match="compile size 3"):
+        CudagraphDispatcher(c).initialize_cudagraph_keys()
+    # NONE captures nothing, so nothing is padded
+    CudagraphDispatcher(c.replace(cudagraph_mode="NONE")).initialize_cudagraph_keys()
 
 
 def test_resolve_rounds_sizes_for_spec_decode():
@@ -229,9 +272,11 @@ def test_replace_rederives_default_ladder():
 
 def test_lora_cases():
     assert GraphConfig().lora_cases() == [0]
-    assert GraphConfig(max_loras=4).lora_cases() == [0, 4]
-    assert GraphConfig(max_loras=6, specialize_active_lora=True).lora_cases() == [0, 1, 2, 4, 6]
-    assert GraphConfig(max_loras=4, cudagraph_specialize_lora=False).lora_cases() == [4]
+    # vLLM 0.33 get_captured_lora_counts counts the no-adapter slot: up to max_loras + 1
+    assert GraphConfig(max_loras=4).lora_cases() == [0, 5]
+    assert GraphConfig(max_loras=6, specialize_active_lora=True).lora_cases() == [0, 1, 2, 4, 7]
+    assert GraphConfig(max_loras=4, specialize_active_lora=True).lora_cases() == [0, 1, 2, 4, 5]
+    assert GraphConfig(max_loras=4, cudagraph_specialize_lora=False).lora_cases() == [5]
 
 
 def test_engine_ladders_match_references():

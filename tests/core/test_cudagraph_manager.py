@@ -504,7 +504,7 @@ def test_empty_splitting_ops_lower_the_mode_after_the_sizes():
 
 
 def test_engine_level_refusals():
-    with pytest.raises(ValueError, match="greater than or equal to max_num_seqs"):
+    with pytest.raises(ValueError, match="is below max_num_seqs=64"):
         gen2(max_num_seqs=64, max_num_batched_tokens=32)
-    with pytest.raises(ValueError, match="decreasing num_speculative_tokens"):
+    with pytest.raises(ValueError, match="LoRA with speculative decoding"):
         gen2(max_num_seqs=64, max_num_batched_tokens=100, num_speculative_tokens=1, max_loras=1)

@@ -151,9 +151,12 @@ def test_numpy_ints_accepted():
 
 
 def test_piecewise_mode_without_splitting_ops_is_refused():
-    with pytest.raises(ValueError, match=r"resolve\(\)"):
-        CudagraphDispatcher(GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=[]))
-    CudagraphDispatcher(GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=[]).resolve())
+    # vLLM 0.33 asserts it in CudagraphDispatcher.__init__: every attention op must split
+    some = GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=["cgdispatch::attention"])
+    with pytest.raises(ValueError, match="every attention op"):
+        CudagraphDispatcher(some)
+    # [] already lowered PIECEWISE to NONE at construction
+    CudagraphDispatcher(GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=[]))
 
 
 def test_capture_order_piecewise_first_largest_first():
@@ -182,13 +185,26 @@ def test_lora_dispatch():
         specialize_active_lora=True,
     )
     d = make(config)
+    # vLLM 0.33: captured counts 1, 2, 4, 5 (= max_loras + 1); a count maps up to one
     assert d.dispatch(3, True, num_active_loras=3) == (M.FULL, BatchDescriptor(4, 4, True, True, 4))
-    assert d.dispatch(3, True, has_lora=True) == (M.FULL, BatchDescriptor(4, 4, True, True, 4))
+    # has_lora without a count finds no graph (vLLM keeps the count 0)
+    assert d.dispatch(3, True, has_lora=True) == (M.NONE, BatchDescriptor(3))
     assert d.dispatch(3, False, num_active_loras=1) == (
         M.PIECEWISE,
         BatchDescriptor(4, None, False, True, 1),
     )
-    assert d.dispatch(3, False, num_active_loras=5) == (M.NONE, BatchDescriptor(3))
+    assert d.dispatch(3, False, num_active_loras=5) == (
+        M.PIECEWISE,
+        BatchDescriptor(4, None, False, True, 5),
+    )
+    assert d.dispatch(3, False, num_active_loras=6) == (M.NONE, BatchDescriptor(3))
+    unspecialised = make(config.replace(cudagraph_specialize_lora=False))
+    # one set of graphs labelled max_loras + 1; batches without LoRA run eagerly
+    assert unspecialised.dispatch(3, False, num_active_loras=2) == (
+        M.PIECEWISE,
+        BatchDescriptor(4, None, False, True, 5),
+    )
+    assert unspecialised.dispatch(3, False) == (M.NONE, BatchDescriptor(3))
     off = make(GraphConfig(max_num_seqs=8, cudagraph_capture_sizes=[1, 2]))
     assert off.dispatch(1, num_active_loras=1) == (M.NONE, BatchDescriptor(1))
 

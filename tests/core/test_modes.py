@@ -22,7 +22,7 @@ def test_truth_table(mode):
     assert mode.requires_piecewise_compilation() is needs_pw
     assert mode.has_piecewise_cudagraphs() is needs_pw
     assert mode.has_full_cudagraphs() is has_full
-    assert mode.valid_runtime_modes() is valid
+    assert mode.is_valid_runtime_mode() is valid
     for runtime in (M.NONE, M.PIECEWISE, M.FULL):
         assert mode.has_mode(runtime) is (runtime in (decode, mixed))
 
@@ -73,3 +73,15 @@ def test_batch_descriptor_frozen_hashable_and_relaxed():
     )
     with pytest.raises(AttributeError):
         d.num_tokens = 3  # type: ignore[misc]
+
+
+def test_vllm_033_names():
+    # vllm/config/compilation.py CUDAGraphMode: the set is a classmethod, the check a method
+    assert M.valid_runtime_modes() == frozenset({M.NONE, M.PIECEWISE, M.FULL})
+    assert [m.without_piecewise() for m in M] == [
+        M.NONE,
+        M.NONE,
+        M.FULL,
+        M.FULL_DECODE_ONLY,
+        M.FULL_DECODE_ONLY,
+    ]

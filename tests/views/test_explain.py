@@ -35,12 +35,14 @@ def random_config(rng: random.Random) -> GraphConfig:
     mode = rng.choice(list(CUDAGraphMode))
     sizes = sorted(rng.sample(range(1, 97), rng.randint(2, 12)))
     sizes[-1] = -(-sizes[-1] // 12) * 12  # largest size: a multiple of every q used here
+    seqs, spec = rng.randint(1, 48), rng.choice([0, 0, 1, 3])
+    low = max(sizes[-1], seqs * (1 + spec))  # vLLM refuses fewer tokens (LoRA + spec decode)
     return GraphConfig(
         cudagraph_mode=mode,
         cudagraph_capture_sizes=sizes,
-        max_num_seqs=rng.randint(1, 48),
-        max_num_batched_tokens=rng.randint(sizes[-1], 256),
-        num_speculative_tokens=rng.choice([0, 0, 1, 3]),
+        max_num_seqs=seqs,
+        max_num_batched_tokens=rng.randint(low, max(low, 256)),
+        num_speculative_tokens=spec,
         max_loras=rng.choice([0, 0, 2, 4]),
         specialize_active_lora=rng.random() < 0.5,
     ).resolve()
@@ -96,14 +98,11 @@ def test_keys_summary_counts_follow_the_key_rules():
     rng = random.Random(12)
     for _ in range(30):
         config = random_config(rng)
-        sizes, q, seqs = (
-            config.cudagraph_capture_sizes,
-            config.uniform_decode_query_len,
-            config.max_num_seqs,
-        )
+        q, seqs = config.uniform_decode_query_len, config.max_num_seqs
         lora_cases = len(config.lora_cases())
         summary = keys_summary(config).set_index("mode")
         for mode in CUDAGraphMode:
+            sizes = config.replace(cudagraph_mode=mode).cudagraph_capture_sizes
             row = summary.loc[mode.name]
             mixed, decode = mode.mixed_mode(), mode.decode_mode()
             want_pw = len(sizes) * lora_cases if mixed is CUDAGraphMode.PIECEWISE else 0
@@ -118,7 +117,11 @@ def test_keys_summary_counts_follow_the_key_rules():
 
 
 def test_keys_summary_reports_a_mode_the_config_cannot_run():
-    config = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 2, 4], splitting_ops=[])
+    config = GraphConfig(
+        cudagraph_mode="FULL",
+        cudagraph_capture_sizes=[1, 2, 4],
+        splitting_ops=["cgdispatch::attention"],  # not every attention op: no PIECEWISE
+    )
     row = keys_summary(config, modes=["PIECEWISE"]).iloc[0]
     assert row.graphs == 0 and "splitting_ops" in row.note
 
@@ -187,7 +190,9 @@ def test_explain_dispatch_reasons():
     ],
 )
 def test_explain_dispatch_rejects_batches_the_scheduler_never_forms(kwargs, fragment):
-    config = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8], max_num_batched_tokens=64)
+    config = GraphConfig(
+        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=16, max_num_batched_tokens=64
+    )
     with pytest.raises(ValueError, match="invalid") as err:
         explain_dispatch(config, **kwargs)
     assert fragment in str(err.value)

@@ -37,7 +37,9 @@ def test_ladder_step_function_is_the_dispatchers_padding():
     for _ in range(10):
         sizes = random_sizes(rng)
         config = GraphConfig(
-            cudagraph_capture_sizes=sizes, max_num_batched_tokens=sizes[-1] + rng.randint(0, 64)
+            cudagraph_capture_sizes=sizes,
+            max_num_seqs=8,
+            max_num_batched_tokens=sizes[-1] + rng.randint(8, 64),
         )
         dispatcher = CudagraphDispatcher(config)
         fig = ladder_figure(config)
@@ -60,7 +62,9 @@ def test_ladder_step_function_is_the_dispatchers_padding():
 
 
 def test_every_figure_is_labelled_with_its_source():
-    config = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8], max_num_batched_tokens=16)
+    config = GraphConfig(
+        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=8, max_num_batched_tokens=16
+    )
     assert "config" in figure_source(ladder_figure(config))
     assert figure_source(ladder_figure(config, source="model")) == "model"
     stats = dispatch_stats(config, random_batches(config, 100, seed=0))
@@ -209,6 +213,8 @@ def test_memory_and_capture_bars_equal_the_aggregates():
 
 
 def test_figures_render_as_png_for_notebooks():
-    config = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8], max_num_batched_tokens=16)
+    config = GraphConfig(
+        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=8, max_num_batched_tokens=16
+    )
     png = ladder_figure(config)._repr_png_()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

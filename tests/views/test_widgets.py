@@ -63,7 +63,7 @@ def test_parse_sizes_box_round_trips_random_ladders():
 def test_build_config_reports_bad_modes_and_configs():
     dispatcher, notes = build_config(BASE, "1, 2, 4", "FOO")
     assert dispatcher is None and "'FOO' is unknown" in notes[0]
-    no_split = BASE.replace(splitting_ops=[])
+    no_split = BASE.replace(splitting_ops=["cgdispatch::attention"])  # not every attention op
     dispatcher, notes = build_config(no_split, "1, 2, 4", "PIECEWISE")
     assert dispatcher is None and "splitting_ops" in notes[0]
     dispatcher, notes = build_config(BASE, "4, 1, 2", "full")
@@ -83,7 +83,8 @@ def test_explorer_decisions_equal_the_dispatcher_on_random_moves():
     rng = random.Random(32)
     for _ in range(8):
         sizes = sorted(rng.sample(range(1, 65), rng.randint(1, 10)))
-        mode = rng.choice(list(CUDAGraphMode))
+        # NONE keeps no capture sizes (vLLM 0.33): test_explorer_with_mode_none
+        mode = rng.choice([m for m in CUDAGraphMode if m is not CUDAGraphMode.NONE])
         config = GraphConfig(
             cudagraph_mode=mode,
             cudagraph_capture_sizes=sizes,
@@ -119,6 +120,15 @@ def test_explorer_decisions_equal_the_dispatcher_on_random_moves():
                 want.num_tokens,
             )
             assert explorer.message.value == ""
+
+
+def test_explorer_with_mode_none():
+    # vLLM 0.33 keeps no capture sizes under NONE: every batch is eager
+    config = GraphConfig(cudagraph_mode="NONE", cudagraph_capture_sizes=[1, 8], max_num_seqs=8)
+    assert config.cudagraph_capture_sizes == []
+    explorer = dispatch_explorer(config)
+    explorer.slider.value = 5
+    assert shown(explorer)["runtime-mode"] == "NONE"
 
 
 def test_explorer_shows_messages_for_bad_entries_and_recovers():
