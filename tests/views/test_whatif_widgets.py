@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from cgdispatch.workload.trace.trace import make_trace
+from cgdispatch.workload.trace import make_trace
 
 from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, whatif_dashboard
 from cgdispatch.plan.costs import AffineCostModel
@@ -210,7 +210,7 @@ def test_step_histogram_and_ladder_figures_draw_the_data_given():
 
 
 def test_workload_trace_from_presets_and_files(tmp_path):
-    from cgdispatch.workload.trace.sources import workload_trace
+    from cgdispatch.workload.sources import workload_trace
 
     from cgdispatch import simulate_steps, synthetic_requests
 
