@@ -22,6 +22,15 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "ready_dispatcher": "core.dispatcher",
     "DispatchResult": "core.dispatcher",
+    # either generation through one facade (pure Python)
+    "make_graph_dispatcher": "core.engine",
+    "dispatch_step": "core.engine",
+    "capture_keys": "core.engine",
+    "padded_token_table": "core.engine",
+    "for_generation": "core.engine",
+    "StepDispatch": "core.engine",
+    "CaptureKey": "core.engine",
+    "PaddingTable": "core.engine",
     "make_trace": "workload.trace",
     "check_trace": "workload.trace",
     "synthetic_requests": "workload.synthetic",
