@@ -71,9 +71,9 @@ _LAZY: dict[str, str] = {
     "ToyLM": "models.toy",
     "build_toy_model": "models.toy",
     # readable views of the dispatcher (pandas)
-    "modes_table": "views.explain",
-    "keys_table": "views.explain",
-    "keys_summary": "views.explain",
+    "modes_table": "views.keys",
+    "keys_table": "views.keys",
+    "keys_summary": "views.keys",
     "explain_dispatch": "views.explain",
     "dispatch_table": "views.explain",
     "random_batches": "views.explain",
