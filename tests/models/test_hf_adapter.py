@@ -157,9 +157,10 @@ def test_adapter_reports_decode_only_support():
 
 
 def test_registry_names_match_the_presets_and_reject_bad_options():
+    from cgdispatch.models.architectures import ARCHITECTURES
     from cgdispatch.models.toy import PRESETS as TOY
 
-    assert sorted(model_names()) == sorted([*TOY, *HF_PRESETS])
+    assert sorted(model_names()) == sorted([*TOY, *HF_PRESETS, *ARCHITECTURES])
     with pytest.raises(ValueError, match="unknown"):
         build_model("llama-70b")
     with pytest.raises(ValueError, match="toy models"):
