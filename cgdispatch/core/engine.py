@@ -20,6 +20,7 @@ from typing import TypeAlias
 
 from .batch import BatchDescriptor
 from .config import GraphConfig
+from .config_v2 import GEN2_FIELDS
 from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from .dispatcher import CudagraphDispatcher, ready_dispatcher
 from .modes import CUDAGraphMode
@@ -142,6 +143,8 @@ def for_generation(config: GraphConfig, vllm_version: str | None) -> GraphConfig
     (``cudagraph_capture_sizes``, ``max_cudagraph_capture_size``, which both releases
     read) carry over; generation-2-only fields are dropped for V1, where vLLM 0.33 has no
     such flags. Going to 0.34 with legacy sizes warns as vLLM 0.34 does (deprecated).
+    Pass the config before ``resolve()``: V1's resolution rounds sizes for speculative
+    decoding into the legacy fields, which would then reach 0.34 as user-given sizes.
     """
     if vllm_version not in (None, "0.33", "0.34"):
         raise ValueError(
@@ -156,8 +159,6 @@ def for_generation(config: GraphConfig, vllm_version: str | None) -> GraphConfig
     if vllm_version == "0.34":
         return config.replace(vllm_version="0.34")
     # gen 2 -> V1: rebuild from the user's fields without the generation-2 ones
-    from .config_v2 import GEN2_FIELDS
-
     fields = {f: v for f, v in config._user_fields().items() if f not in GEN2_FIELDS}
     fields["cudagraph_capture_sizes"], fields["max_cudagraph_capture_size"] = config._asked
     fields["vllm_version"] = vllm_version

@@ -57,7 +57,8 @@ class DispatchExplorer(w.VBox):
     It asks a ``CudagraphDispatcher`` (V1) or ``CudaGraphManager`` (generation 2), rebuilt
     when the generation, mode or sizes change, and shows its answer; it keeps no statistics
     and changes nothing outside itself. Switching generation keeps the engine settings
-    (:func:`~cgdispatch.core.engine.for_generation`) and shows that generation's sizes.
+    (:func:`~cgdispatch.core.engine.for_generation` of the config given, then ``resolve()``
+    as that generation's runner does) and shows that generation's sizes.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class DispatchExplorer(w.VBox):
         self.base_config, self.cost_model = config, costs.as_cost_model(cost_model)
         # the config per generation: the given one, the other made on the first switch
         self._bases: dict[str, GraphConfig] = {generation_of(config): config}
+        self._origin = config  # the other generation is made from the config as given
         self._quiet = False  # True while the boxes are refilled on a generation switch
         # the label shown next to a predicted time: given, else the cost model's own source
         self.cost_source = cost_source or costs.cost_source(self.cost_model)
@@ -159,7 +161,8 @@ class DispatchExplorer(w.VBox):
             try:
                 with warnings.catch_warnings():  # legacy sizes carried to 0.34 warn there
                     warnings.simplefilter("ignore")
-                    base = for_generation(self.base_config, version)
+                    # resolved as that generation's runner would (V1 rounds sizes to q)
+                    base = for_generation(self._origin, version).resolve()
             except ValueError as err:
                 self._show_error(str(err))
                 return

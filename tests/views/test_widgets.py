@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
+from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, for_generation
 from cgdispatch.views.widgets import (
     DispatchExplorer,
     build_config,
@@ -268,6 +268,7 @@ def test_generation_toggle_switches_the_class_and_its_sizes():
     assert isinstance(explorer.dispatcher, CudaGraphManager)
     gen2 = explorer.base_config
     assert gen2.vllm_version == "0.34" and explorer.decode_box.layout.display is None
+    assert gen2 == for_generation(config, "0.34").resolve()  # the same settings, resolved
     assert explorer.decode_box.value == format_sizes(gen2.decode_cudagraph_capture_request_sizes)
     # edit the decode request sizes: the decision follows a manager built with them
     explorer.decode_box.value = "1, 4, 16"
