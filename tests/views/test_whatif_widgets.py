@@ -8,13 +8,13 @@ import re
 
 import numpy as np
 import pytest
-from cgdispatch.workload.trace import make_trace
 
 from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, whatif_dashboard
 from cgdispatch.plan.costs import AffineCostModel
 from cgdispatch.views.plots import figure_source
 from cgdispatch.views.whatif_plots import whatif_figure
 from cgdispatch.views.whatif_widgets import metrics_html, whatif_for_box
+from cgdispatch.workload.trace import make_trace
 
 BASE = GraphConfig(max_num_seqs=16, max_num_batched_tokens=256)
 
@@ -210,9 +210,8 @@ def test_step_histogram_and_ladder_figures_draw_the_data_given():
 
 
 def test_workload_trace_from_presets_and_files(tmp_path):
-    from cgdispatch.workload.sources import workload_trace
-
     from cgdispatch import simulate_steps, synthetic_requests
+    from cgdispatch.workload.sources import workload_trace
 
     trace, label = workload_trace("alpaca", num_requests=40, rate_per_s=5.0, seed=3, max_num_seqs=8)
     want = simulate_steps(
