@@ -7,6 +7,7 @@ import random
 
 from ..core.config import GraphConfig
 from ..core.dispatcher import CudagraphDispatcher
+from ..core.validate import MAX_STEPS, check_int
 
 
 def parse_sizes(text: str | None) -> list[int] | None:
@@ -52,8 +53,7 @@ def config_from_args(args: argparse.Namespace) -> GraphConfig:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    if args.steps < 0:
-        raise ValueError(f"--steps {args.steps} is invalid: give a number of steps >= 0")
+    check_int("--steps", args.steps, 0, MAX_STEPS)
     config = config_from_args(args)
     dispatcher = CudagraphDispatcher(config)
     dispatcher.initialize_cudagraph_keys()
@@ -76,7 +76,8 @@ def run_demo(args: argparse.Namespace) -> int:
         n = (
             rng.randint(1, config.max_num_seqs) * q
             if uniform
-            else rng.randint(1, 2 * config.max_cudagraph_capture_size)
+            # mode NONE captures nothing (max size 0): its mixed steps still need a range
+            else rng.randint(1, 2 * max(config.max_cudagraph_capture_size, 1))
         )
         dispatcher.dispatch(n, uniform_decode=uniform)
     frame = dispatcher.stats_frame()

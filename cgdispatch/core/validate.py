@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_int", "check_bool", "MAX_STEP_TOKENS", "MAX_REQUEST_TOKENS", "MAX_STEPS"]
+__all__ = [
+    "check_int",
+    "check_bool",
+    "check_device",
+    "MAX_STEP_TOKENS",
+    "MAX_REQUEST_TOKENS",
+    "MAX_STEPS",
+]
 
 # Upper bounds on counts a user types, so that a slip (10**12) is refused at once instead of
 # looping for days or asking for terabytes. Each is far above any real deployment.
@@ -33,3 +40,12 @@ def check_bool(name: str, value: Any) -> bool:
     if type(value).__name__ not in ("bool", "bool_"):
         raise ValueError(f"{name}={value!r} is invalid: it must be True or False")
     return bool(value)
+
+
+def check_device(name: str, value: Any) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``, else ValueError: the devices cgdispatch runs on."""
+    import re
+
+    if not isinstance(value, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", value):
+        raise ValueError(f"{name}={value!r} is invalid: use 'cpu' or 'cuda' ('cuda:N' for one GPU)")
+    return value
