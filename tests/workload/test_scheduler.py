@@ -173,7 +173,6 @@ def _old_check_requests(requests: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-
 # ---- the class against the reference ----
 
 
@@ -238,7 +237,13 @@ def test_request_with_a_blank_or_nan_timestamp_is_refused_not_looped_on(blank) -
 
 def test_request_with_10_to_the_12_tokens_is_refused_not_simulated_for_days() -> None:
     req = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [10**12], "output_tokens": [4]})
-    with time_limit(5), pytest.raises(ValueError, match=r"row 0: prompt_tokens=1000000000000 is invalid: it must be an integer from 1 to 100_000_000"):
+    with (
+        time_limit(5),
+        pytest.raises(
+            ValueError,
+            match=r"row 0: prompt_tokens=1000000000000 is invalid: it must be an integer from 1 to 100_000_000",
+        ),
+    ):
         simulate_steps(req)
     out = req.assign(prompt_tokens=4, output_tokens=10**12)
     with time_limit(5), pytest.raises(ValueError, match=r"output_tokens=1000000000000 is invalid"):
@@ -250,11 +255,18 @@ def test_requests_needing_more_steps_than_the_bound_are_refused_up_front() -> No
     req = pd.DataFrame(
         {"arrival_s": np.zeros(n), "prompt_tokens": np.full(n, 90_000_000), "output_tokens": 1}
     )
-    with time_limit(5), pytest.raises(ValueError, match=r"need at least 10_986_329 steps with max_num_batched_tokens=8192"):
+    with (
+        time_limit(5),
+        pytest.raises(
+            ValueError, match=r"need at least 10_986_329 steps with max_num_batched_tokens=8192"
+        ),
+    ):
         simulate_steps(req)  # 9e10 prompt tokens, 8192 a step: over MAX_STEPS
 
 
 def test_fractional_token_counts_are_refused_with_their_row() -> None:
-    req = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 6.5], "output_tokens": [2, 3]})
+    req = pd.DataFrame(
+        {"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 6.5], "output_tokens": [2, 3]}
+    )
     with pytest.raises(ValueError, match=r"row 1: prompt_tokens=6.5 is invalid"):
         simulate_steps(req)

@@ -1,0 +1,165 @@
+"""The store shared by careless co-workers: concurrent writers, foreign files and folders,
+symlinks, rows of other specs, stores of an older cgdispatch (issue 14)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cgdispatch.sweep.rows import POINT_COLUMNS, SWEEP_COLUMNS
+from cgdispatch.sweep.run import SweepSpec, run_sweep
+from cgdispatch.sweep.store import APPLICATION_ID, ResultStore, load_results
+
+SPEC = SweepSpec(
+    name="share", modes=("FULL",), ladders={"two": [2, 8]}, max_capture_size=8,
+    num_tokens=(1, 5), batch_kinds=("decode",), repeats=1, warmup=0, input_sets=1,
+)  # fmt: skip
+
+
+def _row(sweep: str, n: int, rng: random.Random) -> dict:
+    return {
+        "sweep": sweep, "model": "toy-tiny", "dtype": "float32", "device": "cpu",
+        "mode": "FULL", "ladder": "l", "capture_sizes": "1,8", "max_num_seqs": 16,
+        "repeats": 3, "warmup": 1, "input_sets": 2, "cpu_threads": 1, "num_tokens": n,
+        "uniform_decode": bool(n % 2), "status": "ok", "eager_ms": rng.uniform(1, 9),
+    }  # fmt: skip
+
+
+def _writer(path: str, sweep: str, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    store = ResultStore(path)
+    for n in range(1, count + 1):
+        store.append([_row(sweep, n, rng)])
+
+
+def test_two_sweeps_writing_one_store_at_once_keep_both_sweeps_rows(tmp_path: Path) -> None:
+    ResultStore(tmp_path)  # create it once, then two processes append at the same time
+    ctx = multiprocessing.get_context("fork")
+    procs = [
+        ctx.Process(target=_writer, args=(str(tmp_path), name, 40, seed))
+        for seed, name in enumerate(("alice", "bob"))
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = load_results(tmp_path)
+    for seed, name in enumerate(("alice", "bob")):
+        rng = random.Random(seed)
+        want = [_row(name, n, rng)["eager_ms"] for n in range(1, 41)]
+        mine = rows[rows["sweep"] == name].sort_values("num_tokens")
+        assert mine["eager_ms"].tolist() == want  # every row of each writer, none mixed
+    exported = pd.read_csv(tmp_path / "results.csv")  # the export has them all too
+    assert len(exported) == 80 and list(exported.columns) == list(SWEEP_COLUMNS)
+
+
+def test_sweep_out_pointed_at_a_csv_that_is_not_a_store_leaves_it_alone(tmp_path: Path) -> None:
+    mine = tmp_path / "budget.csv"
+    mine.write_text("item,cost\nrent,1200\n")
+    with pytest.raises(ValueError, match="budget.csv is not a cgdispatch store"):
+        ResultStore(mine)
+    assert mine.read_text() == "item,cost\nrent,1200\n"
+
+
+def test_sweep_out_pointed_at_a_folder_of_other_files_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "thesis.tex").write_text("\\section{}")
+    with pytest.raises(ValueError, match=r"holds \['thesis.tex'\] and is not a cgdispatch store"):
+        ResultStore(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]
+
+
+def test_a_database_that_is_not_ours_is_refused(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "store.sqlite") as con:
+        con.execute("CREATE TABLE t (x)")
+    with pytest.raises(ValueError, match="is not a cgdispatch store"):
+        ResultStore(tmp_path)
+    (tmp_path / "store.sqlite").write_bytes(os.urandom(300))
+    with pytest.raises(ValueError, match="is not a cgdispatch store"):
+        load_results(tmp_path)
+
+
+def test_the_store_identifies_itself(tmp_path: Path) -> None:
+    ResultStore(tmp_path)
+    with sqlite3.connect(tmp_path / "store.sqlite") as con:
+        assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert dict(con.execute("SELECT key, value FROM meta"))["format"] == (
+            "cgdispatch sweep store"
+        )
+
+
+def test_a_symlink_planted_in_the_store_is_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    store_dir = tmp_path / "store"
+    ResultStore(store_dir)
+    (store_dir / "results.csv").unlink(missing_ok=True)
+    (store_dir / "results.csv").symlink_to(victim)
+    with pytest.raises(ValueError, match="is a symlink"):
+        ResultStore(store_dir).append([_row("s", 1, random.Random(0))])
+    assert victim.read_text() == "precious"
+
+
+def test_no_temporary_file_has_a_fixed_name(tmp_path: Path, monkeypatch) -> None:
+    import tempfile
+
+    names = []
+    real = tempfile.mkstemp
+
+    def spy(*args, **kwargs):
+        fd, name = real(*args, **kwargs)
+        names.append(Path(name).name)
+        return fd, name
+
+    monkeypatch.setattr(tempfile, "mkstemp", spy)
+    store = ResultStore(tmp_path)
+    store.save_spec(SPEC.to_dict())
+    store.append([_row("s", 1, random.Random(0))])
+    assert names and len(set(names)) == len(names)  # random names: a planted file is no target
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_rows_of_another_spec_in_the_store_are_not_reused(tmp_path: Path) -> None:
+    first = run_sweep(SPEC, store=tmp_path, progress=False)
+    assert (first["status"] == "ok").all()
+    for change in ({"max_num_seqs": 8}, {"repeats": 2}, {"name": "other"}):
+        again = run_sweep(SPEC.replace(**change), store=tmp_path, progress=False)
+        assert len(again) == len(first)
+        assert set(again["timestamp"]).isdisjoint(first["timestamp"])  # measured anew
+    rows = load_results(tmp_path)
+    assert len(rows) == 4 * len(first)  # each spec's points kept apart
+    assert not rows[list(POINT_COLUMNS)].duplicated().any()
+    same = run_sweep(SPEC, store=tmp_path, progress=False)  # identical points: reused
+    assert sorted(same["timestamp"]) == sorted(first["timestamp"])
+
+
+def test_a_csv_store_of_an_older_cgdispatch_is_migrated_not_stranded(tmp_path: Path) -> None:
+    old = run_sweep(SPEC, store=None, progress=False)
+    legacy = old.drop(columns=["warmup", "input_sets", "cpu_threads"])  # the old schema
+    legacy.to_csv(tmp_path / "results.csv", index=False)
+    (tmp_path / "spec.json").write_text(__import__("json").dumps({"share": SPEC.to_dict()}))
+    resumed = run_sweep(SPEC, store=tmp_path, progress=False)  # nothing left to run
+    assert sorted(resumed["timestamp"]) == sorted(old["timestamp"])
+    assert (tmp_path / "store.sqlite").is_file()
+    assert len(pd.read_csv(tmp_path / "results.csv")) == len(old)
+
+
+def test_report_out_into_a_folder_with_its_own_summary_is_refused(tmp_path: Path) -> None:
+    from cgdispatch.views.report import write_report
+
+    store = tmp_path / "store"
+    run_sweep(SPEC, store=store, progress=False)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "summary.md").write_text("my notes")
+    with pytest.raises(ValueError, match="cgdispatch did not write"):
+        write_report(store, notes, estimate=False)
+    assert (notes / "summary.md").read_text() == "my notes"
+    path = write_report(store, tmp_path / "rep", estimate=False)
+    assert path.is_file() and write_report(store, tmp_path / "rep", estimate=False) == path
