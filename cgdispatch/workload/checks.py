@@ -102,3 +102,9 @@ def read_text(path: Path) -> str:
             f"trace file {str(path)!r} is not text: give a CSV of requests or steps, or a "
             "vLLM --cudagraph-metrics log"
         ) from None
+
+
+def columns_shown(frame: pd.DataFrame) -> str:
+    """The frame's column names for an error line: at most 8, each cut to 30 characters."""
+    names = [str(c) if len(str(c)) <= 30 else str(c)[:27] + "..." for c in frame.columns[:8]]
+    return str(names) + (f" and {len(frame.columns) - 8} more" if len(frame.columns) > 8 else "")

@@ -19,6 +19,7 @@ from .checks import (
     bool_column,
     cell,
     check_total_steps,
+    columns_shown,
     existing_file,
     int_column,
     parse_csv,
@@ -131,7 +132,7 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
     if missing:
         accepted = "; ".join(f"{r}: {', '.join(REQUEST_ALIASES[r][:4])}..." for r in missing)
         raise ValueError(
-            f"request CSV lacks a column for {missing} (it has {list(frame.columns)}); "
+            f"request CSV lacks a column for {missing} (it has {columns_shown(frame)}); "
             f"accepted names: {accepted}"
         )
     scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}.get(time_unit)
@@ -189,7 +190,7 @@ def load_step_sizes(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     found = _match(list(frame.columns), STEP_ALIASES)
     if "num_tokens" not in found:
         raise ValueError(
-            f"step CSV lacks a step-size column (it has {list(frame.columns)}): name it "
+            f"step CSV lacks a step-size column (it has {columns_shown(frame)}): name it "
             "num_tokens (or tokens, batch_size, size), or give one column of sizes without header"
         )
     sizes = int_column(frame, found["num_tokens"], 1, MAX_STEP_TOKENS)
@@ -303,5 +304,5 @@ def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.Dat
     raise ValueError(
         f"{str(path)!r} holds neither requests (arrival, prompt and output token columns such "
         "as TIMESTAMP, ContextTokens, GeneratedTokens) nor steps (a num_tokens column, or a "
-        f"vLLM --cudagraph-metrics log); its columns are {list(frame.columns)}"
+        f"vLLM --cudagraph-metrics log); its columns are {columns_shown(frame)}"
     )
