@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import tempfile
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
@@ -85,10 +86,8 @@ class ResultStore:
             if self.path.suffix == "" or not self.path.exists():
                 _refuse_foreign_folder(folder)
             folder.mkdir(parents=True, exist_ok=True)
-            with closing(self._connect()) as con:
-                _create(con)
-            if legacy is not None:
-                self._migrate(legacy)
+            if _create_file(self.db_path) and legacy is not None:
+                self._migrate(legacy)  # only the process that created the database migrates
 
     # ---- connections ----
     def _connect(self) -> sqlite3.Connection:
@@ -105,11 +104,18 @@ class ResultStore:
             con.execute("BEGIN IMMEDIATE")  # take the write lock now: writers queue here
             try:
                 work(con)
-                self._export(con)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+            # exports show committed rows only (a kill between the two leaves them a write
+            # behind, never ahead of the database), and under the lock so they come in order
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                self._remove_stale_temporaries()
+                self._export(con)
+            finally:
+                con.execute("COMMIT")
         finally:
             if self._memory is None:
                 con.close()
@@ -184,6 +190,15 @@ class ResultStore:
         path = Path(path)
         write_export(self.load(), path)
         return path
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary exports of a writer killed mid-write. Only called under the write lock:
+        no other writer has one in flight then."""
+        if self.path is None:
+            return
+        for name in (self.path.name, self.captures_path.name, "spec.json"):
+            for stale in self.path.parent.glob(f".{name}.*.tmp"):
+                stale.unlink(missing_ok=True)
 
     def _export(self, con: sqlite3.Connection) -> None:
         if self.path is None:
@@ -277,6 +292,24 @@ def _legacy_rows(path: Path) -> pd.DataFrame | None:
 
 
 _COLUMNS = {"rows": ["point_id", *SWEEP_COLUMNS], "captures": ["unit_id", *CAPTURE_COLUMNS]}
+
+
+def _create_file(db: Path) -> bool:
+    """Create the database under a random name, then link it into place, so that no other
+    process ever opens a half-made store; False when another process made it first."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
+    os.close(fd)
+    try:
+        with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
+            _create(con)
+        try:
+            os.link(tmp, db)  # fails when the name exists: creation is exclusive
+        except FileExistsError:
+            _check_ours(db)
+            return False
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _create(con: sqlite3.Connection) -> None:
