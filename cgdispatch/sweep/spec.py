@@ -52,6 +52,8 @@ class SweepSpec:
             raise ValueError(
                 f"model={self.model!r} is unknown: use a registry name, one of {model_names()}"
             )
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"name={self.name!r} is invalid: give the sweep a non-empty name")
         if isinstance(self.modes, str) or not self.modes:
             raise ValueError(
                 f"modes={self.modes!r} is invalid: give a list of one or more modes, e.g. "

@@ -26,17 +26,28 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import tempfile
 from collections.abc import Iterable
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .database import (
+    DB_NAME,
+    check_ours,
+    create,
+    create_file,
+    insert,
+    layout,
+    legacy_rows,
+    refuse_foreign_folder,
+    refuse_symlink,
+    select_captures,
+    select_rows,
+)
 from .exports import read_table, write_export
 from .rows import CAPTURE_COLUMNS, POINT_COLUMNS, SWEEP_COLUMNS, CaptureRecord, SweepRow
-from .schema import empty_rows, normalise, point_ids
+from .schema import normalise, point_ids
 
 __all__ = [
     "SWEEP_COLUMNS",
@@ -50,13 +61,7 @@ __all__ = [
 ]
 
 KEY_COLUMNS = POINT_COLUMNS  # the old name of the row key
-APPLICATION_ID = 0x43474453  # "CGDS": `file store.sqlite` and sqlite3 tell it is ours
-FORMAT = "cgdispatch sweep store"
-VERSION = 1
-DB_NAME = "store.sqlite"
 _UNIT_COLUMNS = ("sweep", "model", "dtype", "device", "mode", "ladder", "capture_sizes")
-# a legacy folder may hold these besides results.csv; anything else means it is not a store
-_LEGACY_NAMES = {"results.csv", "results.parquet", "captures.csv", "captures.parquet", "spec.json"}
 
 
 def row_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -73,20 +78,20 @@ class ResultStore:
         self._memory: sqlite3.Connection | None = None
         if path is None:
             self._memory = sqlite3.connect(":memory:", isolation_level=None)
-            _create(self._memory)
+            create(self._memory)
             return
-        self.path, self.db_path = _layout(Path(path))
+        self.path, self.db_path = layout(Path(path))
         folder = self.db_path.parent
         for target in (self.db_path, self.path, self.captures_path):
-            _refuse_symlink(target)
+            refuse_symlink(target)
         if self.db_path.exists():
-            _check_ours(self.db_path)
+            check_ours(self.db_path)
         else:
-            legacy = _legacy_rows(self.path)  # ValueError when the file is not a store
+            legacy = legacy_rows(self.path)  # ValueError when the file is not a store
             if self.path.suffix == "" or not self.path.exists():
-                _refuse_foreign_folder(folder)
+                refuse_foreign_folder(folder)
             folder.mkdir(parents=True, exist_ok=True)
-            if _create_file(self.db_path) and legacy is not None:
+            if create_file(self.db_path) and legacy is not None:
                 self._migrate(legacy)  # only the process that created the database migrates
 
     # ---- connections ----
@@ -125,7 +130,7 @@ class ResultStore:
         """Every stored row, with every column of :data:`SWEEP_COLUMNS`."""
         con = self._connect()
         try:
-            return _select_rows(con)
+            return select_rows(con)
         finally:
             if self._memory is None:
                 con.close()
@@ -148,7 +153,7 @@ class ResultStore:
         frame = normalise(pd.DataFrame(dicts))
         frame.insert(0, "point_id", point_ids(frame))
         frame = frame.drop_duplicates("point_id", keep="last")
-        self._transaction(lambda con: _insert(con, "rows", frame, replace=True))
+        self._transaction(lambda con: insert(con, "rows", frame, replace=True))
 
     @property
     def captures_path(self) -> Path | None:
@@ -165,14 +170,14 @@ class ResultStore:
 
         def work(con: sqlite3.Connection) -> None:
             con.execute("DELETE FROM captures WHERE unit_id = ?", (unit,))
-            _insert(con, "captures", frame, replace=False)
+            insert(con, "captures", frame, replace=False)
 
         self._transaction(work)
 
     def load_captures(self) -> pd.DataFrame:
         con = self._connect()
         try:
-            return _select_captures(con)
+            return select_captures(con)
         finally:
             if self._memory is None:
                 con.close()
@@ -203,8 +208,8 @@ class ResultStore:
     def _export(self, con: sqlite3.Connection) -> None:
         if self.path is None:
             return
-        write_export(_select_rows(con), self.path)
-        captures = _select_captures(con)
+        write_export(select_rows(con), self.path)
+        captures = select_captures(con)
         if len(captures) or self.captures_path.exists():
             write_export(captures, self.captures_path)
         specs = {n: json.loads(s) for n, s in con.execute("SELECT name, spec FROM specs")}
@@ -227,141 +232,12 @@ class ResultStore:
                 self.append_captures(unit.to_dict("records"))
 
 
-def _layout(path: Path) -> tuple[Path, Path]:
-    """(rows export, database) for a store path."""
-    if path.suffix in (".csv", ".parquet"):
-        return path, path.with_suffix(".sqlite")
-    if path.suffix == ".sqlite":
-        return path.with_name("results.csv"), path
-    return path / "results.csv", path / DB_NAME
-
-
-def _refuse_symlink(path: Path | None) -> None:
-    if path is not None and path.is_symlink():
-        raise ValueError(
-            f"{path} is a symlink: cgdispatch does not write through links (it would overwrite "
-            f"the file it points to); remove the link or choose another --out"
-        )
-
-
-def _check_ours(db: Path) -> None:
-    if not db.is_file():
-        raise ValueError(f"{db} is not a file: a store's database is a file; choose another --out")
-    try:
-        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
-            app = con.execute("PRAGMA application_id").fetchone()[0]
-    except sqlite3.DatabaseError:
-        app = None
-    if app != APPLICATION_ID:
-        raise ValueError(
-            f"{db} is not a cgdispatch store (not its database format): cgdispatch will not "
-            "write into it; choose another --out"
-        )
-
-
-def _refuse_foreign_folder(folder: Path) -> None:
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{folder} is a file, not a folder: give a new folder or a .csv file")
-    if folder.is_dir():
-        foreign = sorted(p.name for p in folder.iterdir() if p.name not in _LEGACY_NAMES)
-        if foreign and not (folder / "results.csv").exists():
-            raise ValueError(
-                f"{folder} holds {foreign[:3]} and is not a cgdispatch store (no {DB_NAME}): "
-                "cgdispatch will not write into it; give a new or empty folder as --out"
-            )
-
-
-def _legacy_rows(path: Path) -> pd.DataFrame | None:
-    """Rows of an older CSV/Parquet store at ``path``; None when there is none; ValueError
-    when the file exists but is not a store (never overwritten)."""
-    if not path.is_file():
-        return None
-    try:
-        frame = read_table(path)
-    except ValueError as err:
-        raise ValueError(
-            f"{path} is not a cgdispatch store ({err}); choose another --out"
-        ) from None
-    missing = [c for c in ("model", "mode", "num_tokens", "status") if c not in frame]
-    if missing:
-        raise ValueError(
-            f"{path} is not a cgdispatch store (it lacks columns {missing}): cgdispatch will "
-            "not overwrite it; choose another --out"
-        )
-    return frame
-
-
-_COLUMNS = {"rows": ["point_id", *SWEEP_COLUMNS], "captures": ["unit_id", *CAPTURE_COLUMNS]}
-
-
-def _create_file(db: Path) -> bool:
-    """Create the database under a random name, then link it into place, so that no other
-    process ever opens a half-made store; False when another process made it first."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
-    os.close(fd)
-    try:
-        with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
-            _create(con)
-        try:
-            os.link(tmp, db)  # fails when the name exists: creation is exclusive
-        except FileExistsError:
-            _check_ours(db)
-            return False
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def _create(con: sqlite3.Connection) -> None:
-    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    con.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-    con.execute(
-        "INSERT OR REPLACE INTO meta VALUES ('format', ?), ('version', ?)", (FORMAT, VERSION)
-    )
-    rows = ", ".join(f'"{c}"' for c in _COLUMNS["rows"][1:])
-    con.execute(f"CREATE TABLE IF NOT EXISTS rows (point_id TEXT PRIMARY KEY, {rows})")
-    captures = ", ".join(f'"{c}"' for c in _COLUMNS["captures"])
-    con.execute(f"CREATE TABLE IF NOT EXISTS captures (seq INTEGER PRIMARY KEY, {captures})")
-    con.execute("CREATE TABLE IF NOT EXISTS specs (name TEXT PRIMARY KEY, spec TEXT)")
-
-
-def _insert(con: sqlite3.Connection, table: str, frame: pd.DataFrame, replace: bool) -> None:
-    cols = _COLUMNS[table]
-    values = frame.reindex(columns=cols).astype(object).where(frame.reindex(columns=cols).notna())
-    records = [tuple(_plain(v) for v in row) for row in values.itertuples(index=False)]
-    names = ", ".join(f'"{c}"' for c in cols)
-    verb = "INSERT OR REPLACE" if replace else "INSERT"
-    marks = ", ".join("?" * len(cols))
-    con.executemany(f"{verb} INTO {table} ({names}) VALUES ({marks})", records)
-
-
-def _plain(value: Any) -> Any:
-    """A value SQLite stores: numpy scalars as Python ones, NA as NULL."""
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-        return None
-    return value.item() if hasattr(value, "item") else value
-
-
-def _select_rows(con: sqlite3.Connection) -> pd.DataFrame:
-    cols = ", ".join(f'"{c}"' for c in SWEEP_COLUMNS)
-    found = con.execute(f"SELECT {cols} FROM rows ORDER BY rowid").fetchall()
-    if not found:
-        return empty_rows()
-    return normalise(pd.DataFrame.from_records(found, columns=list(SWEEP_COLUMNS)))
-
-
-def _select_captures(con: sqlite3.Connection) -> pd.DataFrame:
-    cols = ", ".join(f'"{c}"' for c in CAPTURE_COLUMNS)
-    found = con.execute(f"SELECT {cols} FROM captures ORDER BY seq").fetchall()
-    return pd.DataFrame.from_records(found, columns=list(CAPTURE_COLUMNS))
-
-
 def load_captures(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Per-key capture rows (:data:`CAPTURE_COLUMNS`) of a store folder or captures file;
     empty when the sweep wrote none."""
     path = Path(path)
     if path.is_dir() and (path / DB_NAME).is_file():
-        _check_ours(path / DB_NAME)
+        check_ours(path / DB_NAME)
         return ResultStore(path).load_captures()
     if path.is_dir():
         path = next(
@@ -382,7 +258,7 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     path = Path(path)
     if path.is_dir():
         if (path / DB_NAME).is_file():
-            _check_ours(path / DB_NAME)
+            check_ours(path / DB_NAME)
             return ResultStore(path).load()
         for name in ("results.csv", "results.parquet"):
             if (path / name).exists():
@@ -396,7 +272,7 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
             f"results file {path} does not exist: give a sweep's --out directory or file"
         )
     if path.suffix == ".sqlite":
-        _check_ours(path)
+        check_ours(path)
         return ResultStore(path).load()
     frame = read_table(path)
     missing = [c for c in ("model", "mode", "num_tokens", "status") if c not in frame]

@@ -6,15 +6,17 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import re
 import sqlite3
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from cgdispatch.sweep.database import APPLICATION_ID
 from cgdispatch.sweep.rows import POINT_COLUMNS, SWEEP_COLUMNS
 from cgdispatch.sweep.run import SweepSpec, run_sweep
-from cgdispatch.sweep.store import APPLICATION_ID, ResultStore, load_results
+from cgdispatch.sweep.store import ResultStore, load_results
 
 SPEC = SweepSpec(
     name="share", modes=("FULL",), ladders={"two": [2, 8]}, max_capture_size=8,
@@ -163,3 +165,14 @@ def test_report_out_into_a_folder_with_its_own_summary_is_refused(tmp_path: Path
     assert (notes / "summary.md").read_text() == "my notes"
     path = write_report(store, tmp_path / "rep", estimate=False)
     assert path.is_file() and write_report(store, tmp_path / "rep", estimate=False) == path
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [({"modes": ()}, "modes=()"), ({"device": "tpu"}, "device='tpu'"), ({"repeats": 10**12}, "at most"),
+     ({"warmup": -1}, "warmup=-1"), ({"name": ""}, "non-empty name"), ({"dtype": "fp8"}, "dtype='fp8'"),
+     ({"num_tokens": (10**12,)}, "num_tokens")],
+)  # fmt: skip
+def test_a_spec_with_an_impossible_value_is_refused_when_made(change, says) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        SPEC.replace(**change)
