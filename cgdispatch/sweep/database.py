@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from .exports import read_table
+from .exports import read_table, shared_mode
 from .rows import CAPTURE_COLUMNS, SWEEP_COLUMNS
 from .schema import empty_rows, normalise
 
@@ -103,6 +103,7 @@ def create_file(db: Path) -> bool:
     process ever opens a half-made store; False when another process made it first."""
     fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
     os.close(fd)
+    os.chmod(tmp, shared_mode())  # co-workers sharing the store must be able to open it
     try:
         with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
             create(con)

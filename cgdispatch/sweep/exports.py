@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["write_export", "read_table"]
+__all__ = ["write_export", "read_table", "shared_mode"]
 
 
 def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
@@ -21,6 +21,7 @@ def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
         raise ValueError(f"{path} is a symlink: cgdispatch does not write through links; remove it")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, shared_mode())
         with os.fdopen(fd, "wb") as fh:
             if isinstance(data, dict):
                 fh.write(json.dumps(data, indent=1).encode())
@@ -34,6 +35,14 @@ def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def shared_mode() -> int:
+    """The mode a plain ``open`` would give (0666 less the umask): mkstemp's 0600 would hide
+    a shared store's files from co-workers."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def read_table(path: Path) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure  # pyplot-free: no backend is touched, notebooks keep theirs
 
 from ..sweep.store import load_captures, load_reference, load_results
+from .report_folder import claim_report_folder, refuse_link, target
 
 __all__ = [
     "speedup_figure",
@@ -274,23 +275,23 @@ def write_report(
         if out is not None
         else (results if results.is_dir() else results.parent) / "report"
     )
-    _claim_report_folder(out)
+    claim_report_folder(out)
     reference = load_reference()
     plotted = rows if reference is None else pd.concat([rows, reference], ignore_index=True)
-    speedup_figure(plotted).savefig(_target(out, "speedup.png"), dpi=110)
+    speedup_figure(plotted).savefig(target(out, "speedup.png"), dpi=110)
     captures = load_captures(results)
-    capture_figure(rows, captures).savefig(_target(out, "capture.png"), dpi=110)
+    capture_figure(rows, captures).savefig(target(out, "capture.png"), dpi=110)
     if len(rows):
-        model_speedup_figure(rows).savefig(_target(out, "speedup_model.png"), dpi=110)
+        model_speedup_figure(rows).savefig(target(out, "speedup_model.png"), dpi=110)
     estimates = (
         memory_estimates(rows, progress=progress) if estimate and len(rows) else pd.DataFrame()
     )
     if len(estimates):
-        memory_figure(rows, estimates).savefig(_target(out, "memory.png"), dpi=110)
+        memory_figure(rows, estimates).savefig(target(out, "memory.png"), dpi=110)
     gpu_keys = captures[(captures["device"] == "cuda") & captures["pool_bytes"].notna()]
     if len(estimates) and len(gpu_keys):
         memory_per_key_figure(captures, estimates.attrs["per_key"]).savefig(
-            _target(out, "memory_per_key.png"), dpi=110
+            target(out, "memory_per_key.png"), dpi=110
         )
     ok, failed = rows[rows["status"] == "ok"], rows[rows["status"] != "ok"]
     lines = [
@@ -356,38 +357,6 @@ def write_report(
     if reference is not None:
         lines += [f"Reference rows plotted: {_sources(reference)}.", ""]
     path = out / "summary.md"
-    _refuse_link(path)
+    refuse_link(path)
     path.write_text("\n".join(lines))
     return path
-
-
-# A report folder carries this file; cgdispatch writes only into a new or empty folder or
-# one holding it, so that `report --out` never replaces a summary.md it did not write.
-REPORT_MARKER = ".cgdispatch-report"
-
-
-def _claim_report_folder(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"report folder {out} is a file: give a folder as --out")
-    if out.is_dir() and not (out / REPORT_MARKER).is_file():
-        others = sorted(p.name for p in out.iterdir())
-        if others:
-            raise ValueError(
-                f"report folder {out} holds {others[:3]} that cgdispatch did not write: give a "
-                "new or empty folder as --out (reports go into a folder of their own)"
-            )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_MARKER).write_text(
-        "written by cgdispatch report: it may replace its files here\n"
-    )
-
-
-def _target(out: Path, name: str) -> Path:
-    path = out / name
-    _refuse_link(path)
-    return path
-
-
-def _refuse_link(path: Path) -> None:
-    if path.is_symlink():
-        raise ValueError(f"{path} is a symlink: cgdispatch does not write through links; remove it")

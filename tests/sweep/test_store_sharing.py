@@ -176,3 +176,35 @@ def test_report_out_into_a_folder_with_its_own_summary_is_refused(tmp_path: Path
 def test_a_spec_with_an_impossible_value_is_refused_when_made(change, says) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         SPEC.replace(**change)
+
+
+def test_a_co_worker_can_read_the_shared_store(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        ResultStore(tmp_path).append([_row("s", 1, random.Random(0))])
+    finally:
+        os.umask(umask)
+    for name in ("store.sqlite", "results.csv", "spec.json"):
+        if (tmp_path / name).exists():
+            assert (tmp_path / name).stat().st_mode & 0o044 == 0o044, name  # not mkstemp's 0600
+
+
+def test_a_report_folder_of_an_older_cgdispatch_is_reused_and_a_planted_link_refused(
+    tmp_path: Path,
+) -> None:
+    from cgdispatch.views.report import write_report
+
+    store = tmp_path / "store"
+    run_sweep(SPEC, store=store, progress=False)
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("summary.md", "speedup.png"):
+        (old / name).write_text("old report")
+    assert write_report(store, old, estimate=False).read_text() != "old report"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (old / "summary.md").unlink()
+    (old / "summary.md").symlink_to(victim)
+    with pytest.raises(ValueError, match="symlink"):
+        write_report(store, old, estimate=False)
+    assert victim.read_text() == "precious"
