@@ -27,6 +27,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +238,9 @@ def load_captures(path: str | os.PathLike[str]) -> pd.DataFrame:
     empty when the sweep wrote none."""
     path = Path(path)
     if path.is_dir() and (path / DB_NAME).is_file():
-        check_ours(path / DB_NAME)
-        return ResultStore(path).load_captures()
+        found = _read_db(path / DB_NAME, select_captures)
+        if found is not None:
+            return found
     if path.is_dir():
         path = next(
             (
@@ -258,8 +260,9 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     path = Path(path)
     if path.is_dir():
         if (path / DB_NAME).is_file():
-            check_ours(path / DB_NAME)
-            return ResultStore(path).load()
+            found = _read_db(path / DB_NAME, select_rows)
+            if found is not None:
+                return found
         for name in ("results.csv", "results.parquet"):
             if (path / name).exists():
                 return normalise(read_table(path / name))
@@ -272,13 +275,26 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
             f"results file {path} does not exist: give a sweep's --out directory or file"
         )
     if path.suffix == ".sqlite":
-        check_ours(path)
-        return ResultStore(path).load()
+        found = _read_db(path, select_rows)
+        if found is not None:
+            return found
+        path = path.with_name("results.csv")
     frame = read_table(path)
     missing = [c for c in ("model", "mode", "num_tokens", "status") if c not in frame]
     if missing:
         raise ValueError(f"{path} is not a sweep's results (it lacks columns {missing})")
     return normalise(frame)
+
+
+def _read_db(db: Path, select: Any) -> pd.DataFrame | None:
+    """Read a store without writing to it (a co-worker's store may be read-only to us); None
+    when SQLite cannot open it so, and the caller reads the exports instead."""
+    check_ours(db)
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60.0)) as con:
+            return select(con)
+    except sqlite3.OperationalError:  # read-only WAL without its -shm file: use the export
+        return None
 
 
 def load_reference(

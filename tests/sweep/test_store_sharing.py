@@ -208,3 +208,23 @@ def test_a_report_folder_of_an_older_cgdispatch_is_reused_and_a_planted_link_ref
     with pytest.raises(ValueError, match="symlink"):
         write_report(store, old, estimate=False)
     assert victim.read_text() == "precious"
+
+
+def test_reading_a_store_writes_nothing_and_exports_match(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    rng = random.Random(5)
+    store = ResultStore(tmp_path / "s")
+    store.append([_row("s", n, rng) for n in range(1, 9)])
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "s").iterdir()}
+    rows = load_results(tmp_path / "s")
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "s").iterdir()
+            if p.name in before} == before  # fmt: skip
+    for name in ("all.csv", "all.parquet"):
+        store.export(tmp_path / name)
+        again = load_results(tmp_path / name)  # pandas-readable exports, same rows
+        pd.testing.assert_frame_equal(again, rows)
+    assert (
+        rows["eager_ms"].tolist()
+        == [r["eager_ms"] for r in (_row("s", n, random.Random(5)) for n in [1])]
+        + rows["eager_ms"].tolist()[1:]
+    )
