@@ -51,11 +51,12 @@ def refuse_symlink(path: Path | None) -> None:
 def check_ours(db: Path) -> None:
     if not db.is_file():
         raise ValueError(f"{db} is not a file: a store's database is a file; choose another --out")
-    try:
-        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
-            app = con.execute("PRAGMA application_id").fetchone()[0]
-    except sqlite3.DatabaseError:
-        app = None
+    # the file header says it (SQLite's file format: magic string, application id at byte
+    # 68); reading bytes needs no write access and cannot create or change anything
+    with open(db, "rb") as fh:
+        header = fh.read(100)
+    ok = len(header) == 100 and header.startswith(b"SQLite format 3\x00")
+    app = int.from_bytes(header[68:72], "big") if ok else None
     if app != APPLICATION_ID:
         raise ValueError(
             f"{db} is not a cgdispatch store (not its database format): cgdispatch will not "

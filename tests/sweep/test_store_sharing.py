@@ -226,3 +226,23 @@ def test_reading_a_store_writes_nothing_and_exports_match(tmp_path: Path) -> Non
     ref = random.Random(5)  # the same draws, made again: the values went in and came out
     want = [_row("s", n, ref)["eager_ms"] for n in range(1, 9)]
     assert rows.sort_values("num_tokens")["eager_ms"].tolist() == want
+
+
+def test_a_store_sqlite_cannot_open_read_only_is_read_from_its_export(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import cgdispatch.sweep.store as store_module
+
+    rng = random.Random(9)
+    ResultStore(tmp_path).append([_row("s", n, rng) for n in (1, 2, 3)])
+    real = sqlite3.connect
+
+    def read_only_fails(target, *args, **kwargs):
+        if str(target).endswith("?mode=ro"):  # as on a read-only folder without the -shm file
+            raise sqlite3.OperationalError("unable to open database file")
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.sqlite3, "connect", read_only_fails)
+    rows = load_results(tmp_path)
+    ref = random.Random(9)
+    assert rows["eager_ms"].tolist() == [_row("s", n, ref)["eager_ms"] for n in (1, 2, 3)]
