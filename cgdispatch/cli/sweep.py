@@ -124,7 +124,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--out",
         required=True,
         type=Path,
-        help="result directory (results.csv) or .csv/.parquet file",
+        help="store folder (store.sqlite, exported as results.csv) or a .csv/.parquet export name",
     )
     sweep.add_argument(
         "--resume", action="store_true", help="continue a sweep: skip points already ok"

@@ -55,6 +55,7 @@ def test_a_dask_cluster_gives_the_rows_of_a_serial_run(client, tmp_path: Path) -
 def test_a_worker_killed_mid_sweep_loses_no_point_and_duplicates_none(client, tmp_path) -> None:
     spec = SPEC.replace(name="killed", repeats=20)
     killed = threading.Event()
+    killed_at: list[float] = []
 
     def kill_one_worker_once_rows_land() -> None:
         deadline = time.time() + 60
@@ -67,13 +68,15 @@ def test_a_worker_killed_mid_sweep_loses_no_point_and_duplicates_none(client, tm
         # the worker dies before it can answer; its nanny starts a new one
         with contextlib.suppress(Exception):
             client.run(os._exit, 1, workers=[victim])
+        killed_at.append(time.time())
         killed.set()
 
     killer = threading.Thread(target=kill_one_worker_once_rows_land)
     killer.start()
     rows = run_sweep(spec, store=tmp_path, executor=client.get_executor(), progress=False)
+    finished_at = time.time()
     killer.join(60)
-    assert killed.is_set()
+    assert killed.is_set() and killed_at[0] < finished_at  # killed while the sweep ran
     total = len(spec.units()) * len(spec.shapes)
     assert len(rows) == total and not rows[list(POINT_COLUMNS)].duplicated().any()
     # a unit whose worker died is retried by dask or stored as failed; a rerun finishes it
