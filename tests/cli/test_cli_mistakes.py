@@ -87,3 +87,24 @@ def test_an_internal_bug_keeps_its_traceback(monkeypatch) -> None:
     with pytest.raises(KeyError):
         main(["dispatch", "8"])
     assert user_error_line(KeyError("x")) is None and user_error_line(OSError("x")) is not None
+
+
+def test_sweep_out_at_a_csv_that_is_not_a_store_is_one_line_and_the_file_stays(
+    capsys, tmp_path: Path
+) -> None:
+    mine = tmp_path / "budget.csv"
+    mine.write_text("item,cost\nrent,1200\n")
+    assert "is not a cgdispatch store" in _one_line(capsys, ["sweep", "--out", str(mine)])
+    assert mine.read_text() == "item,cost\nrent,1200\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["budget.csv"]
+
+
+def test_report_out_at_a_folder_with_a_summary_of_its_own_is_one_line(capsys, tmp_path) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "results.csv").write_text("model,mode,num_tokens,status\nm,FULL,1,ok\n")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "summary.md").write_text("mine")
+    argv = ["report", str(tmp_path / "store"), "--out", str(notes), "--no-estimate"]
+    assert "cgdispatch did not write" in _one_line(capsys, argv)
+    assert (notes / "summary.md").read_text() == "mine"
