@@ -19,8 +19,7 @@ def claim_report_folder(out: Path) -> None:
         raise ValueError(f"report folder {out} is a file: give a folder as --out")
     if out.is_dir() and not (out / REPORT_MARKER).is_file():
         others = sorted(p.name for p in out.iterdir())
-        # a report of an older cgdispatch (before the marker): only its own files, charts too
-        legacy = set(others) <= _REPORT_FILES and "speedup.png" in others
+        legacy = _older_report(out, others)
         if others and not legacy:
             raise ValueError(
                 f"report folder {out} holds {others[:3]} that cgdispatch did not write: give a "
@@ -31,6 +30,19 @@ def claim_report_folder(out: Path) -> None:
         refuse_link(out / name)
     (out / REPORT_MARKER).write_text(
         "written by cgdispatch report: it may replace its files here\n"
+    )
+
+
+def _older_report(out: Path, names: list[str]) -> bool:
+    """A report of an older cgdispatch (before the marker): its summary.md starts with the
+    report's title and everything else is a chart."""
+    summary = out / "summary.md"
+    if "summary.md" not in names or summary.is_symlink() or not summary.is_file():
+        return False
+    with open(summary, encoding="utf-8", errors="replace") as fh:
+        title = fh.readline().strip()
+    return title == "# cgdispatch sweep report" and all(
+        n == "summary.md" or n.endswith(".png") for n in names
     )
 
 

@@ -198,9 +198,9 @@ def test_a_report_folder_of_an_older_cgdispatch_is_reused_and_a_planted_link_ref
     run_sweep(SPEC, store=store, progress=False)
     old = tmp_path / "old"
     old.mkdir()
-    for name in ("summary.md", "speedup.png"):
-        (old / name).write_text("old report")
-    assert write_report(store, old, estimate=False).read_text() != "old report"
+    (old / "summary.md").write_text("# cgdispatch sweep report\n\nthe previous run")
+    (old / "capture_per_key.png").write_text("a chart an older version drew")
+    assert "the previous run" not in write_report(store, old, estimate=False).read_text()
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     (old / "summary.md").unlink()
