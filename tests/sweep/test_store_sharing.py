@@ -246,3 +246,17 @@ def test_a_store_sqlite_cannot_open_read_only_is_read_from_its_export(
     rows = load_results(tmp_path)
     ref = random.Random(9)
     assert rows["eager_ms"].tolist() == [_row("s", n, ref)["eager_ms"] for n in (1, 2, 3)]
+
+
+def test_an_older_store_folder_keeps_its_captures_and_specs(tmp_path: Path) -> None:
+    from cgdispatch.sweep.store import load_captures
+
+    rows = run_sweep(SPEC, store=tmp_path, progress=False)
+    captures = load_captures(tmp_path)
+    assert len(captures) > 0
+    (tmp_path / "store.sqlite").unlink()  # what an older cgdispatch left: the CSVs only
+    for extra in tmp_path.glob("store.sqlite-*"):
+        extra.unlink()
+    again = run_sweep(SPEC, store=tmp_path, progress=False)  # migrated, nothing re-run
+    assert sorted(again["timestamp"]) == sorted(rows["timestamp"])
+    pd.testing.assert_frame_equal(load_captures(tmp_path), captures, check_dtype=False)
