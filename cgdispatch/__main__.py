@@ -29,13 +29,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def user_error_line(err: BaseException) -> str | None:
+    """The one stderr line for a user's mistake, or None for a bug (which keeps its
+    traceback). User mistakes: bad values (ValueError, JSON errors included), files that
+    cannot be read or written (OSError), malformed YAML."""
+    import yaml
+
+    if isinstance(err, OSError):
+        what = err.strerror or str(err)
+        where = f" {err.filename!r}" if err.filename else ""
+        return f"error: cannot use{where}: {what} (check the path and its permissions)"
+    if isinstance(err, yaml.YAMLError):
+        return f"error: malformed YAML: {' '.join(str(err).split())}"
+    if isinstance(err, ValueError):
+        return f"error: {' '.join(str(err).split())}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ValueError as err:  # user errors: one clear line, no traceback
-        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        line = user_error_line(err)
+        if line is None:
+            raise  # an internal bug: show the traceback, do not pass it off as a user error
+        print(line, file=sys.stderr)
         return 2
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..core.validate import check_device
 from ..measure.replay_check import check_replay
 from .dispatch import parse_sizes
 
@@ -23,6 +24,8 @@ def build_runner(args: argparse.Namespace) -> GraphRunner:
     from ..core.config import GraphConfig
     from ..models.registry import build_model
 
+    if args.device is not None:
+        check_device("--device", args.device)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sizes = parse_sizes(args.sizes)
     model = build_model(

@@ -21,6 +21,7 @@ from ..core.engine import (
     generation_of,
     make_graph_dispatcher,
 )
+from ..core.validate import MAX_STEPS, check_int
 
 
 def parse_sizes(text: str | None) -> list[int] | None:
@@ -110,8 +111,7 @@ def format_key(key: GraphKey) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    if args.steps < 0:
-        raise ValueError(f"--steps {args.steps} is invalid: give a number of steps >= 0")
+    check_int("--steps", args.steps, 0, MAX_STEPS)
     from ..views.explain import dispatch_stats  # pandas: only when the demo runs
 
     config = config_from_args(args)

@@ -11,8 +11,9 @@ __all__ = ["add_parser"]
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
+    from ..core.validate import check_device, check_int
     from ..sweep.run import SWEEP_PRESETS, run_sweep
-    from ..sweep.spec import load_spec
+    from ..sweep.spec import MAX_REPEATS, load_spec
     from ..sweep.store import ResultStore
 
     if args.spec is not None:
@@ -23,14 +24,19 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         raise ValueError(
             f"sweep preset {args.preset!r} is unknown: use one of {sorted(SWEEP_PRESETS)} or --spec FILE"
         )
-    if args.device:
-        spec = spec.replace(device=args.device)
-    if args.repeats:
-        spec = spec.replace(repeats=args.repeats)
-    if args.modes:
-        spec = spec.replace(modes=tuple(m for m in args.modes.split(",") if m))
-    if args.workers < 1:
-        raise ValueError(f"--workers {args.workers} is invalid: give 1 (in-process) or more")
+    # every flag is checked here, before the store is opened or a model built
+    if args.device is not None:
+        spec = spec.replace(device=check_device("--device", args.device))
+    if args.repeats is not None:
+        spec = spec.replace(repeats=check_int("--repeats", args.repeats, 1, MAX_REPEATS))
+    if args.modes is not None:
+        modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+        if not modes:
+            raise ValueError(
+                f"--modes {args.modes!r} names no mode: give one or more, e.g. FULL,PIECEWISE"
+            )
+        spec = spec.replace(modes=modes)
+    check_int("--workers", args.workers, 1, 1024)
     store = ResultStore(args.out)
     previous = store.load()
     if not args.resume and (previous["sweep"] == spec.name).any():
@@ -118,7 +124,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--out",
         required=True,
         type=Path,
-        help="result directory (results.csv) or .csv/.parquet file",
+        help="store folder (store.sqlite, exported as results.csv) or a .csv/.parquet export name",
     )
     sweep.add_argument(
         "--resume", action="store_true", help="continue a sweep: skip points already ok"

@@ -22,6 +22,18 @@ class BatchDescriptor:
     has_lora: bool = False
     num_active_loras: int = 0
 
+    def __post_init__(self) -> None:
+        # keys land in dict lookups and stats: a str or negative size would match nothing
+        # and fail far from here. Plain ints pass in one comparison (the dispatcher's path).
+        if not (
+            type(self.num_tokens) is int
+            and self.num_tokens >= 0
+            and (self.num_reqs is None or (type(self.num_reqs) is int and self.num_reqs >= 0))
+            and type(self.num_active_loras) is int
+            and self.num_active_loras >= 0
+        ):
+            _check_fields(self)
+
     def relax_for_mixed_batch_cudagraphs(self) -> BatchDescriptor:
         """The same batch as a key that fits any request count (num_reqs=None, uniform=False)."""
         return BatchDescriptor(self.num_tokens, None, False, self.has_lora, self.num_active_loras)
@@ -30,3 +42,17 @@ class BatchDescriptor:
     def non_uniform(self) -> BatchDescriptor:
         """Alias of :meth:`relax_for_mixed_batch_cudagraphs` (the name in vLLM's first V1 dispatcher)."""
         return self.relax_for_mixed_batch_cudagraphs()
+
+
+def _check_fields(desc: BatchDescriptor) -> None:
+    """Convert integer-like sizes (numpy ints) to int; refuse negatives, bools and text."""
+    for name in ("num_tokens", "num_reqs", "num_active_loras"):
+        value = getattr(desc, name)
+        if value is None and name == "num_reqs":
+            continue
+        if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 0:
+            raise ValueError(
+                f"BatchDescriptor {name}={value!r} is invalid: it must be an integer >= 0"
+                + (" or None (any request count)" if name == "num_reqs" else "")
+            )
+        object.__setattr__(desc, name, value.__index__())

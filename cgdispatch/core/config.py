@@ -18,6 +18,7 @@ from typing import Any
 from . import config_v2 as _v2
 from .ladders import vllm_ladder
 from .modes import AttentionCGSupport, CUDAGraphMode
+from .validate import check_bool
 from .validate import check_int as _check_int
 
 __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
@@ -132,6 +133,8 @@ class GraphConfig:
         _check_int("max_loras", self.max_loras, 0)
         _check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
         _check_int("cudagraph_num_of_warmups", self.cudagraph_num_of_warmups, 0)
+        for flag in ("sequence_parallel", "cudagraph_specialize_lora", "specialize_active_lora"):
+            set_(self, flag, check_bool(flag, getattr(self, flag)))  # "no" is not False
         if self.splitting_ops is not None:
             if isinstance(self.splitting_ops, str) or not all(
                 isinstance(op, str) for op in self.splitting_ops

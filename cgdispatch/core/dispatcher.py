@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .batch import BatchDescriptor
 from .config import DEFAULT_SPLITTING_OPS, GraphConfig
 from .modes import CUDAGraphMode
-from .validate import check_int
+from .validate import MAX_STEP_TOKENS, check_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -435,11 +435,8 @@ def _countdown_index(sizes: list[int]) -> Iterable[int]:
 
 
 def _check_num_tokens(value: Any, name: str = "num_tokens") -> int:
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value <= MAX_STEP_TOKENS:
         return value
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise ValueError(f"{name}={value!r} is invalid: it must be a non-negative integer")
-    value = value.__index__()
-    if value < 0:
-        raise ValueError(f"{name}={value} is invalid: it must be a non-negative integer")
-    return value
+    return check_int(name, value.__index__(), 0, MAX_STEP_TOKENS)

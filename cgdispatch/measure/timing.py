@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from ..core.validate import check_int
+
 __all__ = [
     "StepTiming",
     "CaptureMemory",
@@ -87,9 +89,7 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 
 
 def _check_count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= {minimum}")
-    return value
+    return check_int(name, value, minimum)
 
 
 def time_step(

@@ -21,8 +21,14 @@ from typing import Any
 
 import pandas as pd
 
+from .rows import CAPTURE_COLUMNS, CaptureRecord, SweepRow
+from .schema import normalise, point_ids
 from .spec import SWEEP_PRESETS, SweepSpec
-from .store import KEY_COLUMNS, SWEEP_COLUMNS, ResultStore, load_results, row_key
+from .store import SWEEP_COLUMNS, ResultStore, load_results
+
+# the unit fields a capture record repeats (the rest describe the key)
+_CAPTURE_BASE = [c for c in CAPTURE_COLUMNS if c in ("sweep", "model", "dtype", "device",
+                 "device_name", "mode", "ladder", "capture_sizes", "max_num_seqs", "source")]  # fmt: skip
 
 __all__ = [
     "SweepSpec",
@@ -36,6 +42,7 @@ __all__ = [
 
 
 def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
+    """The fields every row of a (mode, ladder) unit shares."""
     import torch
 
     from ..measure.timing import device_label, source_label
@@ -58,24 +65,27 @@ def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
         "num_capture_sizes": len(sizes),
         "max_num_seqs": spec.max_num_seqs,
         "repeats": spec.repeats,
+        "warmup": spec.warmup,
+        "input_sets": spec.input_sets,
+        "cpu_threads": spec.cpu_threads,
         "source": source,
     }
 
 
-def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> dict[str, Any]:
-    return {
+def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> SweepRow:
+    return SweepRow(
         **base,
-        "num_tokens": n,
-        "uniform_decode": uniform,
-        "status": "failed",
-        "error": f"{type(err).__name__}: {err}"[:500],
-        "timestamp": time.time(),
-    }
+        num_tokens=n,
+        uniform_decode=uniform,
+        status="failed",
+        error=f"{type(err).__name__}: {err}"[:500],
+        timestamp=time.time(),
+    )
 
 
 def iter_unit(
     spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[SweepRow | CaptureRecord]:
     """Rows of one (mode, ladder) unit, one per shape, each yielded as soon as it is timed.
 
     On CPU the unit runs with ``spec.cpu_threads`` intra-op threads (restored afterwards);
@@ -99,7 +109,7 @@ def iter_unit(
 
 def _unit_rows(
     spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[SweepRow | CaptureRecord]:
     import torch
 
     from ..capture.runner import GraphRunner
@@ -135,8 +145,18 @@ def _unit_rows(
         for n, uniform in shapes:
             yield _failed(base, n, uniform, err)
         return
-    for rec in report.to_dict("records"):  # per-key capture cost, stored apart from the rows
-        yield {**base, **rec, "runtime_mode": rec["mode"], "mode": mode, "_table": "captures"}
+    for rec in report.itertuples(index=False):  # per-key capture cost, stored apart from rows
+        yield CaptureRecord(
+            **{c: base[c] for c in _CAPTURE_BASE},
+            runtime_mode=str(rec.mode),
+            num_tokens=int(rec.num_tokens),
+            num_reqs=None if pd.isna(rec.num_reqs) else int(rec.num_reqs),
+            uniform=bool(rec.uniform),
+            num_graphs=int(rec.num_graphs),
+            capture_s=float(rec.capture_s),
+            step_s=None if pd.isna(rec.step_s) else float(rec.step_s),
+            pool_bytes=None if pd.isna(rec.pool_bytes) else int(rec.pool_bytes),
+        )
     base.update(
         resolved_mode=str(runner.cudagraph_mode),
         num_graphs=int(report["num_graphs"].sum()),
@@ -156,32 +176,31 @@ def _unit_rows(
             with torch.no_grad():
                 t_eager = time_step(eager.execute_batch, batches, **kw)
                 t_graph = time_step(runner.execute_batch, batches, **kw)
-            yield {
+            yield SweepRow(
                 **base,
-                "num_tokens": n,
-                "uniform_decode": uniform,
-                "runtime_mode": str(runtime_mode),
-                "padded_size": desc.num_tokens,
-                "eager_ms": t_eager.median_ms,
-                "eager_p10_ms": t_eager.p10_ms,
-                "eager_p90_ms": t_eager.p90_ms,
-                "graph_ms": t_graph.median_ms,
-                "graph_p10_ms": t_graph.p10_ms,
-                "graph_p90_ms": t_graph.p90_ms,
-                "eager_host_ms": t_eager.host_median_ms,
-                "graph_host_ms": t_graph.host_median_ms,
-                "speedup_x": t_eager.median_ms / t_graph.median_ms,
-                "status": "ok",
-                "error": "",
-                "timestamp": time.time(),
-            }
+                num_tokens=n,
+                uniform_decode=uniform,
+                runtime_mode=str(runtime_mode),
+                padded_size=desc.num_tokens,
+                eager_ms=t_eager.median_ms,
+                eager_p10_ms=t_eager.p10_ms,
+                eager_p90_ms=t_eager.p90_ms,
+                graph_ms=t_graph.median_ms,
+                graph_p10_ms=t_graph.p10_ms,
+                graph_p90_ms=t_graph.p90_ms,
+                eager_host_ms=t_eager.host_median_ms,
+                graph_host_ms=t_graph.host_median_ms,
+                speedup_x=t_eager.median_ms / t_graph.median_ms,
+                status="ok",
+                timestamp=time.time(),
+            )
         except Exception as err:  # noqa: BLE001
             yield _failed(base, n, uniform, err)
 
 
 def run_unit(
     spec: SweepSpec, mode: str, ladder: str, shapes: Sequence[tuple[int, bool]]
-) -> list[dict[str, Any]]:
+) -> list[SweepRow | CaptureRecord]:
     """All rows of one unit (what an executor runs in a worker process)."""
     return list(iter_unit(spec, mode, ladder, shapes))
 
@@ -222,20 +241,18 @@ def run_sweep(
         store = ResultStore(store)
     store.save_spec(spec.to_dict())
     done = store.done_keys()
-    todo, wanted = [], set()
+    todo, wanted = [], []
     for mode, ladder in spec.units():
         base = _base_row(spec, mode, ladder)
-        keys = {
-            (n, u): row_key(
-                tuple({**base, "num_tokens": n, "uniform_decode": u}[c] for c in KEY_COLUMNS)
-            )
-            for n, u in spec.shapes
-        }
-        wanted |= set(keys.values())
-        shapes = [shape for shape, key in keys.items() if key not in done]
+        points = normalise(
+            pd.DataFrame([{**base, "num_tokens": n, "uniform_decode": u} for n, u in spec.shapes])
+        )
+        ids = point_ids(points)
+        wanted += ids
+        shapes = [shape for shape, key in zip(spec.shapes, ids) if key not in done]
         if shapes:
             todo.append((mode, ladder, shapes))
-    total = len(spec.units()) * len(spec.shapes)
+    total = len(wanted)
     from tqdm.auto import tqdm
 
     with tqdm(
@@ -247,9 +264,9 @@ def run_sweep(
     ) as bar:
         if executor is None:
             for mode, ladder, shapes in todo:
-                captures = []
+                captures: list[CaptureRecord] = []
                 for row in iter_unit(spec, mode, ladder, shapes):
-                    if row.pop("_table", None):
+                    if isinstance(row, CaptureRecord):
                         captures.append(row)
                         continue
                     if captures:
@@ -262,17 +279,16 @@ def run_sweep(
             for future in cf.as_completed(futures):
                 mode, ladder, shapes = futures[future]
                 try:
-                    rows = future.result()
+                    results = future.result()
                 except Exception as err:  # noqa: BLE001 - a worker died: record, go on
                     base = _base_row(spec, mode, ladder)
-                    rows = [_failed(base, n, u, err) for n, u in shapes]
-                captures = [r for r in rows if r.pop("_table", None)]
-                rows = [r for r in rows if "status" in r]  # capture records have no status
-                store.append_captures(captures)
+                    results = [_failed(base, n, u, err) for n, u in shapes]
+                store.append_captures([r for r in results if isinstance(r, CaptureRecord)])
+                rows = [r for r in results if isinstance(r, SweepRow)]
                 store.append(rows)
                 bar.update(len(rows))
     frame = store.load()
     if frame.empty:
         return frame
-    mine = frame[list(KEY_COLUMNS)].apply(lambda r: row_key(tuple(r)) in wanted, axis=1)
-    return frame[mine.astype(bool)].reset_index(drop=True)
+    mine = pd.Series(point_ids(frame)).isin(set(wanted)).to_numpy()
+    return frame[mine].reset_index(drop=True)

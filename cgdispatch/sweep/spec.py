@@ -13,10 +13,13 @@ from typing import Any
 
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
+from ..core.validate import MAX_STEP_TOKENS, check_device, check_int
 
 __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
 BATCH_KINDS = ("decode", "mixed")
+DTYPES = ("float32", "bfloat16", "float16")
+MAX_REPEATS = 100_000  # timed runs per point: a day at ~1 s a step, far past a stable median
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,20 @@ class SweepSpec:
             raise ValueError(
                 f"model={self.model!r} is unknown: use a registry name, one of {model_names()}"
             )
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"name={self.name!r} is invalid: give the sweep a non-empty name")
+        if isinstance(self.modes, str) or not self.modes:
+            raise ValueError(
+                f"modes={self.modes!r} is invalid: give a list of one or more modes, e.g. "
+                "['FULL', 'PIECEWISE']"
+            )
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
+        check_device("device", self.device)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} is invalid: use one of {list(DTYPES)}")
+        check_int("warmup", self.warmup, 0, MAX_REPEATS)
+        check_int("repeats", self.repeats, 1, MAX_REPEATS)
         set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
         for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets", "cpu_threads"):
             value = getattr(self, name)
@@ -60,7 +75,8 @@ class SweepSpec:
         if bad:
             raise ValueError(f"batch_kinds {bad} are unknown: use {list(BATCH_KINDS)}")
         if not self.num_tokens or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.num_tokens
+            isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_STEP_TOKENS
+            for n in self.num_tokens
         ):
             raise ValueError(f"num_tokens={self.num_tokens!r} is invalid: give integers >= 1")
         set_(self, "num_tokens", tuple(self.num_tokens))
@@ -168,16 +184,39 @@ def load_spec(path: str | Path) -> SweepSpec:
     import yaml
 
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise ValueError(
-            f"spec file {path} does not exist: give a YAML or JSON file of SweepSpec fields"
+            f"spec file {path} {'is a directory' if path.is_dir() else 'does not exist'}: give "
+            "a YAML or JSON file of SweepSpec fields"
         )
-    fields = yaml.safe_load(path.read_text())  # JSON is YAML
+    try:
+        fields = yaml.safe_load(path.read_text())  # JSON is YAML
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"spec file {path} is not valid YAML or JSON ({' '.join(str(err).split())})"
+        ) from None
     known = {f.name for f in dataclasses.fields(SweepSpec)}
-    if not isinstance(fields, dict) or set(fields) - known:
-        unknown = sorted(set(fields) - known) if isinstance(fields, dict) else fields
+    if not isinstance(fields, dict):
+        raise ValueError(
+            f"spec file {path} holds {type(fields).__name__} {str(fields)[:40]!r}, expected a "
+            f"mapping of SweepSpec fields such as 'name: mine' and 'modes: [FULL]'"
+        )
+    if set(fields) - known:
+        unknown = sorted(map(str, set(fields) - known))
         raise ValueError(f"spec file {path} has unknown fields {unknown}: use {sorted(known)}")
     for name in ("modes", "num_tokens", "batch_kinds"):
         if name in fields:
+            if not isinstance(fields[name], list):
+                raise ValueError(
+                    f"spec file {path}: {name} is {fields[name]!r}, expected a list such as [1, 8]"
+                )
             fields[name] = tuple(fields[name])
-    return SweepSpec(**fields)
+    if "ladders" in fields and not isinstance(fields["ladders"], dict):
+        raise ValueError(
+            f"spec file {path}: ladders is {fields['ladders']!r}, expected a mapping such as "
+            "{vllm: null, few: [1, 8]}"
+        )
+    try:
+        return SweepSpec(**fields)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"spec file {path}: {err}") from None

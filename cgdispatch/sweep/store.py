@@ -1,265 +1,246 @@
-"""The sweep result store: one table on disk, appended row by row, written atomically.
+"""The sweep result store: an SQLite database that several processes may write at once,
+with CSV (or Parquet) exports that pandas, ``report`` and the notebooks read.
 
-A store is a CSV or Parquet file (a directory means ``DIR/results.csv``) plus the sweep
-spec next to it (``spec.json``). Every append rewrites the whole table to a temporary file
-in the same directory, flushes it to disk and renames it over the old one, so a process
-killed at any moment leaves either the old table or the new one, never half a row. Rows
-are keyed by :data:`KEY_COLUMNS`; appending a row whose key exists replaces the old row
-(so a rerun turns a ``failed`` point into an ``ok`` one without duplicates).
-It stores and loads; it does not run anything.
+A store is a folder holding ``store.sqlite`` and its exports ``results.csv`` and
+``captures.csv``; given a ``.csv`` or ``.parquet`` file name, the database sits next to it
+(``NAME.sqlite``) and the file is the export. Each append is one SQLite transaction
+(WAL journal): concurrent writers wait their turn instead of overwriting each other, and a
+process killed at any moment leaves every committed row. The exports are rewritten inside
+the same transaction, to a randomly named temporary file renamed over the old one.
+
+The database identifies itself (``PRAGMA application_id`` and a ``meta`` table), and the
+store refuses to write into a file or folder that is not one of its stores, and through a
+symlink. A CSV store of an older cgdispatch (``results.csv`` without a database) is
+migrated on first open, so no results are stranded. Rows are keyed by their point identity
+(:data:`~cgdispatch.sweep.rows.POINT_COLUMNS`); appending a row with a stored identity
+replaces it (a rerun turns a ``failed`` point into an ``ok`` one). It stores and loads;
+it runs nothing.
+
+Writers should share one machine: SQLite's WAL needs shared memory, which network file
+systems do not give. A dask or process-pool sweep does: only the process that called
+``run_sweep`` writes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import sqlite3
 from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from .database import (
+    DB_NAME,
+    check_ours,
+    create,
+    create_file,
+    insert,
+    layout,
+    legacy_rows,
+    refuse_foreign_folder,
+    refuse_symlink,
+    select_captures,
+    select_rows,
+)
+from .exports import read_table, write_export
+from .rows import CAPTURE_COLUMNS, POINT_COLUMNS, SWEEP_COLUMNS, CaptureRecord, SweepRow
+from .schema import normalise, point_ids
+
 __all__ = [
     "SWEEP_COLUMNS",
     "KEY_COLUMNS",
+    "CAPTURE_COLUMNS",
     "row_key",
     "ResultStore",
     "load_results",
+    "load_captures",
     "load_reference",
 ]
 
-# The stable row schema of sweeps (column -> meaning); plots and notebooks rely on it.
-SWEEP_COLUMNS: dict[str, str] = {
-    "sweep": "sweep spec name (smoke, gpu-small, ...)",
-    "model": "model name from the registry (toy-tiny, hf-llama-tiny, ...)",
-    "dtype": "weights and activations dtype",
-    "device": "torch device type the point ran on (cpu, cuda)",
-    "device_name": "CPU or the GPU's name (NVIDIA H200)",
-    "torch_version": "torch.__version__ of the run",
-    "mode": "cudagraph_mode asked for (config level)",
-    "resolved_mode": "mode after GraphConfig.resolve() for the model's attention support",
-    "runtime_mode": "runtime mode this shape dispatched to (FULL, PIECEWISE, NONE)",
-    "ladder": "capture-size ladder name",
-    "capture_sizes": "the ladder's sizes, comma-separated",
-    "max_num_seqs": "scheduler limit the config was built with",
-    "num_capture_sizes": "number of capture sizes",
-    "num_tokens": "real tokens in the step",
-    "uniform_decode": "True: uniform decode batch; False: mixed decodes + prefill chunks",
-    "padded_size": "tokens after padding to a capture size (= num_tokens when eager)",
-    "eager_ms": "median step time, eager (no graphs)",
-    "eager_p10_ms": "10th percentile, eager",
-    "eager_p90_ms": "90th percentile, eager",
-    "graph_ms": "median step time through the runner with graphs",
-    "graph_p10_ms": "10th percentile, graphs",
-    "graph_p90_ms": "90th percentile, graphs",
-    "eager_host_ms": "median host time to issue an eager step (equals eager_ms on CPU)",
-    "graph_host_ms": "median host time to issue a graph step (equals graph_ms on CPU)",
-    "speedup_x": "eager_ms / graph_ms",
-    "num_graphs": "graphs captured for this (mode, ladder): one per FULL key, one per piece per PIECEWISE key",
-    "capture_s": "wall time of capturing every key, warm-ups included",
-    "graph_capture_s": "time inside graph capture only (sum over keys)",
-    "pool_bytes": "graph-pool bytes: sum of what each graph capture reserved (CUDA; empty on CPU)",
-    "peak_allocated_bytes": "peak allocated bytes during the capture (CUDA; empty on CPU)",
-    "peak_reserved_bytes": "peak reserved bytes during the capture (CUDA; empty on CPU)",
-    "repeats": "timed runs per median",
-    "status": "ok or failed",
-    "error": "the error of a failed point ('' when ok)",
-    "source": "measured (CPU) or measured (<GPU name>)",
-    "timestamp": "Unix time the row was written",
-}
-_TEXT = {
-    "sweep",
-    "model",
-    "dtype",
-    "device",
-    "device_name",
-    "torch_version",
-    "mode",
-    "resolved_mode",
-    "runtime_mode",
-    "ladder",
-    "capture_sizes",
-    "uniform_decode",
-    "status",
-    "error",
-    "source",
-}
-_NUMERIC = [c for c in SWEEP_COLUMNS if c not in _TEXT]  # NaN / <NA> mark "not measured"
-_INTEGER = {
-    "max_num_seqs",
-    "num_capture_sizes",
-    "num_tokens",
-    "padded_size",
-    "num_graphs",
-    "pool_bytes",
-    "peak_allocated_bytes",
-    "peak_reserved_bytes",
-    "repeats",
-}
-KEY_COLUMNS: tuple[str, ...] = (
-    "model",
-    "dtype",
-    "device",
-    "mode",
-    "ladder",
-    "capture_sizes",
-    "num_tokens",
-    "uniform_decode",
-)
-
-
-# One row per captured key (the runner's capture report), in ``captures.csv`` next to the rows.
-CAPTURE_COLUMNS: tuple[str, ...] = (
-    "sweep",
-    "model",
-    "dtype",
-    "device",
-    "device_name",
-    "mode",
-    "ladder",
-    "capture_sizes",
-    "max_num_seqs",
-    "runtime_mode",
-    "num_tokens",
-    "num_reqs",
-    "uniform",
-    "num_graphs",
-    "capture_s",
-    "step_s",
-    "pool_bytes",
-    "source",
-)
-_UNIT_COLUMNS = ("model", "dtype", "device", "mode", "ladder", "capture_sizes")
-
-
-class ResultStore:
-    """Sweep rows on disk (or in memory when ``path`` is None), keyed by :data:`KEY_COLUMNS`.
-
-    One writer at a time: opening a store deletes temporary files a killed writer left."""
-
-    def __init__(self, path: str | os.PathLike[str] | None) -> None:
-        if path is not None:
-            path = Path(path)
-            if path.suffix not in (".csv", ".parquet"):
-                path = path / "results.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            for name in (path.name, f"captures{path.suffix}"):  # a writer killed mid-write
-                for stale in path.parent.glob(f".{name}.*"):
-                    stale.unlink(missing_ok=True)
-        self.path: Path | None = path
-        self._frame: pd.DataFrame | None = None
-
-    def load(self) -> pd.DataFrame:
-        """Every stored row, with every column of :data:`SWEEP_COLUMNS`."""
-        if self._frame is None:
-            self._frame = (
-                _read(self.path) if self.path is not None and self.path.exists() else _empty()
-            )
-        return self._frame.copy()
-
-    def done_keys(self) -> set[tuple[Any, ...]]:
-        """Keys of the rows whose status is ``ok``."""
-        frame = self.load()
-        ok = frame[frame["status"] == "ok"]
-        return {row_key(r) for r in ok[list(KEY_COLUMNS)].itertuples(index=False)}
-
-    def append(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Add rows (replacing rows with the same key) and write the table atomically."""
-        new = pd.DataFrame(list(rows))
-        if new.empty:
-            return
-        frame = _normalise(pd.concat([self.load(), _normalise(new)], ignore_index=True))
-        keys = frame[list(KEY_COLUMNS)].apply(lambda r: row_key(tuple(r)), axis=1)
-        frame = frame[~keys.duplicated(keep="last")].reset_index(drop=True)
-        self._frame = frame
-        if self.path is not None:
-            _write_atomic(frame, self.path)
-
-    @property
-    def captures_path(self) -> Path | None:
-        return None if self.path is None else self.path.with_name(f"captures{self.path.suffix}")
-
-    def append_captures(self, rows: list[dict[str, Any]]) -> None:
-        """Store one unit's capture report (replacing that unit's earlier report)."""
-        if not rows or self.captures_path is None:
-            return
-        new = pd.DataFrame(rows).reindex(columns=list(CAPTURE_COLUMNS))
-        old = load_captures(self.captures_path)
-        unit = row_key(tuple(rows[0][c] for c in _UNIT_COLUMNS))
-        if len(old):
-            keys = old[list(_UNIT_COLUMNS)].apply(lambda r: row_key(tuple(r)), axis=1)
-            old = old[keys != unit]
-        frame = new if old.empty else pd.concat([old, new], ignore_index=True)
-        _write_atomic(frame, self.captures_path)
-
-    def save_spec(self, spec: dict[str, Any]) -> None:
-        """Write the sweep spec next to the table (``spec.json``; one per sweep name)."""
-        if self.path is None:
-            return
-        spec_path = self.path.parent / "spec.json"
-        specs = json.loads(spec_path.read_text()) if spec_path.exists() else {}
-        specs[spec["name"]] = spec
-        tmp = spec_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(specs, indent=1))
-        os.replace(tmp, spec_path)
+KEY_COLUMNS = POINT_COLUMNS  # the old name of the row key
+_UNIT_COLUMNS = ("sweep", "model", "dtype", "device", "mode", "ladder", "capture_sizes")
 
 
 def row_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(str(v) for v in values)  # CSV round trips turn types into text
 
 
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in SWEEP_COLUMNS})
+class ResultStore:
+    """Sweep rows in an SQLite database (in memory when ``path`` is None), keyed by point
+    identity, exported as CSV or Parquet after every write."""
 
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path: Path | None = None  # the rows' export (results.csv / NAME.parquet)
+        self.db_path: Path | None = None
+        self._memory: sqlite3.Connection | None = None
+        if path is None:
+            self._memory = sqlite3.connect(":memory:", isolation_level=None)
+            create(self._memory)
+            return
+        self.path, self.db_path = layout(Path(path))
+        folder = self.db_path.parent
+        for target in (self.db_path, self.path, self.captures_path):
+            refuse_symlink(target)
+        if self.db_path.exists():
+            check_ours(self.db_path)
+        else:
+            legacy = legacy_rows(self.path)  # ValueError when the file is not a store
+            if self.path.suffix == "" or not self.path.exists():
+                refuse_foreign_folder(folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            if create_file(self.db_path) and legacy is not None:
+                self._migrate(legacy)  # only the process that created the database migrates
 
-def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
-    for col in SWEEP_COLUMNS:
-        if col not in frame:
-            frame[col] = None
-    frame = frame[list(SWEEP_COLUMNS)]
-    frame["uniform_decode"] = frame["uniform_decode"].map(
-        lambda v: v if isinstance(v, bool) else str(v).lower() == "true"
-    )
-    frame["error"] = frame["error"].map(
-        lambda v: "" if v is None or v != v else str(v)
-    )  # NaN -> ""
-    for col in _NUMERIC:
-        values = pd.to_numeric(frame[col], errors="coerce").astype("float64")
-        frame[col] = values.astype("Int64") if col in _INTEGER else values
-    return frame
+    # ---- connections ----
+    def _connect(self) -> sqlite3.Connection:
+        if self._memory is not None:
+            return self._memory
+        # timeout: a writer waits up to a minute for another's transaction instead of failing
+        con = sqlite3.connect(self.db_path, timeout=60.0, isolation_level=None)
+        con.execute("PRAGMA journal_mode=WAL")
+        return con
 
+    def _transaction(self, work: Any) -> None:
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")  # take the write lock now: writers queue here
+            try:
+                work(con)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            # exports show committed rows only (a kill between the two leaves them a write
+            # behind, never ahead of the database), and under the lock so they come in order
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                self._remove_stale_temporaries()
+                self._export(con)
+            finally:
+                con.execute("COMMIT")
+        finally:
+            if self._memory is None:
+                con.close()
 
-def _read(path: Path) -> pd.DataFrame:
-    frame = (
-        pd.read_parquet(path)
-        if path.suffix == ".parquet"
-        else pd.read_csv(path, keep_default_na=True)
-    )
-    return _normalise(frame)
+    # ---- rows ----
+    def load(self) -> pd.DataFrame:
+        """Every stored row, with every column of :data:`SWEEP_COLUMNS`."""
+        con = self._connect()
+        try:
+            return select_rows(con)
+        finally:
+            if self._memory is None:
+                con.close()
 
+    def done_keys(self) -> set[str]:
+        """Point identities of the rows whose status is ``ok``."""
+        con = self._connect()
+        try:
+            found = con.execute("SELECT point_id FROM rows WHERE status = 'ok'").fetchall()
+        finally:
+            if self._memory is None:
+                con.close()
+        return {r[0] for r in found}
 
-def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if path.suffix == ".parquet":
-                frame.to_parquet(fh, index=False)
-            else:
-                fh.write(frame.to_csv(index=False).encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    def append(self, rows: Iterable[SweepRow | dict[str, Any]]) -> None:
+        """Add rows (replacing rows with the same point identity) in one transaction."""
+        dicts = [r.as_dict() if isinstance(r, SweepRow) else dict(r) for r in rows]
+        if not dicts:
+            return
+        frame = normalise(pd.DataFrame(dicts))
+        frame.insert(0, "point_id", point_ids(frame))
+        frame = frame.drop_duplicates("point_id", keep="last")
+        self._transaction(lambda con: insert(con, "rows", frame, replace=True))
+
+    @property
+    def captures_path(self) -> Path | None:
+        return None if self.path is None else self.path.with_name(f"captures{self.path.suffix}")
+
+    def append_captures(self, records: list[CaptureRecord] | list[dict[str, Any]]) -> None:
+        """Store one unit's capture report (replacing that unit's earlier report)."""
+        if not records:
+            return
+        dicts = [r.as_dict() if isinstance(r, CaptureRecord) else r for r in records]
+        frame = pd.DataFrame(dicts).reindex(columns=list(CAPTURE_COLUMNS))
+        unit = json.dumps([str(dicts[0][c]) for c in _UNIT_COLUMNS])
+        frame.insert(0, "unit_id", unit)
+
+        def work(con: sqlite3.Connection) -> None:
+            con.execute("DELETE FROM captures WHERE unit_id = ?", (unit,))
+            insert(con, "captures", frame, replace=False)
+
+        self._transaction(work)
+
+    def load_captures(self) -> pd.DataFrame:
+        con = self._connect()
+        try:
+            return select_captures(con)
+        finally:
+            if self._memory is None:
+                con.close()
+
+    def save_spec(self, spec: dict[str, Any]) -> None:
+        """Keep the sweep spec (one per sweep name), exported as ``spec.json``."""
+        self._transaction(
+            lambda con: con.execute(
+                "INSERT OR REPLACE INTO specs VALUES (?, ?)", (spec["name"], json.dumps(spec))
+            )
+        )
+
+    def export(self, path: str | os.PathLike[str]) -> Path:
+        """Write every row to ``path`` (``.csv`` or ``.parquet``); refuses a symlink."""
+        path = Path(path)
+        write_export(self.load(), path)
+        return path
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary exports of a writer killed mid-write. Only called under the write lock:
+        no other writer has one in flight then."""
+        if self.path is None:
+            return
+        for name in (self.path.name, self.captures_path.name, "spec.json"):
+            for stale in self.path.parent.glob(f".{name}.*.tmp"):
+                stale.unlink(missing_ok=True)
+
+    def _export(self, con: sqlite3.Connection) -> None:
+        if self.path is None:
+            return
+        write_export(select_rows(con), self.path)
+        captures = select_captures(con)
+        if len(captures) or self.captures_path.exists():
+            write_export(captures, self.captures_path)
+        specs = {n: json.loads(s) for n, s in con.execute("SELECT name, spec FROM specs")}
+        write_export(specs, self.path.parent / "spec.json")
+
+    def _migrate(self, legacy: pd.DataFrame) -> None:
+        """Rows of an older CSV store: timing settings it did not record come from its
+        spec.json when the sweep is there (so a resume still reuses them), else stay empty."""
+        spec_path = self.path.parent / "spec.json"
+        specs = json.loads(spec_path.read_text()) if spec_path.is_file() else {}
+        for name in ("warmup", "input_sets", "cpu_threads"):
+            if name not in legacy:
+                legacy[name] = [specs.get(str(s), {}).get(name) for s in legacy["sweep"]]
+        captures = read_table(self.captures_path) if self.captures_path.is_file() else None
+        self.append(legacy.to_dict("records"))
+        for spec in specs.values():
+            self.save_spec(spec)
+        if captures is not None and len(captures):
+            for _, unit in captures.groupby(list(_UNIT_COLUMNS), dropna=False, sort=False):
+                self.append_captures(unit.to_dict("records"))
 
 
 def load_captures(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Per-key capture rows (:data:`CAPTURE_COLUMNS`) of a store directory or captures file;
+    """Per-key capture rows (:data:`CAPTURE_COLUMNS`) of a store folder or captures file;
     empty when the sweep wrote none."""
     path = Path(path)
+    if path.is_dir() and (path / DB_NAME).is_file():
+        found = _read_db(path / DB_NAME, select_captures)
+        if found is not None:
+            return found
     if path.is_dir():
         path = next(
             (
@@ -271,25 +252,49 @@ def load_captures(path: str | os.PathLike[str]) -> pd.DataFrame:
         )
     if not path.exists():
         return pd.DataFrame(columns=list(CAPTURE_COLUMNS))
-    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    return frame.reindex(columns=list(CAPTURE_COLUMNS))
+    return read_table(path).reindex(columns=list(CAPTURE_COLUMNS))
 
 
 def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Rows of a store: a results file or a directory holding ``results.csv``/``.parquet``."""
+    """Rows of a store: its folder, its database, or a results export (CSV or Parquet)."""
     path = Path(path)
     if path.is_dir():
+        if (path / DB_NAME).is_file():
+            found = _read_db(path / DB_NAME, select_rows)
+            if found is not None:
+                return found
         for name in ("results.csv", "results.parquet"):
             if (path / name).exists():
-                return _read(path / name)
+                return normalise(read_table(path / name))
         raise ValueError(
-            f"{path} holds no results.csv or results.parquet: run a sweep with --out {path}"
+            f"{path} holds no {DB_NAME}, results.csv or results.parquet: run a sweep with "
+            f"--out {path}"
         )
     if not path.exists():
         raise ValueError(
             f"results file {path} does not exist: give a sweep's --out directory or file"
         )
-    return _read(path)
+    if path.suffix == ".sqlite":
+        found = _read_db(path, select_rows)
+        if found is not None:
+            return found
+        path = path.with_name("results.csv")
+    frame = read_table(path)
+    missing = [c for c in ("model", "mode", "num_tokens", "status") if c not in frame]
+    if missing:
+        raise ValueError(f"{path} is not a sweep's results (it lacks columns {missing})")
+    return normalise(frame)
+
+
+def _read_db(db: Path, select: Any) -> pd.DataFrame | None:
+    """Read a store without writing to it (a co-worker's store may be read-only to us); None
+    when SQLite cannot open it so, and the caller reads the exports instead."""
+    check_ours(db)
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60.0)) as con:
+            return select(con)
+    except sqlite3.OperationalError:  # read-only WAL without its -shm file: use the export
+        return None
 
 
 def load_reference(
@@ -302,7 +307,7 @@ def load_reference(
     device name contains it (case-insensitive). No reference data is invented: when no
     file is shipped this returns None.
     """
-    folder = Path(data_dir) if data_dir is not None else Path(__file__).parent / "data"
+    folder = Path(data_dir) if data_dir is not None else Path(__file__).parents[1] / "data"
     files = sorted(folder.glob("reference_*.csv")) if folder.is_dir() else []
     frames = []
     for file in files:
@@ -316,7 +321,7 @@ def load_reference(
             f"reference data ({name}, {date})"
             for name, date in zip(frame["device_name"], frame["reference_date"])
         ]
-        frames.append(_normalise(frame))
+        frames.append(normalise(frame))
     if not frames:
         return None
     rows = pd.concat(frames, ignore_index=True)

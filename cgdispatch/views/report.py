@@ -29,6 +29,7 @@ from .capture_figures import (
     memory_per_key_figure,
 )
 from .plots import speedup_figure
+from .report_folder import claim_report_folder, refuse_link, target
 from .sources import frame_source
 from .sweepviews import graph_memory_table, memory_estimates, modelled_speedup, unit_table
 
@@ -158,10 +159,10 @@ def write_report(
         if out is not None
         else (results if results.is_dir() else results.parent) / "report"
     )
-    out.mkdir(parents=True, exist_ok=True)
+    claim_report_folder(out)
     drawn = draw_report(rows, load_captures(results), estimate=estimate, progress=progress)
     for name, fig in drawn.figures.items():
-        fig.savefig(out / f"{name}.png", dpi=110)
+        fig.savefig(target(out, f"{name}.png"), dpi=110)
     estimates, reference = drawn.estimates, drawn.reference
 
     def image(name: str, alt: str) -> list[str]:
@@ -225,5 +226,6 @@ def write_report(
     if reference is not None:
         lines += [f"Reference rows plotted: {_sources(reference)}.", ""]
     path = out / "summary.md"
+    refuse_link(path)
     path.write_text("\n".join(lines))
     return path

@@ -9,11 +9,23 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
+from ..core.validate import MAX_REQUEST_TOKENS, MAX_STEP_TOKENS, MAX_STEPS
+from .checks import (
+    bool_column,
+    cell,
+    check_total_steps,
+    columns_shown,
+    existing_file,
+    int_column,
+    parse_csv,
+    read_text,
+    source_name,
+)
 from .trace import LORA_COLUMN, REQUEST_COLUMNS, check_trace, make_trace
 
 __all__ = [
@@ -99,22 +111,10 @@ def _match(columns: list[str], aliases: dict[str, tuple[str, ...]]) -> dict[str,
 def _read(source: str | Path | pd.DataFrame, **kwargs: object) -> pd.DataFrame:
     if isinstance(source, pd.DataFrame):
         return source
-    path = Path(source)
-    if not path.exists():
-        raise ValueError(f"trace file {str(path)!r} does not exist")
-    return _parse_csv(path, path, **kwargs)
-
-
-def _parse_csv(path: Path, source: Any, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_csv`` whose parse errors name the file and the expected format."""
-    try:
-        return pd.read_csv(source, **kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise ValueError(
-            f"trace file {str(path)!r} is not a readable CSV ({str(err).strip()}): give a CSV "
-            "with a header row (requests: arrival, prompt and output tokens; steps: "
-            "num_tokens) or a vLLM --cudagraph-metrics log"
-        ) from None
+    path = existing_file(source)
+    frame = parse_csv(path, path, **kwargs)
+    frame.attrs["path"] = str(path)
+    return frame
 
 
 def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") -> pd.DataFrame:
@@ -132,28 +132,40 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
     if missing:
         accepted = "; ".join(f"{r}: {', '.join(REQUEST_ALIASES[r][:4])}..." for r in missing)
         raise ValueError(
-            f"request CSV lacks a column for {missing} (it has {list(frame.columns)}); "
+            f"request CSV lacks a column for {missing} (it has {columns_shown(frame)}); "
             f"accepted names: {accepted}"
         )
     scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}.get(time_unit)
     if scale is None:
         raise ValueError(f"time_unit={time_unit!r} is unknown: use 's', 'ms' or 'us'")
-    stamps = frame[found["arrival_s"]]
+    column = found["arrival_s"]
+    stamps = frame[column]
     if pd.api.types.is_numeric_dtype(stamps):
         arrival = stamps.to_numpy(dtype=np.float64) * scale
     else:
         try:
-            times = pd.to_datetime(stamps)
-        except (ValueError, TypeError) as err:
-            raise ValueError(
-                f"column {found['arrival_s']!r} holds neither numbers nor dates: {err}"
-            ) from None
-        arrival = (times - times.min()).dt.total_seconds().to_numpy()
+            times = pd.to_datetime(stamps, errors="coerce", format="mixed")
+        except (ValueError, TypeError, OverflowError):
+            times = pd.Series(pd.NaT, index=stamps.index)
+        arrival = (times - times.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(arrival)
+    if bad.any():  # a NaN arrival never comes due: the simulator would wait for it forever
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{source_name(frame)}, row {row + 1}, column {column!r}: found "
+            f"{cell(stamps.iloc[row])}, expected an arrival time (a number in {time_unit}, "
+            "or a date); fill or drop that request"
+        )
+    too_big = " (MAX_REQUEST_TOKENS)"
     out = pd.DataFrame(
         {
             "arrival_s": arrival - (arrival.min() if len(arrival) else 0.0),
-            "prompt_tokens": frame[found["prompt_tokens"]].to_numpy(dtype=np.int64),
-            "output_tokens": frame[found["output_tokens"]].to_numpy(dtype=np.int64),
+            "prompt_tokens": int_column(
+                frame, found["prompt_tokens"], 1, MAX_REQUEST_TOKENS, too_big
+            ),
+            "output_tokens": int_column(
+                frame, found["output_tokens"], 1, MAX_REQUEST_TOKENS, too_big
+            ),
         }
     )
     lora_col = _match(list(frame.columns), LORA_ALIASES).get(LORA_COLUMN)
@@ -163,12 +175,6 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
             values = values.where(values >= 0)
         codes, _ = pd.factorize(values, sort=True)  # blanks -> -1
         out[LORA_COLUMN] = codes.astype(np.int64)
-    bad = (out["prompt_tokens"] < 1) | (out["output_tokens"] < 1)
-    if bad.any():
-        raise ValueError(
-            f"{int(bad.sum())} requests have prompt or output tokens < 1 (first at row "
-            f"{int(np.flatnonzero(bad)[0])}): drop them or fix the file"
-        )
     return out.sort_values("arrival_s", kind="stable").reset_index(drop=True)
 
 
@@ -184,19 +190,20 @@ def load_step_sizes(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     found = _match(list(frame.columns), STEP_ALIASES)
     if "num_tokens" not in found:
         raise ValueError(
-            f"step CSV lacks a step-size column (it has {list(frame.columns)}): name it "
+            f"step CSV lacks a step-size column (it has {columns_shown(frame)}): name it "
             "num_tokens (or tokens, batch_size, size), or give one column of sizes without header"
         )
+    sizes = int_column(frame, found["num_tokens"], 1, MAX_STEP_TOKENS)
     count = (
-        frame[found["count"]].to_numpy(dtype=np.int64)
+        int_column(frame, found["count"], 0, MAX_STEPS)
         if "count" in found
         else np.ones(len(frame), dtype=np.int64)
     )
-    sizes = frame[found["num_tokens"]].to_numpy(dtype=np.int64)
-    uniform = (
-        frame[found["uniform_decode"]].to_numpy(dtype=bool) if "uniform_decode" in found else False
+    check_total_steps(int(count.sum()), source_name(frame))  # before np.repeat allocates them
+    uniform = bool_column(frame, found["uniform_decode"]) if "uniform_decode" in found else False
+    reqs = (
+        int_column(frame, found["num_reqs"], 0, MAX_STEP_TOKENS) if "num_reqs" in found else sizes
     )
-    reqs = frame[found["num_reqs"]].to_numpy(dtype=np.int64) if "num_reqs" in found else sizes
     rep = lambda a: np.repeat(np.broadcast_to(a, sizes.shape), count)  # noqa: E731
     return make_trace(rep(sizes), rep(uniform), num_reqs=rep(reqs))
 
@@ -220,10 +227,14 @@ def load_cudagraph_metrics(
     (right for FULL_AND_PIECEWISE, where only uniform decodes run FULL). The logged mode
     and padded size are kept as ``logged_mode`` and ``logged_padded_tokens``.
     """
-    text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
+    if isinstance(source, str) and "\n" in source:
+        text, where = source, "the cudagraph metrics log"
+    else:
+        path = existing_file(source)
+        text, where = read_text(path), f"cudagraph metrics log {str(path)!r}"
     found: list[list[tuple[int, int, str, int]]] = []
     current: list[tuple[int, int, str, int]] | None = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if "|" not in line:
             current = None
             continue
@@ -232,20 +243,43 @@ def load_cudagraph_metrics(
             current = []
             found.append(current)
         elif current is not None and len(cells) >= 5 and _is_int(cells[0]):
-            current.append((int(cells[0]), int(cells[1]), cells[3].upper(), int(cells[4])))
+            current.append(_metrics_row(cells, f"{where}, line {number}"))
     if not found:
         raise ValueError(
-            "no cudagraph metrics table found: expected a table with columns Unpadded Tokens | "
-            "Padded Tokens | Num Paddings | Runtime Mode | Count (vLLM --cudagraph-metrics)"
+            f"no cudagraph metrics table found in {where}: expected a table with columns "
+            "Unpadded Tokens | Padded Tokens | Num Paddings | Runtime Mode | Count "
+            "(vLLM --cudagraph-metrics)"
         )
     rows = found[-1] if tables == "last" else [r for t in found for r in t]
     if not rows:
-        raise ValueError("the cudagraph metrics tables have no rows")
+        raise ValueError(f"the cudagraph metrics tables of {where} have no rows")
     unpadded, padded, mode, count = (np.array(c) for c in zip(*rows))
+    check_total_steps(int(count.sum()), where)  # before np.repeat allocates them
     trace = make_trace(np.repeat(unpadded, count), np.repeat(np.isin(mode, uniform_modes), count))
     trace["logged_mode"] = np.repeat(mode, count)
     trace["logged_padded_tokens"] = np.repeat(padded, count).astype(np.int64)
     return trace
+
+
+_METRICS_CELLS = (("Unpadded Tokens", 0, 1, MAX_STEP_TOKENS), ("Padded Tokens", 1, 1, MAX_STEP_TOKENS),
+                  ("Count", 4, 0, MAX_STEPS))  # fmt: skip
+
+
+def _metrics_row(cells: list[str], where: str) -> tuple[int, int, str, int]:
+    """(unpadded, padded, mode, count) of one table row, or ValueError naming line and column."""
+    values = {}
+    for name, index, low, high in _METRICS_CELLS:
+        text = cells[index]
+        if not _is_int(text) or not low <= int(text) <= high:
+            raise ValueError(
+                f"{where}, column {name!r}: found {text!r}, expected an integer from {low} "
+                f"to {high:_}"
+            )
+        values[name] = int(text)
+    return (values["Unpadded Tokens"], values["Padded Tokens"], cells[3].upper(), values["Count"])
+
+
+_METRICS_HEADER = re.compile(r"\|[^\n]*unpadded|unpadded[^\n]*\|", re.IGNORECASE)
 
 
 def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.DataFrame]:
@@ -254,28 +288,21 @@ def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.Dat
     A vLLM metrics log or a step-size CSV gives ``("steps", trace)``; a CSV with arrival,
     prompt and output columns gives ``("requests", table)`` (simulate it into steps).
     """
-    path = Path(source)
-    if not path.exists():
-        raise ValueError(f"trace file {str(path)!r} does not exist")
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise ValueError(
-            f"trace file {str(path)!r} is not text: give a CSV of requests or steps, or a "
-            "vLLM --cudagraph-metrics log"
-        ) from None
-    head = text[:65536]
-    if re.search(r"unpadded", head, re.IGNORECASE) and "|" in head:
+    path = existing_file(source)
+    text = read_text(path)
+    # a metrics table anywhere in the log (engine logs put megabytes before the first one)
+    if _METRICS_HEADER.search(text):
         return "steps", load_cudagraph_metrics(path)
-    frame = _parse_csv(path, io.StringIO(text))
+    frame = parse_csv(path, io.StringIO(text))
+    frame.attrs["path"] = str(path)
     if len(_match(list(frame.columns), REQUEST_ALIASES)) >= 2:  # a request file, maybe lacking one
         return "requests", load_requests(frame)
     if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (
         len(frame.columns) == 1 and _is_int(frame.columns[0])
     ):
-        return "steps", check_trace(load_step_sizes(path))
+        return "steps", check_trace(load_step_sizes(path if len(frame.columns) == 1 else frame))
     raise ValueError(
         f"{str(path)!r} holds neither requests (arrival, prompt and output token columns such "
         "as TIMESTAMP, ContextTokens, GeneratedTokens) nor steps (a num_tokens column, or a "
-        f"vLLM --cudagraph-metrics log); its columns are {list(frame.columns)}"
+        f"vLLM --cudagraph-metrics log); its columns are {columns_shown(frame)}"
     )

@@ -34,7 +34,7 @@ def test_module_entry_point():
 
 def test_bad_counts_are_refused(capsys):
     assert main(["demo", "--steps", "-1"]) == 2
-    assert "--steps -1 is invalid" in capsys.readouterr().err
+    assert "--steps=-1 is invalid" in capsys.readouterr().err
     # active adapters beyond max_loras used to dispatch eagerly without a word
     assert main(["dispatch", "8", "--active-loras", "3"]) == 2
     assert "--active-loras 3 is invalid with --max-loras 0" in capsys.readouterr().err

@@ -100,7 +100,7 @@ def test_simulator_rejects_bad_input():
     with pytest.raises(ValueError, match="lacks columns"):
         simulate_steps(pd.DataFrame({"arrival_s": [0.0]}))
     req = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [0], "output_tokens": [3]})
-    with pytest.raises(ValueError, match="prompt_tokens < 1"):
+    with pytest.raises(ValueError, match="row 0: prompt_tokens=0 is invalid"):
         simulate_steps(req)
     with pytest.raises(ValueError, match="max_num_seqs"):
         simulate_steps(req, max_num_seqs=0)

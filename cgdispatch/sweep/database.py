@@ -1,0 +1,162 @@
+"""The store's database file: where it lives, how it is created (exclusively, never half-made),
+how it identifies itself, what it refuses (foreign files and folders, symlinks), and its
+tables. :class:`~cgdispatch.sweep.store.ResultStore` uses it; nothing else should."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .exports import read_table, shared_mode
+from .rows import CAPTURE_COLUMNS, SWEEP_COLUMNS
+from .schema import empty_rows, normalise
+
+__all__ = [
+    "APPLICATION_ID", "DB_NAME", "layout", "create_file", "create", "check_ours",
+    "refuse_symlink", "refuse_foreign_folder", "legacy_rows", "insert", "select_rows",
+    "select_captures",
+]  # fmt: skip
+
+APPLICATION_ID = 0x43474453  # "CGDS": `file store.sqlite` and sqlite3 tell it is ours
+FORMAT = "cgdispatch sweep store"
+VERSION = 1
+DB_NAME = "store.sqlite"
+# a legacy folder may hold these besides results.csv; anything else means it is not a store
+LEGACY_NAMES = {"results.csv", "results.parquet", "captures.csv", "captures.parquet", "spec.json"}
+
+
+def layout(path: Path) -> tuple[Path, Path]:
+    """(rows export, database) for a store path."""
+    if path.suffix in (".csv", ".parquet"):
+        return path, path.with_suffix(".sqlite")
+    if path.suffix == ".sqlite":
+        return path.with_name("results.csv"), path
+    return path / "results.csv", path / DB_NAME
+
+
+def refuse_symlink(path: Path | None) -> None:
+    if path is not None and path.is_symlink():
+        raise ValueError(
+            f"{path} is a symlink: cgdispatch does not write through links (it would overwrite "
+            f"the file it points to); remove the link or choose another --out"
+        )
+
+
+def check_ours(db: Path) -> None:
+    if not db.is_file():
+        raise ValueError(f"{db} is not a file: a store's database is a file; choose another --out")
+    # the file header says it (SQLite's file format: magic string, application id at byte
+    # 68); reading bytes needs no write access and cannot create or change anything
+    with open(db, "rb") as fh:
+        header = fh.read(100)
+    ok = len(header) == 100 and header.startswith(b"SQLite format 3\x00")
+    app = int.from_bytes(header[68:72], "big") if ok else None
+    if app != APPLICATION_ID:
+        raise ValueError(
+            f"{db} is not a cgdispatch store (not its database format): cgdispatch will not "
+            "write into it; choose another --out"
+        )
+
+
+def refuse_foreign_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a folder: give a new folder or a .csv file")
+    if folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in LEGACY_NAMES)
+        if foreign and not (folder / "results.csv").exists():
+            raise ValueError(
+                f"{folder} holds {foreign[:3]} and is not a cgdispatch store (no {DB_NAME}): "
+                "cgdispatch will not write into it; give a new or empty folder as --out"
+            )
+
+
+def legacy_rows(path: Path) -> pd.DataFrame | None:
+    """Rows of an older CSV/Parquet store at ``path``; None when there is none; ValueError
+    when the file exists but is not a store (never overwritten)."""
+    if not path.is_file():
+        return None
+    try:
+        frame = read_table(path)
+    except ValueError as err:
+        raise ValueError(
+            f"{path} is not a cgdispatch store ({err}); choose another --out"
+        ) from None
+    missing = [c for c in ("model", "mode", "num_tokens", "status") if c not in frame]
+    if missing:
+        raise ValueError(
+            f"{path} is not a cgdispatch store (it lacks columns {missing}): cgdispatch will "
+            "not overwrite it; choose another --out"
+        )
+    return frame
+
+
+COLUMNS = {"rows": ["point_id", *SWEEP_COLUMNS], "captures": ["unit_id", *CAPTURE_COLUMNS]}
+
+
+def create_file(db: Path) -> bool:
+    """Create the database under a random name, then link it into place, so that no other
+    process ever opens a half-made store; False when another process made it first."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
+    os.close(fd)
+    os.chmod(tmp, shared_mode())  # co-workers sharing the store must be able to open it
+    try:
+        with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
+            create(con)
+        try:
+            os.link(tmp, db)  # fails when the name exists: creation is exclusive
+        except FileExistsError:
+            check_ours(db)
+            return False
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def create(con: sqlite3.Connection) -> None:
+    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    con.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+    con.execute(
+        "INSERT OR REPLACE INTO meta VALUES ('format', ?), ('version', ?)", (FORMAT, VERSION)
+    )
+    rows = ", ".join(f'"{c}"' for c in COLUMNS["rows"][1:])
+    con.execute(f"CREATE TABLE IF NOT EXISTS rows (point_id TEXT PRIMARY KEY, {rows})")
+    captures = ", ".join(f'"{c}"' for c in COLUMNS["captures"])
+    con.execute(f"CREATE TABLE IF NOT EXISTS captures (seq INTEGER PRIMARY KEY, {captures})")
+    con.execute("CREATE TABLE IF NOT EXISTS specs (name TEXT PRIMARY KEY, spec TEXT)")
+
+
+def insert(con: sqlite3.Connection, table: str, frame: pd.DataFrame, replace: bool) -> None:
+    cols = COLUMNS[table]
+    values = frame.reindex(columns=cols).astype(object).where(frame.reindex(columns=cols).notna())
+    records = [tuple(plain(v) for v in row) for row in values.itertuples(index=False)]
+    names = ", ".join(f'"{c}"' for c in cols)
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    marks = ", ".join("?" * len(cols))
+    con.executemany(f"{verb} INTO {table} ({names}) VALUES ({marks})", records)
+
+
+def plain(value: Any) -> Any:
+    """A value SQLite stores: numpy scalars as Python ones, NA as NULL."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def select_rows(con: sqlite3.Connection) -> pd.DataFrame:
+    cols = ", ".join(f'"{c}"' for c in SWEEP_COLUMNS)
+    found = con.execute(f"SELECT {cols} FROM rows ORDER BY rowid").fetchall()
+    if not found:
+        return empty_rows()
+    return normalise(pd.DataFrame.from_records(found, columns=list(SWEEP_COLUMNS)))
+
+
+def select_captures(con: sqlite3.Connection) -> pd.DataFrame:
+    cols = ", ".join(f'"{c}"' for c in CAPTURE_COLUMNS)
+    found = con.execute(f"SELECT {cols} FROM captures ORDER BY seq").fetchall()
+    return pd.DataFrame.from_records(found, columns=list(CAPTURE_COLUMNS))

@@ -1,0 +1,292 @@
+"""The continuous-batching scheduler simulator: one :meth:`SchedulerSimulator.step` per engine
+step, the way a vLLM-style scheduler forms batches.
+
+It models scheduling only (no KV-cache capacity, no preemption, no priorities) and its clock
+is a crude step-time model, so ``time_s`` is ``model``, not measured. It refuses, before the
+first step, any input that would make it loop for days: non-finite arrival times (a NaN
+arrival never comes due), and token counts above :data:`~cgdispatch.core.validate.MAX_REQUEST_TOKENS`
+or needing more than :data:`~cgdispatch.core.validate.MAX_STEPS` steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from operator import attrgetter
+
+import numpy as np
+import pandas as pd
+
+from ..core.validate import MAX_REQUEST_TOKENS, MAX_STEPS, check_int
+
+__all__ = ["SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN"]
+
+# optional request column: LoRA adapter id, -1 for none (counted into has_lora / num_active_loras)
+LORA_COLUMN = "lora_id"
+_REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+def default_step_time_ms(num_tokens: int, num_reqs: int) -> float:
+    """Model (not measured): 8 ms per step plus 0.05 ms per token, roughly an 8B model on one
+    H100-class GPU; it only orders steps against arrivals in the simulator."""
+    return 8.0 + 0.05 * num_tokens
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """The scheduler settings the simulator obeys (vLLM's names)."""
+
+    max_num_seqs: int = 256  # requests per step
+    max_num_batched_tokens: int = 8192  # tokens per step
+    num_speculative_tokens: int = 0  # a decode schedules q = 1 + this tokens
+    spec_acceptance_rate: float = 0.7  # each draft token accepted with this probability
+    enable_chunked_prefill: bool = True  # prompts split to fit the step's token budget
+    max_loras: int | None = None  # adapters per step (None: no limit)
+
+    def __post_init__(self) -> None:
+        check_int("max_num_seqs", self.max_num_seqs, 1)
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        check_int("num_speculative_tokens", self.num_speculative_tokens, 0)
+        if self.q > self.max_num_batched_tokens:
+            raise ValueError(
+                f"1 + num_speculative_tokens = {self.q} exceeds max_num_batched_tokens="
+                f"{self.max_num_batched_tokens}"
+            )
+        if not 0.0 <= self.spec_acceptance_rate <= 1.0:
+            raise ValueError(
+                f"spec_acceptance_rate={self.spec_acceptance_rate} is invalid: it must be in [0, 1]"
+            )
+        if self.max_loras is not None and (
+            isinstance(self.max_loras, bool)
+            or not isinstance(self.max_loras, int)
+            or self.max_loras < 1
+        ):
+            raise ValueError(
+                f"max_loras={self.max_loras!r} is invalid: it must be an integer >= 1, or None"
+            )
+
+    @property
+    def q(self) -> int:
+        return 1 + self.num_speculative_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One simulated engine step (a row of the step trace)."""
+
+    num_tokens: int  # scheduled tokens, unpadded
+    num_reqs: int
+    uniform_decode: bool  # every scheduled query is exactly q tokens long
+    has_lora: bool
+    num_active_loras: int  # distinct adapters scheduled
+    num_prefill_tokens: int
+    time_s: float  # step start on the model clock
+
+
+STEP_FIELDS = tuple(f.name for f in fields(Step))
+
+
+class SchedulerSimulator:
+    """Steps a vLLM-style continuous-batching scheduler runs for a request table.
+
+    Each step has a budget of ``max_num_batched_tokens`` tokens and ``max_num_seqs``
+    requests. Running decodes go first (q tokens each), then running partial prefills, then
+    waiting requests in arrival order (FIFO), their prompts chunked to fit the budget when
+    chunked prefill is on. A decode emits 1 + the accepted draft tokens (each accepted with
+    ``spec_acceptance_rate`` until the first rejection); the step that ends a prompt emits
+    the first output token. With a ``lora_id`` column and ``max_loras``, a waiting request
+    whose adapter would exceed that many in the running batch waits a step, as vLLM's does.
+    It simulates; it does not read files (see :mod:`cgdispatch.workload.files`).
+    """
+
+    def __init__(
+        self,
+        requests: pd.DataFrame,
+        limits: SchedulerLimits | None = None,
+        *,
+        step_time_ms: Callable[[int, int], float] = default_step_time_ms,
+        seed: int = 0,
+    ) -> None:
+        self.limits = limits = limits or SchedulerLimits()
+        req = check_requests(requests).sort_values("arrival_s", kind="stable")
+        self._arrival = req["arrival_s"].to_numpy(dtype=np.float64)
+        self._prompt_left = req["prompt_tokens"].to_numpy(dtype=np.int64).copy()
+        self._out_left = req["output_tokens"].to_numpy(dtype=np.int64).copy()
+        biggest = int(self._prompt_left.max())
+        if not limits.enable_chunked_prefill and biggest > limits.max_num_batched_tokens:
+            raise ValueError(
+                f"a prompt of {biggest} tokens exceeds max_num_batched_tokens="
+                f"{limits.max_num_batched_tokens} without chunked prefill: enable it or raise "
+                "the budget"
+            )
+        # at least this many steps: every prompt token through the budget, and the longest
+        # output one decode step per q tokens; refused up front rather than looped through
+        least = max(
+            math.ceil(int(self._prompt_left.sum()) / limits.max_num_batched_tokens),
+            math.ceil(int(self._out_left.max()) / limits.q),
+        )
+        if least > MAX_STEPS:
+            raise ValueError(
+                f"these {len(req)} requests need at least {least:_} steps with "
+                f"max_num_batched_tokens={limits.max_num_batched_tokens}: more than the "
+                f"{MAX_STEPS:_} steps a simulation may take; simulate fewer or shorter requests"
+            )
+        # every step schedules at least one token, so more steps than tokens means a bug
+        self._step_bound = int(self._prompt_left.sum() + self._out_left.sum()) + 1
+        self._lora = req[LORA_COLUMN].to_numpy(dtype=np.int64) if LORA_COLUMN in req else None
+        self._limit_loras = self._lora is not None and limits.max_loras is not None
+        self._rng = np.random.default_rng(seed)
+        self._step_time_ms = step_time_ms
+        self._waiting: deque[int] = deque()
+        self._run = np.empty(0, dtype=np.int64)  # running request indices, admission order
+        self.now_s = 0.0
+        self.steps = 0
+        self._next = 0  # first request not yet arrived
+        self.finished = 0
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._arrival)
+
+    @property
+    def done(self) -> bool:
+        return self.finished == self.num_requests
+
+    def _admit_arrivals(self) -> None:
+        arrival, total = self._arrival, self.num_requests
+        while self._next < total and arrival[self._next] <= self.now_s:
+            self._waiting.append(self._next)
+            self._next += 1
+        if not len(self._run) and not self._waiting:  # idle: jump to the next arrival
+            self.now_s = float(arrival[self._next])
+            self._admit_arrivals()
+
+    def step(self) -> Step | None:
+        """Schedule and run one step; None once every request has finished."""
+        if self.done:
+            return None
+        if self.steps >= self._step_bound:
+            raise RuntimeError(f"the simulator ran {self.steps} steps without finishing: a bug")
+        self._admit_arrivals()
+        lim, q = self.limits, self.limits.q
+        run, prompt_left, lora, waiting = self._run, self._prompt_left, self._lora, self._waiting
+        budget = lim.max_num_batched_tokens
+        in_prefill = prompt_left[run] > 0
+        dec = run[~in_prefill][: budget // q]
+        budget -= len(dec) * q
+        pre = run[in_prefill]
+        need = prompt_left[pre]
+        take = np.minimum(need, np.clip(budget - (np.cumsum(need) - need), 0, None))
+        budget -= int(take.sum())
+        new, new_take, skipped = [], [], []
+        adapters = set(lora[run][lora[run] >= 0].tolist()) if self._limit_loras else set()
+        while waiting and len(run) + len(new) < lim.max_num_seqs and budget > 0:
+            i = waiting[0]
+            t = min(int(prompt_left[i]), budget)
+            if t < prompt_left[i] and not lim.enable_chunked_prefill:
+                break
+            waiting.popleft()
+            if self._limit_loras and lora[i] >= 0 and lora[i] not in adapters:
+                if len(adapters) >= lim.max_loras:
+                    skipped.append(i)  # its adapter does not fit this step: try again next step
+                    continue
+                adapters.add(int(lora[i]))
+            new.append(i)
+            new_take.append(t)
+            budget -= t
+        waiting.extendleft(reversed(skipped))
+        sched = np.concatenate([pre, np.asarray(new, dtype=np.int64)])
+        chunks = np.concatenate([take, np.asarray(new_take, dtype=np.int64)])
+        sched, chunks = sched[chunks > 0], chunks[chunks > 0]
+        prefill_tokens = int(chunks.sum())
+        num_tokens = len(dec) * q + prefill_tokens
+        uniform = num_tokens > 0 and bool(np.all(chunks == q))  # vLLM: every query is q long
+        active = 0
+        if lora is not None:
+            ids = lora[np.concatenate([dec, sched])]
+            active = len(np.unique(ids[ids >= 0]))
+        num_reqs = len(dec) + len(sched)
+        step = Step(num_tokens, num_reqs, uniform, active > 0, active, prefill_tokens, self.now_s)
+        prompt_left[sched] -= chunks
+        out_left = self._out_left
+        out_left[sched[prompt_left[sched] == 0]] -= 1  # the step ending a prompt emits a token
+        if len(dec):
+            out_left[dec] -= 1 + _accepted(
+                self._rng, lim.num_speculative_tokens, lim.spec_acceptance_rate, len(dec)
+            )
+        run = np.concatenate([run, np.asarray(new, dtype=np.int64)])
+        finished = (out_left[run] <= 0) & (prompt_left[run] == 0)
+        self.finished += int(finished.sum())
+        self._run = run[~finished]
+        self.now_s += self._step_time_ms(num_tokens, num_reqs) / 1e3
+        self.steps += 1
+        return step
+
+    def run(self, progress: bool = False) -> pd.DataFrame:
+        """Every remaining step as a frame with the columns of :class:`Step`."""
+        from tqdm.auto import tqdm
+
+        rows = []
+        as_row = attrgetter(*STEP_FIELDS)  # a tuple in one C call (dataclasses.astuple deep-copies)
+        with tqdm(
+            total=self.num_requests, initial=self.finished, desc="simulate", unit="req",
+            disable=not progress,
+        ) as bar:  # fmt: skip
+            while (step := self.step()) is not None:
+                rows.append(as_row(step))
+                bar.update(self.finished - bar.n)
+        return pd.DataFrame.from_records(rows, columns=list(STEP_FIELDS))
+
+
+def _accepted(rng: np.random.Generator, k: int, rate: float, n: int) -> np.ndarray:
+    """Accepted draft tokens per decode: leading successes of k Bernoulli(rate) trials."""
+    if k == 0 or rate == 0.0:
+        return np.zeros(n, dtype=np.int64)
+    if rate == 1.0:
+        return np.full(n, k, dtype=np.int64)
+    return np.minimum(rng.geometric(1.0 - rate, n) - 1, k)
+
+
+def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
+    """A request table's columns with their dtypes, or ValueError naming the first bad row."""
+    missing = [c for c in _REQUEST_COLUMNS if c not in getattr(requests, "columns", ())]
+    if missing:
+        raise ValueError(
+            f"request table lacks columns {missing}: it needs {list(_REQUEST_COLUMNS)} "
+            "(cgdispatch.workload.files.load_requests maps common CSV column names)"
+        )
+    if len(requests) == 0:
+        raise ValueError("request table is empty: give at least one request")
+    cols = [*_REQUEST_COLUMNS, *([LORA_COLUMN] if LORA_COLUMN in requests.columns else [])]
+    frame = requests[cols].reset_index(drop=True)
+    arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(arrival)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"request table row {row}: arrival_s={_shown(frame['arrival_s'][row])} is not a finite "
+            "number: every request needs an arrival time in seconds (fill or drop blank ones)"
+        )
+    out = {"arrival_s": arrival}
+    for col in ("prompt_tokens", "output_tokens", *cols[3:]):
+        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
+        low = -1 if col == LORA_COLUMN else 1
+        high = 2**62 if col == LORA_COLUMN else MAX_REQUEST_TOKENS
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < low)
+        bad |= values > high
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"request table row {row}: {col}={_shown(frame[col][row])} is invalid: it must be "
+                f"an integer from {low} to {high:_}"
+                + (" (at most MAX_REQUEST_TOKENS per request)" if col != LORA_COLUMN else "")
+            )
+        out[col] = values.astype(np.int64)
+    return pd.DataFrame(out)
+
+
+def _shown(value: object) -> str:
+    """A cell as the user wrote it: ``6.5``, not ``np.float64(6.5)``."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
