@@ -15,11 +15,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby, product
+from typing import Any
 
 from . import config_v2 as _v2
 from .config import GraphConfig
 from .modes import CUDAGraphMode
-from .validate import check_int
+from .validate import MAX_STEP_TOKENS, check_int
 
 __all__ = ["BatchExecutionDescriptor", "CudaGraphManager", "is_compatible"]
 
@@ -324,9 +325,13 @@ class CudaGraphManager:
             max_query_len is None
             and num_ubatches == 1
             and num_active_loras == 0
+            and type(num_tokens) is int
             and 0 < num_tokens <= self._fast_max
+            and type(num_reqs) is int
+            and num_reqs >= 0
         ):
             if uniform_token_count is not None:
+                # an unknown query length (0 and text included) falls to the checked path
                 table = self._fast_decode.get(uniform_token_count)
                 if table is not None:
                     n = -(-num_tokens // uniform_token_count)
@@ -334,9 +339,10 @@ class CudaGraphManager:
                         desc = table[n]
                         if desc.num_reqs >= num_reqs:
                             return desc
-            desc, limit = self._fast_mixed[num_tokens]
-            if num_reqs <= limit:
-                return desc
+            else:
+                desc, limit = self._fast_mixed[num_tokens]
+                if num_reqs <= limit:
+                    return desc
         key = (
             num_reqs,
             num_tokens,
@@ -345,9 +351,12 @@ class CudaGraphManager:
             max_query_len,
             num_ubatches,
         )
-        hit = self._memo.get(key)
+        hit = self._memo.get(key) if all(type(v) is int or v is None for v in key) else None
         if hit is not None:
             return hit
+        _check_dispatch_args(
+            num_reqs, num_tokens, uniform_token_count, num_active_loras, max_query_len, num_ubatches
+        )
         desc = self._dispatch(*key)
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
@@ -389,3 +398,22 @@ class CudaGraphManager:
     def __repr__(self) -> str:
         counts = {str(m): len(d) for m, d in self.capture_descs.items()}
         return f"CudaGraphManager(mode={self.cudagraph_mode}, graphs={counts})"
+
+
+def _check_dispatch_args(
+    num_reqs: Any,
+    num_tokens: Any,
+    uniform_token_count: Any,
+    num_active_loras: Any,
+    max_query_len: Any,
+    num_ubatches: Any,
+) -> None:
+    """Refuse what no scheduler forms (off the fast path only, so the common call stays cheap)."""
+    check_int("num_tokens", num_tokens, 0, MAX_STEP_TOKENS)
+    check_int("num_reqs", num_reqs, 0, MAX_STEP_TOKENS)
+    check_int("num_active_loras", num_active_loras, 0)
+    check_int("num_ubatches", num_ubatches, 1)
+    if uniform_token_count is not None:
+        check_int("uniform_token_count", uniform_token_count, 1)
+    if max_query_len is not None:
+        check_int("max_query_len", max_query_len, 1)

@@ -508,3 +508,20 @@ def test_engine_level_refusals():
         gen2(max_num_seqs=64, max_num_batched_tokens=32)
     with pytest.raises(ValueError, match="LoRA with speculative decoding"):
         gen2(max_num_seqs=64, max_num_batched_tokens=100, num_speculative_tokens=1, max_loras=1)
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        ((1, 10**30, None, 0), "num_tokens"),
+        ((-1, 8, None, 0), "num_reqs"),
+        ((1, "8", None, 0), "num_tokens"),
+        ((1, 8, None, -2), "num_active_loras"),
+        ((1, 8, 0, 0), "uniform_token_count"),
+    ],
+)
+def test_dispatch_refuses_batches_no_scheduler_forms(args, name):
+    mgr = CudaGraphManager(gen2(max_num_seqs=8))
+    with pytest.raises(ValueError, match=name):
+        mgr.dispatch(*args)
+    assert mgr.dispatch(1, 8, None, 0).num_tokens >= 8  # a good batch still answers
