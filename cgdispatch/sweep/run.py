@@ -124,7 +124,7 @@ def _unit_rows(
             model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
         )
         # decode-only models (the HF adapter) refuse mixed batches: warm up on a decode step
-        mixed = getattr(model, "supports_mixed_batches", True)
+        mixed = model.supports_mixed_batches
         with torch.no_grad():  # one-time lazy initialisation, kept out of the capture time
             eager.execute_batch((runner.make_mixed_batch if mixed else runner.make_decode_batch)(1))
         (report, memory), capture_s = time_call(
