@@ -37,6 +37,7 @@ def test_mlp_per_key_matches_hand_sizes(block: int) -> None:
         GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=sizes),
         mlp_inputs(hidden),
         round_bytes=block,
+        keep_outputs=True,
     )
     assert est.per_key["num_tokens"].tolist() == sorted(sizes, reverse=True)  # largest first
     for row in est.per_key.itertuples():
@@ -47,7 +48,8 @@ def test_mlp_per_key_matches_hand_sizes(block: int) -> None:
     for peak, out in hand:  # outputs of earlier graphs stay, the rest is reused
         pool = max(pool, retained + peak)
         retained += out
-    assert est.shared_pool_bytes == pool
+    assert est.shared_pool_bytes == est.strong_pool_bytes == pool
+    assert est.weak_pool_bytes == max(p for p, _ in hand)  # weak outputs: the largest peak
     assert est.separate_pools_bytes == sum(p for p, _ in hand)
     assert est.source == "model" and "model" in est.summary()
 
@@ -173,10 +175,10 @@ def test_toy_lm_full_and_piecewise_match_hand_sizes() -> None:
 def test_weak_outputs_policy_is_the_largest_peak() -> None:
     hidden, sizes = 16, [2, 6, 12]
     cfg = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=sizes)
-    kept = estimate_graph_memory(MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1)
-    weak = estimate_graph_memory(
-        MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1, keep_outputs=False
+    kept = estimate_graph_memory(
+        MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1, keep_outputs=True
     )
+    weak = estimate_graph_memory(MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1)
     assert (
         weak.shared_pool_bytes == hand_mlp(max(sizes), hidden, 4, 1)[0]
     )  # vLLM: largest peak only

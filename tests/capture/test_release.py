@@ -1,0 +1,55 @@
+"""Releasing runners: graphs, pools and compiled pieces go, so a long sweep does not grow."""
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from cgdispatch import GraphConfig
+from cgdispatch.capture.backends import live_graph_count, stand_in_pool_bytes
+from cgdispatch.capture.runner import GraphRunner
+from cgdispatch.models.toy import PRESETS, build_toy_model
+
+TINY = PRESETS["toy-tiny"].replace(num_layers=1)
+MODES = ["FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "NONE"]
+
+
+def test_fifty_runners_created_and_released_leave_nothing_behind():
+    gc.collect()
+    graphs0, pool0 = live_graph_count(), stand_in_pool_bytes()
+    model = build_toy_model(TINY)
+    batch = None
+    gone = []
+    for i in range(50):
+        mode = MODES[i % len(MODES)]
+        config = GraphConfig(
+            cudagraph_mode=mode, cudagraph_capture_sizes=[1, 2, 4], max_num_seqs=TINY.num_slots
+        )
+        with GraphRunner(model, config, weak_outputs=i % 2 == 0) as runner:
+            runner.capture_all(progress=False)
+            batch = batch or runner.make_decode_batch(2, seed=i)
+            result = runner.execute_batch(batch).clone()  # a copy outlives the runner
+            if mode != "NONE":
+                assert live_graph_count() > graphs0 and stand_in_pool_bytes() > pool0
+        assert live_graph_count() == graphs0, f"runner {i} ({mode}) left graphs alive"
+        assert stand_in_pool_bytes() == pool0, f"runner {i} ({mode}) left pool bytes"
+        assert torch.isfinite(result).all()
+        gone.append(weakref.ref(runner))
+        del runner
+    gc.collect()
+    assert all(ref() is None for ref in gone)  # nothing (dynamo's cache included) holds them
+
+
+def test_a_released_runner_refuses_steps_and_release_is_idempotent():
+    model = build_toy_model(TINY)
+    config = GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[1, 2])
+    runner = GraphRunner(model, config)
+    runner.capture_all(progress=False)
+    batch = runner.make_decode_batch(2, seed=1)
+    runner.execute_batch(batch)
+    runner.release_graphs()
+    runner.release_graphs()
+    assert runner.released and runner.wrappers == [] and runner.captured_keys == []
+    with pytest.raises(RuntimeError, match="released"):
+        runner.execute_batch(batch)
