@@ -3,7 +3,8 @@
 A structural type (``typing.Protocol``): the toy LM and the Hugging Face adapter satisfy
 it without inheriting from it, and so does any model that has these members. The runner
 reads nothing else, except an optional ``make_decode_batch(num_tokens, q, seed=)`` that
-builds the model's own decode batches.
+builds the model's own decode batches. The helpers below derive what a runner checks and
+builds from these members alone.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from ..core.modes import AttentionCGSupport
+from .stepbatch import StepBatch, make_decode_batch, make_mixed_batch
 
-__all__ = ["RunnerModel", "RunnerModelConfig"]
+__all__ = ["RunnerModel", "RunnerModelConfig", "check_token_ranges", "decode_batch", "mixed_batch"]
 
 
 @runtime_checkable
@@ -62,3 +64,43 @@ class RunnerModel(Protocol):
     def __call__(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
     ) -> torch.Tensor: ...
+
+
+def check_token_ranges(
+    model: RunnerModel, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
+) -> None:
+    """Raise ValueError when a token id, position or slot is out of ``model``'s range."""
+    cfg = model.config
+    limits = (
+        ("input_ids", input_ids, cfg.vocab_size),
+        ("positions", positions, cfg.max_seq_len),
+        ("slots", slots, model.num_slots),
+    )
+    for name, values, limit in limits:
+        if values.numel() and (int(values.min()) < 0 or int(values.max()) >= limit):
+            raise ValueError(
+                f"{name} range [{int(values.min())}, {int(values.max())}] is invalid: "
+                f"values must lie in [0, {limit - 1}]"
+            )
+
+
+def decode_batch(model: RunnerModel, num_tokens: int, q: int, seed: int) -> StepBatch:
+    """A random uniform-decode batch of ``num_tokens // q`` requests of ``q`` tokens.
+
+    A model with its own ``make_decode_batch(num_tokens, q, seed=)`` builds it (the Hugging
+    Face adapter puts every request at one position)."""
+    own = getattr(model, "make_decode_batch", None)
+    if own is not None:
+        return own(num_tokens, q, seed=seed)
+    return make_decode_batch(model.config, num_tokens, q, seed=seed)
+
+
+def mixed_batch(model: RunnerModel, num_tokens: int, max_num_seqs: int, seed: int) -> StepBatch:
+    """A random batch mixing decodes and prefill chunks; ValueError for decode-only models."""
+    if not model.supports_mixed_batches:
+        raise ValueError(
+            f"{type(model).__name__} does not support mixed batches (prefill chunks): "
+            "it serves decode steps only; use make_decode_batch"
+        )
+    max_reqs = min(model.num_slots, max_num_seqs)
+    return make_mixed_batch(model.config, num_tokens, seed=seed, max_num_reqs=max_reqs)

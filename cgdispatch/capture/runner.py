@@ -13,7 +13,6 @@ and position. Inputs are not range-checked unless ``debug=True``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,10 +24,10 @@ from ..core.config import GraphConfig
 from ..core.dispatcher import CudagraphDispatcher
 from ..core.modes import CUDAGraphMode
 from .backends import GraphBackend, get_backend
-from .context import ForwardContext, set_forward_context, use_forward_context
-from .model import RunnerModel
+from .context import ForwardContext, use_forward_context
+from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
-from .stepbatch import StepBatch, make_decode_batch, make_mixed_batch
+from .stepbatch import StepBatch
 from .wrapper import CUDAGraphWrapper
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GraphRunner", "RunnerModel"]
 
-_NONE, _FULL = CUDAGraphMode.NONE, CUDAGraphMode.FULL
+_NONE = CUDAGraphMode.NONE
 Answer = tuple[CUDAGraphMode, BatchDescriptor]
 
 
@@ -69,8 +68,8 @@ class GraphRunner:
     memory (valid until the next step of the same padded size) at the cost of one more
     output per graph in the pool. The config (default:
     ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention
-    support; ``cudagraph_mode`` is the mode actually used. Piecewise modes go through
-    ``compile_piecewise`` (torch.compile with the splitting backend of ``piecewise.py``;
+    support; ``cudagraph_mode`` is the mode actually used. Piecewise modes go through one
+    ``torch.compile`` with the splitting backend of ``piecewise.py`` (``assemble.py``;
     ``compile_pieces=True`` adds inductor). Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
@@ -107,7 +106,9 @@ class GraphRunner:
         # the outputs a step hands back: WEAK as vLLM, GRAPH for the strong-output option
         self.weak_outputs = bool(weak_outputs)
         self.output_lifetime = OutputLifetime.WEAK if weak_outputs else OutputLifetime.GRAPH
-        self.piecewise_backend: PiecewiseBackend | None = None  # set by compile_piecewise
+        self.piecewise_backend: PiecewiseBackend | None = (
+            None  # set by assemble_step (split report)
+        )
         self.released = False
         self._capture_enabled = True
         self.dispatcher = CudagraphDispatcher(self.config)
@@ -129,58 +130,13 @@ class GraphRunner:
     def build_callable(self) -> Callable[..., Any]:
         """The callable one step runs: the model, compiled piecewise and/or FULL-wrapped.
 
-        PIECEWISE pieces go inside (``compile_piecewise``); a FULL wrapper goes around the
-        whole model when the mode has FULL graphs. Every wrapper shares ``self.backend``.
+        PIECEWISE wrappers go around the pieces between attention calls, a FULL wrapper
+        around the whole model when the mode has FULL graphs; all share ``self.backend``
+        and are kept in ``self.wrappers`` (``assemble.py``).
         """
-        inner: Callable[..., Any] = self.model
-        if self.cudagraph_mode.requires_piecewise_compilation():
-            inner = self.compile_piecewise(inner)
-        if self.cudagraph_mode.has_full_cudagraphs():
-            full = CUDAGraphWrapper(
-                inner,
-                _FULL,
-                self.backend,
-                num_warmups=self.config.cudagraph_num_of_warmups,
-                debug=self.debug,
-                name="full",
-                output_lifetime=self.output_lifetime,
-            )
-            self.wrappers.append(full)
-            return full
-        return inner
+        from .assemble import assemble_step
 
-    def compile_piecewise(self, model: Callable[..., Any]) -> Callable[..., Any]:
-        """Split the model at ``config.effective_splitting_ops`` and wrap each piece PIECEWISE.
-
-        One ``torch.compile`` (``split_compile.compile_split``) serves every size; each
-        graph piece gets a PIECEWISE ``CUDAGraphWrapper`` on ``self.backend`` (one pool),
-        kept in ``self.wrappers``. Outputs follow vLLM: the last piece's are the step's
-        (weak unless ``weak_outputs=False``); the others are read by the next piece, so they
-        stay until the step drops them. ``self.piecewise_backend`` reports the split.
-        """
-        from .split_compile import compile_split
-
-        def wrap(fn: Callable[..., Any], index: int, last: bool) -> CUDAGraphWrapper:
-            wrapper = CUDAGraphWrapper(
-                fn,
-                CUDAGraphMode.PIECEWISE,
-                self.backend,
-                num_warmups=self.config.cudagraph_num_of_warmups,
-                debug=self.debug,
-                name=f"piece_{index}",
-                output_lifetime=self.output_lifetime if last else OutputLifetime.CALLER,
-            )
-            self.wrappers.append(wrapper)
-            return wrapper
-
-        step, self.piecewise_backend = compile_split(
-            model,
-            self.config.effective_splitting_ops,
-            self.max_num_tokens,
-            wrap,
-            compile_pieces=self.compile_pieces,
-        )
-        return step
+        return assemble_step(self)
 
     # ----- one step ------------------------------------------------------------------------
     @property
@@ -317,42 +273,18 @@ class GraphRunner:
         self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
     ) -> None:
         """Raise ValueError when a token id, position or slot is out of the model's range."""
-        cfg = self.model.config
-        limits = (
-            ("input_ids", input_ids, cfg.vocab_size),
-            ("positions", positions, cfg.max_seq_len),
-            ("slots", slots, self.model.num_slots),
-        )
-        for name, values, limit in limits:
-            if values.numel() and (int(values.min()) < 0 or int(values.max()) >= limit):
-                raise ValueError(
-                    f"{name} range [{int(values.min())}, {int(values.max())}] is invalid: "
-                    f"values must lie in [0, {limit - 1}]"
-                )
+        check_token_ranges(self.model, input_ids, positions, slots)
 
     # ----- batches ---------------------------------------------------------------------------
     def make_decode_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
-        """A random uniform-decode batch: num_tokens // q requests of q tokens each.
-
-        A model with its own ``make_decode_batch(num_tokens, q, seed=)`` builds it (the
-        Hugging Face adapter puts every request at one position)."""
-        q = self.config.uniform_decode_query_len
-        own = getattr(self.model, "make_decode_batch", None)
-        if own is not None:
-            return own(num_tokens, q, seed=seed)
-        return make_decode_batch(self.model.config, num_tokens, q, seed=seed)
+        """A random uniform-decode batch: num_tokens // q requests of q tokens each."""
+        return decode_batch(self.model, num_tokens, self.config.uniform_decode_query_len, seed)
 
     def make_mixed_batch(self, num_tokens: int, seed: int = 0) -> StepBatch:
         """A random batch mixing single-token decodes and prefill chunks.
 
         Raises ValueError for a model with ``supports_mixed_batches = False``."""
-        if not self.model.supports_mixed_batches:
-            raise ValueError(
-                f"{type(self.model).__name__} does not support mixed batches (prefill chunks): "
-                "it serves decode steps only; use make_decode_batch"
-            )
-        max_reqs = min(self.model.num_slots, self.config.max_num_seqs)
-        return make_mixed_batch(self.model.config, num_tokens, seed=seed, max_num_reqs=max_reqs)
+        return mixed_batch(self.model, num_tokens, self.config.max_num_seqs, seed)
 
     # ----- capture ---------------------------------------------------------------------------
     def capture_all(self, *, progress: bool = True, lock: bool = True) -> pd.DataFrame:
@@ -363,65 +295,13 @@ class GraphRunner:
         capturing is switched off afterwards (an uncaptured key then raises). Returns the
         capture report (also kept as ``capture_report_``): one row per key with mode,
         num_tokens, num_reqs, uniform, num_graphs, capture_s (graph captures only),
-        step_s (the whole dummy step incl. warm-ups) and pool_bytes (CUDA; NaN on CPU).
+        step_s (the whole dummy step incl. warm-ups) and pool_bytes (CUDA; NaN on CPU,
+        where ``backend.ledger`` holds the stand-in's pool model).
         """
-        import pandas as pd
-        from tqdm.auto import tqdm
+        from .capture_keys import capture_every_key
 
-        todo = [(mode, d) for mode, descs in self.dispatcher.get_capture_descs() for d in descs]
-        rows = []
-        self.capture_enabled = True
-        with self.backend.capture_session():
-            for mode, desc in tqdm(todo, desc="capture", unit="graph", disable=not progress):
-                rows.append(self._capture_one(mode, desc))
-        self.capture_enabled = not lock
-        frame = pd.DataFrame(
-            rows,
-            columns=[
-                "mode",
-                "num_tokens",
-                "num_reqs",
-                "uniform",
-                "num_graphs",
-                "capture_s",
-                "step_s",
-                "pool_bytes",
-            ],
-        )
-        frame.attrs["backend"] = self.backend.name
-        frame.attrs["total_pool_bytes"] = (
-            self.backend.pool_bytes_total if self.backend.name == "cuda" else None
-        )
-        self.capture_report_ = frame
-        return frame
-
-    def _capture_one(self, mode: CUDAGraphMode, desc: BatchDescriptor) -> dict[str, Any]:
-        n = desc.num_tokens
-        before = (
-            self.backend.num_graphs,
-            self.backend.capture_s_total,
-            self.backend.pool_bytes_total,
-        )
-        ids, pos, slots = self.input_ids[:n], self.positions[:n], self.slots[:n]
-        slots.fill_(self.model.dummy_slot)  # capture writes K/V into the dummy slot only
-        q = self.config.uniform_decode_query_len if desc.uniform else 1
-        pos.copy_(torch.arange(n, device=self.device) % q)
-        start = time.perf_counter()
-        with set_forward_context(mode, desc, allow_capture=True):
-            self.model_callable(ids, pos, slots)
-        self.backend.synchronize()
-        step_s = time.perf_counter() - start
-        pool = self.backend.pool_bytes_total - before[2]
-        return {
-            "mode": str(mode),
-            "num_tokens": n,
-            "num_reqs": desc.num_reqs,
-            "uniform": desc.uniform,
-            "num_graphs": self.backend.num_graphs - before[0],
-            "capture_s": self.backend.capture_s_total - before[1],
-            "step_s": step_s,
-            "pool_bytes": pool if self.backend.name == "cuda" else float("nan"),
-        }
+        self.capture_report_ = capture_every_key(self, progress=progress, lock=lock)
+        return self.capture_report_
 
     @property
     def captured_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
@@ -436,21 +316,12 @@ class GraphRunner:
         process does not grow. A result a step returned earlier keeps its memory on the CPU
         stand-in and points at freed pool memory on CUDA: copy what you keep first.
         """
-        if self.released:
-            return
-        self.released = True
-        for wrapper in self.wrappers:
-            wrapper.reset_graphs()
-        self.wrappers.clear()
-        self._steps.clear()
-        self.backend.release()
-        if self.piecewise_backend is not None:
-            from .split_compile import forget_compiled
+        from .assemble import release_step
 
-            self.piecewise_backend.release()
-            inner = getattr(self.model_callable, "runnable", self.model_callable)
-            forget_compiled(inner)
-        self.model_callable = _released_step
+        if not self.released:
+            self.released = True
+            self._steps.clear()
+            release_step(self)
 
     def __enter__(self) -> GraphRunner:
         return self
@@ -463,10 +334,3 @@ class GraphRunner:
             f"GraphRunner(mode={self.cudagraph_mode}, backend={self.backend.name}, "
             f"max_num_tokens={self.max_num_tokens}, captured={len(self.captured_keys)})"
         )
-
-
-def _released_step(*inputs: Any) -> Any:
-    raise RuntimeError(
-        "this GraphRunner was released (release_graphs() or the end of its with-block): "
-        "build a new runner to run more steps"
-    )

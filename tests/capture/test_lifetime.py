@@ -107,9 +107,9 @@ def test_weak_outputs_are_the_default_and_strong_is_an_option():
     assert strong.output_lifetime is OutputLifetime.GRAPH
     assert {w.output_lifetime for w in strong.wrappers} == {OutputLifetime.GRAPH}
     pieces = make_runner("PIECEWISE").wrappers
-    assert [w.output_lifetime for w in pieces] == [OutputLifetime.CALLER] * (
-        len(pieces) - 1
-    ) + [OutputLifetime.WEAK]
+    assert [w.output_lifetime for w in pieces] == [OutputLifetime.CALLER] * (len(pieces) - 1) + [
+        OutputLifetime.WEAK
+    ]
 
 
 def test_bad_output_lifetime_is_a_value_error():

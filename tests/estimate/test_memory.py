@@ -189,3 +189,59 @@ def test_weak_outputs_policy_is_the_largest_peak() -> None:
     assert kept.per_key["num_reqs"].tolist() == sorted(
         sizes, reverse=True
     )  # FULL keys: num_reqs = size
+
+
+def stand_in_per_graph(runner):
+    """(mode, num_tokens, peak, output, pool increment) per graph the stand-in captured."""
+    return [
+        (
+            "FULL" if g.label[0] == "full" else "PIECEWISE",
+            g.label[1].num_tokens,
+            g.peak_bytes,
+            g.output_bytes,
+            g.pool_increment_bytes,
+        )
+        for g in runner.backend.ledger.graphs
+    ]
+
+
+@pytest.mark.parametrize(
+    "mode,attention",
+    [
+        ("FULL", "general"),
+        ("PIECEWISE", "general"),
+        ("FULL_AND_PIECEWISE", "general"),
+        ("FULL_DECODE_ONLY", "general"),
+        ("FULL_AND_PIECEWISE", "uniform"),  # FULL decode graphs, PIECEWISE mixed ones
+    ],
+)
+@pytest.mark.parametrize("weak", [True, False])
+def test_estimate_equals_the_stand_in_capture_per_key(mode, attention, weak) -> None:
+    """The estimate (meta tensors, plain model) against the CPU stand-in's ledger on the
+    real capture path (real tensors, dynamo's split graph, wrappers, warm-ups)."""
+    from cgdispatch.capture.runner import GraphRunner
+    from cgdispatch.models.toy import PRESETS, build_toy_model
+
+    rng = random.Random(f"{mode}-{attention}-{weak}")
+    tiny = PRESETS["toy-tiny"].replace(attention=attention)
+    sizes = sorted(rng.sample(range(1, 17), 4))
+    cfg = GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=16)
+    with GraphRunner(build_toy_model(tiny, seed=rng.randrange(99)), cfg, weak_outputs=weak) as r:
+        r.capture_all(progress=False)
+        measured = stand_in_per_graph(r)
+        pool = r.backend.ledger.pool_bytes
+        est = estimate_graph_memory(
+            build_toy_model(tiny, device="meta"), r.config, keep_outputs=not weak
+        )
+    rows = est.graphs
+    estimated = list(
+        zip(
+            rows["runtime_mode"].map(lambda m: m.rsplit(".", 1)[-1]),
+            rows["num_tokens"],
+            rows["peak_bytes"],
+            rows["output_bytes"],
+            rows["pool_increment_bytes"],
+        )
+    )
+    assert [tuple(map(str, e)) for e in estimated] == [tuple(map(str, m)) for m in measured]
+    assert est.shared_pool_bytes == pool > 0
