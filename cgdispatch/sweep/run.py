@@ -108,6 +108,7 @@ def _unit_rows(
     from ..models.registry import build_model
 
     base = _base_row(spec, mode, ladder)
+    runner = None
     try:
         sizes = spec.ladder_sizes(ladder)
         model = build_model(
@@ -132,6 +133,8 @@ def _unit_rows(
             spec.device,
         )
     except Exception as err:  # noqa: BLE001 - recorded, the sweep goes on
+        if runner is not None:
+            runner.release_graphs()
         for n, uniform in shapes:
             yield _failed(base, n, uniform, err)
         return
@@ -177,6 +180,7 @@ def _unit_rows(
             }
         except Exception as err:  # noqa: BLE001
             yield _failed(base, n, uniform, err)
+    runner.release_graphs()  # graphs, pool and compiled pieces go with the unit
 
 
 def run_unit(

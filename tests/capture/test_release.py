@@ -53,3 +53,29 @@ def test_a_released_runner_refuses_steps_and_release_is_idempotent():
     assert runner.released and runner.wrappers == [] and runner.captured_keys == []
     with pytest.raises(RuntimeError, match="released"):
         runner.execute_batch(batch)
+
+
+def test_a_sweep_releases_each_units_runner():
+    from cgdispatch.sweep.run import SweepSpec, iter_unit
+
+    spec = SweepSpec(
+        name="release",
+        model="toy-tiny",
+        modes=("FULL", "PIECEWISE"),
+        ladders={"two": [2, 4]},
+        max_capture_size=4,
+        num_tokens=(1, 3),
+        max_num_seqs=16,
+        repeats=1,
+        warmup=0,
+        input_sets=2,
+    )
+    gc.collect()
+    graphs0, pool0 = live_graph_count(), stand_in_pool_bytes()
+    for mode in spec.modes:
+        unit = iter_unit(spec, mode, "two", spec.shapes)
+        rows = [next(unit)]  # the runner has captured; its graphs are alive now
+        assert live_graph_count() > graphs0
+        rows += list(unit)  # the unit ends: its runner is released
+        assert {r.get("status", "ok") for r in rows} == {"ok"}
+        assert live_graph_count() == graphs0 and stand_in_pool_bytes() == pool0
