@@ -59,7 +59,9 @@ def main() -> int:
             f" -> {'PASS' if ok else 'FAIL'}"
         )
         if args.baseline:
-            print(f"  eager baseline: {_eager_s(args.model, config) / estimate_s:.1f}x the estimate")
+            print(
+                f"  eager baseline: {_eager_s(args.model, config) / estimate_s:.1f}x the estimate"
+            )
     return 1 if failed else 0
 
 

@@ -8,7 +8,7 @@ ledger: it sees every allocation made by an aten op during a capture and, throug
 finalizer on the storage, its free.
 
 How long a graph's outputs hold their blocks is vLLM's rule (vLLM 0.33,
-``vllm/compilation/cuda_graph.py`` and ``backends.py``; docs/semantics.md):
+``vllm/compilation/cuda_graph.py`` and ``backends.py``; docs/graph_memory.md):
 
 - ``WEAK``: released when the capture ends. vLLM turns the outputs of FULL graphs and of the
   last piecewise graph into weak references (``CUDAGraphOptions.weak_ref_output``), so the

@@ -79,3 +79,16 @@ def test_a_sweep_releases_each_units_runner():
         rows += list(unit)  # the unit ends: its runner is released
         assert {r.get("status", "ok") for r in rows} == {"ok"}
         assert live_graph_count() == graphs0 and stand_in_pool_bytes() == pool0
+
+
+def test_toy_and_hugging_face_models_are_runner_models():
+    from cgdispatch.capture.model import RunnerModel
+
+    toy = build_toy_model(TINY)
+    assert isinstance(toy, RunnerModel) and toy.supports_mixed_batches is True
+    pytest.importorskip("transformers")
+    from cgdispatch.models.hf.presets import build_hf_model
+
+    hf = build_hf_model("hf-llama-tiny")
+    assert isinstance(hf, RunnerModel) and hf.supports_mixed_batches is False
+    assert not isinstance(object(), RunnerModel)
