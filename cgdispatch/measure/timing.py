@@ -179,18 +179,18 @@ def measure_capture_memory(
         return capture(), None
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
-    stats0 = torch.cuda.memory_stats(dev)
+    # memory_reserved/allocated and their max_ read torch.cuda.memory_stats(dev)
+    reserved0 = torch.cuda.memory_reserved(dev)
+    allocated0 = torch.cuda.memory_allocated(dev)
     private0 = _private_pool_bytes(dev)
     result = capture()
     torch.cuda.synchronize(dev)
-    stats = torch.cuda.memory_stats(dev)
     private = _private_pool_bytes(dev)
     memory = CaptureMemory(
-        pool_bytes=stats["reserved_bytes.all.current"] - stats0["reserved_bytes.all.current"],
-        allocated_bytes=stats["allocated_bytes.all.current"]
-        - stats0["allocated_bytes.all.current"],
-        peak_allocated_bytes=stats["allocated_bytes.all.peak"],
-        peak_reserved_bytes=stats["reserved_bytes.all.peak"],
+        pool_bytes=torch.cuda.memory_reserved(dev) - reserved0,
+        allocated_bytes=torch.cuda.memory_allocated(dev) - allocated0,
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
         private_pool_bytes=None if private is None or private0 is None else private - private0,
     )
     return result, memory
@@ -198,8 +198,12 @@ def measure_capture_memory(
 
 def _private_pool_bytes(dev: torch.device) -> int | None:
     """Bytes in segments of graph (private) pools on ``dev``; None if the snapshot lacks pools."""
+    try:
+        segments = torch.cuda.memory_snapshot()
+    except (AttributeError, RuntimeError):  # no CUDA build, or no snapshot support
+        return None
     total, seen = 0, False
-    for segment in torch.cuda.memory_snapshot():
+    for segment in segments:
         if segment.get("device") != dev.index and dev.index is not None:
             continue
         pool = segment.get("segment_pool_id")
