@@ -1,6 +1,6 @@
 """Dispatch speed: cgdispatch's table lookup vs a dispatcher written the straightforward way.
 
-The baseline does what the seed document (vLLM V1's first CudagraphDispatcher) does per call:
+The baseline does per call what vLLM V1's `CudagraphDispatcher.dispatch` does (docs/semantics.md):
 pad through a lookup table, build the BatchDescriptor, probe the FULL key set, relax the
 descriptor, probe FULL and PIECEWISE again. Ours has statistics on. Both see the same 200,000
 random batches of a FULL_AND_PIECEWISE config with vLLM's default ladder.
@@ -19,7 +19,7 @@ M = CUDAGraphMode
 
 
 class StraightforwardDispatcher:
-    """The seed's algorithm, with the keys of a real dispatcher."""
+    """vLLM's per-call algorithm (docs/semantics.md, Dispatch), with the keys of a real dispatcher."""
 
     def __init__(self, config: GraphConfig, keys: dict) -> None:
         self.keys = keys

@@ -12,6 +12,7 @@ from typing import Any
 
 from .core.batch import BatchDescriptor
 from .core.config import GraphConfig
+from .core.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from .core.dispatcher import CudagraphDispatcher
 from .core.modes import AttentionCGSupport, CUDAGraphMode
 
@@ -19,6 +20,8 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch or pandas)
 _LAZY: dict[str, str] = {
+    "ready_dispatcher": "core.dispatcher",
+    "DispatchResult": "core.dispatcher",
     "make_trace": "workload.trace",
     "check_trace": "workload.trace",
     "synthetic_requests": "workload.synthetic",
@@ -75,12 +78,17 @@ _LAZY: dict[str, str] = {
     "ladder_figure": "views.plots",
     "hit_rate_figure": "views.plots",
     "speedup_figure": "views.plots",
-    "memory_figure": "views.plots",
-    "capture_time_figure": "views.plots",
-    "figure_source": "views.plots",
+    "memory_figure": "views.capture_figures",
+    "capture_time_figure": "views.capture_figures",
+    "figure_source": "views.sources",
+    "label_source": "views.sources",
+    "frame_source": "views.sources",
+    "capture_per_key_figure": "views.capture_figures",
+    "memory_per_key_figure": "views.capture_figures",
     "dispatch_explorer": "views.widgets",
     "whatif_dashboard": "views.whatif_widgets",
-    "workload_trace": "views.whatif_plots",
+    "workload_trace": "workload.sources",
+    "split_holdout": "workload.sources",
     "step_histogram_figure": "views.whatif_plots",
     "ladder_comparison_figure": "views.whatif_plots",
     "whatif_figure": "views.whatif_plots",
@@ -110,10 +118,20 @@ _LAZY: dict[str, str] = {
     "profile_step": "estimate.kernels",
     "predict_step": "estimate.device_model",
     "predict_frame": "estimate.device_model",
-    "calibrate": "estimate.device_model",
+    "calibrate": "estimate.calibration",
     "toy_profiles": "estimate.kernels",
-    "calibrate_rows": "estimate.device_model",
-    "predict_config": "estimate.device_model",
+    "calibrate_rows": "estimate.calibration",
+    "predict_config": "estimate.calibration",
+    "DeviceCostModel": "estimate.device_model",
+    "device_cost_model": "estimate.device_model",
+    "step_times_ms": "estimate.device_model",
+    "LinearProfile": "estimate.kernels",
+    "linear_profile": "estimate.kernels",
+    "ArchSpec": "models.architectures",
+    "ARCHITECTURES": "models.architectures",
+    "build_arch_model": "models.architectures",
+    "plan_multiple_of": "plan.planner",
+    "smooth_histogram": "plan.histogram",
     "SweepSpec": "sweep.spec",
     "SWEEP_PRESETS": "sweep.spec",
     "run_sweep": "sweep.run",
@@ -123,17 +141,23 @@ _LAZY: dict[str, str] = {
     "load_captures": "sweep.store",
     "load_reference": "sweep.store",
     "write_report": "views.report",
+    "draw_report": "views.report",
+    "ReportFigures": "views.report",
+    "modelled_rows": "views.report",
     "sweep_spec": "views.sweepviews",
     "unit_table": "views.sweepviews",
     "graph_memory_table": "views.sweepviews",
     "modelled_speedup": "views.sweepviews",
-    "step_time_figure": "views.sweepviews",
+    "memory_estimates": "views.sweepviews",
+    "step_time_figure": "views.plots",
 }
 
 __all__ = [
     "AttentionCGSupport",
     "BatchDescriptor",
+    "BatchExecutionDescriptor",
     "CUDAGraphMode",
+    "CudaGraphManager",
     "CudagraphDispatcher",
     "GraphConfig",
     *_LAZY,

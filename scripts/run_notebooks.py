@@ -1,7 +1,7 @@
 """Execute the notebooks headless with papermill and write an HTML report with nbconvert.
 
     python scripts/run_notebooks.py                       # every notebooks/NN_*.ipynb
-    python scripts/run_notebooks.py -p device cpu -p max_num_seqs 32 notebooks/01_dispatch_tour.ipynb
+    python scripts/run_notebooks.py -p mode FULL -p max_num_seqs 32 notebooks/01_dispatch_tour.ipynb
 
 Executed notebooks go to ``build/notebooks/`` and HTML pages plus an ``index.html`` to
 ``build/report/``; each is written as soon as its notebook finishes, so a failure late in

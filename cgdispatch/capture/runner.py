@@ -21,7 +21,7 @@ import torch
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import ready_dispatcher
 from ..core.modes import CUDAGraphMode
 from .backends import GraphBackend, get_backend
 from .context import ForwardContext, use_forward_context
@@ -111,8 +111,7 @@ class GraphRunner:
         )
         self.released = False
         self._capture_enabled = True
-        self.dispatcher = CudagraphDispatcher(self.config)
-        self.dispatcher.initialize_cudagraph_keys()
+        self.dispatcher = ready_dispatcher(self.config)
         # persistent inputs, sized for the largest capture (eager steps above it use their own):
         # one [3, max] buffer so that a packed batch is one copy; rows are ids, positions, slots
         self.max_num_tokens = max(self.dispatcher.max_capture_size, 1)

@@ -6,7 +6,7 @@ import argparse
 import random
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import ready_dispatcher
 
 
 def parse_sizes(text: str | None) -> list[int] | None:
@@ -55,8 +55,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise ValueError(f"--steps {args.steps} is invalid: give a number of steps >= 0")
     config = config_from_args(args)
-    dispatcher = CudagraphDispatcher(config)
-    dispatcher.initialize_cudagraph_keys()
+    dispatcher = ready_dispatcher(config)
     sizes = config.cudagraph_capture_sizes
     print(
         f"config: mode={config.cudagraph_mode}, {len(sizes)} capture sizes {sizes[:6]}...{sizes[-2:]}"
@@ -94,8 +93,7 @@ def run_dispatch(args: argparse.Namespace) -> int:
             f"--active-loras {args.active_loras} is invalid with --max-loras {config.max_loras}: "
             "a step has 0..max_loras active adapters; raise --max-loras or lower --active-loras"
         )
-    dispatcher = CudagraphDispatcher(config)
-    dispatcher.initialize_cudagraph_keys()
+    dispatcher = ready_dispatcher(config)
     mode, desc = dispatcher.dispatch(
         args.num_tokens,
         uniform_decode=args.uniform,

@@ -1,20 +1,59 @@
-"""``python -m cgdispatch plan``: simulate or read steps, plan capture sizes, compare, export."""
+"""``python -m cgdispatch plan``: read or simulate steps, plan capture sizes (padding or
+modelled step time under budgets), compare with the engines' ladders in-sample or on
+held-out traffic, export the plan as engine flags."""
 
 from __future__ import annotations
 
 import argparse
-import math
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn
 
 from ..core.config import GraphConfig
+from ..core.modes import CUDAGraphMode
+
+DEVICES = ("H100", "H200", "A100")
+_MIB = 1 << 20
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Every flag checked before any work, each failure one ValueError naming the fix."""
+    from ..models.registry import model_names
+
+    for flag in ("max_graphs", "max_size", "max_num_seqs", "max_num_batched_tokens", "context_len"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be >= 1")
+    for flag in ("num_speculative_tokens", "max_loras"):
+        if getattr(args, flag) < 0:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 0")
+    for flag in ("memory_budget_mib", "capture_budget_s"):
+        value = getattr(args, flag)
+        if value is not None and not value > 0:
+            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be > 0")
+    if args.holdout is not None and not 0 < args.holdout < 1:
+        raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
+    if args.holdout is not None and args.evaluate_on is not None:
+        raise ValueError("--holdout and --evaluate-on exclude each other: give one")
+    CUDAGraphMode.parse(args.mode)
+    usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
+    if args.model not in usable:
+        raise ValueError(f"--model {args.model!r} is unknown here: use one of {usable}")
+    for flag in ("trace", "evaluate_on"):
+        path = getattr(args, flag)
+        if path is not None and Path(path).suffix and not Path(path).exists():
+            raise ValueError(f"--{flag.replace('_', '-')} {path}: no such file")
 
 
 def run_plan(args: argparse.Namespace) -> int:
+    _check(args)
     import pandas as pd
 
-    from ..plan.ladder_compare import compare, compare_json, engine_ladders, export_plan
+    from ..estimate.device_model import device_cost_model
+    from ..plan.ladder_compare import compare, engine_ladders, export_plan
     from ..plan.planner import plan_capture_sizes
-    from ..workload.files import load_trace
-    from ..workload.trace import simulate_steps
+    from ..workload.sources import split_holdout, workload_trace
 
     config = GraphConfig(
         cudagraph_mode=args.mode,
@@ -25,41 +64,53 @@ def run_plan(args: argparse.Namespace) -> int:
         tensor_parallel_size=args.tensor_parallel_size,
         sequence_parallel=args.sequence_parallel,
     ).resolve()
-    kind, frame = load_trace(args.trace)
-    if kind == "requests":
-        trace = simulate_steps(
-            frame,
+
+    def load(path: str) -> tuple[pd.DataFrame, str]:
+        return workload_trace(
+            path,
+            seed=args.seed,
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
-            max_loras=args.max_loras or None,
-            seed=args.seed,
+            max_loras=args.max_loras,
             progress=not args.json,
         )
-    else:
-        trace = frame
-    q = config.uniform_decode_query_len
-    multiple = q if config.cudagraph_mode.decode_mode().name == "FULL" and q > 1 else 1
-    if config.sequence_parallel:  # tokens split evenly across TP ranks
-        multiple = math.lcm(multiple, config.tensor_parallel_size)
+
+    trace, label = load(args.trace)
+    plan_on, evaluated_on, test = trace, f"in-sample ({label})", trace
+    if args.holdout is not None:
+        plan_on, test = split_holdout(trace, args.holdout)
+        evaluated_on = f"held out: last {args.holdout:g} of {label}"
+    elif args.evaluate_on is not None:
+        test, other = load(args.evaluate_on)
+        evaluated_on = f"other trace: {other}"
+    cost_model = device_cost_model(args.model, args.device, context_len=args.context_len)
+    budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
     sizes = plan_capture_sizes(
-        trace,
+        plan_on,
         args.max_graphs,
-        mode=config.cudagraph_mode,
+        objective=args.objective,
+        cost_model=cost_model,
+        config=config,
         max_size=args.max_size,
-        multiple_of=multiple,
+        memory_budget_bytes=budget,
+        capture_budget_s=args.capture_budget_s,
     )
     ladders = {"planned": sizes, **engine_ladders(config)}
-    table = compare(trace, ladders, config=config)
+    table = compare(test, ladders, config=config, cost_model=cost_model)
+    table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
+    table["evaluated_on"] = evaluated_on
     if args.json:
-        print(compare_json(table))
+        records = table.rename(columns={"ladder": "name"}).to_dict(orient="records")
+        out = {"objective": args.objective, "model": args.model, "ladders": records}
+        print(json.dumps(out, default=float))
         return 0
-    source = "simulated from requests" if kind == "requests" else "read from file"
-    print(f"{len(trace)} steps ({source}), {int(trace['uniform_decode'].sum())} uniform decode")
-    shown = table.assign(sizes=table["sizes"].map(_short))
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print("\nengine settings for the planned sizes:")
+    print(f"{len(plan_on)} steps planned on ({label}); {len(test)} evaluated: {evaluated_on}")
+    shown = table.assign(sizes=table["sizes"].map(_short)).drop(columns="evaluated_on")
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"\nstep times, graph memory and capture time: {cost_model.source}, {args.model}")
+    print("engine settings for the planned sizes:")
     for engine, flags in export_plan(sizes, config).items():
         print(f"  {engine}: {flags.strip()}")
     return 0
@@ -71,17 +122,46 @@ def _short(sizes: list[int]) -> str:
     )
 
 
+def _one_line_error(message: str) -> NoReturn:
+    """Bad flags fail at once with one line on stderr (argparse would add the usage)."""
+    print(f"error: plan: {message} (see python -m cgdispatch plan --help)", file=sys.stderr)
+    sys.exit(2)
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
     )
+    plan.error = _one_line_error  # type: ignore[method-assign]
     plan.add_argument(
-        "--trace", required=True, help="CSV of requests or steps, or a vLLM --cudagraph-metrics log"
+        "--trace",
+        required=True,
+        help="CSV of requests or steps, a vLLM --cudagraph-metrics log, or a preset name",
     )
     plan.add_argument("--max-graphs", type=int, required=True, help="most capture sizes to plan")
     plan.add_argument(
-        "--max-size", type=int, default=None, help="largest size (default: largest step)"
+        "--max-size",
+        type=int,
+        default=None,
+        help="largest size (default: padding: largest step; time: chosen by the planner)",
     )
+    plan.add_argument("--objective", choices=("padding", "time"), default="padding")
+    plan.add_argument(
+        "--model", default="llama-3.1-8b", help="architecture for step times and graph memory"
+    )
+    plan.add_argument("--device", choices=DEVICES, default="H200", help="device model preset")
+    plan.add_argument(
+        "--context-len", type=int, default=512, help="KV positions each token attends to"
+    )
+    plan.add_argument("--memory-budget-mib", type=float, default=None, help="graph pool budget")
+    plan.add_argument("--capture-budget-s", type=float, default=None, help="capture-time budget")
+    plan.add_argument(
+        "--holdout",
+        type=float,
+        default=None,
+        help="plan on the first part, report on this last share of the trace (by time)",
+    )
+    plan.add_argument("--evaluate-on", default=None, help="report on this other trace")
     plan.add_argument(
         "--seed", type=int, default=0, help="seed of the simulator (spec decode acceptance)"
     )

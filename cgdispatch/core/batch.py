@@ -28,5 +28,5 @@ class BatchDescriptor:
 
     @property
     def non_uniform(self) -> BatchDescriptor:
-        """Alias of :meth:`relax_for_mixed_batch_cudagraphs` (the seed's name)."""
+        """Alias of :meth:`relax_for_mixed_batch_cudagraphs` (the name in vLLM's first V1 dispatcher)."""
         return self.relax_for_mixed_batch_cudagraphs()

@@ -7,6 +7,7 @@ backend supports. It knows nothing about tensors or GPUs.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import shlex
@@ -14,6 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import config_v2 as _v2
 from .ladders import vllm_ladder
 from .modes import AttentionCGSupport, CUDAGraphMode
 from .validate import check_int as _check_int
@@ -107,8 +109,25 @@ class GraphConfig:
     tensor_parallel_size: int = 1
     sequence_parallel: bool = False  # sizes must then be multiples of the TP size
     cudagraph_num_of_warmups: int = 1  # eager runs before each capture
+    # which vLLM release to model: "0.33" (V1), "0.34" (generation 2), None (the class's own)
+    vllm_version: str | None = None
+    # generation 2 (vllm_version="0.34") only; see cgdispatch/config_v2.py
+    prefill_cudagraph_capture_token_sizes: list[int] | None = None  # tokens; None = default
+    max_prefill_cudagraph_capture_tokens: int | None = None
+    decode_cudagraph_capture_request_sizes: list[int] | None = None  # requests; None = default
+    max_decode_cudagraph_capture_requests: int | None = None
+    max_decode_cudagraph_capture_tokens: int | None = None
+    performance_mode: str = "balanced"  # "interactivity": dense small sizes
+    device_capability: tuple[int, int] | None = None  # (10, x) widens the defaults (SM100)
+    speculative_method: str | None = None  # "eagle", "eagle3", "mtp", "draft_model", ...
+    enable_adaptive_verification: bool = False  # varlen decode graphs
+    data_parallel_size: int = 1  # microbatching (DBO) needs > 1
+    enable_dbo: bool = False
+    ubatch_size: int = 0
+    dbo_decode_token_threshold: int = 32
     # what the user asked for sizes and max, so that replace() re-derives defaults
     _asked: tuple[Any, Any] = field(default=(None, None), init=False, repr=False, compare=False)
+    _asked_v2: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -134,6 +153,12 @@ class GraphConfig:
             "_asked",
             (None if asked_sizes is None else list(asked_sizes), self.max_cudagraph_capture_size),
         )
+        _v2.validate_fields(self)
+        if _v2.is_gen2(self):
+            set_(self, "_asked_v2", {f: getattr(self, f) for f in _v2.GEN2_FIELDS})
+            for name, value in _v2.derive_sizes(self).items():
+                set_(self, name, value)
+            return
         sizes, max_size = self._derive_sizes()
         set_(self, "cudagraph_capture_sizes", sizes)
         set_(self, "max_cudagraph_capture_size", max_size)
@@ -252,6 +277,10 @@ class GraphConfig:
 
     def lora_cases(self) -> list[int]:
         """Active-LoRA counts that have graphs; 0 is the no-LoRA case."""
+        if _v2.is_gen2(self):  # vLLM 0.34 counts the no-adapter slot: max_loras + 1
+            return _v2.get_lora_capture_cases(
+                self.max_loras, self.specialize_active_lora, self.cudagraph_specialize_lora
+            )
         if not self.lora_enabled:
             return [0]
         counts = captured_lora_counts(self.max_loras, self.specialize_active_lora)
@@ -263,6 +292,7 @@ class GraphConfig:
         kwargs["cudagraph_capture_sizes"], kwargs["max_cudagraph_capture_size"] = self._asked
         if "cudagraph_capture_sizes" in changes and "max_cudagraph_capture_size" not in changes:
             kwargs["max_cudagraph_capture_size"] = None
+        kwargs.update(self._asked_v2)
         kwargs.update(changes)
         return GraphConfig(**kwargs)
 
@@ -275,7 +305,10 @@ class GraphConfig:
 
     # ----- mode resolution --------------------------------------------------------------
     def resolve(
-        self, attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS
+        self,
+        attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS,
+        *,
+        piecewise_capture_available: bool = True,
     ) -> GraphConfig:
         """The config with the mode lowered to what can run, and sizes fit for spec decode.
 
@@ -290,8 +323,19 @@ class GraphConfig:
         ops of ``DEFAULT_SPLITTING_OPS``) or non-empty: the config cannot tell which op of a
         custom list is the model's attention, so a list that names only other ops still
         lowers to FULL_AND_PIECEWISE (vLLM checks that its attention ops are in the list).
+
+        With ``vllm_version="0.34"`` the rules are generation 2's
+        (``cgdispatch.core.config_v2.resolve_mode``): sizes are not touched, FULL on mixed batches
+        with NEVER is refused, and ``piecewise_capture_available=False`` drops piecewise.
         """
         support = AttentionCGSupport(attention_support)
+        if _v2.is_gen2(self):  # vLLM 0.34: only the mode changes; sizes were resolved
+            mode = _v2.resolve_mode(self, support, piecewise_capture_available)
+            if mode is self.cudagraph_mode:
+                return self
+            resolved = copy.copy(self)  # sizes stay as resolved at construction
+            object.__setattr__(resolved, "cudagraph_mode", mode)
+            return resolved
         mode = self.cudagraph_mode
         can_split = self.splitting_ops is None or len(self.splitting_ops) > 0
         M = CUDAGraphMode
@@ -356,8 +400,19 @@ class GraphConfig:
                 f"compilation_config={compilation_config!r} is invalid: it must be a dict or a JSON object"
             )
         kwargs: dict[str, Any] = {}
+        gen2_keys = [k for k in compilation_config if k in _v2.GEN2_COMPILATION_KEYS]
+        if gen2_keys:  # generation-2 JSON: vllm_version defaults to "0.34"
+            if scheduler_fields.get("vllm_version", "0.34") != "0.34":
+                raise ValueError(
+                    f"compilation-config keys {gen2_keys} exist only in vLLM 0.34 but "
+                    f"vllm_version={scheduler_fields['vllm_version']!r}: pass "
+                    "vllm_version='0.34' or drop them"
+                )
+            scheduler_fields.setdefault("vllm_version", "0.34")
         for key, value in compilation_config.items():
-            if key in _COMPILATION_KEYS:
+            if key in _v2.GEN2_COMPILATION_KEYS:
+                kwargs[key] = value
+            elif key in _COMPILATION_KEYS:
                 kwargs[key] = tuple(value) if key == "compile_sizes" else value
             elif key not in _IGNORED_VLLM_KEYS:
                 warnings.warn(
@@ -373,12 +428,23 @@ class GraphConfig:
         return cls(**kwargs)
 
     def to_vllm(self) -> str:
-        """vLLM's ``--compilation-config`` JSON for this config."""
+        """vLLM's ``--compilation-config`` JSON for this config (generation 2: the new size
+        fields, not the deprecated ``cudagraph_capture_sizes``)."""
+        if _v2.is_gen2(self):
+            cc = {"cudagraph_mode": str(self.cudagraph_mode)}
+            for key in _v2.GEN2_COMPILATION_KEYS:
+                value = getattr(self, key)
+                if value is not None:
+                    cc[key] = list(value) if isinstance(value, list) else value
+            return self._to_vllm_common(cc)
         cc: dict[str, Any] = {
             "cudagraph_mode": str(self.cudagraph_mode),
             "cudagraph_capture_sizes": list(self.cudagraph_capture_sizes),
             "max_cudagraph_capture_size": self.max_cudagraph_capture_size,
         }
+        return self._to_vllm_common(cc)
+
+    def _to_vllm_common(self, cc: dict[str, Any]) -> str:
         if self.splitting_ops is not None:
             cc["splitting_ops"] = list(self.splitting_ops)
         if self.compile_sizes:
@@ -402,8 +468,21 @@ class GraphConfig:
         if self.tensor_parallel_size > 1:
             args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
         if self.num_speculative_tokens:
-            spec = json.dumps({"num_speculative_tokens": self.num_speculative_tokens})
-            args += ["--speculative-config", spec]
+            spec_cfg: dict[str, Any] = {"num_speculative_tokens": self.num_speculative_tokens}
+            if self.speculative_method is not None:
+                spec_cfg["method"] = self.speculative_method
+            if self.enable_adaptive_verification:
+                spec_cfg["enable_adaptive_verification"] = True
+            args += ["--speculative-config", json.dumps(spec_cfg)]
+        if self.performance_mode != "balanced":
+            args += ["--performance-mode", self.performance_mode]
+        if self.data_parallel_size > 1:
+            args += ["--data-parallel-size", str(self.data_parallel_size)]
+        if self.enable_dbo:
+            args += ["--enable-dbo", "--dbo-decode-token-threshold"]
+            args += [str(self.dbo_decode_token_threshold)]
+        elif self.ubatch_size > 1:
+            args += ["--ubatch-size", str(self.ubatch_size)]
         if self.lora_enabled:
             args += ["--enable-lora", "--max-loras", str(self.max_loras)]
         return " ".join(shlex.quote(a) for a in args)

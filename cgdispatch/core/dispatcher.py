@@ -1,7 +1,8 @@
 """`CudagraphDispatcher`: maps each runtime batch to a captured graph key, or to none.
 
 The dispatcher holds the set of valid keys per runtime mode (the only source of truth for
-which graphs exist) and answers ``dispatch()`` with (runtime mode, padded descriptor).
+which graphs exist) and answers ``dispatch()`` with a :class:`DispatchResult` (runtime
+mode, padded descriptor); :func:`ready_dispatcher` builds one with its keys initialised.
 It never captures or runs anything and never imports torch: the forward context carries
 its answer to the wrappers. Dispatch is one list lookup in a table precomputed from the
 keys, rebuilt whenever the keys change.
@@ -10,7 +11,7 @@ keys, rebuilt whenever the keys change.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .batch import BatchDescriptor
 from .config import GraphConfig
@@ -20,19 +21,33 @@ from .validate import check_int
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["CudagraphDispatcher"]
+__all__ = ["CudagraphDispatcher", "DispatchResult", "ready_dispatcher"]
 
 _NONE, _PIECEWISE, _FULL = CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL
 _RUNTIME_MODES = frozenset({_NONE, _PIECEWISE, _FULL})
 _ALL_GRAPH_MODES = frozenset({_PIECEWISE, _FULL})
 
 
+class DispatchResult(NamedTuple):
+    """What ``dispatch`` answers: unpacks as ``mode, descriptor = dispatcher.dispatch(n)``."""
+
+    runtime_mode: CUDAGraphMode  # NONE, PIECEWISE or FULL: what this step runs as
+    batch_descriptor: BatchDescriptor  # the graph key (padded); BatchDescriptor(n) when eager
+
+
 class _Table:
-    """Precomputed answers for one (uniform, LoRA case, allowed modes) combination."""
+    """Precomputed answers for one (uniform, LoRA case, allowed modes) combination.
+
+    Why a table: vLLM's dispatcher pads, builds a descriptor and probes two key sets on
+    every call; here that work is done once per count 0..max capture size and dispatch is
+    a list index. ``benchmarks/bench_dispatch.py`` measures it against that straightforward
+    algorithm (target >= 5x; 7-9x on a 2-core CPU). The answers are shared immutable
+    ``DispatchResult`` tuples, so a call allocates nothing.
+    """
 
     __slots__ = ("answers", "calls")
 
-    def __init__(self, answers: list[tuple[CUDAGraphMode, BatchDescriptor]]) -> None:
+    def __init__(self, answers: list[DispatchResult]) -> None:
         self.answers = answers  # index: unpadded num_tokens 0..max capture size
         self.calls = [0] * len(answers)  # dispatch count per unpadded num_tokens
 
@@ -55,6 +70,12 @@ class CudagraphDispatcher:
         config = GraphConfig() if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+        if config.vllm_version == "0.34":
+            raise ValueError(
+                "this GraphConfig has vllm_version='0.34' (generation 2): use "
+                "cgdispatch.CudaGraphManager for it, or build the config with "
+                "vllm_version='0.33' (or None) for CudagraphDispatcher"
+            )
         mode = config.cudagraph_mode
         if mode.requires_piecewise_compilation() and config.splitting_ops == []:
             raise ValueError(
@@ -79,7 +100,10 @@ class CudagraphDispatcher:
             self._padded[n] = sizes[i]
         self._lora_cases = config.lora_cases()
         self._tables: dict[tuple[bool, int, frozenset[CUDAGraphMode]], _Table] = {}
-        self._fast = (None, None)  # (mixed, uniform) tables without LoRA, all modes allowed
+        # (mixed, uniform) tables without LoRA, all modes allowed: the common call is one
+        # index into one of these. benchmarks/bench_dispatch.py: 7-9x the per-call
+        # algorithm with them, about 1.5x when every call takes the general path (see _Table)
+        self._fast = (None, None)
         self._eager_calls: dict[int, int] = {}  # num_tokens above the max or keys missing
         self._carried_rows: list[
             tuple[CUDAGraphMode, int, int, int, int]
@@ -174,10 +198,10 @@ class CudagraphDispatcher:
         invalid_modes: Iterable[CUDAGraphMode] | None = None,
         *,
         use_cascade_attn: bool = False,
-    ) -> tuple[CUDAGraphMode, BatchDescriptor]:
+    ) -> DispatchResult:
         """(runtime mode, key) for a batch; ``(NONE, BatchDescriptor(num_tokens))`` when eager.
 
-        Also takes the seed's form ``dispatch(BatchDescriptor(...), use_cascade_attn=...)``.
+        Also takes the form of vLLM's first V1 dispatcher, ``dispatch(BatchDescriptor(...), use_cascade_attn=...)``.
         Cascade attention (and encoder outputs) exclude FULL.
         """
         # Fast path: plain int, no LoRA, no mode filter. One lookup and one increment.
@@ -214,8 +238,8 @@ class CudagraphDispatcher:
         valid_modes: Iterable[CUDAGraphMode] | None,
         invalid_modes: Iterable[CUDAGraphMode] | None,
         use_cascade_attn: bool,
-    ) -> tuple[CUDAGraphMode, BatchDescriptor]:
-        if isinstance(num_tokens, BatchDescriptor):  # seed form
+    ) -> DispatchResult:
+        if isinstance(num_tokens, BatchDescriptor):  # first V1 form
             desc = num_tokens
             num_tokens, uniform_decode = desc.num_tokens, desc.uniform
             has_lora, num_active_loras = desc.has_lora, desc.num_active_loras
@@ -240,10 +264,10 @@ class CudagraphDispatcher:
             table.calls[n] += 1
         return table.answers[n]
 
-    def _eager(self, n: int) -> tuple[CUDAGraphMode, BatchDescriptor]:
+    def _eager(self, n: int) -> DispatchResult:
         if self.record_stats:
             self._eager_calls[n] = self._eager_calls.get(n, 0) + 1
-        return _NONE, BatchDescriptor(n)
+        return DispatchResult(_NONE, BatchDescriptor(n))
 
     @staticmethod
     def _allowed_modes(valid: Any, invalid: Any, cascade: bool) -> frozenset[CUDAGraphMode]:
@@ -281,7 +305,7 @@ class CudagraphDispatcher:
         )
         separate = mode.separate_routine() and mode.has_mode(_FULL)
         has_lora = lora > 0
-        answers: list[tuple[CUDAGraphMode, BatchDescriptor]] = [(_NONE, BatchDescriptor(0))]
+        answers = [DispatchResult(_NONE, BatchDescriptor(0))]
         for n in range(1, self.max_capture_size + 1):
             padded = self._padded[n]
             if uniform and separate and padded % q == 0:
@@ -292,11 +316,11 @@ class CudagraphDispatcher:
             # FULL graphs match the exact key only (their attention metadata depends on
             # num_reqs); only PIECEWISE keys are looked up relaxed
             if desc in full_keys:
-                answers.append((_FULL, desc))
+                answers.append(DispatchResult(_FULL, desc))
             elif relaxed in pw_keys:
-                answers.append((_PIECEWISE, relaxed))
+                answers.append(DispatchResult(_PIECEWISE, relaxed))
             else:
-                answers.append((_NONE, BatchDescriptor(n)))
+                answers.append(DispatchResult(_NONE, BatchDescriptor(n)))
         return _Table(answers)
 
     def _invalidate(self) -> None:
@@ -366,6 +390,25 @@ class CudagraphDispatcher:
             f"CudagraphDispatcher(mode={self.cudagraph_mode}, max_capture_size={self.max_capture_size}, "
             f"keys: FULL={n_full} PIECEWISE={n_pw}, initialized={self.keys_initialized})"
         )
+
+
+def ready_dispatcher(
+    config: GraphConfig | CudagraphDispatcher | None = None, *, record_stats: bool = True
+) -> CudagraphDispatcher:
+    """A dispatcher for ``config`` with its keys initialised: the one way the package builds
+    one. A dispatcher passed in is returned itself (its keys initialised if they were not);
+    ``record_stats`` applies only to a new one. ``None`` means ``GraphConfig()``."""
+    if isinstance(config, CudagraphDispatcher):
+        if not config.keys_initialized:
+            config.initialize_cudagraph_keys()
+        return config
+    if config is not None and not isinstance(config, GraphConfig):
+        raise ValueError(
+            f"config={config!r} is invalid: pass a cgdispatch.GraphConfig or a CudagraphDispatcher"
+        )
+    dispatcher = CudagraphDispatcher(config, record_stats=record_stats)
+    dispatcher.initialize_cudagraph_keys()
+    return dispatcher
 
 
 def _countdown_index(sizes: list[int]) -> Iterable[int]:

@@ -20,7 +20,7 @@ to be fitted with :func:`calibrate` on measured sweep rows.
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.modes import CUDAGraphMode
-from .kernels import StepProfile, profile_step, toy_profiles
+from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
 
 __all__ = [
     "DeviceSpec",
@@ -38,11 +38,21 @@ __all__ = [
     "profile_step",
     "predict_step",
     "predict_frame",
-    "calibrate",
+    "step_times_ms",
+    "DeviceCostModel",
+    "device_cost_model",
     "toy_profiles",
-    "calibrate_rows",
-    "predict_config",
 ]
+# moved to estimate.calibration; still importable from here (module __getattr__ below)
+_MOVED = ("calibrate", "calibrate_rows", "predict_config")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from . import calibration
+
+        return getattr(calibration, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -55,10 +65,13 @@ class DeviceSpec:
     bandwidth_bytes_per_s: float  # HBM bandwidth
     flop_efficiency: float = 0.6  # assumed share of peak a GEMM reaches
     bw_efficiency: float = 0.75  # assumed share of peak bandwidth a kernel reaches
-    kernel_launch_us: float = 10.0  # host cost per eager launch: 5-20 us (references.md)
+    kernel_launch_us: float = 10.0  # host cost per eager launch: 5-20 us (docs/references.md)
     graph_launch_us: float = 10.0  # host cost per graph replay (assumption)
     kernel_min_us: float = 1.5  # floor of one kernel on the device (80 kernels in 70 us replay)
     step_overhead_us: float = 20.0  # host work per step in every mode (input copies, dispatch)
+    # assumption: instantiating one captured graph; with one warm-up run this gives vLLM's
+    # ~0.05 s per piecewise size for Llama-3.1-8B (docs/references.md)
+    graph_instantiate_us: float = 1000.0
 
     def replace(self, **changes: Any) -> DeviceSpec:
         return dataclasses.replace(self, **changes)
@@ -142,121 +155,129 @@ def predict_frame(
     return pd.DataFrame(rows)
 
 
-_FIT = ("kernel_launch_us", "graph_launch_us", "flop_efficiency", "bw_efficiency", "kernel_min_us")
-
-
-def calibrate(
-    measurements: pd.DataFrame,
-    profiles: Mapping[int, StepProfile],
+def step_times_ms(
+    profile: LinearProfile,
+    runtime_mode: CUDAGraphMode | str,
+    num_tokens: np.ndarray,
     spec: DeviceSpec,
-    *,
-    fit: Sequence[str] = _FIT,
-    rounds: int = 60,
-) -> DeviceSpec:
-    """Fit launch costs and efficiencies to measured rows; returns a new spec.
+    chunk: int = 256,
+) -> np.ndarray:
+    """:func:`predict_step`'s ``step_ms`` at many sizes at once (same formula, numpy rows).
 
-    ``measurements`` has ``runtime_mode``, ``num_tokens``, ``padded_size``, ``eager_ms``
-    and ``graph_ms`` columns (sweep rows with ``status == "ok"``); ``profiles`` maps each
-    num_tokens / padded size to its kernel profile. Minimises the squared log error of
-    both times by coordinate search in log space (no SciPy needed).
+    Rows are done ``chunk`` at a time: a [sizes, kernels] matrix for 8192 sizes of a
+    3600-kernel model would be 240 MB.
     """
-    need = {"runtime_mode", "num_tokens", "padded_size", "eager_ms", "graph_ms"}
-    missing = need - set(measurements.columns)
-    if missing:
-        raise ValueError(
-            f"measurements lack columns {sorted(missing)}: pass sweep rows from run_sweep"
-        )
-    unknown = [f for f in fit if f not in _FIT]
-    if unknown:
-        raise ValueError(f"fit={unknown} is invalid: fit a subset of {list(_FIT)}")
-    rows = measurements.dropna(subset=["eager_ms", "graph_ms"])
-    cases = []
-    for r in rows.itertuples():
-        for size, mode, ms in (
-            (r.num_tokens, "NONE", r.eager_ms),
-            (r.padded_size, r.runtime_mode, r.graph_ms),
-        ):
-            if int(size) not in profiles:
-                raise ValueError(f"no profile for {int(size)} tokens: add it to profiles")
-            cases.append((profiles[int(size)], mode, math.log(ms)))
-    if not cases:
-        raise ValueError("measurements have no row with eager_ms and graph_ms: nothing to fit")
-
-    def loss(s: DeviceSpec) -> float:
-        return sum((math.log(predict_step(p, m, s)["step_ms"]) - y) ** 2 for p, m, y in cases)
-
-    best, best_loss, step = spec, loss(spec), 1.0
-    for _ in range(rounds):
-        improved = False
-        for name in fit:
-            for factor in (math.exp(step), math.exp(-step)):
-                value = getattr(best, name) * factor
-                if name.endswith("efficiency"):
-                    value = min(value, 1.0)
-                trial = best.replace(**{name: value})
-                trial_loss = loss(trial)
-                if trial_loss < best_loss:
-                    best, best_loss, improved = trial, trial_loss, True
-        if not improved:
-            step /= 2
-            if step < 1e-3:
-                break
-    return best.replace(name=f"{spec.name} (calibrated)")
+    mode = CUDAGraphMode.parse(runtime_mode)
+    if not mode.valid_runtime_modes():
+        raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
+    n = np.asarray(num_tokens, dtype=np.int64)
+    out = np.empty(n.shape, dtype=np.float64)
+    flat_n, flat_out = n.reshape(-1), out.reshape(-1)
+    split = profile.splitting
+    # PIECEWISE items: runs of graphed kernels (one replay each) and each splitting kernel
+    starts = np.flatnonzero(split | np.r_[True, split[:-1]])
+    item_host = np.where(split[starts], spec.kernel_launch_us, spec.graph_launch_us)
+    peak = np.where(profile.half, spec.peak_flops, spec.peak_fp32_flops) * spec.flop_efficiency
+    for lo in range(0, len(flat_n), chunk):
+        flops, nbytes = profile.at(flat_n[lo : lo + chunk])
+        compute = flops / peak
+        memory = nbytes / (spec.bandwidth_bytes_per_s * spec.bw_efficiency)
+        dev = np.maximum(np.maximum(compute, memory) * 1e6, spec.kernel_min_us)  # [rows, K] us
+        if mode is CUDAGraphMode.FULL:
+            step = spec.step_overhead_us + spec.graph_launch_us + dev.sum(axis=1)
+        else:
+            if mode is CUDAGraphMode.NONE:
+                items, host = dev, np.full(dev.shape[1], spec.kernel_launch_us)
+            else:
+                items, host = np.add.reduceat(dev, starts, axis=1), item_host
+            issued = spec.step_overhead_us + np.cumsum(host)
+            tail = np.cumsum(items[:, ::-1], axis=1)[:, ::-1]
+            step = np.max(issued + tail, axis=1)
+        flat_out[lo : lo + chunk] = step / 1e3
+    return out
 
 
-def calibrate_rows(rows: pd.DataFrame, spec: DeviceSpec, **kwargs: Any) -> DeviceSpec:
-    """:func:`calibrate` on sweep rows of one toy-model preset (``status == "ok"``), with
-    kernel profiles built on meta tensors at every num_tokens and padded size."""
-    from ..models.toy import build_toy_model
+@dataclass(frozen=True)
+class MemoryLine:
+    """One graph's pool bytes under weak outputs as a line in num_tokens, through two
+    estimator runs (allocations are affine in num_tokens up to 512 B block rounding)."""
 
-    ok = rows[rows["status"] == "ok"].dropna(subset=["eager_ms", "graph_ms"])
-    presets = ok[["model", "dtype"]].drop_duplicates()
-    if len(presets) != 1:
-        raise ValueError(
-            f"rows hold {len(presets)} (model, dtype) pairs with ok timings: calibrate on the "
-            "rows of one model and dtype (filter the frame first)"
-        )
-    name, dtype = presets.iloc[0]
-    model = build_toy_model(name, device="meta", dtype=dtype)
-    sizes = sorted({int(n) for n in ok["num_tokens"]} | {int(n) for n in ok["padded_size"]})
-    return calibrate(ok, toy_profiles(model, sizes), spec, **kwargs)
+    at_zero: float
+    per_token: float
+
+    def __call__(self, num_tokens: np.ndarray) -> np.ndarray:
+        return self.at_zero + self.per_token * np.asarray(num_tokens, dtype=np.float64)
 
 
-def predict_config(
-    model: Any,
-    config: Any,
-    num_tokens: Sequence[int],
-    spec: DeviceSpec,
-    *,
-    uniform_decode: bool = False,
-) -> pd.DataFrame:
-    """Modelled step time of a toy LM under a :class:`~cgdispatch.core.config.GraphConfig`: each
-    batch is dispatched (runtime mode, padding) as the runner would, then timed by the model.
+@dataclass(frozen=True)
+class DeviceCostModel:
+    """The analytic device model of one model on one device, as a ``CostModel``.
 
-    Columns: num_tokens, runtime_mode, padded_size, eager_ms, graph_ms, speedup_x, source.
+    ``step_time_ms`` is :func:`step_times_ms`; ``graph_memory_bytes(mode, n)`` is the shared
+    pool one graph of that size needs with vLLM's weak outputs (the estimator's
+    ``keep_outputs=False``: the pool of a ladder is the largest of these);
+    ``capture_time_s(mode, n)`` is ``num_warmups + 1`` eager steps plus one
+    ``graph_instantiate_us`` per graph (one for FULL, one per piece for PIECEWISE).
+    Everything it returns is ``model (<device>)``; build it with :func:`device_cost_model`.
     """
-    from ..core.dispatcher import CudagraphDispatcher
 
-    config = config.resolve(model.attention_cg_support)
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
-    plan = [(int(n), *dispatcher.dispatch(int(n), uniform_decode)) for n in num_tokens]
-    q = config.uniform_decode_query_len if uniform_decode else 1
-    sizes = {n for n, _, _ in plan} | {d.num_tokens for _, _, d in plan}
-    profiles = toy_profiles(model, sorted(sizes), uniform=uniform_decode, q=q)
-    rows = []
-    for n, mode, desc in plan:
-        eager = predict_step(profiles[n], "NONE", spec)["step_ms"]
-        graph = predict_step(profiles[desc.num_tokens], mode, spec)["step_ms"]
-        rows.append(
-            {
-                "num_tokens": n,
-                "runtime_mode": str(mode),
-                "padded_size": desc.num_tokens,
-                "eager_ms": eager,
-                "graph_ms": graph,
-                "speedup_x": eager / graph,
-                "source": f"model ({spec.name})",
-            }
-        )
-    return pd.DataFrame(rows)
+    model_name: str
+    spec: DeviceSpec
+    profile: LinearProfile
+    memory: Mapping[str, MemoryLine]  # "FULL" / "PIECEWISE" -> pool bytes per graph
+    num_warmups: int = 1  # vLLM's compilation_config.cudagraph_num_of_warmups
+
+    @property
+    def source(self) -> str:
+        return f"model ({self.spec.name})"
+
+    def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
+        return step_times_ms(self.profile, mode, num_tokens, self.spec)
+
+    def _graph_mode(self, mode: CUDAGraphMode | str) -> str:
+        name = CUDAGraphMode.parse(mode).name
+        if name not in self.memory:
+            raise ValueError(f"mode={name} captures no graph: ask for FULL or PIECEWISE")
+        return name
+
+    def graph_memory_bytes(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
+        return self.memory[self._graph_mode(mode)](num_tokens)
+
+    def capture_time_s(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
+        name = self._graph_mode(mode)
+        graphs = 1 if name == "FULL" else 1 + int(self.profile.splitting.sum())
+        eager_s = self.step_time_ms(CUDAGraphMode.NONE, num_tokens) / 1e3
+        return (self.num_warmups + 1) * eager_s + graphs * self.spec.graph_instantiate_us / 1e6
+
+
+@functools.lru_cache(maxsize=16)
+def device_cost_model(
+    model: str = "llama-3.1-8b", device: str = "H200", *, context_len: int = 512
+) -> DeviceCostModel:
+    """The device model of registry model ``model`` (built on meta) on preset ``device``.
+
+    ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
+    output is about 500 tokens, docs/references.md). Two kernel profiles and four
+    graph-memory estimates on fake tensors: about a second for an 8B model, cached.
+    """
+    from ..core.config import GraphConfig
+    from ..models.registry import build_model
+    from .graph_memory import estimate_graph_memory
+
+    if device not in DEVICE_PRESETS:
+        raise ValueError(f"device={device!r} is unknown: use one of {sorted(DEVICE_PRESETS)}")
+    if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 1:
+        raise ValueError(f"context_len={context_len!r} is invalid: it must be an integer >= 1")
+    net = build_model(model, device="meta")
+    anchors = (256, 512)
+    lines = {}
+    for mode in ("FULL", "PIECEWISE"):
+        pools = []
+        for size in anchors:
+            config = GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=[size])
+            config = config.resolve(net.attention_cg_support)
+            pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
+        slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
+        lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
+    profile = linear_profile(net, context_len=context_len)
+    return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines)

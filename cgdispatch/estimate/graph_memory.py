@@ -53,7 +53,7 @@ from ..capture.pool import (
 )
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import ready_dispatcher
 from ..core.modes import CUDAGraphMode
 from .fake import fake_mode_for, is_splitting_op, split_step, toy_inputs
 
@@ -181,8 +181,7 @@ def estimate_graph_memory(
         )
     if inputs_fn is None:
         inputs_fn = _default_inputs_fn(model, config.uniform_decode_query_len)
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
+    dispatcher = ready_dispatcher(config, record_stats=False)
     order = [(mode, d) for mode, descs in dispatcher.get_capture_descs() for d in descs]
     weak, strong = PoolLedger(round_bytes), PoolLedger(round_bytes)
     ops = tuple(config.effective_splitting_ops)

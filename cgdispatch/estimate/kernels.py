@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..core.config import DEFAULT_SPLITTING_OPS
 from .fake import fake_mode_for, is_splitting_op, tensors_in
 
-__all__ = ["StepProfile", "profile_step", "toy_profiles"]
+__all__ = ["StepProfile", "LinearProfile", "profile_step", "toy_profiles", "linear_profile"]
 
 _SKIP = {
     "aten::empty",
@@ -169,3 +169,69 @@ def toy_profiles(
         )
         for n in sizes
     }
+
+
+@dataclass(frozen=True)
+class LinearProfile:
+    """The kernels of a step at any ``num_tokens``: each kernel's FLOPs and bytes as a line.
+
+    For a decoder whose every activation has ``num_tokens`` rows (and attention over a fixed
+    context), each kernel's FLOPs and bytes are exactly affine in ``num_tokens``; two
+    profiles give the line and :func:`linear_profile` checks the kernel lists agree. Lets the
+    device model time 8192 sizes from two fake-tensor runs instead of 8192.
+    """
+
+    names: tuple[str, ...]
+    half: np.ndarray  # [kernels] bool
+    splitting: np.ndarray  # [kernels] bool
+    flops_at_zero: np.ndarray  # [kernels]
+    flops_per_token: np.ndarray  # [kernels]
+    bytes_at_zero: np.ndarray  # [kernels]
+    bytes_per_token: np.ndarray  # [kernels]
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.names)
+
+    def at(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(flops, bytes)``, each ``[len(num_tokens), kernels]``."""
+        n = np.asarray(num_tokens, dtype=np.float64)[:, None]
+        return (
+            self.flops_at_zero + n * self.flops_per_token,
+            self.bytes_at_zero + n * self.bytes_per_token,
+        )
+
+    def profile(self, num_tokens: int) -> StepProfile:
+        """The :class:`StepProfile` at one size (what :func:`profile_step` would count)."""
+        flops, nbytes = self.at(np.array([num_tokens]))
+        return StepProfile(
+            int(num_tokens), self.names, flops[0], nbytes[0], self.half, self.splitting
+        )
+
+
+def linear_profile(
+    model: Any, *, anchors: tuple[int, int] = (64, 128), context_len: int | None = None
+) -> LinearProfile:
+    """Profile a toy-input model (toy LM, architecture presets) at two sizes; see
+    :class:`LinearProfile`. Raises ValueError when the kernel lists differ between them."""
+    lo, hi = sorted(int(a) for a in anchors)
+    if lo < 1 or lo == hi:
+        raise ValueError(f"anchors={anchors} are invalid: give two different sizes >= 1")
+    p = toy_profiles(model, [lo, hi], context_len=context_len)
+    a, b = p[lo], p[hi]
+    if a.names != b.names or not np.array_equal(a.splitting, b.splitting):
+        raise ValueError(
+            f"the kernels at {lo} and {hi} tokens differ: this model's step is not affine in "
+            "num_tokens; profile each size with toy_profiles instead"
+        )
+    flops_slope = (b.flops - a.flops) / (hi - lo)
+    bytes_slope = (b.bytes - a.bytes) / (hi - lo)
+    return LinearProfile(
+        a.names,
+        a.half,
+        a.splitting,
+        a.flops - lo * flops_slope,
+        flops_slope,
+        a.bytes - lo * bytes_slope,
+        bytes_slope,
+    )

@@ -1,7 +1,8 @@
-"""Capture a toy model in several cudagraph modes, check replay against eager, time steps.
+"""Capture a registry model in several cudagraph modes, check replay against eager, time steps.
 
-The loop behind notebook 02: one fresh model and :class:`~cgdispatch.capture.runner.GraphRunner`
-per mode, ``capture_all`` (the capture report), then
+The loop behind notebooks 02 (the toy LM) and 05 (a Hugging Face model): one fresh model
+(:func:`~cgdispatch.models.registry.build_model`) and
+:class:`~cgdispatch.capture.runner.GraphRunner` per mode, ``capture_all`` (the capture report), then
 :func:`~cgdispatch.measure.replay_check.check_replay` (replay vs eager on fresh random batches), and a
 small step-time table, eager model call against the runner's step. Times are wall-clock
 medians on whatever device the model is on, labelled ``measured (CPU)`` or ``measured
@@ -29,14 +30,16 @@ __all__ = ["ModeCaptures", "capture_each_mode", "step_time_table", "device_sourc
 class ModeCaptures:
     """Runners (config mode name -> runner) and their reports, one row block per mode.
 
-    ``reports``: the capture reports with a ``config_mode`` column; ``checks``:
-    ``check_replay`` rows with ``config_mode``; ``summary``: one row per mode.
+    ``reports``: the capture reports with ``config_mode`` and ``source`` columns;
+    ``checks``: ``check_replay`` rows with ``config_mode``; ``summary``: one row per mode;
+    ``source``: where the times were measured (``measured (CPU)``, ``measured (<GPU>)``).
     """
 
     runners: dict[str, Any] = field(default_factory=dict)
     reports: pd.DataFrame | None = None
     checks: pd.DataFrame | None = None
     summary: pd.DataFrame | None = None
+    source: str = ""
 
 
 def device_source(runner: Any) -> str:
@@ -53,29 +56,41 @@ def capture_each_mode(
     sizes: Sequence[int] = (1, 2, 4, 8),
     max_num_seqs: int | None = None,
     device: str | None = None,
+    dtype: str | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> ModeCaptures:
-    """Capture ``preset`` in each mode (all five by default) and check every replay.
+    """Capture the registry model ``preset`` in each mode (all five by default) and check
+    every replay.
 
-    Each mode gets its own model built with the same ``seed`` (so all modes hold the same
-    weights and KV cache) and its own runner over ``sizes``. A mode NONE runner has no
+    ``preset`` is any name of :func:`~cgdispatch.models.registry.model_names` (``toy-tiny``,
+    ``hf-llama-tiny``, ...). Each mode gets its own model built with the same ``seed`` and
+    ``dtype`` (so all modes hold the same weights and KV cache) and its own runner over
+    ``sizes``; ``max_num_seqs`` defaults to the model's KV slots. A mode NONE runner has no
     graphs and is checked at ``sizes`` through the runner's eager path. Raises
-    ``ValueError`` for an unknown preset or mode.
+    ``ValueError`` for an unknown model or mode, or empty ``sizes``.
     """
     from tqdm.auto import tqdm
 
     from ..capture.runner import GraphRunner
-    from ..models.toy import PRESETS, build_toy_model
+    from ..models.registry import build_model, model_names
     from .replay_check import check_replay
 
-    if preset not in PRESETS:
-        raise ValueError(f"model preset {preset!r} is unknown: use one of {sorted(PRESETS)}")
+    if preset not in model_names():
+        raise ValueError(
+            f"model {preset!r} is unknown: use a registry name, one of {model_names()}"
+        )
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes={sizes!r} is invalid: give capture sizes >= 1, e.g. [1, 2, 4, 8]")
     modes = list(CUDAGraphMode) if modes is None else [CUDAGraphMode.parse(m) for m in modes]
     out = ModeCaptures()
     reports, checks, summary = [], [], []
     for mode in tqdm(modes, desc="modes", unit="mode", disable=not progress):
-        model = build_toy_model(preset, device=device, seed=seed)
+        # the adapter sizes its work buffers by the largest padded step; the toy LM ignores it
+        model = build_model(
+            preset, device=device, dtype=dtype, seed=seed, max_num_tokens=max(sizes)
+        )
         model.fill_kv_cache_(seed)
         config = GraphConfig(
             cudagraph_mode=mode,
@@ -86,7 +101,8 @@ def capture_each_mode(
         report = runner.capture_all(progress=False)
         check = check_replay(runner, seed=seed + 1, sizes=list(sizes))
         out.runners[mode.name] = runner
-        reports.append(report.assign(config_mode=mode.name))
+        out.source = device_source(runner)
+        reports.append(report.assign(config_mode=mode.name, source=out.source))
         checks.append(check.assign(config_mode=mode.name))
         summary.append(
             {

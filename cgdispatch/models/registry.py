@@ -1,7 +1,8 @@
 """Model names the command line accepts (``--model``), mapped to their builders.
 
-One entry per family: the toy LM's presets (``toy-*``) and the Hugging Face adapter's
-(``hf-*``, needs ``transformers``). A builder returns a model the ``GraphRunner`` can run;
+One entry per family: the toy LM's presets (``toy-*``), the Hugging Face adapter's
+(``hf-*``, needs ``transformers``) and published architectures (``llama-3.1-8b``, ...:
+meta tensors only, for kernel profiles, modelled step times and graph-memory estimates). A builder returns a model the ``GraphRunner`` can run;
 this module only resolves names, and imports a family's module when one of its names is
 built (so listing names needs neither torch nor transformers).
 """
@@ -37,6 +38,13 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
         "cgdispatch.models.hf.presets:build_hf_model",
         ("attention",),  # only "general": the adapter's SDPA attention is not switchable
         "Hugging Face causal LM (random weights) through HFDecodeLM: lock-step decode only",
+    ),
+    ModelFamily(
+        ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b-tp8"),
+        "cgdispatch.models.architectures:build_arch_model",
+        (),
+        "published architecture (config.json shapes, bf16, one TP rank) on meta tensors: "
+        "estimates only, no weights",
     ),
 )
 

@@ -7,13 +7,17 @@ A cost model is any object with
   (NONE, PIECEWISE, FULL); for graph modes ``num_tokens`` is the padded size (the graph's
   size), for NONE the unpadded step size;
 * optionally ``graph_memory_bytes(mode, num_tokens) -> np.ndarray`` — memory of one graph
-  of that mode and size (PIECEWISE or FULL);
+  of that mode and size (PIECEWISE or FULL); a ladder's pool is the largest of these
+  (vLLM keeps weak references to graph outputs, so one shared pool serves every graph);
+* optionally ``capture_time_s(mode, num_tokens) -> np.ndarray`` — modelled capture time
+  of one graph (warm-up runs included);
 * optionally ``source: str`` — where the figures come from (``"model"``,
   ``"measured (NVIDIA H200)"``, ``"reference data (H100, 2025-06)"``); shown next to them.
 
 :func:`as_cost_model` turns a callable or a latency table (DataFrame) into one. The
-measured and analytic models themselves live elsewhere (``costmodel.py``); this module
-only defines what they must offer and never invents figures.
+analytic device model lives in :mod:`cgdispatch.estimate.device_model`
+(``DeviceCostModel``); this module only defines what a model must offer and never
+invents figures.
 """
 
 from __future__ import annotations
@@ -132,7 +136,10 @@ def _interp(n: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def as_cost_model(obj: Any, source: str = "model") -> CostModel | None:
+CostModelLike = CostModel | pd.DataFrame | Callable[[CUDAGraphMode, np.ndarray], Any] | None
+
+
+def as_cost_model(obj: CostModelLike, source: str = "model") -> CostModel | None:
     """``None`` -> None; a cost model -> itself; a DataFrame -> :class:`TableCostModel`;
     a callable ``f(mode, num_tokens)`` -> :class:`FunctionCostModel`."""
     if obj is None:
@@ -149,6 +156,6 @@ def as_cost_model(obj: Any, source: str = "model") -> CostModel | None:
     )
 
 
-def cost_source(model: Any) -> str:
+def cost_source(model: CostModel) -> str:
     """The figure-origin label of a cost model (``"model"`` when it does not say)."""
     return str(getattr(model, "source", "model"))

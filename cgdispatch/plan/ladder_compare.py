@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
 
 import pandas as pd
 import yaml
@@ -23,6 +22,7 @@ from ..core.ladders import (
     trtllm_ladder,
     vllm_ladder,
 )
+from .costs import CostModel
 from .whatif import evaluate
 
 __all__ = ["engine_ladders", "compare", "export_plan", "COMPARE_COLUMNS"]
@@ -38,7 +38,7 @@ COMPARE_COLUMNS = [
     "padding_tokens",
     "padded_token_ratio",
 ]
-_COST_COLUMNS = ["mean_step_ms", "total_time_s", "graph_memory_bytes", "source"]
+_COST_COLUMNS = ["mean_step_ms", "total_time_s", "graph_memory_bytes", "capture_s", "source"]
 
 
 def engine_ladders(config: GraphConfig | None = None) -> dict[str, list[int]]:
@@ -75,11 +75,11 @@ def compare(
     ladders: dict[str, list[int]] | None = None,
     *,
     config: GraphConfig | None = None,
-    cost_model: Any = None,
+    cost_model: CostModel | None = None,
 ) -> pd.DataFrame:
     """One row per ladder: graphs, share of steps per runtime mode, padding waste, and with
     a cost model expected step time and graph memory (columns :data:`COMPARE_COLUMNS`, plus
-    ``mean_step_ms``, ``total_time_s``, ``graph_memory_bytes``, ``source``).
+    ``mean_step_ms``, ``total_time_s``, ``graph_memory_bytes``, ``capture_s``, ``source``).
 
     ``num_graphs`` counts capture sizes (what ``max_graphs`` limits), ``num_captured_graphs``
     the graphs the mode captures (e.g. a PIECEWISE and a FULL decode graph per size).

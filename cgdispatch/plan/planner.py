@@ -1,57 +1,43 @@
-"""Capture-size planner: the sizes that minimise padding (or step time) under a graph budget.
+"""Capture-size planner: the sizes that minimise padding or modelled step time under budgets.
 
-``plan_capture_sizes`` solves the choice exactly by dynamic programming over candidate
-sizes. It plans token sizes for vLLM-style dispatch and captures nothing; comparing plans
-with the engines' ladders and exporting them as engine flags is :mod:`cgdispatch.plan.ladder_compare`.
+``plan_capture_sizes`` builds a :class:`~cgdispatch.plan.problem.PlanProblem` by vLLM V1's
+dispatch rules and solves it by dynamic programming (:mod:`cgdispatch.plan.dp`). It plans
+token sizes and captures nothing; comparing plans with the engines' ladders and exporting
+them as engine flags is :mod:`cgdispatch.plan.ladder_compare`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
-from ..workload.trace import step_histogram
-from .costs import as_cost_model
+from .costs import CostModel, as_cost_model
+from .dp import solve, solve_with_capture_budget
+from .histogram import Steps, as_histogram, smooth_histogram
+from .problem import PlanProblem, V1Rules, v1_problem
 
-__all__ = ["plan_capture_sizes", "plan_cost", "as_histogram"]
+__all__ = [
+    "plan_capture_sizes",
+    "plan_cost",
+    "as_histogram",
+    "smooth_histogram",
+    "plan_multiple_of",
+]
 
-Objective = Literal["padded_tokens", "step_time"]
-
-
-def as_histogram(steps: Any) -> pd.DataFrame:
-    """Steps per size as :func:`~cgdispatch.workload.trace.step_histogram` gives them.
-
-    Takes a step trace, such a histogram, a Series / dict ``{num_tokens: count}`` or an
-    array of step sizes (the last two count as mixed steps).
-    """
-    if isinstance(steps, pd.DataFrame):
-        if "num_tokens" in steps.columns:
-            return step_histogram(steps)
-        if {"uniform_decode", "mixed"} <= set(steps.columns):
-            return steps
-        raise ValueError(
-            f"DataFrame with columns {list(steps.columns)} is neither a step trace (num_tokens) "
-            "nor a histogram (index num_tokens; columns uniform_decode, mixed)"
-        )
-    if isinstance(steps, dict):
-        steps = pd.Series(steps, dtype="int64")
-    if isinstance(steps, pd.Series):
-        counts = steps.groupby(level=0).sum()
-    else:
-        sizes = np.asarray(steps, dtype=np.int64)
-        counts = pd.Series(sizes).value_counts()
-    counts = counts[counts > 0].sort_index()
-    if len(counts) and (int(counts.index.min()) < 1 or int(counts.min()) < 0):
-        raise ValueError("step sizes must be >= 1 and counts >= 0")
-    hist = pd.DataFrame({"uniform_decode": 0, "mixed": counts.astype("int64")}, index=counts.index)
-    hist.index = hist.index.astype("int64")
-    hist.index.name = "num_tokens"
-    hist["total"] = hist["mixed"]
-    return hist
+Objective = Literal["padding", "time", "padded_tokens", "step_time"]
+# "padded_tokens" and "step_time" are the names of 0.1; "step_time" keeps its fixed top
+_OBJECTIVES = {
+    "padding": "padding",
+    "padded_tokens": "padding",
+    "time": "time",
+    "step_time": "time",
+}
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -59,207 +45,208 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return check_int(name, int(value) if isinstance(value, np.integer) else value, minimum)
 
 
+def plan_multiple_of(config: GraphConfig) -> int:
+    """What every capture size of ``config`` must be a multiple of: q = 1 + speculative
+    tokens when decodes run FULL graphs with q > 1, and the TP size with sequence
+    parallelism (their lcm for both). The one rule the CLI and the notebooks share."""
+    q = config.uniform_decode_query_len
+    multiple = q if config.cudagraph_mode.decode_mode() is CUDAGraphMode.FULL and q > 1 else 1
+    if config.sequence_parallel:  # tokens split evenly across TP ranks
+        multiple = math.lcm(multiple, config.tensor_parallel_size)
+    return multiple
+
+
+def _rules(config: GraphConfig | None, mode: CUDAGraphMode | str) -> V1Rules:
+    if config is None:
+        return V1Rules(CUDAGraphMode.parse(mode))
+    if not isinstance(config, GraphConfig):
+        raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig or None")
+    return V1Rules(config.cudagraph_mode, config.uniform_decode_query_len, config.max_num_seqs)
+
+
 def _candidates(
-    hist: pd.DataFrame, mode: CUDAGraphMode, max_size: int | None, multiple_of: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Candidate sizes (observed sizes rounded up to ``multiple_of``; the max last) and the
-    decode / mixed step counts and real tokens of each candidate's bucket."""
+    hist: pd.DataFrame, rules: V1Rules, max_size: int | None, multiple_of: int, fixed_top: bool
+) -> np.ndarray:
+    """Observed sizes that can replay a graph, rounded up to ``multiple_of``, ascending; with
+    ``fixed_top`` the top (``max_size``, default the largest such size) is the last."""
     n = hist.index.to_numpy(dtype=np.int64)
-    # steps whose runtime mode is NONE whatever the sizes cost nothing and are left out
-    dec = hist["uniform_decode"].to_numpy(dtype=np.float64) * (
-        mode.decode_mode() is not CUDAGraphMode.NONE
+    dec, mix = rules.runtime_modes(n)
+    can = ((hist["uniform_decode"].to_numpy() > 0) & (dec != 0)) | (
+        (hist["mixed"].to_numpy() > 0) & (mix != 0)
     )
-    mix = hist["mixed"].to_numpy(dtype=np.float64) * (mode.mixed_mode() is not CUDAGraphMode.NONE)
-    counted = dec + mix > 0
-    n, dec, mix = n[counted], dec[counted], mix[counted]
-    if max_size is None:
-        if not len(n):
-            raise ValueError(
-                f"no steps to plan for: the trace is empty or every step runs eagerly under {mode}"
-            )
-        max_size = -(-int(n[-1]) // multiple_of) * multiple_of
-    elif max_size % multiple_of:
+    n = n[can]
+    if not len(n):
+        raise ValueError(
+            f"no steps to plan for: the trace is empty or every step runs eagerly under {rules.mode}"
+        )
+    if max_size is not None and max_size % multiple_of:
         raise ValueError(
             f"max_size={max_size} is not a multiple of multiple_of={multiple_of}: "
             f"use {-(-max_size // multiple_of) * multiple_of}"
         )
-    keep = n <= max_size  # larger steps run eagerly under every plan
-    n, dec, mix = n[keep], dec[keep], mix[keep]
     rounded = -(-n // multiple_of) * multiple_of
-    cand = np.unique(np.append(rounded, max_size))
-    bucket = np.searchsorted(cand, n)  # index of the smallest candidate >= n
-    m = len(cand)
-    return (
-        cand,
-        np.bincount(bucket, dec, m),
-        np.bincount(bucket, mix, m),
-        np.bincount(bucket, (dec + mix) * n, m),
-    )
+    if rules.mode.separate_routine() and rules.mode.decode_mode() is CUDAGraphMode.FULL:
+        # above q * max_num_seqs a size has no FULL decode graph: its memory and capture
+        # time drop there, so the first such size is a candidate (keeps the DP exact)
+        edge = rules.q * rules.max_num_seqs + 1
+        if edge <= rounded.max():
+            rounded = np.append(rounded, -(-edge // multiple_of) * multiple_of)
+    rounded = np.unique(rounded)
+    top = int(rounded[-1]) if max_size is None else max_size
+    rounded = rounded[rounded <= top]
+    return np.unique(np.append(rounded, top)) if fixed_top else rounded
 
 
-def _dp(
-    cand_cost: tuple[np.ndarray, np.ndarray], hd: np.ndarray, hm: np.ndarray, k: int
-) -> list[int]:
-    """Indices of the best <= k candidates (the last always in) for segment costs
-    ``cost(j, i) = (PD[i] - PD[j]) * a[i] + (PM[i] - PM[j]) * b[i]``.
-
-    With a and b non-decreasing the cost is Monge, so the leftmost optimal split points are
-    monotone and each DP row is solved by divide and conquer, vectorised level by level
-    (O(k m log m)); otherwise every split is tried (O(k m^2), chunked).
-    """
-    a, b = cand_cost
-    m = len(a)
-    PD = np.concatenate([[0.0], np.cumsum(hd)])
-    PM = np.concatenate([[0.0], np.cumsum(hm)])
-    a1, b1 = (
-        np.concatenate([[0.0], a]),
-        np.concatenate([[0.0], b]),
-    )  # 1-based: size i covers prefix i
-    monge = bool(np.all(np.diff(a) >= 0) and np.all(np.diff(b) >= 0))
-    prev = np.full(m + 1, np.inf)
-    prev[0] = 0.0
-    splits, best = [], []
-    for layer in range(1, min(k, m) + 1):
-        row_solver = _row_monotone if monge else _row_full
-        cur, arg = row_solver(prev, PD, PM, a1, b1, layer, m)
-        splits.append(arg)
-        best.append(cur[m])
-        prev = cur
-    layers = int(np.argmin(best)) + 1  # fewest graphs among the best (argmin takes the first)
-    chosen, i = [], m
-    for layer in range(layers, 0, -1):
-        chosen.append(i - 1)
-        i = int(splits[layer - 1][i])
-    return sorted(chosen)
-
-
-Arr = np.ndarray
-
-
-def _seg(prev: Arr, PD: Arr, PM: Arr, a1: Arr, b1: Arr, i: Arr, j: Arr) -> Arr:
-    """DP value of closing a segment at size i after a split at j (vectorised over i, j)."""
-    return prev[j] + (PD[i] - PD[j]) * a1[i] + (PM[i] - PM[j]) * b1[i]
-
-
-def _row_monotone(
-    prev: Arr, PD: Arr, PM: Arr, a1: Arr, b1: Arr, layer: int, m: int
-) -> tuple[Arr, Arr]:
-    """One DP row by divide and conquer on monotone split points, all tasks of a level at once."""
-    cur = np.full(m + 1, np.inf)
-    arg = np.zeros(m + 1, dtype=np.int64)
-    # tasks: query range [ql, qr], split range [ol, oh]; split j < i and j >= layer - 1
-    ql, qr = np.array([layer]), np.array([m])
-    ol, oh = np.array([layer - 1]), np.array([m - 1])
-    while len(ql):
-        mid = (ql + qr) // 2
-        hi = np.minimum(oh, mid - 1)
-        length = hi - ol + 1
-        starts = np.concatenate([[0], np.cumsum(length)[:-1]])
-        task = np.repeat(np.arange(len(mid)), length)
-        j = ol[task] + np.arange(length.sum()) - starts[task]
-        val = _seg(prev, PD, PM, a1, b1, mid[task], j)
-        low = np.minimum.reduceat(val, starts)
-        pick = np.where(val == low[task], j, np.iinfo(np.int64).max)
-        best_j = np.minimum.reduceat(pick, starts)
-        cur[mid], arg[mid] = low, best_j
-        left, right = ql <= mid - 1, mid + 1 <= qr
-        ql, qr, ol, oh = (
-            np.concatenate([ql[left], mid[right] + 1]),
-            np.concatenate([mid[left] - 1, qr[right]]),
-            np.concatenate([ol[left], best_j[right]]),
-            np.concatenate([best_j[left], oh[right]]),
+def _problem(
+    steps: Steps,
+    objective: str,
+    cost_model: CostModel | None,
+    rules: V1Rules,
+    max_size: int | None,
+    multiple_of: int,
+    memory_budget_bytes: float | None,
+    budgets: bool,
+) -> PlanProblem:
+    hist = as_histogram(steps)
+    fixed_top = objective == "padding" or max_size is not None
+    cand = _candidates(hist, rules, max_size, multiple_of, fixed_top)
+    kw = {"objective": objective, "fixed_top": fixed_top, "budgets": budgets}
+    problem = v1_problem(hist, rules, cand, cost_model, **kw)
+    if memory_budget_bytes is None:
+        return problem
+    # weak-output pool = the largest graph's, so a size fits or not on its own (exact)
+    fits = problem.memory_bytes <= memory_budget_bytes
+    if fixed_top and not fits[-1] or not fits.any():
+        smallest = problem.memory_bytes[-1] if fixed_top else problem.memory_bytes.min()
+        raise ValueError(
+            f"memory_budget_bytes={memory_budget_bytes:.0f} is below the graph memory of "
+            f"{'the largest size' if fixed_top else 'every candidate size'} "
+            f"({smallest:.0f} bytes): raise the budget or lower max_size"
         )
-    return cur, arg
+    return v1_problem(hist, rules, cand[fits], cost_model, **kw)
 
 
-def _row_full(
-    prev: Arr, PD: Arr, PM: Arr, a1: Arr, b1: Arr, layer: int, m: int, chunk: int = 512
-) -> tuple[Arr, Arr]:
-    """One DP row trying every split (any segment costs), ``chunk`` rows of the matrix at a time."""
-    cur = np.full(m + 1, np.inf)
-    arg = np.zeros(m + 1, dtype=np.int64)
-    j = np.arange(m)
-    for start in range(layer, m + 1, chunk):
-        i = np.arange(start, min(start + chunk, m + 1))[:, None]
-        val = np.where(j[None, :] < i, _seg(prev, PD, PM, a1, b1, i, j[None, :]), np.inf)
-        arg[i[:, 0]] = np.argmin(val, axis=1)
-        cur[i[:, 0]] = val[np.arange(len(i)), arg[i[:, 0]]]
-    return cur, arg
-
-
-def _costs(
-    cand: np.ndarray, objective: str, cost_model: Any, mode: CUDAGraphMode
-) -> tuple[np.ndarray, np.ndarray]:
-    if objective == "padded_tokens":
-        c = cand.astype(np.float64)
-        return c, c
-    model = as_cost_model(cost_model)
-    if model is None:
-        raise ValueError("objective='step_time' needs a cost_model (see cgdispatch.plan.costs)")
-    pick = [mode.decode_mode(), mode.mixed_mode()]
-    out = [
-        np.zeros(len(cand))
-        if m is CUDAGraphMode.NONE
-        else np.asarray(model.step_time_ms(m, cand), dtype=np.float64)
-        for m in pick
-    ]
-    return out[0], out[1]
+def _check_budget(name: str, value: float | None, needs: str, model: CostModel | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name}={value!r} is invalid: give a number > 0 or None (no budget)")
+    if model is None or not callable(getattr(model, needs, None)):
+        raise ValueError(
+            f"{name} needs a cost_model with {needs}(mode, num_tokens): pass "
+            "cost_model=cgdispatch.device_cost_model(model, device)"
+        )
 
 
 def plan_capture_sizes(
-    steps: Any,
+    steps: Steps,
     max_graphs: int,
     *,
-    objective: Objective = "padded_tokens",
-    cost_model: Any = None,
+    objective: Objective = "padding",
+    cost_model: CostModel | None = None,
     mode: CUDAGraphMode | str = CUDAGraphMode.FULL_AND_PIECEWISE,
     max_size: int | None = None,
-    multiple_of: int = 1,
+    multiple_of: int | None = None,
+    memory_budget_bytes: float | None = None,
+    capture_budget_s: float | None = None,
+    config: GraphConfig | None = None,
+    smoothing: float = 0.0,
 ) -> list[int]:
     """The capture sizes (at most ``max_graphs``) that minimise the expected cost of ``steps``.
 
     ``steps``: a step trace, a histogram, ``{size: count}`` or an array of sizes.
-    ``objective="padded_tokens"`` minimises tokens added by padding; ``"step_time"`` the
-    summed ``cost_model.step_time_ms`` of the padded steps, uniform-decode steps at the
-    mode's decode mode and the others at its mixed mode. Steps whose runtime mode is NONE
-    under ``mode`` (mixed steps with FULL_DECODE_ONLY) do not count. ``max_size`` (default:
-    the largest step that can replay a graph, rounded up) is always a capture size; larger steps run eagerly.
-    ``multiple_of``: sizes are multiples of it (1 + speculative tokens for spec decode, the
-    TP size for sequence parallelism, their lcm for both). Sizes are chosen among the
-    observed sizes rounded up to ``multiple_of``: exact for padding and for any latency
-    that does not fall with size. Fewer sizes are returned when more would not help.
+
+    ``objective="padding"``: tokens added by padding; ``max_size`` (default: the largest step
+    that can replay a graph, rounded up) is always a size, larger steps run eagerly.
+    ``objective="time"``: the summed modelled step time of every step (``cost_model``): a
+    padded step at the runtime mode vLLM V1's dispatcher picks for its padded size (FULL
+    decode keys only for ``q <= size <= q * max_num_seqs`` with a separate decode routine,
+    else the PIECEWISE key), an eager step at its own size; the planner also chooses the
+    largest size (capped by ``max_size`` when given, which then is always a size).
+    ``"padded_tokens"`` and ``"step_time"`` are 0.1's names (``"step_time"``: time with
+    the largest step as a fixed top).
+
+    Budgets need a cost model with ``graph_memory_bytes`` / ``capture_time_s`` (e.g.
+    :func:`~cgdispatch.estimate.device_model.device_cost_model`).
+    ``memory_budget_bytes``: graph pool as vLLM accounts it (weak outputs: the pool is the
+    largest graph's), so sizes whose graphs exceed it are dropped: exact.
+    ``capture_budget_s``: summed modelled capture time, by Lagrangian relaxation: a
+    heuristic (a knapsack in disguise); within 10% of brute force on random tiny instances
+    (tests/plan), within 0.01% of its Lagrangian lower bound on the benchmark workloads
+    (benchmarks/bench_planner.py, half of vLLM's capture time as the budget).
+
+    ``config``: mode, ``max_num_seqs`` and q come from it (else ``mode``, 256, 1), and
+    ``multiple_of`` defaults to :func:`plan_multiple_of` of it (else 1). Sizes are chosen
+    among the observed sizes rounded up to ``multiple_of``: exact whenever step time, graph
+    memory and capture time do not fall with size (then the divide-and-conquer DP runs;
+    otherwise every split is tried). Fewer sizes are returned when more would not help.
+    ``smoothing``: plan on :func:`smooth_histogram` of the steps (0.1 spreads each size over
+    +-10%): exact sizes seen once rarely recur, so a plan for held-out traffic generalises
+    better (benchmarks/bench_planner.py measures both).
     """
     _check_int("max_graphs", max_graphs, 1)
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is unknown: use 'padding' or 'time'")
+    kind = _OBJECTIVES[objective]
+    rules = _rules(config, mode)
+    if multiple_of is None:
+        multiple_of = 1 if config is None else plan_multiple_of(config)
     _check_int("multiple_of", multiple_of, 1)
     if max_size is not None:
         _check_int("max_size", max_size, 1)
-    if objective not in ("padded_tokens", "step_time"):
-        raise ValueError(f"objective={objective!r} is unknown: use 'padded_tokens' or 'step_time'")
-    mode = CUDAGraphMode.parse(mode)
-    cand, hd, hm, _ = _candidates(as_histogram(steps), mode, max_size, multiple_of)
-    chosen = _dp(_costs(cand, objective, cost_model, mode), hd, hm, max_graphs)
-    return [int(cand[i]) for i in chosen]
+    model = as_cost_model(cost_model)
+    if kind == "time" and model is None:
+        raise ValueError(
+            "objective='time' needs a cost_model: pass cost_model=cgdispatch.device_cost_model("
+            "'llama-3.1-8b', 'H200') or any CostModel (cgdispatch.plan.costs)"
+        )
+    _check_budget("memory_budget_bytes", memory_budget_bytes, "graph_memory_bytes", model)
+    _check_budget("capture_budget_s", capture_budget_s, "capture_time_s", model)
+    if objective == "step_time" and max_size is None:  # 0.1: the largest step is the top
+        max_size = int(_candidates(as_histogram(steps), rules, None, multiple_of, True)[-1])
+    budgets = memory_budget_bytes is not None or capture_budget_s is not None
+    steps = smooth_histogram(as_histogram(steps), smoothing)
+    problem = _problem(
+        steps, kind, model, rules, max_size, multiple_of, memory_budget_bytes, budgets
+    )
+    if capture_budget_s is None:
+        solution = solve(problem, max_graphs)
+    else:
+        solution = solve_with_capture_budget(problem, max_graphs, capture_budget_s)
+    return [int(problem.sizes[i]) for i in solution.indices]
 
 
 def plan_cost(
-    steps: Any,
+    steps: Steps,
     sizes: list[int],
     *,
-    objective: Objective = "padded_tokens",
-    cost_model: Any = None,
+    objective: Objective = "padding",
+    cost_model: CostModel | None = None,
     mode: CUDAGraphMode | str = CUDAGraphMode.FULL_AND_PIECEWISE,
+    config: GraphConfig | None = None,
 ) -> float:
-    """The planner's objective for given ``sizes`` (steps above the largest size left out)."""
-    mode = CUDAGraphMode.parse(mode)
+    """The planner's objective for given ``sizes``: padding tokens of the steps up to the
+    largest size (``"padding"``), or the modelled total step time in ms of every step
+    (``"time"``; what :func:`~cgdispatch.plan.whatif.evaluate` reports as ``total_time_s``)."""
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is unknown: use 'padding' or 'time'")
+    if not len(sizes):
+        raise ValueError("sizes is empty: give at least one capture size")
+    kind = _OBJECTIVES[objective]
+    model = as_cost_model(cost_model)
+    if kind == "time" and model is None:
+        raise ValueError("objective='time' needs a cost_model (see cgdispatch.plan.costs)")
+    rules = _rules(config, mode)
     hist = as_histogram(steps)
-    sizes_arr = np.asarray(sorted(set(sizes)), dtype=np.int64)
-    hist = hist[hist.index <= sizes_arr[-1]]
+    cand = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.int64)
+    p = v1_problem(hist, rules, cand, model, objective=kind, fixed_top=True)
+    total = float(np.sum(p.counts * p.graph_cost + p.eager * p.eager_flag) + p.tail_cost[-1])
+    if kind == "time":
+        return total
     n = hist.index.to_numpy(dtype=np.int64)
-    pad = sizes_arr[np.searchsorted(sizes_arr, n)]
-    a, b = _costs(pad, objective, cost_model, mode)
-    dec = hist["uniform_decode"].to_numpy(np.float64) * (
-        mode.decode_mode() is not CUDAGraphMode.NONE
+    dec, mix = rules.runtime_modes(
+        np.asarray(cand)[np.minimum(np.searchsorted(cand, n), len(cand) - 1)]
     )
-    mix = hist["mixed"].to_numpy(np.float64) * (mode.mixed_mode() is not CUDAGraphMode.NONE)
-    total = float(np.sum(dec * a + mix * b))
-    return total - float(np.sum((dec + mix) * n)) if objective == "padded_tokens" else total
+    inside = n <= cand[-1]
+    real = hist["uniform_decode"].to_numpy() * (dec != 0) + hist["mixed"].to_numpy() * (mix != 0)
+    return total - float(np.sum((real * n)[inside]))

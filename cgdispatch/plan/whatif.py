@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
 from ..core.modes import CUDAGraphMode
 from ..workload.trace import check_trace
-from .costs import as_cost_model, cost_source
+from .costs import CostModel, as_cost_model, cost_source
 
 __all__ = ["WhatIfResult", "evaluate", "dispatch_arrays", "MODE_CODES"]
 
@@ -47,18 +47,6 @@ class WhatIfResult:
     step_time_ms: np.ndarray | None
     by_size: pd.DataFrame
     summary: dict[str, Any]
-
-
-def _dispatcher(config: GraphConfig | CudagraphDispatcher) -> CudagraphDispatcher:
-    if isinstance(config, CudagraphDispatcher):
-        return config
-    if not isinstance(config, GraphConfig):
-        raise ValueError(
-            f"config={config!r} is invalid: pass a GraphConfig or a CudagraphDispatcher"
-        )
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
-    return dispatcher
 
 
 def _step_keys(trace: pd.DataFrame) -> tuple[np.ndarray, int]:
@@ -122,7 +110,7 @@ def dispatch_arrays(
 def evaluate(
     config: GraphConfig | CudagraphDispatcher,
     trace: pd.DataFrame,
-    cost_model: Any = None,
+    cost_model: CostModel | None = None,
 ) -> WhatIfResult:
     """Replay ``trace`` through the dispatcher of ``config`` and report what it would do.
 
@@ -134,7 +122,7 @@ def evaluate(
     ``graph_memory_bytes``, ``graph_memory_bytes`` (sum over captured graphs: an upper
     bound, pool reuse is not modelled).
     """
-    dispatcher = _dispatcher(config)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     trace = check_trace(trace)
     if len(trace) == 0:
         raise ValueError("the step trace is empty: give at least one step")
@@ -196,7 +184,7 @@ def _by_size(
 
 
 def _summary(
-    dispatcher: CudagraphDispatcher, by_size: pd.DataFrame, steps: int, model: Any
+    dispatcher: CudagraphDispatcher, by_size: pd.DataFrame, steps: int, model: CostModel | None
 ) -> dict[str, Any]:
     graph = by_size[by_size["runtime_mode"] != "NONE"]
     real_graph = int(graph["real_tokens"].sum())
@@ -222,10 +210,23 @@ def _summary(
         out["mean_step_ms"] = total_ms / steps
         out["total_time_s"] = total_ms / 1e3
         out["source"] = cost_source(model)
-        memory = getattr(model, "graph_memory_bytes", None)
-        if callable(memory) and descs:
-            out["graph_memory_bytes"] = sum(
-                float(np.sum(memory(m, np.array([d.num_tokens for d in ds], dtype=np.int64))))
-                for m, ds in dispatcher.get_capture_descs()
-            )
+        out.update(_graph_costs(dispatcher, model))
+    return out
+
+
+def _graph_costs(dispatcher: CudagraphDispatcher, model: CostModel) -> dict[str, float]:
+    """Graph memory (weak-output pool: graphs are captured into one pool and vLLM keeps only
+    weak references to their outputs, so the pool is the largest graph's) and capture time."""
+    out: dict[str, float] = {}
+    by_mode = [
+        (m, np.array([d.num_tokens for d in ds], dtype=np.int64))
+        for m, ds in dispatcher.get_capture_descs()
+        if ds
+    ]
+    memory = getattr(model, "graph_memory_bytes", None)
+    if callable(memory) and by_mode:
+        out["graph_memory_bytes"] = max(float(np.max(memory(m, n))) for m, n in by_mode)
+    capture = getattr(model, "capture_time_s", None)
+    if callable(capture) and by_mode:
+        out["capture_s"] = sum(float(np.sum(capture(m, n))) for m, n in by_mode)
     return out

@@ -14,25 +14,23 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
 from ..core.modes import CUDAGraphMode
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..plan.costs import CostModel
+
 __all__ = [
     "modes_table",
     "keys_table",
     "keys_summary",
-    "make_dispatcher",
     "explain_dispatch",
     "dispatch_table",
     "random_batches",
     "dispatch_stats",
 ]
-
-# (mode, padded_size) -> predicted step time in ms; padded_size is num_tokens for NONE
-CostModel = Callable[[CUDAGraphMode, int], float]
 
 
 def modes_table() -> pd.DataFrame:
@@ -55,24 +53,11 @@ def modes_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def make_dispatcher(
-    config: GraphConfig | CudagraphDispatcher, *, record_stats: bool = False
-) -> CudagraphDispatcher:
-    """A dispatcher with its keys initialised; a dispatcher passed in is returned as is."""
-    if isinstance(config, CudagraphDispatcher):
-        if not config.keys_initialized:
-            config.initialize_cudagraph_keys()
-        return config
-    dispatcher = CudagraphDispatcher(config, record_stats=record_stats)
-    dispatcher.initialize_cudagraph_keys()
-    return dispatcher
-
-
 def keys_table(config: GraphConfig | CudagraphDispatcher) -> pd.DataFrame:
     """Every registered key, in capture order (PIECEWISE then FULL, each largest first)."""
     import pandas as pd
 
-    dispatcher = make_dispatcher(config)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     rows = [
         {
             "runtime_mode": mode.name,
@@ -109,7 +94,7 @@ def keys_summary(config: GraphConfig, modes: Iterable[CUDAGraphMode] | None = No
             "piecewise": 0,
         }
         try:
-            dispatcher = make_dispatcher(config.replace(cudagraph_mode=mode))
+            dispatcher = ready_dispatcher(config.replace(cudagraph_mode=mode), record_stats=False)
         except ValueError as err:
             row.update(graphs=0, largest_size=0, note=str(err))
             rows.append(row)
@@ -171,13 +156,23 @@ def _reason(
     return f"no key matches the batch padded to {dispatcher.padded_size(num_tokens)} tokens"
 
 
+def _predict_ms(cost_model: Any, mode: CUDAGraphMode, padded_size: int) -> float:
+    """One step's time from a cost model (or what ``as_cost_model`` turns into one)."""
+    import numpy as np  # with the cost models' numpy/pandas: only when a cost model is given
+
+    from ..plan.costs import as_cost_model
+
+    model = as_cost_model(cost_model)
+    return float(np.asarray(model.step_time_ms(mode, np.array([padded_size]))).reshape(-1)[0])
+
+
 def explain_dispatch(
     config: GraphConfig | CudagraphDispatcher,
     num_tokens: int,
     uniform: bool = False,
     loras: int = 0,
     cascade: bool = False,
-    cost_model: CostModel | None = None,
+    cost_model: CostModel | Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
     """The dispatcher's decision for one batch, as a dict a person (or a widget) can show.
 
@@ -186,9 +181,12 @@ def explain_dispatch(
     repr), reason, and predicted_ms (None without a cost model). Raises ``ValueError`` for
     a batch the scheduler could never form (more tokens than max_num_batched_tokens, more
     active LoRAs than max_loras). It does not count the call in the dispatcher's stats
-    unless a counting dispatcher is passed in.
+    unless a counting dispatcher is passed in. ``cost_model``: a
+    :class:`~cgdispatch.plan.costs.CostModel` (the device model, a latency table, the affine
+    model) or a callable ``f(mode, num_tokens)`` that works on arrays
+    (:func:`~cgdispatch.plan.costs.as_cost_model`); it is asked at the padded size.
     """
-    dispatcher = make_dispatcher(config)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     cfg = dispatcher.config
     for name, value in (("num_tokens", num_tokens), ("active LoRAs", loras)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -211,7 +209,7 @@ def explain_dispatch(
         num_active_loras=loras,
         use_cascade_attn=bool(cascade),
     )
-    predicted_ms = None if cost_model is None else float(cost_model(mode, desc.num_tokens))
+    predicted_ms = None if cost_model is None else _predict_ms(cost_model, mode, desc.num_tokens)
     return {
         "num_tokens": num_tokens,
         "uniform_decode": bool(uniform),
@@ -233,12 +231,12 @@ def dispatch_table(
     uniform_decode: Sequence[bool] = (False, True),
     cascade: Sequence[bool] = (False,),
     loras: Sequence[int] = (0,),
-    cost_model: CostModel | None = None,
+    cost_model: CostModel | Callable[..., Any] | None = None,
 ) -> pd.DataFrame:
     """:func:`explain_dispatch` for every combination, one row each (without the key repr)."""
     import pandas as pd
 
-    dispatcher = make_dispatcher(config)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     rows = [
         explain_dispatch(dispatcher, n, u, lo, c, cost_model)
         for n in num_tokens
@@ -280,7 +278,7 @@ def random_batches(
 
 def dispatch_stats(config: GraphConfig, batches: Iterable[tuple[int, bool]]) -> pd.DataFrame:
     """Dispatch every (num_tokens, uniform_decode) batch and return ``stats_frame()``."""
-    dispatcher = make_dispatcher(config, record_stats=True)
+    dispatcher = ready_dispatcher(config, record_stats=True)
     for n, uniform in batches:
         dispatcher.dispatch(n, uniform_decode=uniform)
     return dispatcher.stats_frame()

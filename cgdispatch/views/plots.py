@@ -1,24 +1,30 @@
-"""Matplotlib figures for notebooks and reports; each returns a ``Figure`` labelled with its source.
+"""Dispatch and step-time figures: the capture ladder and its padding, hit rates, speed-up
+and step time per mode. Each returns a :class:`~cgdispatch.views.sources.SourcedFigure`
+labelled with its source (read it back with :func:`~cgdispatch.views.sources.figure_source`).
 
-Every figure carries a corner note ``source: ...`` (read it back with :func:`figure_source`):
-``"measured (CPU)"``, ``"measured (NVIDIA H200)"``, ``"reference data (H200, 2026-12-01)"``,
-``"model"``, or what a synthetic input was. Figures are built with ``matplotlib.figure.Figure``
-(no pyplot state), so they are safe to build in tests and servers; Jupyter displays a returned
-Figure inline (it renders itself as PNG). These functions draw what they are given; they do not measure or model.
+Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so they are safe to
+build in tests and servers; Jupyter displays a returned Figure inline. These functions draw
+what they are given; they do not measure or model. What capturing costs (graph memory,
+capture time) is drawn by :mod:`cgdispatch.views.capture_figures`.
 """
 
 from __future__ import annotations
 
-import io
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
-from .explain import make_dispatcher
+from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
+from .sources import (
+    MODE_COLORS,
+    SourcedFigure,
+    figure_source,
+    frame_source,
+    label_source,
+    rows_to_plot,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,76 +34,8 @@ __all__ = [
     "ladder_figure",
     "hit_rate_figure",
     "speedup_figure",
-    "memory_figure",
-    "capture_time_figure",
+    "step_time_figure",
 ]
-
-SOURCE_GID = "cgdispatch-source"  # gid of the corner note that names the data source
-MODE_COLORS = {
-    "FULL": "#1f77b4",
-    "PIECEWISE": "#ff7f0e",
-    "NONE": "#7f7f7f",
-    "FULL_AND_PIECEWISE": "#2ca02c",
-    "FULL_DECODE_ONLY": "#9467bd",
-}
-_MIB = 2**20
-
-
-class SourcedFigure(Figure):
-    """A ``Figure`` that renders itself as PNG in Jupyter and Voila without pyplot's inline backend."""
-
-    def _repr_png_(self) -> bytes:
-        buffer = io.BytesIO()
-        self.savefig(buffer, format="png", dpi=100)
-        return buffer.getvalue()
-
-
-def _label_source(fig: Figure, source: str) -> Figure:
-    if not isinstance(source, str) or not source.strip():
-        raise ValueError(
-            f"source={source!r} is invalid: name where the data came from, e.g. 'model', "
-            "'measured (CPU)' or 'reference data (H200, 2026-12-01)'"
-        )
-    # a figure-level x label, so that constrained layout keeps room for it under the axes
-    note = fig.supxlabel(f"source: {source}", x=0.995, ha="right", fontsize=8, color="0.35")
-    note.set_gid(SOURCE_GID)
-    return fig
-
-
-def figure_source(fig: Figure) -> str | None:
-    """The source a figure was labelled with, or None if it carries no label."""
-    for text in fig.texts:
-        if text.get_gid() == SOURCE_GID:
-            return text.get_text().removeprefix("source: ")
-    return None
-
-
-def _require(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(
-            f"{what} needs columns {list(columns)}; the frame lacks {missing} "
-            f"(it has {list(frame.columns)})"
-        )
-    if "status" in frame.columns:  # sweep rows that failed or were skipped carry no figure
-        frame = frame[frame["status"].isin(["ok", "OK", ""]) | frame["status"].isna()]
-    if frame.empty:
-        raise ValueError(f"{what}: the frame has no rows to plot (after dropping failed rows)")
-    return frame
-
-
-def _frame_source(frame: pd.DataFrame, source: str | None) -> str:
-    """``source`` if given, else the frame's ``source`` column values joined."""
-    if source is not None:
-        return source
-    if "source" in frame.columns:
-        values = [str(v) for v in dict.fromkeys(frame["source"].dropna())]
-        if values:
-            return "; ".join(values)
-    raise ValueError(
-        "source=None and the frame has no 'source' column: say where the numbers came from, "
-        "e.g. source='measured (CPU)'"
-    )
 
 
 def ladder_figure(
@@ -115,7 +53,7 @@ def ladder_figure(
     ``max_num_tokens`` defaults to a quarter beyond the largest capture size, capped by
     max_num_batched_tokens.
     """
-    dispatcher = make_dispatcher(config)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     cfg = dispatcher.config
     sizes = list(cfg.cudagraph_capture_sizes)
     largest = dispatcher.max_capture_size
@@ -170,7 +108,7 @@ def ladder_figure(
     if log_x:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-    return _label_source(fig, source)
+    return label_source(fig, source)
 
 
 def hit_rate_figure(stats: pd.DataFrame, *, source: str, max_sizes: int = 40) -> Figure:
@@ -181,7 +119,7 @@ def hit_rate_figure(stats: pd.DataFrame, *, source: str, max_sizes: int = 40) ->
     Only the ``max_sizes`` most-called graph sizes are drawn on the right, the rest summed
     into "other".
     """
-    stats = _require(stats, ["runtime_mode", "padded_size", "calls"], "hit_rate_figure")
+    stats = rows_to_plot(stats, ["runtime_mode", "padded_size", "calls"], "hit_rate_figure")
     total = int(stats["calls"].sum())
     by_mode = stats.groupby("runtime_mode")["calls"].sum()
     modes = [m for m in ("FULL", "PIECEWISE", "NONE") if m in by_mode.index]
@@ -226,7 +164,7 @@ def hit_rate_figure(stats: pd.DataFrame, *, source: str, max_sizes: int = 40) ->
     ax_size.set_ylabel("steps")
     ax_size.legend(fontsize=8)
     ax_size.set_title("steps per captured graph", fontsize=10)
-    return _label_source(fig, source)
+    return label_source(fig, source)
 
 
 def speedup_figure(
@@ -244,8 +182,8 @@ def speedup_figure(
     (dashed for the truthy value), so decode and mixed steps are never averaged together.
     ``source`` defaults to the frame's ``source`` column. A dotted line marks 1x (no gain).
     """
-    frame = _require(frame, [by, x, "speedup_x"], "speedup_figure")
-    label = _frame_source(frame, source)
+    frame = rows_to_plot(frame, [by, x, "speedup_x"], "speedup_figure")
+    label = frame_source(frame, source)
     if split is None or split not in frame.columns or frame[split].nunique() < 2:
         frame, split = frame.assign(_split=""), "_split"  # one line per `by`
     mean = frame.groupby([by, split, x], sort=True)["speedup_x"].mean()
@@ -270,92 +208,34 @@ def speedup_figure(
     ax.set_ylabel("speed-up (eager / graph, x)")
     ax.set_title(f"step speed-up by {by}")
     ax.legend(fontsize=8)
-    return _label_source(fig, label)
+    return label_source(fig, label)
 
 
-def _bars_by_mode(
-    frame: pd.DataFrame,
-    value: str,
-    scale: float,
-    unit: str,
-    agg: str,
-    source: str | None,
-    by: str,
-    group: str | None,
-    title: str,
-    what: str,
-) -> Figure:
-    frame = _require(frame, [by, value], what)  # group is used when the frame has it
-    label = _frame_source(frame, source)
-    keys = [by] + ([group] if group and group in frame.columns else [])
-    table = frame.groupby(keys, sort=False)[value].agg(agg) / scale
-    table = table.unstack(group) if len(keys) == 2 else table.to_frame(value)
-    fig = SourcedFigure(figsize=(8, 4), layout="constrained")
-    ax = fig.subplots()
-    x = np.arange(len(table.index))
-    width = 0.8 / max(len(table.columns), 1)
-    for i, col in enumerate(table.columns):
-        bars = ax.bar(
-            x + (i - (len(table.columns) - 1) / 2) * width,
-            table[col].to_numpy(dtype=float),
-            width,
-            label=str(col),
-            gid=f"bars-{col}",
-        )
-        ax.bar_label(bars, fmt="%.3g", fontsize=7)
-    ax.set_xticks(x, [str(i) for i in table.index])
-    ax.set_ylabel(unit)
-    ax.set_title(title)
-    if len(table.columns) > 1:
-        ax.legend(title=group, fontsize=8)
-    return _label_source(fig, label)
-
-
-def memory_figure(
-    frame: pd.DataFrame,
-    *,
-    source: str | None = None,
-    by: str = "mode",
-    group: str | None = "ladder",
-    agg: str = "max",
-) -> Figure:
-    """Graph memory (``pool_bytes``, drawn in MiB) per mode, one bar per ``group`` (ladder).
-
-    ``agg="max"`` reads each row's pool_bytes as the shared pool's size after that capture
-    (graphs reuse one pool, so the last/max is the total); use ``agg="sum"`` for rows that
-    hold each graph's own size.
-    """
-    return _bars_by_mode(
-        frame,
-        "pool_bytes",
-        _MIB,
-        "graph memory (MiB)",
-        agg,
-        source,
-        by,
-        group,
-        f"graph memory by {by}",
-        "memory_figure",
-    )
-
-
-def capture_time_figure(
-    frame: pd.DataFrame,
-    *,
-    source: str | None = None,
-    by: str = "mode",
-    group: str | None = "ladder",
-) -> Figure:
-    """Total capture time (``capture_s``, summed) per mode, one bar per ``group`` (ladder)."""
-    return _bars_by_mode(
-        frame,
-        "capture_s",
-        1.0,
-        "capture time (s)",
-        "sum",
-        source,
-        by,
-        group,
-        f"capture time by {by}",
-        "capture_time_figure",
-    )
+def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure:
+    """Median step time vs num_tokens of the ok rows: graphs (solid) and eager (dashed) per
+    mode, with the p10-p90 band of the graph runs; one panel per batch kind present.
+    ``source`` defaults to the rows' ``source`` column (e.g. ``measured (CPU)``)."""
+    cols = ["mode", "num_tokens", "uniform_decode", "eager_ms", "graph_ms"]
+    ok = rows_to_plot(rows, cols, "step_time_figure")
+    label = frame_source(ok, source)
+    kinds = [k for k in (True, False) if (ok["uniform_decode"] == k).any()]
+    fig = SourcedFigure(figsize=(5 + 3.5 * len(kinds), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
+    for ax, uniform in zip(axes, kinds):
+        part = ok[ok["uniform_decode"] == uniform]
+        for mode, group in part.groupby("mode", sort=False):
+            group = group.groupby("num_tokens").median(numeric_only=True).sort_index()
+            x, color = group.index.to_numpy(), MODE_COLORS.get(str(mode))
+            ax.plot(x, group["graph_ms"], marker="o", ms=3, color=color, label=f"{mode}: graphs")
+            ax.plot(x, group["eager_ms"], ls="--", marker=".", color=color, label=f"{mode}: eager")
+            if {"graph_p10_ms", "graph_p90_ms"} <= set(group.columns):
+                ax.fill_between(
+                    x, group["graph_p10_ms"], group["graph_p90_ms"], color=color, alpha=0.15
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("num_tokens (tokens)")
+        ax.set_title("uniform decode" if uniform else "mixed batches", fontsize=10)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("step time, median (ms)")
+    fig.suptitle("step time: eager vs graphs")
+    return label_source(fig, label)

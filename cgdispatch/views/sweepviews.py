@@ -1,12 +1,11 @@
-"""Sweep results as notebook views: a preset with overrides, one row per unit, graph memory
-per unit (measured on a GPU, estimated otherwise), the device model's speed-up per mode, and
-step time eager vs graphs.
+"""Sweep results as tables: a preset with overrides, one row per unit, graph memory per unit
+(measured on a GPU, estimated otherwise) and the device model's speed-up per mode.
 
-Notebooks 03 and 05 are built on these. They read sweep rows (the
-:data:`~cgdispatch.sweep.store.SWEEP_COLUMNS` schema) and return frames with a ``source`` column
-that :mod:`cgdispatch.views.plots` draws (``measured (CPU)``, ``measured (<GPU>)``, ``model``,
-``model (H200 SXM)``); :func:`step_time_figure` draws its own, labelled likewise. They do
-not run sweeps (:func:`cgdispatch.sweep.run.run_sweep` does).
+Notebooks 03 and 05 and the sweep report are built on these. They read sweep rows (the
+:data:`~cgdispatch.sweep.store.SWEEP_COLUMNS` schema) and return frames with a ``source``
+column (``measured (CPU)``, ``measured (<GPU>)``, ``model``, ``model (H200 SXM)``) that the
+figures of :mod:`cgdispatch.views.plots` and :mod:`cgdispatch.views.capture_figures` draw.
+They do not run sweeps (:func:`cgdispatch.sweep.run.run_sweep` does) and draw nothing.
 """
 
 from __future__ import annotations
@@ -17,14 +16,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.config import GraphConfig
 from ..sweep.spec import SWEEP_PRESETS, SweepSpec
 
 __all__ = [
     "sweep_spec",
     "unit_table",
+    "memory_estimates",
     "graph_memory_table",
     "modelled_speedup",
-    "step_time_figure",
 ]
 
 _UNIT = ["mode", "ladder"]
@@ -74,15 +74,60 @@ def unit_table(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def graph_memory_table(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFrame:
+def memory_estimates(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFrame:
+    """Estimated shared-pool and separate-pools bytes per (model, dtype, mode, ladder) unit.
+
+    Columns: the unit's model, dtype, mode, ladder, capture_sizes, max_num_seqs, then
+    est_pool_bytes, est_separate_bytes, est_graphs and est_source (``model``), from
+    :func:`cgdispatch.estimate.graph_memory.estimate_graph_memory` on a meta-device model
+    (no memory used). ``.attrs["per_key"]`` holds each unit's per-key estimate
+    (``MemoryEstimate.per_key`` plus mode and ladder). Rows of non-toy models (the Hugging
+    Face adapter) are skipped: the estimate runs the toy LM's dummy step."""
+    from ..estimate.graph_memory import estimate_graph_memory
+    from ..models.toy import PRESETS, build_toy_model
+
+    rows = rows[rows["model"].isin(list(PRESETS))]
+    cols = ["model", "dtype", "mode", "ladder", "capture_sizes", "max_num_seqs"]
+    out, keys = [], []
+    models: dict[tuple[str, str], Any] = {}  # one meta model per (preset, dtype)
+    for unit in rows[cols].drop_duplicates().itertuples(index=False):
+        key = (unit.model, unit.dtype)
+        if key not in models:
+            models[key] = build_toy_model(unit.model, device="meta", dtype=unit.dtype)
+        seqs = 256 if pd.isna(unit.max_num_seqs) else int(unit.max_num_seqs)
+        sizes = [int(s) for s in str(unit.capture_sizes).split(",")]
+        config = GraphConfig(
+            cudagraph_mode=unit.mode, cudagraph_capture_sizes=sizes, max_num_seqs=seqs
+        )
+        est = estimate_graph_memory(
+            models[key], config.resolve(models[key].attention_cg_support), progress=progress
+        )
+        keys.append(est.per_key.assign(mode=unit.mode, ladder=unit.ladder))
+        out.append(
+            {
+                **unit._asdict(),
+                "est_pool_bytes": est.shared_pool_bytes,
+                "est_separate_bytes": est.separate_pools_bytes,
+                "est_graphs": len(est.graphs),
+                "est_source": "model",
+            }
+        )
+    frame = pd.DataFrame(out)
+    frame.attrs["per_key"] = pd.concat(keys, ignore_index=True) if keys else pd.DataFrame()
+    return frame
+
+
+def graph_memory_table(
+    rows: pd.DataFrame, *, estimates: pd.DataFrame | None = None, progress: bool = False
+) -> pd.DataFrame:
     """Graph memory of every unit as bars: columns mode, ladder, pool, bar, pool_bytes, source.
 
     ``pool`` is ``measured`` for units whose rows carry pool bytes (a CUDA sweep; source:
-    the rows' own), and ``shared pool`` / ``separate pools`` for the estimate of
-    :func:`cgdispatch.estimate.graph_memory.estimate_graph_memory` (source ``model``; toy models only, the
-    estimate runs their dummy step on meta tensors). ``bar`` is ``"<ladder>: <pool>"``."""
+    the rows' own), and ``shared pool`` / ``separate pools`` for the estimate (source
+    ``model``): ``estimates`` as :func:`memory_estimates` returns them, computed from the
+    rows of toy models when None. ``bar`` is ``"<ladder>: <pool>"``; draw the table with
+    ``memory_figure(table, group="bar")``."""
     from ..models.toy import PRESETS
-    from .report import memory_estimates
 
     out: list[dict[str, Any]] = []
     units = unit_table(rows)
@@ -96,8 +141,9 @@ def graph_memory_table(rows: pd.DataFrame, *, progress: bool = False) -> pd.Data
                 source=unit.source,
             )
         )
-    toy = rows[rows["model"].isin(list(PRESETS)) & rows["capture_sizes"].notna()]
-    estimates = memory_estimates(toy, progress=progress) if len(toy) else pd.DataFrame()
+    if estimates is None:
+        toy = rows[rows["model"].isin(list(PRESETS)) & rows["capture_sizes"].notna()]
+        estimates = memory_estimates(toy, progress=progress) if len(toy) else pd.DataFrame()
     for est in estimates.itertuples():
         for pool, value in (
             ("shared pool", est.est_pool_bytes),
@@ -126,16 +172,13 @@ def modelled_speedup(
 ) -> pd.DataFrame:
     """Step speed-up the analytic device model predicts for each of ``spec``'s modes.
 
-    Each batch is dispatched as the runner would (runtime mode, padding to the ``ladder``,
-    default the spec's first) and timed by :mod:`cgdispatch.estimate.device_model` on the ``device``
-    preset, for the spec's batch kinds. ``model``: a toy preset (default the spec's);
-    ``num_tokens``: default 16 sizes from 1 to twice the largest capture size plus the
-    spec's. Columns as :func:`~cgdispatch.estimate.device_model.predict_config` plus mode, ladder,
+    :func:`~cgdispatch.estimate.device_model.predict_config` for every (batch kind, mode) of
+    the spec: each batch is dispatched as the runner would (runtime mode, padding to the
+    ``ladder``, default the spec's first) and timed on the ``device`` preset. ``model``: a
+    toy preset (default the spec's); ``num_tokens``: default 16 sizes from 1 to twice the
+    largest capture size plus the spec's. Columns as ``predict_config`` plus mode, ladder,
     uniform_decode; source ``model (<device name>)``. Not a measurement."""
-    from ..core.config import GraphConfig
-    from ..core.dispatcher import CudagraphDispatcher
-    from ..estimate.device_model import DEVICE_PRESETS, predict_step
-    from ..estimate.kernels import toy_profiles
+    from ..estimate.device_model import DEVICE_PRESETS, predict_config
     from ..models.toy import PRESETS, build_toy_model
 
     name = spec.model if model is None else model
@@ -153,73 +196,19 @@ def modelled_speedup(
     if num_tokens is None:
         grid = np.geomspace(1, 2 * max(sizes), 16).round().astype(int)
         num_tokens = sorted({*map(int, grid), *spec.num_tokens})
-    dev = DEVICE_PRESETS[device]
     toy = build_toy_model(name, device="meta", dtype=spec.dtype)
-    rows = []
+    frames = []
     for kind in spec.batch_kinds:
-        uniform = kind == "decode"
-        plans = {}
         for mode in spec.modes:
             config = GraphConfig(
                 cudagraph_mode=mode,
                 cudagraph_capture_sizes=list(sizes),
                 max_num_seqs=spec.max_num_seqs,
-            ).resolve(toy.attention_cg_support)
-            dispatcher = CudagraphDispatcher(config, record_stats=False)
-            dispatcher.initialize_cudagraph_keys()
-            plans[mode] = [(int(n), *dispatcher.dispatch(int(n), uniform)) for n in num_tokens]
-        needed = {n for plan in plans.values() for n, _, d in plan} | {
-            d.num_tokens for plan in plans.values() for _, _, d in plan
-        }
-        profiles = toy_profiles(toy, sorted(needed), uniform=uniform, q=1)
-        for mode, plan in plans.items():
-            for n, runtime_mode, desc in plan:
-                eager = predict_step(profiles[n], "NONE", dev)["step_ms"]
-                graph = predict_step(profiles[desc.num_tokens], runtime_mode, dev)["step_ms"]
-                rows.append(
-                    {
-                        "mode": mode,
-                        "ladder": ladder,
-                        "uniform_decode": uniform,
-                        "num_tokens": n,
-                        "runtime_mode": str(runtime_mode),
-                        "padded_size": desc.num_tokens,
-                        "eager_ms": eager,
-                        "graph_ms": graph,
-                        "speedup_x": eager / graph,
-                        "source": f"model ({dev.name})",
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
-def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Any:
-    """Median step time vs num_tokens of the ok rows: graphs (solid) and eager (dashed) per
-    mode, with the p10-p90 band of the graph runs; one panel per batch kind present.
-    ``source`` defaults to the rows' ``source`` column (e.g. ``measured (CPU)``)."""
-    from .plots import MODE_COLORS, SourcedFigure, _frame_source, _label_source, _require
-
-    cols = ["mode", "num_tokens", "uniform_decode", "eager_ms", "graph_ms"]
-    ok = _require(rows, cols, "step_time_figure")
-    label = _frame_source(ok, source)
-    kinds = [k for k in (True, False) if (ok["uniform_decode"] == k).any()]
-    fig = SourcedFigure(figsize=(5 + 3.5 * len(kinds), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
-    for ax, uniform in zip(axes, kinds):
-        part = ok[ok["uniform_decode"] == uniform]
-        for mode, group in part.groupby("mode", sort=False):
-            group = group.groupby("num_tokens").median(numeric_only=True).sort_index()
-            x, color = group.index.to_numpy(), MODE_COLORS.get(str(mode))
-            ax.plot(x, group["graph_ms"], marker="o", ms=3, color=color, label=f"{mode}: graphs")
-            ax.plot(x, group["eager_ms"], ls="--", marker=".", color=color, label=f"{mode}: eager")
-            if {"graph_p10_ms", "graph_p90_ms"} <= set(group.columns):
-                ax.fill_between(
-                    x, group["graph_p10_ms"], group["graph_p90_ms"], color=color, alpha=0.15
-                )
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("num_tokens (tokens)")
-        ax.set_title("uniform decode" if uniform else "mixed batches", fontsize=10)
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("step time, median (ms)")
-    fig.suptitle("step time: eager vs graphs")
-    return _label_source(fig, label)
+            )
+            frame = predict_config(
+                toy, config, num_tokens, DEVICE_PRESETS[device], uniform_decode=kind == "decode"
+            )
+            frames.append(frame.assign(mode=mode, ladder=ladder, uniform_decode=kind == "decode"))
+    frame = pd.concat(frames, ignore_index=True)
+    first = ["mode", "ladder", "uniform_decode"]
+    return frame[first + [c for c in frame.columns if c not in first]]

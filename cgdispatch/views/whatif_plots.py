@@ -1,5 +1,6 @@
-"""Figures and inputs for the what-if notebook: the workload's step histogram, the ladder
-comparison, the hit rates of one what-if result, and the trace a notebook parameter names.
+"""Figures for the what-if notebook: the workload's step histogram, the ladder comparison,
+and the hit rates of one what-if result. (The trace a notebook parameter names comes from
+:func:`cgdispatch.workload.sources.workload_trace`.)
 
 Figures are :class:`~cgdispatch.views.plots.SourcedFigure` labelled with their source, as in
 :mod:`cgdispatch.views.plots`; they draw what they are given and compute nothing themselves.
@@ -7,69 +8,19 @@ Figures are :class:`~cgdispatch.views.plots.SourcedFigure` labelled with their s
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .plots import MODE_COLORS, SourcedFigure, _label_source, _require, hit_rate_figure
+from .plots import hit_rate_figure
+from .sources import MODE_COLORS, SourcedFigure, label_source, rows_to_plot
 
 if TYPE_CHECKING:
     from ..plan.whatif import WhatIfResult
 
-__all__ = ["workload_trace", "step_histogram_figure", "ladder_comparison_figure", "whatif_figure"]
-
-
-def workload_trace(
-    workload: str | Path,
-    *,
-    num_requests: int = 300,
-    rate_per_s: float = 8.0,
-    seed: int = 0,
-    max_num_seqs: int = 256,
-    max_num_batched_tokens: int = 8192,
-    num_speculative_tokens: int = 0,
-    progress: bool = False,
-) -> tuple[pd.DataFrame, str]:
-    """``(step trace, source label)`` for a synthetic length preset or a CSV file.
-
-    A preset name (``"sharegpt"``, ``"alpaca"``) gives ``num_requests`` synthetic requests at
-    ``rate_per_s`` simulated through the scheduler model; a CSV of requests is simulated the
-    same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log) is used as is. The label
-    says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
-    """
-    from ..workload.files import load_trace
-    from ..workload.synthetic import LENGTH_PRESETS, synthetic_requests
-    from ..workload.trace import simulate_steps
-
-    limits = {
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "num_speculative_tokens": num_speculative_tokens,
-        "progress": progress,
-    }
-    if isinstance(workload, str) and workload in LENGTH_PRESETS:
-        requests = synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
-        trace = simulate_steps(requests, seed=seed, **limits)
-        label = (
-            f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
-            f"seed {seed}; scheduler simulated)"
-        )
-        return trace, label
-    path = Path(workload)
-    if path.suffix.lower() not in (".csv", ".log", ".txt") and not path.exists():
-        raise ValueError(
-            f"workload={str(workload)!r} is neither a preset ({sorted(LENGTH_PRESETS)}) nor a "
-            "file: give a preset name or the path of a requests/steps CSV"
-        )
-    kind, table = load_trace(path)
-    if kind == "requests":
-        return simulate_steps(
-            table, seed=seed, **limits
-        ), f"requests from {path.name}, scheduler simulated"
-    return table, f"steps from {path.name}"
+__all__ = ["step_histogram_figure", "ladder_comparison_figure", "whatif_figure"]
 
 
 def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True) -> Figure:
@@ -78,7 +29,7 @@ def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True
     ``hist`` is :func:`~cgdispatch.workload.trace.step_histogram` (index num_tokens; columns
     uniform_decode, mixed). The title gives each kind's share of the steps.
     """
-    hist = _require(hist, ["uniform_decode", "mixed"], "step_histogram_figure")
+    hist = rows_to_plot(hist, ["uniform_decode", "mixed"], "step_histogram_figure")
     n = hist.index.to_numpy(dtype=np.int64)
     dec = hist["uniform_decode"].to_numpy(dtype=float)
     mix = hist["mixed"].to_numpy(dtype=float)
@@ -102,7 +53,7 @@ def step_histogram_figure(hist: pd.DataFrame, *, source: str, log_x: bool = True
         fontsize=10,
     )
     ax.legend(fontsize=8)
-    return _label_source(fig, source)
+    return label_source(fig, source)
 
 
 _PANELS = [
@@ -120,7 +71,7 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
     drawn when it has ``mean_step_ms`` (a cost model was given) and is titled with that
     model's ``source``.
     """
-    table = _require(
+    table = rows_to_plot(
         table, ["ladder", "num_graphs", "eager_step_share"], "ladder_comparison_figure"
     )
     panels = [p for p in _PANELS if p[0] in table.columns]
@@ -135,7 +86,7 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
         ax.tick_params(axis="x", labelrotation=60, labelsize=8)
         if column == "mean_step_ms" and "source" in table.columns:
             ax.set_title(f"{label}\n[{table['source'].iloc[0]}]", fontsize=9)
-    return _label_source(fig, source)
+    return label_source(fig, source)
 
 
 def whatif_figure(result: WhatIfResult, source: str, max_sizes: int = 40) -> Figure:

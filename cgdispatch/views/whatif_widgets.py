@@ -6,7 +6,10 @@ the whole step trace through :func:`cgdispatch.plan.whatif.evaluate`: step share
 mode, padding waste, eager fallbacks and, with a cost model, the expected time per step,
 and a hit-rate figure by padded size. The handlers (``whatif_for_box``, ``metrics_html``,
 ``whatif_figure``) are plain functions tested without a browser; a bad entry shows a
-message, never a traceback. The metrics sit in an element with
+message, never a traceback. With ``cost_models`` (name -> cost model) a dropdown switches the
+model the figures come from, and a planner row (objective, graph count, "plan" button) fills
+the sizes box with :func:`~cgdispatch.plan.planner.plan_capture_sizes` for the chosen
+objective and model (``plan_for_box``). The metrics sit in an element with
 ``data-testid="whatif-metrics"`` whose ``data-*`` attributes carry the exact figures
 (``repr`` of the floats), a stable hook for browser tests. Nothing here measures: times
 come from the cost model given and are labelled with its ``source``.
@@ -18,18 +21,24 @@ import html
 from typing import Any
 
 import ipywidgets as w
-import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
-from ..plan.costs import as_cost_model, cost_source
+from ..plan.costs import CostModel, as_cost_model, cost_source
+from ..plan.planner import plan_capture_sizes
 from ..plan.whatif import WhatIfResult, evaluate
 from ..workload.trace import check_trace
 from .whatif_plots import whatif_figure
 from .widgets import DispatchExplorer, build_config, message_html
 
-__all__ = ["whatif_for_box", "metrics_html", "WhatIfDashboard", "whatif_dashboard"]
+__all__ = [
+    "whatif_for_box",
+    "plan_for_box",
+    "metrics_html",
+    "WhatIfDashboard",
+    "whatif_dashboard",
+]
 
 _MIB = 2**20
 
@@ -39,7 +48,7 @@ def whatif_for_box(
     trace: pd.DataFrame,
     sizes_text: str,
     mode: str | CUDAGraphMode,
-    cost_model: Any = None,
+    cost_model: CostModel | None = None,
 ) -> tuple[WhatIfResult | None, list[str]]:
     """``evaluate`` the trace under ``base`` with the box's sizes and ``mode``.
 
@@ -55,6 +64,27 @@ def whatif_for_box(
         return None, [str(err)]
     except Exception as err:  # the cost model is user code: report it, never raise
         return None, [f"cost model failed: {type(err).__name__}: {err}"]
+
+
+def plan_for_box(
+    base: GraphConfig,
+    trace: pd.DataFrame,
+    mode: str | CUDAGraphMode,
+    objective: str,
+    max_graphs: int,
+    cost_model: CostModel | None,
+) -> tuple[str | None, list[str]]:
+    """The sizes-box text of the plan for ``objective`` (``"padding"`` / ``"time"``) with at
+    most ``max_graphs`` sizes under ``base`` with ``mode``; ``(None, [message])`` on a bad
+    entry (it never raises)."""
+    try:
+        config = base.replace(cudagraph_mode=CUDAGraphMode.parse(mode)).resolve()
+        sizes = plan_capture_sizes(
+            trace, max_graphs, objective=objective, cost_model=cost_model, config=config
+        )
+    except ValueError as err:
+        return None, [str(err)]
+    return ", ".join(map(str, sizes)), []
 
 
 def _pct(x: float) -> str:
@@ -91,11 +121,13 @@ def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
         label = e(str(s["source"]))
         rows.append(("expected step time", f"{s['mean_step_ms']:.3f} ms mean ({label})"))
         rows.append(("trace total", f"{s['total_time_s']:.2f} s ({label})"))
+    if "capture_s" in s:
+        rows.append(("capture time", f"{s['capture_s']:.2f} s ({e(str(s['source']))})"))
     if "graph_memory_bytes" in s:
         rows.append(
             (
                 "graph memory",
-                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, sum over graphs, no pool reuse "
+                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, one shared pool, weak outputs "
                 f"({e(str(s['source']))})",
             )
         )
@@ -116,17 +148,11 @@ def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
     }
     if "mean_step_ms" in s:
         attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
+        attrs["source"] = s["source"]
+    if "graph_memory_bytes" in s:
+        attrs["graph-memory-bytes"] = repr(float(s["graph_memory_bytes"]))
     attr_text = " ".join(f'data-{k}="{e(str(v))}"' for k, v in attrs.items())
     return f"<div {attr_text}><table>{body}</table></div>"
-
-
-def _scalar_cost(model: Any) -> Any:
-    """The explorer's ``f(mode, padded_size) -> ms`` from a vectorised cost model."""
-
-    def predict(mode: CUDAGraphMode, padded_size: int) -> float:
-        return float(np.asarray(model.step_time_ms(mode, np.array([padded_size])))[0])
-
-    return predict
 
 
 class WhatIfDashboard(DispatchExplorer):
@@ -142,17 +168,20 @@ class WhatIfDashboard(DispatchExplorer):
         self,
         trace: pd.DataFrame,
         config: GraphConfig | None = None,
-        cost_model: Any = None,
+        cost_model: CostModel | None = None,
         *,
         num_tokens: int | None = None,
         trace_source: str = "trace",
         draw: bool = True,
+        cost_models: dict[str, CostModel] | None = None,
     ) -> None:
         config = GraphConfig() if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
         self.trace = check_trace(trace)
         self.trace_source = trace_source
+        if cost_models and cost_model is None:
+            cost_model = next(iter(cost_models.values()))
         self.whatif_cost_model = as_cost_model(cost_model)
         self.draw = draw  # False: no figure (tests that only need the numbers)
         self.result: WhatIfResult | None = None
@@ -161,13 +190,27 @@ class WhatIfDashboard(DispatchExplorer):
         model = self.whatif_cost_model
         super().__init__(
             config.resolve(),
-            None if model is None else _scalar_cost(model),
+            model,
             num_tokens=num_tokens,
             cost_source="model" if model is None else cost_source(model),
         )
+        self.model_box = w.Dropdown(
+            options=list(cost_models or {}), description="cost model", disabled=not cost_models
+        )
+        self._cost_models = dict(cost_models or {})
+        self.objective_box = w.ToggleButtons(options=["time", "padding"], value="time")
+        self.graphs_box = w.BoundedIntText(value=16, min=1, max=512, description="max graphs")
+        self.plan_button = w.Button(description="plan", button_style="primary")
+        self.plan_button.on_click(lambda _b: self.plan())
+        self.model_box.observe(self._on_model, names="value")
+        planner = [
+            w.HBox([self.model_box]),
+            w.HBox([self.objective_box, self.graphs_box, self.plan_button]),
+        ]
         self.children = [
             w.HBox([self.mode_box]),
-            self.sizes_box,
+            self.sizes_box,  # first text box: browser tests type into it
+            *(planner if cost_models else []),
             self.metrics,
             self.plot,
             w.HTML("<b>batch shape</b>: the dispatcher's answer for one step"),
@@ -181,6 +224,29 @@ class WhatIfDashboard(DispatchExplorer):
     def _on_config(self, change: dict[str, Any]) -> None:
         super()._on_config(change)
         self.update_whatif()
+
+    def _on_model(self, change: dict[str, Any]) -> None:
+        """Switch the cost model: the explorer's predictor, the metrics and the figure."""
+        model = self._cost_models[change["new"]]
+        self.whatif_cost_model = model
+        self.cost_model, self.cost_source = model, cost_source(model)
+        self.refresh()
+        self.update_whatif()
+
+    def plan(self) -> None:
+        """Fill the sizes box with the plan for the chosen objective, count and model."""
+        text, notes = plan_for_box(
+            self.base_config,
+            self.trace,
+            self.mode_box.value,
+            self.objective_box.value,
+            int(self.graphs_box.value),
+            self.whatif_cost_model,
+        )
+        if text is None:
+            self.message.value = message_html(notes)
+            return
+        self.sizes_box.value = text  # the box's observer re-runs the what-if
 
     def update_whatif(self) -> None:
         """Re-run ``evaluate`` for the box's sizes and mode; show the metrics or the error."""
@@ -205,10 +271,11 @@ class WhatIfDashboard(DispatchExplorer):
 def whatif_dashboard(
     trace: pd.DataFrame,
     config: GraphConfig | None = None,
-    cost_model: Any = None,
+    cost_model: CostModel | None = None,
     *,
     num_tokens: int | None = None,
     trace_source: str = "trace",
+    cost_models: dict[str, CostModel] | None = None,
 ) -> WhatIfDashboard:
     """A dashboard to edit capture sizes and mode and see the what-if result on ``trace``.
 
@@ -218,8 +285,16 @@ def whatif_dashboard(
     batch-shape picker (num_tokens, uniform decode, LoRAs, cascade) with the dispatch
     decision, padded size and predicted step time. ``config`` (default ``GraphConfig()``)
     gives the scheduler limits and the starting sizes and mode; ``trace_source`` names the
-    trace in the figure and the table (say ``synthetic`` when it is).
+    trace in the figure and the table (say ``synthetic`` when it is). ``cost_models``
+    (name -> model, e.g. ``{"llama-3.1-8b on H200": device_cost_model(...), "affine":
+    AffineCostModel()}``) adds a model switch and a planner row (objective, max graphs,
+    "plan").
     """
     return WhatIfDashboard(
-        trace, config, cost_model, num_tokens=num_tokens, trace_source=trace_source
+        trace,
+        config,
+        cost_model,
+        num_tokens=num_tokens,
+        trace_source=trace_source,
+        cost_models=cost_models,
     )

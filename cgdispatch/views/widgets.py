@@ -14,14 +14,17 @@ from __future__ import annotations
 import html
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
+from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
 from ..core.modes import CUDAGraphMode
-from .explain import CostModel, explain_dispatch, make_dispatcher
+from ..plan import costs
+from ..plan.costs import CostModel
+from .explain import explain_dispatch
 
 __all__ = [
     "parse_sizes_box",
@@ -85,7 +88,7 @@ def build_config(
             config = base.replace(
                 cudagraph_mode=CUDAGraphMode.parse(mode), cudagraph_capture_sizes=sizes
             )
-            dispatcher = make_dispatcher(config)
+            dispatcher = ready_dispatcher(config, record_stats=False)
     except ValueError as err:
         return None, [str(err)]
     return dispatcher, [str(c.message) for c in caught]
@@ -146,15 +149,17 @@ class DispatchExplorer(w.VBox):
     def __init__(
         self,
         config: GraphConfig,
-        cost_model: CostModel | None = None,
+        cost_model: CostModel | Callable[..., Any] | None = None,
         *,
         num_tokens: int | None = None,
-        cost_source: str = "model",
+        cost_source: str | None = None,
     ) -> None:
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-        self.base_config, self.cost_model, self.cost_source = config, cost_model, cost_source
-        self.dispatcher = make_dispatcher(config)
+        self.base_config, self.cost_model = config, costs.as_cost_model(cost_model)
+        # the label shown next to a predicted time: given, else the cost model's own source
+        self.cost_source = cost_source or costs.cost_source(self.cost_model)
+        self.dispatcher = ready_dispatcher(config, record_stats=False)
         top = _slider_max(self.dispatcher)
         start = min(top, self.dispatcher.max_capture_size if num_tokens is None else num_tokens)
         style = {"description_width": "110px"}
@@ -244,17 +249,19 @@ class DispatchExplorer(w.VBox):
 
 def dispatch_explorer(
     config: GraphConfig,
-    cost_model: CostModel | None = None,
+    cost_model: CostModel | Callable[..., Any] | None = None,
     *,
     num_tokens: int | None = None,
-    cost_source: str = "model",
+    cost_source: str | None = None,
 ) -> DispatchExplorer:
     """A dashboard that shows the dispatch decision for a batch you pick.
 
     Controls: cudagraph mode, capture sizes (text), num_tokens slider, uniform decode,
     cascade attention, active LoRAs. Output: runtime mode, padded size, num_reqs, key, the
-    reason, and, when ``cost_model(mode, padded_size) -> ms`` is given, the predicted step
-    time labelled with ``cost_source``. ``num_tokens`` sets the slider's start (default:
+    reason, and, with a cost model (a :class:`~cgdispatch.plan.costs.CostModel` such as the
+    device model, or a callable ``f(mode, num_tokens)`` on arrays), the predicted step time
+    at the padded size, labelled with ``cost_source`` (default: the cost model's
+    ``source``). ``num_tokens`` sets the slider's start (default:
     the largest capture size).
     """
     return DispatchExplorer(config, cost_model, num_tokens=num_tokens, cost_source=cost_source)

@@ -83,3 +83,125 @@ def test_plan_sequence_parallel_sizes_are_multiples_of_tp(tmp_path, capsys):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
     assert all(s % 4 == 0 for s in rows["planned"]["sizes"])
     assert all(s % 4 == 0 for s in rows["vllm"]["sizes"])  # the config drops the others
+
+
+def _requests_csv(tmp_path, n=300, rate=20.0, seed=4):
+    req = synthetic_requests(n, "sharegpt", rate_per_s=rate, seed=seed)
+    path = tmp_path / f"req{seed}.csv"
+    req.to_csv(path, index=False)
+    return path, req
+
+
+JSON_FIELDS = {
+    "name",
+    "num_graphs",
+    "padded_token_ratio",
+    "mean_step_ms",
+    "source",
+    "graph_memory_mib",
+    "capture_s",
+    "eager_step_share",
+    "evaluated_on",
+}
+
+
+def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_path, capsys):
+    from cgdispatch import GraphConfig
+    from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.plan.ladder_compare import compare
+    from cgdispatch.workload.sources import split_holdout, workload_trace
+
+    path, _ = _requests_csv(tmp_path)
+    args = ["plan", "--trace", str(path), "--max-graphs", "8", "--objective", "time"]
+    assert main([*args, "--holdout", "0.5", "--memory-budget-mib", "100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in out["ladders"]}
+    assert {"planned", "vllm", "sglang", "trtllm", "pow2", "every"} <= set(rows)
+    for row in rows.values():
+        assert set(row) >= JSON_FIELDS and row["source"] == "model (H200 SXM)"
+        assert row["evaluated_on"].startswith("held out: last 0.5")
+    planned = rows["planned"]
+    assert planned["num_graphs"] <= 8 and planned["graph_memory_mib"] <= 100
+    # independently: the same trace, split, plan and scoring through the library
+    trace, _ = workload_trace(path)
+    train, test = split_holdout(trace, 0.5)
+    assert train["time_s"].max() < test["time_s"].min()
+    cm = device_cost_model("llama-3.1-8b", "H200")
+    config = GraphConfig().resolve()
+    sizes = plan_capture_sizes(
+        train, 8, objective="time", cost_model=cm, config=config, memory_budget_bytes=100 * 2**20
+    )
+    assert planned["sizes"] == sizes
+    want = compare(test, {"p": sizes}, config=config, cost_model=cm).iloc[0]
+    assert planned["mean_step_ms"] == pytest.approx(want["mean_step_ms"])
+    assert planned["graph_memory_mib"] == pytest.approx(want["graph_memory_bytes"] / 2**20)
+    assert planned["capture_s"] == pytest.approx(want["capture_s"])
+
+
+def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_path, capsys):
+    from cgdispatch import GraphConfig
+    from cgdispatch.plan.planner import plan_multiple_of
+    from cgdispatch.workload.sources import workload_trace
+
+    path, _ = _requests_csv(tmp_path, seed=1)
+    other, _ = _requests_csv(tmp_path, seed=2)
+    args = ["plan", "--trace", str(path), "--max-graphs", "6", "--num-speculative-tokens", "1"]
+    assert main([*args, "--max-num-seqs", "64", "--evaluate-on", str(other), "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    assert rows["planned"]["evaluated_on"].startswith("other trace: requests from req2.csv")
+    # notebook 04 / dashboard path: workload_trace + plan_capture_sizes(config=...)
+    config = GraphConfig(max_num_seqs=64, num_speculative_tokens=1).resolve()
+    trace, _ = workload_trace(path, max_num_seqs=64, num_speculative_tokens=1)
+    assert plan_multiple_of(config) == 2
+    assert rows["planned"]["sizes"] == plan_capture_sizes(trace, 6, config=config)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--max-graphs", "0"], "--max-graphs=0 is invalid"),
+        (["--max-graphs", "x"], "invalid int value"),
+        (["--max-graphs", "4", "--holdout", "1.5"], "--holdout=1.5 is invalid"),
+        (["--max-graphs", "4", "--model", "gpt-9"], "--model 'gpt-9' is unknown"),
+        (["--max-graphs", "4", "--device", "B200"], "invalid choice: 'B200'"),
+        (["--max-graphs", "4", "--memory-budget-mib", "-1"], "--memory-budget-mib=-1.0 is"),
+        (["--max-graphs", "4", "--objective", "speed"], "invalid choice: 'speed'"),
+    ],
+)
+def test_bad_flags_fail_at_once_with_one_line(tmp_path, extra, message):
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "huge.csv"  # never read: flags are checked first
+    path.write_text("num_tokens\n" + "5\n" * 10)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cgdispatch", "plan", "--trace", str(path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert time.perf_counter() - start < 20  # no simulation, no cost model
+
+
+def test_split_holdout_cuts_by_time_or_by_rows():
+    from cgdispatch.workload.sources import split_holdout
+    from cgdispatch.workload.trace import make_trace
+
+    rng = np.random.default_rng(6)
+    trace = make_trace(rng.integers(1, 50, 200)).assign(time_s=np.sort(rng.random(200) * 10))
+    first, last = split_holdout(trace, 0.3)
+    assert len(first) + len(last) == 200 and first["time_s"].max() < 7.0 <= last["time_s"].min()
+    rows_first, rows_last = split_holdout(trace.drop(columns="time_s"), 0.25)
+    assert (
+        len(rows_first) == 150
+        and rows_last["num_tokens"].tolist() == (trace["num_tokens"].tolist()[150:])
+    )
+    with pytest.raises(ValueError, match="holdout=1 is invalid"):
+        split_holdout(trace, 1)
+    with pytest.raises(ValueError, match="leaves an empty part"):
+        split_holdout(trace.head(1), 0.5)

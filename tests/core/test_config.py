@@ -25,7 +25,7 @@ def reference_ladder(max_num_seqs=256, tokens=8192, spec=0):
 def test_defaults_match_vllm():
     c = GraphConfig()
     assert c.cudagraph_mode is M.FULL_AND_PIECEWISE
-    assert len(c.cudagraph_capture_sizes) == 51  # references.md: 51 sizes from 1 to 512
+    assert len(c.cudagraph_capture_sizes) == 51  # docs/references.md: 51 sizes from 1 to 512
     assert c.cudagraph_capture_sizes == reference_ladder()
     assert c.max_cudagraph_capture_size == 512
     assert (c.max_num_seqs, c.max_num_batched_tokens, c.num_speculative_tokens) == (256, 8192, 0)

@@ -248,3 +248,36 @@ def test_full_keys_match_exactly_never_relaxed():
     assert d.dispatch(5) == (M.PIECEWISE, BatchDescriptor(8))
     d.add_cudagraph_key(M.FULL, BatchDescriptor(8, 4))
     assert d.dispatch(5) == (M.FULL, BatchDescriptor(8, 4))
+
+
+def test_dispatch_returns_a_named_result_that_unpacks_like_a_pair():
+    from cgdispatch.core.dispatcher import DispatchResult
+
+    rng = random.Random(41)
+    sizes = sorted(rng.sample(range(1, 64), 6))
+    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=16, max_num_batched_tokens=128)
+    d = make(config)
+    for n in rng.sample(range(0, 129), 30):
+        uniform = rng.random() < 0.5
+        answer = d.dispatch(n, uniform_decode=uniform)
+        assert isinstance(answer, DispatchResult)
+        mode, desc = answer  # today's tuple form keeps working
+        assert (mode, desc) == (answer.runtime_mode, answer.batch_descriptor) == tuple(answer)
+        assert answer == brute_dispatch(config, d.cudagraph_keys, n, uniform)
+
+
+def test_ready_dispatcher_builds_initialised_dispatchers_and_passes_ready_ones_through():
+    from cgdispatch.core.dispatcher import ready_dispatcher
+
+    rng = random.Random(42)
+    sizes = sorted(rng.sample(range(1, 40), 5))
+    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=8, max_num_batched_tokens=64)
+    d = ready_dispatcher(config, record_stats=False)
+    assert d.keys_initialized and not d.record_stats
+    assert d.cudagraph_keys == make(config).cudagraph_keys
+    assert ready_dispatcher(d) is d
+    fresh = CudagraphDispatcher(config)
+    assert ready_dispatcher(fresh) is fresh and fresh.keys_initialized
+    assert ready_dispatcher().config == GraphConfig()
+    with pytest.raises(ValueError, match="GraphConfig or a CudagraphDispatcher"):
+        ready_dispatcher({"cudagraph_mode": "FULL"})

@@ -12,6 +12,7 @@ import torch
 from small_models import MLP
 from torch import nn
 
+from cgdispatch.core.modes import CUDAGraphMode
 from cgdispatch.estimate.device_model import (
     DEVICE_PRESETS,
     DeviceSpec,
@@ -231,3 +232,95 @@ def test_predict_config_pads_and_dispatches_like_the_runner() -> None:
             frame["runtime_mode"].tolist() == expected
             and frame["source"].str.startswith("model").all()
         )
+
+
+# --- the device model as a CostModel, on published architectures (meta tensors) ---
+
+
+def test_arch_presets_have_the_published_parameter_counts() -> None:
+    """Independent check of the shapes: parameters counted on meta vs the models' sizes
+    (Llama-3.1-8B 8.03 B, Qwen2.5-7B 7.62 B, Llama-3.1-70B 70.55 B over 8 ranks)."""
+    from cgdispatch.models.registry import build_model
+
+    def per_rank(model: torch.nn.Module) -> int:
+        return sum(p.numel() for p in model.parameters())
+
+    assert per_rank(build_model("llama-3.1-8b")) == pytest.approx(8.03e9, rel=0.005)
+    assert per_rank(build_model("qwen2.5-7b")) == pytest.approx(7.62e9, rel=0.01)  # no qkv bias
+    big = build_model("llama-3.1-70b-tp8")
+    norms = sum(p.numel() for n, p in big.named_parameters() if "norm" in n)  # replicated
+    assert (per_rank(big) - norms) * 8 + norms == pytest.approx(70.55e9, rel=0.005)
+    assert all(p.device.type == "meta" and p.dtype == torch.bfloat16 for p in big.parameters())
+    with pytest.raises(ValueError, match="meta"):
+        build_model("llama-3.1-8b", device="cpu")
+
+
+def test_linear_profile_equals_profiling_each_size() -> None:
+    from cgdispatch.estimate.kernels import linear_profile, toy_profiles
+    from cgdispatch.models.registry import build_model
+
+    rng = np.random.default_rng(7)
+    for name in ("toy-small", "llama-3.1-70b-tp8"):
+        model = build_model(name, device="meta")
+        line = linear_profile(model, context_len=97)
+        for n in rng.integers(1, 3000, 3).tolist():
+            direct = toy_profiles(model, [n], context_len=97)[n]
+            got = line.profile(n)
+            assert got.names == direct.names
+            np.testing.assert_allclose(got.flops, direct.flops, rtol=1e-12)
+            np.testing.assert_allclose(got.bytes, direct.bytes, rtol=1e-12)
+
+
+def test_vectorised_step_times_equal_predict_step() -> None:
+    from cgdispatch.estimate.device_model import step_times_ms
+    from cgdispatch.estimate.kernels import linear_profile
+    from cgdispatch.models.registry import build_model
+
+    model = build_model("qwen2.5-7b", device="meta")
+    line = linear_profile(model)
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 8193, 7)
+    spec = DEVICE_PRESETS["A100"].replace(kernel_launch_us=float(rng.uniform(4, 20)))
+    for mode in ("NONE", "PIECEWISE", "FULL"):
+        got = step_times_ms(line, mode, sizes, spec, chunk=3)
+        want = [predict_step(line.profile(int(n)), mode, spec)["step_ms"] for n in sizes]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_device_cost_model_memory_matches_the_estimator_with_weak_outputs() -> None:
+    from cgdispatch import GraphConfig
+    from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.estimate.graph_memory import estimate_graph_memory
+    from cgdispatch.models.registry import build_model
+    from cgdispatch.plan.costs import CostModel
+
+    cm = device_cost_model("llama-3.1-8b", "H100")
+    assert isinstance(cm, CostModel) and cm.source == "model (H100 SXM)"
+    net = build_model("llama-3.1-8b", device="meta")
+    rng = np.random.default_rng(5)
+    sizes = sorted(rng.integers(1, 300, 3).tolist()) + [int(rng.integers(300, 2000))]
+    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=256).resolve()
+    est = estimate_graph_memory(net, config, keep_outputs=False)
+    pool = max(
+        float(np.max(cm.graph_memory_bytes(mode, np.array(s))))
+        for mode, s in (("PIECEWISE", sizes), ("FULL", [s for s in sizes if s <= 256]))
+    )
+    assert pool == pytest.approx(est.shared_pool_bytes, rel=1e-3)
+    # capture: (warm-ups + 1) eager steps plus one instantiation per graph
+    n = np.array(sizes)
+    eager_s = cm.step_time_ms(CUDAGraphMode.NONE, n) / 1e3
+    pieces = 1 + int(cm.profile.splitting.sum())
+    np.testing.assert_allclose(
+        cm.capture_time_s(CUDAGraphMode.PIECEWISE, n),
+        2 * eager_s + pieces * cm.spec.graph_instantiate_us / 1e6,
+    )
+    # graphs save launches: a small decode step is faster in FULL than eager, by > 1.5x
+    small = np.array([1, 8])
+    assert np.all(
+        cm.step_time_ms(CUDAGraphMode.NONE, small)
+        > 1.5 * cm.step_time_ms(CUDAGraphMode.FULL, small)
+    )
+    with pytest.raises(ValueError, match="device='B200' is unknown"):
+        device_cost_model("llama-3.1-8b", "B200")
+    with pytest.raises(ValueError, match="captures no graph"):
+        cm.graph_memory_bytes(CUDAGraphMode.NONE, small)

@@ -7,18 +7,22 @@ import random
 
 import pytest
 
-from cgdispatch import AttentionCGSupport, CudagraphDispatcher, GraphConfig
+from cgdispatch import AttentionCGSupport, GraphConfig, ready_dispatcher
 from cgdispatch.measure.capture_tour import capture_each_mode, step_time_table
 
 pytest.importorskip("torch")
 
 
-def expected_keys(mode: str, sizes: list[int], max_num_seqs: int) -> int:
+def expected_keys(
+    mode: str,
+    sizes: list[int],
+    max_num_seqs: int,
+    support: AttentionCGSupport = AttentionCGSupport.ALWAYS,
+) -> int:
     config = GraphConfig(
         cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=max_num_seqs
-    ).resolve(AttentionCGSupport.ALWAYS)
-    dispatcher = CudagraphDispatcher(config, record_stats=False)
-    dispatcher.initialize_cudagraph_keys()
+    ).resolve(support)
+    dispatcher = ready_dispatcher(config, record_stats=False)
     return sum(len(descs) for _, descs in dispatcher.get_capture_descs())
 
 
@@ -46,6 +50,28 @@ def test_each_mode_captures_the_dispatchers_keys_and_replays_exactly(captures):
         assert summary.loc[mode, "checks"] == len(rows) > 0
     assert summary.loc["NONE", "replayed"] == 0 and summary.loc["FULL", "replayed"] > 0
     assert set(result.reports["config_mode"]) == {"FULL", "FULL_DECODE_ONLY"}
+    assert set(result.reports["source"]) == {"measured (CPU)"} == {result.source}
+
+
+def test_any_registry_model_is_captured_in_each_mode():
+    """The Hugging Face adapter (decode-only, UNIFORM_SINGLE_TOKEN_DECODE) through the same
+    function as the toy LM: its keys, its replays within tolerance, on its own weights."""
+    pytest.importorskip("transformers")
+    rng = random.Random(82)
+    sizes = sorted(rng.sample(range(1, 9), 2))
+    result = capture_each_mode(
+        ["FULL_DECODE_ONLY", "NONE"], preset="hf-llama-tiny", sizes=sizes, progress=False
+    )
+    runner = result.runners["FULL_DECODE_ONLY"]
+    assert type(runner.model).__name__ == "HFDecodeLM"
+    summary = result.summary.set_index("config_mode")
+    want = expected_keys(
+        "FULL_DECODE_ONLY", sizes, runner.model.num_slots, runner.model.attention_cg_support
+    )
+    assert summary.loc["FULL_DECODE_ONLY", "keys"] == want > 0
+    assert summary["all_ok"].all() and summary.loc["FULL_DECODE_ONLY", "replayed"] > 0
+    checks = result.checks[result.checks["config_mode"] == "FULL_DECODE_ONLY"]
+    assert (checks["max_abs_err"] <= checks["tol"]).all() and checks["replayed"].all()
 
 
 def test_step_time_rows_follow_the_dispatcher(captures):
@@ -66,7 +92,9 @@ def test_step_time_rows_follow_the_dispatcher(captures):
 def test_bad_arguments_are_named(captures):
     with pytest.raises(ValueError, match="repeats=0"):
         step_time_table(captures[1].runners, [1], repeats=0)
-    with pytest.raises(ValueError, match="'toy-huge' is unknown"):
+    with pytest.raises(ValueError, match="'toy-huge' is unknown: use a registry name"):
         capture_each_mode(["FULL"], preset="toy-huge")
+    with pytest.raises(ValueError, match="sizes=\\[\\] is invalid"):
+        capture_each_mode(["FULL"], sizes=[])
     with pytest.raises(ValueError, match="unknown"):
         capture_each_mode(["FOO"])

@@ -74,7 +74,7 @@ def test_unused_captured_sizes_are_listed_and_stats_untouched():
     assert modes.tolist() == [1] and padded.tolist() == [8]
 
 
-def test_graph_memory_sums_captured_graphs():
+def test_graph_memory_is_the_largest_captured_graph_and_capture_time_sums():
     config = GraphConfig(
         cudagraph_mode="FULL_AND_PIECEWISE", cudagraph_capture_sizes=[2, 4], max_num_seqs=4
     )
@@ -82,8 +82,18 @@ def test_graph_memory_sums_captured_graphs():
         lambda m, n: n * 1.0, graph_memory=lambda m, n: n * (10.0 if m.name == "FULL" else 1.0)
     )
     s = evaluate(config, make_trace([1, 3]), model).summary
-    # keys: PIECEWISE 2, 4; FULL uniform 2, 4 (q=1, <= max_num_seqs)
-    assert s["graph_memory_bytes"] == (2 + 4) * 1.0 + (2 + 4) * 10.0
+    # keys: PIECEWISE 2, 4; FULL uniform 2, 4 (q=1, <= max_num_seqs); one pool, weak outputs
+    assert s["graph_memory_bytes"] == 4 * 10.0
+    assert "capture_s" not in s  # the model has no capture_time_s
+
+    class WithCapture(FunctionCostModel):
+        def capture_time_s(self, mode, n):  # noqa: ANN001, ANN202
+            return 0.5 * n + (1.0 if mode.name == "FULL" else 0.0)
+
+    s = evaluate(
+        config, make_trace([1, 3]), WithCapture(model.step_time, model.graph_memory)
+    ).summary
+    assert s["capture_s"] == pytest.approx(0.5 * 6 + 0.5 * 6 + 2 * 1.0)
     assert s["num_captured_graphs"] == 4 and s["source"] == "model"
 
 

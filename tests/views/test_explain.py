@@ -8,21 +8,20 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
+from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, ready_dispatcher
 from cgdispatch.views.explain import (
     dispatch_stats,
     dispatch_table,
     explain_dispatch,
     keys_summary,
     keys_table,
-    make_dispatcher,
     modes_table,
     random_batches,
 )
 
 # The truth table of docs/semantics.md (the spec, typed in by hand):
 # mode: (decode, mixed, separate_routine, requires_piecewise, has_full, valid_runtime)
-DESIGN_TABLE = {
+SEMANTICS_TABLE = {
     "NONE": ("NONE", "NONE", False, False, False, True),
     "PIECEWISE": ("PIECEWISE", "PIECEWISE", False, True, False, True),
     "FULL": ("FULL", "FULL", False, False, True, True),
@@ -47,9 +46,9 @@ def random_config(rng: random.Random) -> GraphConfig:
     ).resolve()
 
 
-def test_modes_table_matches_the_design_truth_table():
+def test_modes_table_matches_the_semantics_truth_table():
     table = modes_table().set_index("mode")
-    assert sorted(table.index) == sorted(DESIGN_TABLE)
+    assert sorted(table.index) == sorted(SEMANTICS_TABLE)
     cols = [
         "decode_mode",
         "mixed_mode",
@@ -58,7 +57,7 @@ def test_modes_table_matches_the_design_truth_table():
         "has_full",
         "valid_runtime_mode",
     ]
-    for mode, row in DESIGN_TABLE.items():
+    for mode, row in SEMANTICS_TABLE.items():
         assert tuple(table.loc[mode, cols]) == row, mode
         assert table.loc[mode, "value"] == str(CUDAGraphMode[mode].value)
 
@@ -67,7 +66,7 @@ def test_keys_table_lists_every_key_in_capture_order():
     rng = random.Random(11)
     for _ in range(30):
         config = random_config(rng)
-        dispatcher = make_dispatcher(config)
+        dispatcher = ready_dispatcher(config)
         table = keys_table(config)
         got = {
             (
@@ -130,7 +129,7 @@ def test_explain_dispatch_equals_the_dispatcher_on_random_batches():
         config = random_config(rng)
         reference = CudagraphDispatcher(config)
         reference.initialize_cudagraph_keys()
-        dispatcher = make_dispatcher(config)
+        dispatcher = ready_dispatcher(config)
         for _ in range(50):
             n = rng.randint(0, config.max_num_batched_tokens)
             uniform, cascade = rng.random() < 0.5, rng.random() < 0.3
@@ -208,6 +207,21 @@ def test_explain_dispatch_uses_the_cost_model_at_the_padded_size():
         assert got["predicted_ms"] == pytest.approx(
             (base_ms + per_token_ms * got["padded_size"]) * factor[got["runtime_mode"]]
         )
+
+
+def test_explain_dispatch_takes_a_cost_model_object():
+    from cgdispatch.plan.costs import AffineCostModel
+
+    rng = random.Random(17)
+    model = AffineCostModel(
+        base_ms={m: rng.uniform(1, 6) for m in ("NONE", "PIECEWISE", "FULL")},
+        per_token_ms=rng.uniform(0.001, 0.05),
+    )
+    config = GraphConfig(max_num_seqs=32, max_num_batched_tokens=512)
+    for n in rng.sample(range(1, 512), 20):
+        got = explain_dispatch(config, n, rng.random() < 0.5, cost_model=model)
+        want = model.base_ms[got["runtime_mode"]] + model.per_token_ms * got["padded_size"]
+        assert got["predicted_ms"] == pytest.approx(want)
 
 
 def test_dispatch_table_has_one_row_per_combination():

@@ -10,15 +10,10 @@ import pytest
 from matplotlib.figure import Figure
 
 from cgdispatch import CudagraphDispatcher, GraphConfig
+from cgdispatch.views.capture_figures import capture_time_figure, memory_figure
 from cgdispatch.views.explain import dispatch_stats, random_batches
-from cgdispatch.views.plots import (
-    capture_time_figure,
-    figure_source,
-    hit_rate_figure,
-    ladder_figure,
-    memory_figure,
-    speedup_figure,
-)
+from cgdispatch.views.plots import hit_rate_figure, ladder_figure, speedup_figure
+from cgdispatch.views.sources import figure_source
 
 MIB = 2**20
 

@@ -3,8 +3,11 @@ the estimate-memory and report commands."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from cgdispatch import GraphConfig
@@ -13,13 +16,14 @@ from cgdispatch.estimate.graph_memory import estimate_graph_memory
 from cgdispatch.models.toy import build_toy_model
 from cgdispatch.sweep.run import SweepSpec, run_sweep
 from cgdispatch.sweep.store import ResultStore, load_captures
-from cgdispatch.views.report import (
-    capture_figure,
+from cgdispatch.views.capture_figures import capture_per_key_figure, memory_per_key_figure
+from cgdispatch.views.report import draw_report, modelled_rows, write_report
+from cgdispatch.views.sources import figure_source
+from cgdispatch.views.sweepviews import (
+    graph_memory_table,
     memory_estimates,
-    memory_figure,
-    model_speedup_figure,
-    speedup_figure,
-    write_report,
+    modelled_speedup,
+    unit_table,
 )
 
 SPEC = SweepSpec(
@@ -43,16 +47,6 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def titles(fig) -> str:
-    texts = [fig._suptitle.get_text() if fig._suptitle else ""]
-    for ax in fig.axes:
-        texts.append(ax.get_title())
-        legend = ax.get_legend()
-        if legend:
-            texts += [t.get_text() for t in legend.get_texts()]
-    return " ".join(texts)
-
-
 def test_estimates_match_a_direct_estimate(swept: Path) -> None:
     rows = ResultStore(swept).load()
     est = memory_estimates(rows)
@@ -70,30 +64,80 @@ def test_estimates_match_a_direct_estimate(swept: Path) -> None:
         )
 
 
-def test_figures_label_their_sources(swept: Path) -> None:
+def bar_heights(fig) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for patch in fig.axes[0].patches:
+        out.setdefault(str(patch.get_gid()).removeprefix("bars-"), []).append(patch.get_height())
+    return out
+
+
+def test_report_figures_are_the_views_charts_of_the_rows(swept: Path) -> None:
     rows = ResultStore(swept).load()
-    speed = speedup_figure(rows)
-    ok_decode = rows[(rows["status"] == "ok") & rows["uniform_decode"].astype(bool)]
-    units = ok_decode.groupby(["mode", "ladder"]).ngroups
-    assert "measured (CPU)" in titles(speed) and len(speed.axes[0].lines) == units + 1  # + y=1
-    captures = load_captures(swept)
-    capture = capture_figure(rows, captures)
-    assert "measured (CPU)" in titles(capture) and len(capture.axes) == 2  # per-key panel
-    assert sum(len(line.get_xdata()) for line in capture.axes[1].lines) == len(captures)
-    modelled = model_speedup_figure(rows)
-    assert "model (H200 SXM)" in titles(modelled) and "measured" not in titles(modelled)
-    assert len(modelled.axes[0].lines) == 2 + 1  # FULL and PIECEWISE + y=1
-    est = memory_estimates(rows)
-    cpu_only = memory_figure(rows, est)
-    assert "model" in titles(cpu_only) and "measured" not in titles(
-        cpu_only
-    )  # no pool measured on CPU
-    # rows as a GPU run would write them (test data, not shipped): measured bars appear, labelled
-    gpu = rows.assign(device="cuda", source="measured (TestGPU)", pool_bytes=4 << 20)
-    with_gpu = memory_figure(gpu, est)
-    assert "measured (TestGPU)" in titles(with_gpu)
-    heights = [p.get_height() for p in with_gpu.axes[0].patches]
-    assert heights[-len(est) :] == [4.0] * len(est)  # MiB
+    drawn = draw_report(rows, load_captures(swept))
+    assert set(drawn.figures) >= {
+        "speedup",
+        "speedup_model",
+        "capture",
+        "capture_per_key",
+        "memory",
+    }
+    assert "memory_per_key" not in drawn.figures  # no pool measured on CPU
+    sources = {name: figure_source(fig) for name, fig in drawn.figures.items()}
+    assert sources["speedup"] == "measured (CPU)" and sources["capture"] == "measured (CPU)"
+    assert sources["speedup_model"] == "model (H200 SXM)" and sources["memory"] == "model"
+    # one line per (unit, batch kind), at the mean speed-up of its ok rows
+    ok = rows[rows["status"] == "ok"]
+    lines = {ln.get_label(): ln for ln in drawn.figures["speedup"].axes[0].get_lines()}
+    for (mode, ladder, uniform), part in ok.groupby(["mode", "ladder", "uniform_decode"]):
+        line = lines[f"{mode} / {ladder} / measured (CPU) (uniform_decode={uniform})"]
+        want = part.groupby("num_tokens")["speedup_x"].mean()
+        assert list(line.get_xdata()) == list(want.index)
+        assert line.get_ydata() == pytest.approx(want.to_numpy())
+    # capture bars: each unit's capture time; memory bars: the shared-pool estimate
+    units = unit_table(rows)
+    heights = bar_heights(drawn.figures["capture"])
+    for ladder, part in units.groupby("ladder"):
+        assert heights[ladder] == pytest.approx(list(part["capture_s"]))
+    memory = graph_memory_table(rows)
+    heights = bar_heights(drawn.figures["memory"])
+    shared = memory[memory["pool"] == "shared pool"]
+    for bar, part in shared.groupby("bar"):
+        assert heights[bar] == pytest.approx(list(part["pool_bytes"] / 2**20))
+
+
+def test_modelled_rows_are_modelled_speedup_of_what_was_swept(swept: Path) -> None:
+    rows = ResultStore(swept).load()
+    frame = modelled_rows(rows, "A100")
+    assert set(frame["ladder"]) == set(SPEC.ladders) and set(frame["mode"]) == set(SPEC.modes)
+    want = modelled_speedup(
+        SPEC.replace(ladders={"few": [4, 8]}), device="A100", num_tokens=SPEC.num_tokens
+    )
+    got = frame[frame["ladder"] == "few"].drop(columns=["model", "dtype"])
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want)
+    assert modelled_rows(rows.assign(model="hf-llama-tiny")).empty  # no toy model: no rows
+
+
+def test_per_key_figures_draw_each_key_and_name_both_sources(swept: Path) -> None:
+    rng = random.Random(7)
+    rows, captures = ResultStore(swept).load(), load_captures(swept)
+    fig = capture_per_key_figure(captures)
+    assert figure_source(fig) == "measured (CPU)"
+    assert sum(len(ln.get_xdata()) for ln in fig.axes[0].get_lines()) == len(captures)
+    per_key = memory_estimates(rows).attrs["per_key"]
+    # capture records as a GPU run would write them (test data, not shipped)
+    gpu = captures.assign(
+        device="cuda",
+        source="measured (TestGPU)",
+        pool_bytes=[rng.randint(1, 64) << 20 for _ in range(len(captures))],
+    )
+    fig = memory_per_key_figure(gpu, per_key)
+    assert figure_source(fig) == "measured (TestGPU); model"
+    both = gpu.merge(per_key, on=["mode", "ladder", "runtime_mode", "num_tokens", "uniform"])
+    points = np.concatenate([c.get_offsets() for c in fig.axes[0].collections])
+    want = np.column_stack([both["pool_increment_bytes"], both["pool_bytes"]]) / 2**20
+    assert sorted(map(tuple, points.round(9))) == sorted(map(tuple, want.round(9)))
+    with pytest.raises(ValueError, match="no key has both"):
+        memory_per_key_figure(captures, per_key)  # CPU records carry no pool bytes
 
 
 def test_write_report_and_cli(swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -223,3 +223,36 @@ def test_workload_trace_from_presets_and_files(tmp_path):
     assert trace["num_tokens"].tolist() == [3, 9, 1, 40] and label == "steps from steps.csv"
     with pytest.raises(ValueError, match="neither a preset"):
         workload_trace("sharegtp")
+
+
+def test_dashboard_switches_cost_model_and_plans_for_each_objective():
+    from cgdispatch.plan.planner import plan_capture_sizes
+    from cgdispatch.plan.whatif import evaluate
+
+    rng = random.Random(8)
+    trace = random_trace(rng, 400)
+    models = {
+        "affine": AffineCostModel(),
+        "steep": AffineCostModel(base_ms={"NONE": 9.0, "PIECEWISE": 2.0, "FULL": 1.0}),
+    }
+    dash = whatif_dashboard(trace, BASE, cost_models=models)
+    dash.draw = False
+    shown = attrs(dash.metrics.value)
+    config = BASE.resolve()
+    want = evaluate(config, trace, models["affine"]).summary
+    assert float(shown["mean-step-ms"]) == pytest.approx(want["mean_step_ms"])
+    dash.model_box.value = "steep"
+    want = evaluate(config, trace, models["steep"]).summary
+    assert float(attrs(dash.metrics.value)["mean-step-ms"]) == pytest.approx(want["mean_step_ms"])
+    for objective in ("time", "padding"):
+        dash.objective_box.value = objective
+        dash.graphs_box.value = 5
+        dash.plan()
+        sizes = plan_capture_sizes(
+            trace, 5, objective=objective, cost_model=models["steep"], config=config
+        )
+        assert attrs(dash.metrics.value)["sizes"] == ",".join(map(str, sizes))
+    # a plan that cannot be made shows a message, never raises
+    dash.mode_box.value = "NONE"
+    dash.plan()
+    assert "no steps to plan for" in dash.message.value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 
+import numpy as np
 import pytest
 
 from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig
@@ -183,3 +184,29 @@ def test_decision_html_carries_the_dom_hook():
 def test_explorer_rejects_a_non_config():
     with pytest.raises(ValueError, match="GraphConfig"):
         dispatch_explorer({"cudagraph_mode": "FULL"})
+
+
+def test_explorer_takes_the_packages_cost_models_and_shows_their_source():
+    """One CostModel (plan.costs) serves the explorer: a latency table labelled with where
+    it came from is asked at the padded size, and its label is shown by default."""
+    import pandas as pd
+
+    from cgdispatch.plan.costs import TableCostModel
+
+    rng = random.Random(34)
+    sizes = [1, 8, 64, 256]
+    table = pd.DataFrame(
+        [
+            {"mode": m, "num_tokens": n, "latency_ms": rng.uniform(0.5, 5.0)}
+            for m in ("NONE", "PIECEWISE", "FULL")
+            for n in sizes
+        ]
+    )
+    model = TableCostModel(table, source="measured (TestGPU)")
+    explorer = dispatch_explorer(BASE, model)
+    for n in rng.sample(range(1, explorer.slider.max + 1), 8):  # graphed and eager sizes
+        explorer.slider.value = n
+        mode, desc = reference(BASE).dispatch(n)
+        rows = table[table["mode"] == mode.name]
+        want = float(np.interp(desc.num_tokens, rows["num_tokens"], rows["latency_ms"]))
+        assert f"{want:.3f} ms (measured (TestGPU))" in explorer.decision.value

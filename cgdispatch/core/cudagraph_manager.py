@@ -1,0 +1,391 @@
+"""`CudaGraphManager`: generation 2 of vLLM's graph dispatch (vLLM 0.34.0), pure Python.
+
+vLLM 0.34 removed V1's ``CudagraphDispatcher``; the model runner's ``CudaGraphManager``
+(``vllm/v1/worker/gpu/cudagraph_utils.py``) builds the graphs to capture as
+:class:`BatchExecutionDescriptor` s and dispatches each batch to the first compatible one:
+uniform decode batches by request count per query length, every other batch by token
+count on the prefill grid. This class models the descriptors, the capture order and
+``dispatch``; it captures nothing (cgdispatch's capture layer does that). Dispatch answers
+are memoised per argument tuple, on top of vLLM's own dict-based tables.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from itertools import groupby, product
+
+from . import config_v2 as _v2
+from .config import GraphConfig
+from .modes import CUDAGraphMode
+from .validate import check_int
+
+__all__ = ["BatchExecutionDescriptor", "CudaGraphManager", "is_compatible"]
+
+M = CUDAGraphMode
+_MEMO_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True)
+class BatchExecutionDescriptor:
+    """The shape of a batch and the graph mode to run it with (vLLM 0.34's fields).
+
+    ``num_reqs=None``: no request padding (PIECEWISE graphs). ``uniform_token_count``:
+    every request has exactly this many tokens (uniform decode graphs; None fits any).
+    ``max_query_len``: upper bound on per-request query length (varlen decode graphs;
+    None does not constrain). ``num_ubatches``: microbatches (DBO), 1 = no split.
+    """
+
+    cg_mode: CUDAGraphMode
+    num_tokens: int
+    num_reqs: int | None
+    uniform_token_count: int | None = None
+    max_query_len: int | None = None
+    num_active_loras: int = 0
+    num_ubatches: int = 1
+
+
+def is_compatible(
+    desc: BatchExecutionDescriptor,
+    num_reqs: int,
+    num_tokens: int,
+    uniform_token_count: int | None,
+    num_active_loras: int,
+    max_query_len: int | None,
+    num_ubatches: int,
+) -> bool:
+    """vLLM's ``_is_compatible``: whether graph ``desc`` can run this batch."""
+    return (
+        (desc.uniform_token_count is None or desc.uniform_token_count == uniform_token_count)
+        and (
+            desc.max_query_len is None
+            or (max_query_len is not None and desc.max_query_len >= max_query_len)
+        )
+        and (desc.num_reqs is None or desc.num_reqs >= num_reqs)
+        and desc.num_tokens >= num_tokens
+        and desc.num_active_loras == num_active_loras
+        and desc.num_ubatches == num_ubatches
+    )
+
+
+def _gen2_config(config: GraphConfig | None) -> GraphConfig:
+    if config is None:
+        return GraphConfig(vllm_version="0.34")
+    if not isinstance(config, GraphConfig):
+        raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+    if config.vllm_version == "0.33":
+        raise ValueError(
+            "this GraphConfig has vllm_version='0.33' (V1): use cgdispatch.CudagraphDispatcher "
+            "for it, or build the config with vllm_version='0.34' for CudaGraphManager"
+        )
+    if config.vllm_version is None:  # left unset: CudaGraphManager's own generation
+        config = config.replace(vllm_version="0.34")
+    return config
+
+
+class CudaGraphManager:
+    """Descriptors to capture and per-batch dispatch, with vLLM 0.34's rules.
+
+    ``config`` should be resolved (``config.resolve(attention_support)``) as the runner
+    resolves it; its ``cudagraph_mode`` is the mode the manager is built with.
+    ``decode_query_lens`` maps each uniform decode query length to the most requests its
+    batches have (vLLM's ``get_decode_cudagraph_query_lens``; default
+    ``{1 + num_speculative_tokens: max_num_seqs}``; dynamic speculative decoding has
+    several). ``varlen_decode`` (default: ``config.enable_adaptive_verification``) gives
+    decode batches token-keyed FULL graphs bounded by query length instead.
+    """
+
+    def __init__(
+        self,
+        config: GraphConfig | None = None,
+        *,
+        decode_query_lens: Mapping[int, int] | None = None,
+        lora_capture_cases: list[int] | None = None,
+        varlen_decode: bool | None = None,
+        decode_request_sizes: list[int] | None = None,
+    ) -> None:
+        config = _gen2_config(config)
+        self.config = config
+        self.cudagraph_mode: CUDAGraphMode = config.cudagraph_mode
+        self.max_num_reqs = config.max_num_seqs
+        q = config.uniform_decode_query_len
+        if decode_query_lens is None:
+            decode_query_lens = {q: self.max_num_reqs}
+        if not decode_query_lens:
+            raise ValueError("decode_query_lens is empty: map at least one query length")
+        for ql, n in decode_query_lens.items():
+            check_int("decode query length", ql, 1)
+            check_int(f"max requests of query length {ql}", n, 1)
+        self.decode_max_reqs = {
+            ql: min(n, self.max_num_reqs) for ql, n in sorted(decode_query_lens.items())
+        }
+        self.decode_query_len = max(self.decode_max_reqs)
+        self.varlen_decode = (
+            config.enable_adaptive_verification if varlen_decode is None else bool(varlen_decode)
+        )
+        self.decode_request_sizes = decode_request_sizes
+        if lora_capture_cases is None:
+            lora_capture_cases = _v2.get_lora_capture_cases(
+                config.max_loras, config.specialize_active_lora, config.cudagraph_specialize_lora
+            )
+        self.lora_capture_cases = list(lora_capture_cases) or [0]
+        self.use_ubatching = config.enable_dbo or config.ubatch_size > 1
+        # maybe_build_ubatch_runner: a microbatch runner only with DP > 1
+        self.has_ubatch_runner = self.use_ubatching and config.data_parallel_size > 1
+        self.num_ubatches = (
+            (2 if config.enable_dbo else config.ubatch_size) if self.use_ubatching else 1
+        )
+        self._lora_dispatch_map, self._max_lora_case = self._build_lora_dispatch_map()
+        self._candidates: dict[tuple[int, int], list[BatchExecutionDescriptor]] = {}
+        self._decode_descs: dict[tuple[int, int, int], list[BatchExecutionDescriptor]] = {}
+        self._capture_descs: dict[CUDAGraphMode, list[BatchExecutionDescriptor]] = {}
+        self._memo: dict[tuple, BatchExecutionDescriptor] = {}
+        self._init_candidates()
+        self._init_fast_path()
+
+    # ----- construction ------------------------------------------------------------------
+    def _build_lora_dispatch_map(self) -> tuple[dict[int, int], int]:
+        captured = sorted(c for c in self.lora_capture_cases if c > 0)
+        if not captured:
+            return {}, 0
+        table, i = {}, 0
+        for n in range(1, captured[-1] + 1):
+            while captured[i] < n:
+                i += 1
+            table[n] = captured[i]
+        return table, captured[-1]
+
+    def _resolve_effective_loras(self, num_active_loras: int) -> int:
+        """An active-LoRA count mapped to the smallest captured case >= it (clamped)."""
+        if num_active_loras <= 0 or not self._lora_dispatch_map:
+            return num_active_loras
+        return self._lora_dispatch_map.get(num_active_loras, self._max_lora_case)
+
+    def _maybe_ubatch_twin(self, desc: BatchExecutionDescriptor) -> BatchExecutionDescriptor | None:
+        if not self.has_ubatch_runner or desc.cg_mode is not M.FULL or desc.num_reqs is None:
+            return None
+        uniform, remainder = divmod(desc.num_tokens, desc.num_reqs)
+        if remainder or desc.uniform_token_count not in (None, uniform):
+            return None
+        if desc.num_tokens < self.num_ubatches:
+            return None
+        if desc.num_tokens < self.config.dbo_decode_token_threshold:
+            return None
+        return replace(desc, num_ubatches=self.num_ubatches, uniform_token_count=uniform)
+
+    def _init_candidates(self) -> None:
+        if self.cudagraph_mode is M.NONE:
+            return
+        cfg = self.config
+        prefill_sizes = sorted(cfg.prefill_cudagraph_capture_token_sizes or [])
+        decode_sizes = self.decode_request_sizes
+        if decode_sizes is None:
+            decode_sizes = cfg.decode_cudagraph_capture_request_sizes
+        decode_sizes = decode_sizes or []
+        decode_mode = self.cudagraph_mode.decode_mode()
+        mixed_mode = self.cudagraph_mode.mixed_mode()
+        loras = self.lora_capture_cases
+        decode_descs: list[BatchExecutionDescriptor] = []
+        token_keyed: list[BatchExecutionDescriptor] = []
+        capture_decode = self.cudagraph_mode.separate_routine() and decode_mode is not M.NONE
+        if capture_decode and self.varlen_decode:
+            varlen_sizes = _v2.varlen_token_sizes(
+                cfg,
+                cfg.max_decode_cudagraph_capture_requests or 0,
+                cfg.max_decode_cudagraph_capture_tokens,
+                self.decode_query_len,
+            )
+            for num_tokens, lora in product(varlen_sizes, loras):
+                token_keyed.append(
+                    BatchExecutionDescriptor(
+                        decode_mode,
+                        num_tokens,
+                        min(num_tokens, self.max_num_reqs),
+                        max_query_len=self.decode_query_len,
+                        num_active_loras=lora,
+                    )
+                )
+        elif capture_decode:
+            shapes = _v2.decode_cudagraph_capture_shapes(
+                decode_sizes, self.decode_max_reqs, _v2.decode_cudagraph_capture_max_tokens(cfg)
+            )
+            for (n, q), lora in product(shapes, loras):
+                desc = BatchExecutionDescriptor(
+                    decode_mode, n * q, n, uniform_token_count=q, num_active_loras=lora
+                )
+                decode_descs.append(desc)
+                twin = self._maybe_ubatch_twin(desc)
+                if twin is not None:
+                    decode_descs.append(twin)
+        if mixed_mode is not M.NONE:
+            for num_tokens, lora in product(prefill_sizes, loras):
+                num_reqs = min(num_tokens, self.max_num_reqs) if mixed_mode is M.FULL else None
+                desc = BatchExecutionDescriptor(
+                    mixed_mode, num_tokens, num_reqs, num_active_loras=lora
+                )
+                token_keyed.append(desc)
+                twin = self._maybe_ubatch_twin(desc)
+                if twin is not None:
+                    token_keyed.append(twin)
+
+        by_mode: defaultdict[CUDAGraphMode, list[BatchExecutionDescriptor]] = defaultdict(list)
+        for desc in decode_descs + token_keyed:
+            by_mode[desc.cg_mode].append(desc)
+        for mode, descs in by_mode.items():
+            descs.sort(key=lambda d: d.num_tokens, reverse=True)
+            self._capture_descs[mode] = descs
+
+        groups: defaultdict[tuple[int, int, int], list[BatchExecutionDescriptor]] = defaultdict(
+            list
+        )
+        for desc in decode_descs:
+            groups[(desc.uniform_token_count, desc.num_active_loras, desc.num_ubatches)].append(
+                desc
+            )
+        for key, group in groups.items():
+            table: list[BatchExecutionDescriptor] = []
+            for desc in sorted(group, key=lambda d: d.num_tokens):
+                table.extend([desc] * (desc.num_reqs + 1 - len(table)))
+            self._decode_descs[key] = table
+
+        for mode in (M.FULL, M.PIECEWISE):
+            mode_descs = sorted(
+                (d for d in token_keyed if d.cg_mode is mode), key=lambda d: d.num_tokens
+            )
+            for lora in loras:
+                start = 0
+                lora_descs = [d for d in mode_descs if d.num_active_loras == lora]
+                for num_tokens, group in groupby(lora_descs, lambda d: d.num_tokens):
+                    matching = list(group)
+                    for i in range(start, num_tokens + 1):
+                        self._candidates.setdefault((i, lora), []).extend(matching)
+                    start = num_tokens + 1
+
+    def _init_fast_path(self) -> None:
+        """Flat tables for batches without LoRA, query bound or microbatching: per query
+        length the decode table, and per token count the first token-keyed candidate
+        such a batch can take (with the most requests it holds)."""
+        self._fast_decode = {
+            u: table
+            for (u, lora, nub), table in self._decode_descs.items()
+            if lora == 0 and nub == 1
+        }
+        self._fast_max = max((t for t, lora in self._candidates if lora == 0), default=0)
+        none = (None, -1)  # no candidate: the general path answers
+        self._fast_mixed = [none] * (self._fast_max + 1)
+        for t in range(1, self._fast_max + 1):
+            for desc in self._candidates.get((t, 0), ()):
+                if (
+                    desc.uniform_token_count is None
+                    and desc.max_query_len is None
+                    and desc.num_ubatches == 1
+                ):
+                    limit = desc.num_reqs if desc.num_reqs is not None else 1 << 62
+                    self._fast_mixed[t] = (desc, limit)
+                    break
+
+    # ----- queries -----------------------------------------------------------------------
+    @property
+    def capture_descs(self) -> dict[CUDAGraphMode, list[BatchExecutionDescriptor]]:
+        """Descriptors to capture per mode, in vLLM's capture order: PIECEWISE before
+        FULL, each widest first (so narrower graphs reuse the shared pool's blocks)."""
+        return {
+            mode: list(self._capture_descs[mode])
+            for mode in (M.PIECEWISE, M.FULL)
+            if mode in self._capture_descs
+        }
+
+    def needs_capture(self) -> bool:
+        return len(self._capture_descs) > 0
+
+    def capture_order(self) -> list[BatchExecutionDescriptor]:
+        """Every descriptor in the order vLLM's ``capture`` visits them."""
+        return [d for descs in self.capture_descs.values() for d in descs]
+
+    def dispatch(
+        self,
+        num_reqs: int,
+        num_tokens: int,
+        uniform_token_count: int | None,
+        num_active_loras: int,
+        max_query_len: int | None = None,
+        num_ubatches: int = 1,
+    ) -> BatchExecutionDescriptor:
+        """The graph to run a batch with, else an eager (NONE) descriptor.
+
+        A uniform decode batch (``uniform_token_count`` set) takes the smallest decode
+        graph of its query length holding ``cdiv(num_tokens, q)`` requests if compatible;
+        otherwise the smallest token-keyed FULL graph, then PIECEWISE graph, with
+        ``num_tokens`` tokens or more that is compatible (``is_compatible``).
+        """
+        # fast path: no LoRA, no query bound, no microbatching (answers equal the tables')
+        if (
+            max_query_len is None
+            and num_ubatches == 1
+            and num_active_loras == 0
+            and 0 < num_tokens <= self._fast_max
+        ):
+            if uniform_token_count is not None:
+                table = self._fast_decode.get(uniform_token_count)
+                if table is not None:
+                    n = -(-num_tokens // uniform_token_count)
+                    if n < len(table):
+                        desc = table[n]
+                        if desc.num_reqs >= num_reqs:
+                            return desc
+            desc, limit = self._fast_mixed[num_tokens]
+            if num_reqs <= limit:
+                return desc
+        key = (
+            num_reqs,
+            num_tokens,
+            uniform_token_count,
+            num_active_loras,
+            max_query_len,
+            num_ubatches,
+        )
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        desc = self._dispatch(*key)
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[key] = desc
+        return desc
+
+    def _dispatch(
+        self,
+        num_reqs: int,
+        num_tokens: int,
+        uniform_token_count: int | None,
+        num_active_loras: int,
+        max_query_len: int | None,
+        num_ubatches: int,
+    ) -> BatchExecutionDescriptor:
+        loras = self._resolve_effective_loras(num_active_loras)
+        if num_tokens > 0 and self._capture_descs:
+            candidates = self._candidates.get((num_tokens, loras), [])
+            if uniform_token_count is not None:
+                table = self._decode_descs.get((uniform_token_count, loras, num_ubatches), [])
+                n = -(-num_tokens // uniform_token_count)
+                if n < len(table):
+                    candidates = [table[n], *candidates]
+            for desc in candidates:
+                if is_compatible(
+                    desc,
+                    num_reqs,
+                    num_tokens,
+                    uniform_token_count,
+                    loras,
+                    max_query_len,
+                    num_ubatches,
+                ):
+                    return desc
+        return BatchExecutionDescriptor(
+            M.NONE, num_tokens, num_reqs, num_active_loras=loras, num_ubatches=num_ubatches
+        )
+
+    def __repr__(self) -> str:
+        counts = {str(m): len(d) for m, d in self.capture_descs.items()}
+        return f"CudaGraphManager(mode={self.cudagraph_mode}, graphs={counts})"

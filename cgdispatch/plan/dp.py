@@ -1,0 +1,175 @@
+"""The capture-size DP: the best <= k candidates of a :class:`~cgdispatch.plan.problem.PlanProblem`.
+
+Choosing sizes cuts the sorted candidates into segments, each served by its largest size,
+so the problem is a k-segment partition: ``dp[l][i] = min_j dp[l-1][j] + seg(j, i)`` with
+``seg(j, i) = sum_r (P_r[i] - P_r[j]) * W_r[i] + extra[i]`` (``P_r`` prefix sums of step
+counts and eager costs, ``W_r`` the per-step cost at size i). The plan's cost is then
+``dp[l][i] + tail[i]`` (steps above the largest size run eagerly), minimised over ``l <= k``
+and, unless the top is fixed, over the largest size ``i`` too. With every ``W_r``
+non-decreasing the costs are Monge, the leftmost optimal splits are monotone and each row is
+solved by divide and conquer, vectorised level by level (O(k m log m)); otherwise every split
+is tried (O(k m^2), chunked). Both are exact; the capture-time budget
+(:func:`solve_with_capture_budget`) is a Lagrangian heuristic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import PlanProblem
+
+__all__ = ["Solution", "solve", "solve_with_capture_budget"]
+
+Arr = np.ndarray
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """1-based prefix sums ``P [R, m+1]`` and weights ``W [R, m+1]`` of the segment cost."""
+
+    P: Arr
+    W: Arr
+    extra: Arr  # [m+1] cost of choosing size i (Lagrangian capture term)
+
+    def seg(self, prev: Arr, i: Arr, j: Arr) -> Arr:
+        """DP value of closing a segment at i after a split at j (vectorised over i, j)."""
+        out = prev[j] + self.extra[i]
+        for P, W in zip(self.P, self.W):
+            out = out + (P[i] - P[j]) * W[i]
+        return out
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Chosen candidate indices (ascending) and the plan's objective (without the extra);
+    under a capture budget also the Lagrangian lower bound on the budgeted optimum."""
+
+    indices: list[int]
+    cost: float
+    lower_bound: float | None = None
+
+
+def _tables(problem: PlanProblem, extra: Arr) -> _Tables:
+    rows_p = np.concatenate([problem.counts, problem.eager])
+    rows_w = np.concatenate([problem.graph_cost, problem.eager_flag])
+    zero = np.zeros((len(rows_p), 1))
+    P = np.concatenate([zero, np.cumsum(rows_p, axis=1)], axis=1)
+    W = np.concatenate([zero, rows_w], axis=1)
+    return _Tables(P, W, np.concatenate([[0.0], extra]))
+
+
+def solve(problem: PlanProblem, k: int, extra: Arr | None = None) -> Solution:
+    """The best plan of at most ``k`` sizes (fewest sizes among equal costs)."""
+    m = len(problem.sizes)
+    extra = np.zeros(m) if extra is None else extra
+    tables = _tables(problem, extra)
+    row_solver = _row_monotone if problem.monge else _row_full
+    tail = np.concatenate([[np.inf], problem.tail_cost])  # 1-based; no size at all: inf
+    if problem.fixed_top:
+        tail[:m] = np.inf
+    prev = np.full(m + 1, np.inf)
+    prev[0] = 0.0
+    splits, best, ends = [], [], []
+    for layer in range(1, min(k, m) + 1):
+        cur, arg = row_solver(prev, tables, layer, m)
+        total = cur + tail
+        end = int(np.argmin(total))
+        splits.append(arg)
+        best.append(total[end])
+        ends.append(end)
+        prev = cur
+    layers = int(np.argmin(best)) + 1  # fewest sizes among the best (argmin takes the first)
+    chosen, i = [], ends[layers - 1]
+    for layer in range(layers, 0, -1):
+        chosen.append(i - 1)
+        i = int(splits[layer - 1][i])
+    indices = sorted(chosen)
+    return Solution(indices, float(best[layers - 1] - extra[indices].sum()))
+
+
+def solve_with_capture_budget(
+    problem: PlanProblem, k: int, capture_budget_s: float, rounds: int = 40
+) -> Solution:
+    """The best plan whose summed ``capture_s`` fits the budget, by Lagrangian relaxation:
+    price each size's capture time at ``lam`` (cost units per second) and bisect ``lam`` to
+    the cheapest price whose plan fits. A heuristic: a plan between two prices can be
+    missed (the tests measure the gap against brute force)."""
+    capture = problem.capture_s
+    budget = capture_budget_s
+
+    def priced(lam: float) -> tuple[Solution, float]:
+        """The relaxed optimum at price ``lam`` and its bound: weak duality makes
+        ``cost + lam * (capture - budget)`` <= every budgeted plan's cost."""
+        sol = solve(problem, k, lam * capture)
+        return sol, sol.cost + lam * (float(capture[sol.indices].sum()) - budget)
+
+    def fits(sol: Solution) -> bool:
+        return float(capture[sol.indices].sum()) <= budget
+
+    free, bound = priced(0.0)
+    if fits(free):  # the budget does not bind: the unconstrained optimum, exact
+        return Solution(free.indices, free.cost, free.cost)
+    lo, hi = 0.0, max(float(np.abs(problem.tail_cost).max(initial=0.0)), 1.0)
+    best, hi_bound = priced(hi)
+    while not fits(best):
+        hi *= 4
+        if hi > 1e15:
+            raise ValueError(
+                f"capture_budget_s={budget} is below the capture time of any plan "
+                f"(the cheapest size takes {capture.min():.3g} s): raise the budget"
+            )
+        best, hi_bound = priced(hi)
+    bound = max(bound, hi_bound)
+    for _ in range(rounds):
+        mid = (lo + hi) / 2
+        trial, trial_bound = priced(mid)
+        bound = max(bound, trial_bound)
+        if fits(trial):
+            hi, best = mid, trial
+        else:
+            lo = mid
+    return Solution(best.indices, best.cost, bound)
+
+
+def _row_monotone(prev: Arr, t: _Tables, layer: int, m: int) -> tuple[Arr, Arr]:
+    """One DP row by divide and conquer on monotone split points, all tasks of a level at once."""
+    cur = np.full(m + 1, np.inf)
+    arg = np.zeros(m + 1, dtype=np.int64)
+    # tasks: query range [ql, qr], split range [ol, oh]; split j < i and j >= layer - 1
+    ql, qr = np.array([layer]), np.array([m])
+    ol, oh = np.array([layer - 1]), np.array([m - 1])
+    while len(ql):
+        mid = (ql + qr) // 2
+        hi = np.minimum(oh, mid - 1)
+        length = hi - ol + 1
+        starts = np.concatenate([[0], np.cumsum(length)[:-1]])
+        task = np.repeat(np.arange(len(mid)), length)
+        j = ol[task] + np.arange(length.sum()) - starts[task]
+        val = t.seg(prev, mid[task], j)
+        low = np.minimum.reduceat(val, starts)
+        pick = np.where(val == low[task], j, np.iinfo(np.int64).max)
+        best_j = np.minimum.reduceat(pick, starts)
+        cur[mid], arg[mid] = low, best_j
+        left, right = ql <= mid - 1, mid + 1 <= qr
+        ql, qr, ol, oh = (
+            np.concatenate([ql[left], mid[right] + 1]),
+            np.concatenate([mid[left] - 1, qr[right]]),
+            np.concatenate([ol[left], best_j[right]]),
+            np.concatenate([best_j[left], oh[right]]),
+        )
+    return cur, arg
+
+
+def _row_full(prev: Arr, t: _Tables, layer: int, m: int, chunk: int = 512) -> tuple[Arr, Arr]:
+    """One DP row trying every split (any segment costs), ``chunk`` rows of the matrix at a time."""
+    cur = np.full(m + 1, np.inf)
+    arg = np.zeros(m + 1, dtype=np.int64)
+    j = np.arange(m)
+    for start in range(layer, m + 1, chunk):
+        i = np.arange(start, min(start + chunk, m + 1))[:, None]
+        val = np.where(j[None, :] < i, t.seg(prev, i, j[None, :]), np.inf)
+        arg[i[:, 0]] = np.argmin(val, axis=1)
+        cur[i[:, 0]] = val[np.arange(len(i)), arg[i[:, 0]]]
+    return cur, arg

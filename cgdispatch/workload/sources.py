@@ -1,0 +1,88 @@
+"""Where a step trace comes from: a synthetic preset or a file, simulated the same way for
+every caller (``python -m cgdispatch plan``, notebook 04, the what-if dashboard), and how a
+trace is split into a planning part and a held-out part.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .files import load_trace
+from .synthetic import LENGTH_PRESETS, synthetic_requests
+from .trace import simulate_steps
+
+__all__ = ["workload_trace", "split_holdout"]
+
+
+def workload_trace(
+    workload: str | Path,
+    *,
+    num_requests: int = 300,
+    rate_per_s: float = 8.0,
+    seed: int = 0,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    num_speculative_tokens: int = 0,
+    max_loras: int | None = None,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, str]:
+    """``(step trace, source label)`` for a synthetic length preset or a CSV file.
+
+    A preset name (``"sharegpt"``, ``"alpaca"``) gives ``num_requests`` synthetic requests at
+    ``rate_per_s`` simulated through the scheduler model; a CSV of requests is simulated the
+    same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log) is used as is. The CLI's
+    ``plan`` and notebook 04 both read traces through this function. The label says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
+    """
+    limits = {
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "num_speculative_tokens": num_speculative_tokens,
+        "max_loras": max_loras or None,
+        "progress": progress,
+    }
+    if isinstance(workload, str) and workload in LENGTH_PRESETS:
+        requests = synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
+        trace = simulate_steps(requests, seed=seed, **limits)
+        label = (
+            f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
+            f"seed {seed}; scheduler simulated)"
+        )
+        return trace, label
+    path = Path(workload)
+    if path.suffix.lower() not in (".csv", ".log", ".txt") and not path.exists():
+        raise ValueError(
+            f"workload={str(workload)!r} is neither a preset ({sorted(LENGTH_PRESETS)}) nor a "
+            "file: give a preset name or the path of a requests/steps CSV"
+        )
+    kind, table = load_trace(path)
+    if kind == "requests":
+        return simulate_steps(
+            table, seed=seed, **limits
+        ), f"requests from {path.name}, scheduler simulated"
+    return table, f"steps from {path.name}"
+
+
+def split_holdout(trace: pd.DataFrame, holdout: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(first part, last holdout share)`` of a step trace, in time order.
+
+    With a ``time_s`` column (simulated traces: step start on the model clock) the cut is at
+    ``(1 - holdout)`` of the time span, so the held-out part is later traffic; without one,
+    rows are taken in order. Raises ValueError when either part would be empty.
+    """
+    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
+        raise ValueError(f"holdout={holdout!r} is invalid: give the held-out share, 0 < x < 1")
+    if "time_s" in trace.columns and len(trace):
+        t = trace["time_s"].to_numpy(dtype=np.float64)
+        first = t < t.min() + (1 - holdout) * (t.max() - t.min())
+    else:
+        first = np.arange(len(trace)) < round((1 - holdout) * len(trace))
+    train, test = trace[first].reset_index(drop=True), trace[~first].reset_index(drop=True)
+    if not len(train) or not len(test):
+        raise ValueError(
+            f"holdout={holdout} leaves an empty part of a {len(trace)}-step trace: "
+            "give a longer trace or a holdout nearer 0.5"
+        )
+    return train, test
