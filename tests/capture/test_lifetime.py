@@ -142,3 +142,17 @@ def test_cuda_weak_outputs_shrink_the_pool_and_replays_stay_correct():
             out = runner.execute_batch(batch).clone()
             torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
     assert held[True] < held[False]  # strong: every graph keeps its logits
+
+
+def test_output_lifetime_table_shows_the_held_result_and_the_pool_per_policy():
+    from cgdispatch.measure.lifetime import output_lifetime_table
+
+    table = output_lifetime_table(sizes=(2, 4, 8), seed=3)
+    assert table["held_result_still_right"].to_dict() == {"weak (vLLM)": False, "strong": True}
+    assert table["copy_still_right"].all()
+    assert (table["pool_bytes_stand_in"] == table["pool_bytes_estimate"]).all()
+    assert (
+        table.loc["weak (vLLM)", "pool_bytes_estimate"] < table.loc["strong", "pool_bytes_estimate"]
+    )
+    with pytest.raises(ValueError, match="held_size=4, other_size=4 are invalid"):
+        output_lifetime_table(sizes=(2, 4), held_size=4, other_size=4)
