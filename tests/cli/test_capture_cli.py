@@ -41,8 +41,8 @@ def test_capture_check_passes_and_prints_report_and_errors(mode, capsys):
 def test_capture_check_fails_on_a_replay_that_differs(monkeypatch, capsys):
     original = CpuReplayBackend.capture
 
-    def corrupt(self, fn):
-        graph = original(self, fn)
+    def corrupt(self, fn, *args, **kwargs):
+        graph = original(self, fn, *args, **kwargs)
         replay = graph.replay_fn
 
         def bad_replay():
