@@ -117,6 +117,7 @@ def pool_rows(model, eager: GraphRunner, modes: list[str], args, where: str) -> 
         if args.model in PRESETS
         else None
     )
+    est = None
     for mode in modes:
         for weak in (True, False):
             config = GraphConfig(
@@ -129,11 +130,9 @@ def pool_rows(model, eager: GraphRunner, modes: list[str], args, where: str) -> 
                     lambda: runner.capture_all(progress=False), runner.device
                 )
                 ledger = getattr(runner.backend, "ledger", None)
-                est = (
-                    None
-                    if meta is None
-                    else estimate_graph_memory(meta, runner.config, keep_outputs=not weak)
-                )
+                if meta is not None and weak:  # one estimate gives both output policies
+                    est = estimate_graph_memory(meta, runner.config)
+                pool = est.pool_bytes(keep_outputs=not weak) if meta is not None else None
                 rows.append(
                     {
                         "mode": str(runner.cudagraph_mode),
@@ -144,10 +143,7 @@ def pool_rows(model, eager: GraphRunner, modes: list[str], args, where: str) -> 
                         if memory and memory.private_pool_bytes is not None
                         else float("nan"),
                         "stand_in_MiB": ledger.pool_bytes / MIB if ledger else float("nan"),
-                        "estimate_MiB": est.shared_pool_bytes / MIB if est else float("nan"),
-                        "estimate_segments_MiB": est.shared_pool_segment_bytes / MIB
-                        if est
-                        else float("nan"),
+                        "estimate_MiB": pool / MIB if pool is not None else float("nan"),
                         "source": where,
                     }
                 )
