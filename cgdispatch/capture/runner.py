@@ -53,7 +53,8 @@ class PreparedStep:
     num_tokens: int  # real tokens; the model runs on answer[1].num_tokens (padded)
     oversized: bool  # above the largest capture: eager on the caller's tensors
     context: ForwardContext
-    copy_views: tuple[torch.Tensor, ...] = ()  # ids, positions, slots rows [0, n); packed [3, n]
+    row_views: tuple[torch.Tensor, ...] = ()  # ids, positions, slots buffers, rows [0, n)
+    packed_view: torch.Tensor | None = None  # the [3, n] block of all three, for packed inputs
     model_inputs: tuple[torch.Tensor, ...] = ()  # the buffers' padded rows, what the model reads
     out_slice: torch.Tensor | None = None  # cached out[:n] of a graph's persistent output
 
@@ -188,7 +189,7 @@ class GraphRunner:
             return self._execute_large(step, input_ids, positions, slots)
         # one fused call for the three copies (host -> device copies are asynchronous on CUDA)
         torch._foreach_copy_(
-            step.copy_views[:3], (input_ids, positions, slots), non_blocking=self._async_copy
+            step.row_views, (input_ids, positions, slots), non_blocking=self._async_copy
         )
         return self._run(step)
 
@@ -208,7 +209,7 @@ class GraphRunner:
         step = self._prepare(n, uniform_decode)
         if step.oversized:
             return self._execute_large(step, *tokens)
-        step.copy_views[3].copy_(tokens, non_blocking=self._async_copy)
+        step.packed_view.copy_(tokens, non_blocking=self._async_copy)
         return self._run(step)
 
     def execute_batch(self, batch: StepBatch) -> torch.Tensor:
@@ -257,7 +258,8 @@ class GraphRunner:
             n,
             False,
             context,
-            copy_views=(self.input_ids[:n], self.positions[:n], self.slots[:n], self.inputs[:, :n]),
+            row_views=(self.input_ids[:n], self.positions[:n], self.slots[:n]),
+            packed_view=self.inputs[:, :n],
             model_inputs=(self.input_ids[:padded], self.positions[:padded], self.slots[:padded]),
         )
         return step
