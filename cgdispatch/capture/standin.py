@@ -66,6 +66,8 @@ class CpuReplayBackend(GraphBackend):
     ) -> CapturedGraph:
         kwargs = kwargs or {}
         start = time.perf_counter()
+        # capture_s includes the ledger's op-by-op tracking: CPU capture times are not a
+        # GPU's, and the stand-in's are slower still; replays are not tracked
         with self.tracker:
             self.tracker.begin(label)
             try:
