@@ -30,6 +30,7 @@ class NoOpModel:
     """Has the toy LM's interface; returns a preallocated logits tensor per size."""
 
     attention_cg_support = AttentionCGSupport.ALWAYS
+    supports_mixed_batches = True
 
     def __init__(self, device: torch.device, vocab_size: int = 128) -> None:
         self.device = device

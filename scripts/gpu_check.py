@@ -6,8 +6,13 @@ compares replay with eager on fresh random decode and mixed batches, and times a
 and a mixed step per capture size through the graph runner and through an eager (NONE)
 runner on the same model, with CUDA events. It writes step times (one row per mode, size
 and batch kind) and the per-key capture report (capture_s, pool bytes) as CSV and prints
-a per-mode summary (graphs, capture time, pool MiB, errors) and the speed-up table last. Runs on CPU too (timings
-then use perf_counter and are labelled ``measured (CPU)``):
+a per-mode summary (graphs, capture time, pool MiB, errors) and the speed-up table. Then,
+per mode and output policy (weak as vLLM, and strong), it captures again on a warmed-up
+allocator and prints the graph pool measured around capture (``torch.cuda.memory_stats``
+reserved and allocated bytes, and the graph pools' own segments from the memory snapshot)
+beside the estimate (``model``) and the CPU stand-in's ledger; CSV ``<out>_pools.csv``.
+Runs on CPU too (timings then use perf_counter and are labelled ``measured (CPU)``; the
+pool columns are then the stand-in's ledger):
 
     PYTHONPATH=. python scripts/gpu_check.py                       # on a GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --device cpu --model toy-tiny --sizes 1,2,4,8
@@ -32,7 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cgdispatch.capture.runner import GraphRunner  # noqa: E402
 from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
+from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
 from cgdispatch.measure.replay_check import check_replay  # noqa: E402
+from cgdispatch.measure.timing import measure_capture_memory  # noqa: E402
+from cgdispatch.models.toy import PRESETS, build_toy_model  # noqa: E402
+
+MIB = 2**20
 
 
 def step_ms(runner: GraphRunner, batch, iters: int, repeats: int) -> float:
@@ -90,6 +100,55 @@ def time_mode(
                     "speedup_x": eager_ms / graph_ms,
                 }
             )
+    return rows
+
+
+def pool_rows(model, eager: GraphRunner, modes: list[str], args, where: str) -> list[dict]:
+    """Graph-pool bytes per mode and output policy: measured, stand-in ledger, estimate."""
+    rows = []
+    sizes = eager.config.cudagraph_capture_sizes
+    for n in sizes:  # warm the allocator's default pool, so capture's warm-ups stay in it
+        try:
+            eager.execute_batch(eager.make_decode_batch(n, seed=n))
+        except ValueError:  # more requests than the model has KV slots
+            continue
+    meta = (
+        build_toy_model(args.model, device="meta", dtype=args.dtype)
+        if args.model in PRESETS
+        else None
+    )
+    est = None
+    for mode in modes:
+        for weak in (True, False):
+            config = GraphConfig(
+                cudagraph_mode=mode,
+                cudagraph_capture_sizes=sizes,
+                max_num_seqs=eager.config.max_num_seqs,
+            )
+            with GraphRunner(model, config, weak_outputs=weak) as runner:
+                _, memory = measure_capture_memory(
+                    lambda: runner.capture_all(progress=False), runner.device
+                )
+                ledger = getattr(runner.backend, "ledger", None)
+                if meta is not None and weak:  # one estimate gives both output policies
+                    est = estimate_graph_memory(meta, runner.config)
+                pool = est.pool_bytes(keep_outputs=not weak) if meta is not None else None
+                rows.append(
+                    {
+                        "mode": str(runner.cudagraph_mode),
+                        "outputs": "weak" if weak else "strong",
+                        "reserved_MiB": memory.pool_bytes / MIB if memory else float("nan"),
+                        "allocated_MiB": memory.allocated_bytes / MIB if memory else float("nan"),
+                        "graph_pool_MiB": (memory.private_pool_bytes or 0) / MIB
+                        if memory and memory.private_pool_bytes is not None
+                        else float("nan"),
+                        "stand_in_MiB": ledger.pool_bytes / MIB if ledger else float("nan"),
+                        "estimate_MiB": pool / MIB if pool is not None else float("nan"),
+                        "source": where,
+                    }
+                )
+            if runner.device.type == "cuda":
+                torch.cuda.empty_cache()
     return rows
 
 
@@ -166,19 +225,28 @@ def main(argv: list[str] | None = None) -> int:
                 "max_abs_err": checks["max_abs_err"].max(),
             }
         )
-        del runner
+        runner.release_graphs()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
+    pools = pd.DataFrame(pool_rows(eager.model, eager, modes, args, where))
     table = pd.DataFrame(rows).assign(source=where)
     table.to_csv(args.out, index=False)
     captures_path = Path(args.out).with_name(Path(args.out).stem + "_captures.csv")
     pd.concat(captures).to_csv(captures_path, index=False)
-    print(f"\n{args.model}, {where}; CSV: {args.out}, {captures_path}")
+    pools_path = Path(args.out).with_name(Path(args.out).stem + "_pools.csv")
+    pools.to_csv(pools_path, index=False)
+    print(f"\n{args.model}, {where}; CSV: {args.out}, {captures_path}, {pools_path}")
     with pd.option_context("display.width", 160, "display.float_format", "{:.4g}".format):
         print(pd.DataFrame(summary).to_string(index=False))
         speed = table.pivot_table(index="num_tokens", columns=["mode", "batch"], values="speedup_x")
         print("\nspeed-up (eager ms / graph ms) by size:")
         print(speed.to_string())
+        print(
+            f"\ngraph pool per mode and outputs: reserved/allocated/graph_pool {where} "
+            "(memory_stats and memory_snapshot around capture), stand_in (CPU ledger), "
+            "estimate (model)"
+        )
+        print(pools.drop(columns="source").to_string(index=False))
     return 1 if failures else 0
 
 

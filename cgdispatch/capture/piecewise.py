@@ -124,8 +124,9 @@ class _StaticOutput:
 class PiecewiseBackend:
     """``torch.compile(model, backend=PiecewiseBackend(...))``: split once, wrap each piece.
 
-    ``wrap_piece(fn, index)`` returns the callable that replaces graph piece ``index``
-    (e.g. a PIECEWISE CUDAGraphWrapper); None keeps pieces plain. With
+    ``wrap_piece(fn, index, last)`` returns the callable that replaces graph piece ``index``
+    (e.g. a PIECEWISE CUDAGraphWrapper); ``last`` is True for the final graph piece, whose
+    outputs vLLM makes weak (no later piece reads them). None keeps pieces plain. With
     ``compile_pieces=True`` each graph piece is first compiled by inductor.
     ``num_splits`` counts how often dynamo handed over a graph (1 when one compile serves
     every size).
@@ -135,7 +136,7 @@ class PiecewiseBackend:
         self,
         splitting_ops: Sequence[str],
         max_num_tokens: int,
-        wrap_piece: Callable[[Callable[..., Any], int], Callable[..., Any]] | None = None,
+        wrap_piece: Callable[[Callable[..., Any], int, bool], Callable[..., Any]] | None = None,
         *,
         compile_pieces: bool = False,
     ) -> None:
@@ -182,6 +183,12 @@ class PiecewiseBackend:
         split = split_module(gm, None, lambda n: piece_of[n], keep_original_order=True)
         report = SplitReport()
         self.graph_pieces = []
+        num_graph_pieces = sum(
+            1
+            for node in split.graph.nodes
+            if node.op == "call_module"
+            and int(node.target.rsplit("_", 1)[1]) not in splitting_pieces
+        )
         for node in split.graph.nodes:
             if node.op != "call_module":
                 continue
@@ -194,13 +201,20 @@ class PiecewiseBackend:
             else:
                 fn = self._compile(sub) if self.compile_pieces else sub
                 if self.wrap_piece is not None:
-                    fn = self.wrap_piece(fn, len(self.graph_pieces))
+                    index = len(self.graph_pieces)
+                    fn = self.wrap_piece(fn, index, index == num_graph_pieces - 1)
                 self.graph_pieces.append(fn)
             # setattr refuses a plain callable on a Module; the instance dict wins lookup
             split.__dict__[node.target] = fn
         self.report = report
         self.split_gm = split
         return split
+
+    def release(self) -> None:
+        """Drop the split graph and its pieces (their graphs are the wrappers' to free)."""
+        self.graph_pieces = []
+        self.split_gm = None
+        self.wrap_piece = None
 
     @staticmethod
     def _compile(sub: fx.GraphModule) -> Callable[..., Any]:

@@ -22,6 +22,7 @@ from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from . import context as _context
 from .backends import CapturedGraph, GraphBackend, get_backend
+from .pool import OutputLifetime
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,9 +44,6 @@ class GraphEntry:
     pool_bytes: int | None  # bytes the capture added to the pool (None on CPU)
     replays: int = 0
     order: int = field(default=0)  # capture order within the wrapper, 0 first
-    # the capture's arguments: a CUDA graph reads them by address at every replay, so they
-    # must outlive it (the graph itself does not hold them)
-    inputs: tuple[tuple[Any, ...], dict[str, Any]] = field(default=((), {}), repr=False)
 
 
 def _tensor_addresses(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, ...]:
@@ -61,12 +59,15 @@ class CUDAGraphWrapper:
     replay; a new descriptor -> ``num_warmups`` eager runs, then capture, unless the
     context says ``allow_capture=False``, which raises ``RuntimeError`` naming the key.
 
-    The replay returns the tensors captured as outputs: the replay overwrites this
-    tensor: copy it if you keep it (the same holds for a CUDA graph; there, with one pool
-    shared by all graphs, the replay of any other key may overwrite it too). Arguments of a
-    replay call are not read: the graph reads the tensors given at capture, so the
-    caller refills those in place. ``debug=True`` checks that the tensor arguments have
-    the capture's addresses and raises ``RuntimeError`` otherwise.
+    Outputs (``output_lifetime``, vLLM's rule, ``pool.py``): ``WEAK`` (the default, as
+    vLLM's ``weak_ref_output``) hands them back to the pool when the capture ends, so the
+    result of a call stays valid only until the next capture or replay of any graph on the
+    same backend: copy it if you keep it. ``GRAPH`` (the strong-output option) keeps them
+    in the graph's own blocks: only the next replay of the same key overwrites them.
+    ``CALLER`` (piecewise graphs before the last) keeps them while the caller holds the
+    capture's result. Arguments of a replay call are not read: the graph reads the
+    tensors given at capture, so the caller refills those in place. ``debug=True`` checks
+    that the tensor arguments have the capture's addresses and raises ``RuntimeError``.
 
     Counters: ``num_replays``, ``num_bypasses`` and per key ``entries[key].replays``. On the
     CPU stand-in a replay reruns the callable, so wrappers nested inside count a bypass
@@ -85,6 +86,7 @@ class CUDAGraphWrapper:
         num_warmups: int = 1,
         debug: bool = False,
         name: str | None = None,
+        output_lifetime: OutputLifetime = OutputLifetime.WEAK,
     ) -> None:
         if not callable(runnable):
             raise ValueError(f"runnable={runnable!r} is not callable: wrap a module or a function")
@@ -94,6 +96,12 @@ class CUDAGraphWrapper:
                 "CUDAGraphMode.FULL or CUDAGraphMode.PIECEWISE (NONE needs no wrapper)"
             )
         check_int("num_warmups", num_warmups, 0)
+        if not isinstance(output_lifetime, OutputLifetime):
+            raise ValueError(
+                f"output_lifetime={output_lifetime!r} is invalid: pass an OutputLifetime "
+                "(WEAK as vLLM, GRAPH to keep outputs across other graphs' replays)"
+            )
+        self.output_lifetime = output_lifetime
         self.runnable = runnable
         self.runtime_mode = runtime_mode
         self.backend = get_backend(backend)
@@ -143,7 +151,13 @@ class CUDAGraphWrapper:
         self.backend.warmup(lambda: self.runnable(*args, **kwargs), self.num_warmups)
         self.backend.synchronize()
         warmup_s = time.perf_counter() - start
-        graph = self.backend.capture(lambda: self.runnable(*args, **kwargs))
+        graph = self.backend.capture(
+            self.runnable,
+            args,
+            kwargs,
+            lifetime=self.output_lifetime,
+            label=(self.name, desc),
+        )
         self.entries[desc] = GraphEntry(
             desc,
             graph,
@@ -152,9 +166,8 @@ class CUDAGraphWrapper:
             warmup_s,
             graph.pool_bytes,
             order=len(self.entries),
-            inputs=(args, dict(kwargs)),
         )
-        return graph.output
+        return graph.take_capture_output()
 
     def _check_addresses(
         self, entry: GraphEntry, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -200,7 +213,8 @@ class CUDAGraphWrapper:
         return pd.DataFrame(rows)
 
     def reset_graphs(self) -> None:
-        """Drop every captured graph and zero the counters (the pool keeps its memory)."""
+        """Drop every captured graph and zero the counters (the pool keeps its memory;
+        ``backend.release()`` frees it)."""
         self.entries.clear()
         self.num_replays = 0
         self.num_bypasses = 0

@@ -82,7 +82,7 @@ def run_estimate_command(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config = config.resolve(model.attention_cg_support)
     est = estimate_graph_memory(
-        model, config, keep_outputs=not args.weak_outputs, progress=not args.no_progress
+        model, config, keep_outputs=args.strong_outputs, progress=not args.no_progress
     )
     mib = 1 << 20
     if args.per_graph:  # one row per graph: a FULL key, or one piece of a PIECEWISE key
@@ -158,7 +158,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     est.add_argument(
         "--weak-outputs",
         action="store_true",
-        help="graph outputs go back to the pool (vLLM's weak references)",
+        help="graph outputs go back to the pool (vLLM's weak references; the default)",
+    )
+    est.add_argument(
+        "--strong-outputs",
+        action="store_true",
+        help="every graph keeps its outputs (GraphRunner(weak_outputs=False))",
     )
     est.add_argument(
         "--per-graph", action="store_true", help="one row per graph (piece) instead of per key"

@@ -7,15 +7,19 @@ It runs nothing itself.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ..capture.context import get_forward_context
+from ..capture.pool import AllocationTracker, OutputLifetime, tensors_in
 from ..core.batch import BatchDescriptor
+from ..core.config import GraphConfig
+from ..core.modes import CUDAGraphMode
 
-__all__ = ["fake_mode_for", "toy_inputs", "is_splitting_op", "tensors_in"]
+__all__ = ["fake_mode_for", "toy_inputs", "is_splitting_op", "tensors_in", "split_step"]
 
 
 def fake_mode_for(model: Any) -> Any:
@@ -40,15 +44,6 @@ def is_splitting_op(func: Any, splitting_ops: Sequence[str]) -> bool:
     )
 
 
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    """The tensors of an op's arguments or results (nested tuples and lists)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in tensors_in(v)]
-    return []
-
-
 def toy_inputs(model: Any, desc: BatchDescriptor, q: int = 1) -> tuple[torch.Tensor, ...]:
     """``(input_ids, positions, slots)`` of a dummy step for the toy LM, on its device.
 
@@ -61,3 +56,58 @@ def toy_inputs(model: Any, desc: BatchDescriptor, q: int = 1) -> tuple[torch.Ten
     positions = torch.arange(n, device=dev) % q
     slots = torch.full((n,), model.dummy_slot, dtype=torch.long, device=dev)
     return ids, positions, slots
+
+
+class _PieceRegion:
+    """One graph piece as a capture region of the tracker's ledgers, in PIECEWISE steps only.
+
+    What a PIECEWISE ``CUDAGraphWrapper`` does to the CPU stand-in's ledger, without the
+    graph: the last piece's outputs are the step's (``last_lifetimes``, one per ledger),
+    the others stay while the split graph holds them (CALLER).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        index: int,
+        last: bool,
+        tracker: AllocationTracker,
+        last_lifetimes: Sequence[OutputLifetime],
+    ) -> None:
+        self.fn, self.index, self.tracker = fn, index, tracker
+        self.lifetimes = tuple(last_lifetimes) if last else (OutputLifetime.CALLER,)
+
+    def __call__(self, *args: Any) -> Any:
+        ctx = get_forward_context()
+        if ctx is None or ctx.runtime_mode is not CUDAGraphMode.PIECEWISE:
+            return self.fn(*args)
+        self.tracker.begin((ctx.batch_descriptor, self.index))
+        try:
+            return self.fn(*args)
+        finally:
+            self.tracker.end(*self.lifetimes)
+
+
+def split_step(
+    model: Callable[..., Any],
+    config: GraphConfig,
+    max_num_tokens: int,
+    tracker: AllocationTracker,
+    last_lifetimes: Sequence[OutputLifetime],
+    example: tuple[torch.Tensor, ...],
+) -> Callable[..., Any]:
+    """``model`` compiled and split as the runner compiles it, pieces marked as regions.
+
+    The estimate runs this for piecewise modes, so that values live exactly as long as on
+    the capture path (dynamo's split graph frees each one after its last use; the eager
+    model holds its locals longer). ``example`` inputs compile it once, outside the
+    tracker. Needs a model on ``meta`` (no FakeTensorMode around dynamo).
+    """
+    from ..capture.split_compile import compile_split
+
+    def wrap(fn: Callable[..., Any], index: int, last: bool) -> _PieceRegion:
+        return _PieceRegion(fn, index, last, tracker, last_lifetimes)
+
+    step, _ = compile_split(model, config.effective_splitting_ops, max(max_num_tokens, 1), wrap)
+    step(*example)  # the compile, outside any region: no forward context, pieces run plain
+    return step

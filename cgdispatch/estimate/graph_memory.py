@@ -1,53 +1,63 @@
-"""Graph memory without a GPU: fake-tensor execution, allocation tracking and a pool model.
+"""Graph memory without a GPU: the capture path's pool bookkeeping, run on fake tensors.
 
 `estimate_graph_memory(model, config)` runs the model once per graph key on fake tensors
-(shapes and dtypes only, no real memory, any device) under a ``TorchDispatchMode`` that
-sees every allocation made by an aten op and, through a weakref finalizer on the storage,
-every free. Per graph it records the high-water mark of its own live allocations
-(``peak_bytes``: intermediates plus outputs at the worst moment) and what is still live
-when the region ends (``output_bytes``: the graph's static outputs).
+(shapes and dtypes only, no real memory, any device) under the
+:class:`~cgdispatch.capture.pool.AllocationTracker` that the CPU stand-in captures under,
+feeding the same :class:`~cgdispatch.capture.pool.PoolLedger`: every allocation an aten op
+makes and, through a finalizer on the storage, every free. Per graph it records
+``peak_bytes`` (the high-water mark of its own live allocations) and ``output_bytes``
+(what is still live when the graph ends: its outputs).
 
-Pool model (documented assumptions, checked by tests against hand sizes):
+Pool model (documented assumptions, checked by tests against hand sizes and against the
+CPU stand-in's ledger on the real capture path):
 
 - Each allocation is rounded up to ``round_bytes`` (512 B: the CUDA caching allocator's
-  block granularity). Segment rounding (2 MiB segments for requests up to 1 MiB, 20 MiB
-  segments or 2 MiB multiples above) is applied only to the totals, as
-  ``*_segment_bytes``, since block packing inside segments depends on history.
-- Separate pools: each graph keeps its own peak, so the total is the sum of peaks.
+  block granularity). Segment rounding (2 MiB) is applied only to totals, as
+  ``shared_pool_segment_bytes``, since block packing inside segments depends on history.
 - One shared pool captured in the dispatcher's order (PIECEWISE keys, then FULL keys, each
-  largest first), every freed block reused perfectly (no fragmentation). With
-  ``keep_outputs=True`` (cgdispatch's backends hold each graph's outputs) those stay
-  allocated, so the pool grows to ``max_i(sum of outputs of graphs before i + peak_i)``;
-  with ``keep_outputs=False`` (vLLM keeps only weak references to graph outputs, so their
-  blocks go back to the pool) it is ``max_i(peak_i)``.
+  largest first), every freed block reused perfectly (no fragmentation). The pool is the
+  high-water mark of the bytes it holds.
+- Outputs as vLLM (``capture/pool.py``): with weak outputs (the default) the outputs of a
+  FULL graph and of a key's last piece go back to the pool when the graph ends, so the
+  pool is about the largest graph; with ``keep_outputs=True`` (the strong-output option)
+  every graph keeps them, so the pool grows by each graph's outputs. The outputs of the
+  other pieces stay until the forward drops them, in both cases.
 - PIECEWISE keys are split at the splitting ops (attention): each piece is its own graph;
   the splitting op runs eagerly and its allocations are outside the pool.
+- Separate pools (one per graph) would cost the sum of the peaks.
 
 It does not model allocator fragmentation, cuBLAS workspaces or memory the kernels
 allocate internally; parameters, persistent inputs and in-place writes (KV cache) are not
-graph memory and are not counted.
+graph memory and are not counted. The model runs eagerly, so a tensor lives as long as
+the model's Python code holds it; the capture path runs dynamo's split graph, which frees
+each value after its last use (the test against the stand-in bounds the difference).
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..capture.context import set_forward_context
+from ..capture.pool import (
+    BLOCK_BYTES,
+    AllocationTracker,
+    OutputLifetime,
+    PoolLedger,
+    round_up,
+)
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
 from ..core.dispatcher import ready_dispatcher
 from ..core.modes import CUDAGraphMode
-from .fake import fake_mode_for, is_splitting_op, tensors_in, toy_inputs
+from .fake import fake_mode_for, is_splitting_op, split_step, toy_inputs
 
 __all__ = [
-    "AllocationTracker",
     "MemoryEstimate",
     "estimate_graph_memory",
     "shared_pool_bytes",
@@ -57,116 +67,29 @@ __all__ = [
     "fake_mode_for",
 ]
 
-BLOCK_BYTES = 512  # CUDA caching allocator rounds every block to 512 B
 SEGMENT_BYTES = 2 << 20  # 2 MiB segments (small pool; large requests round to 2 MiB)
+_WEAK, _GRAPH, _CALLER = OutputLifetime.WEAK, OutputLifetime.GRAPH, OutputLifetime.CALLER
 
 InputsFn = Callable[[BatchDescriptor], tuple[tuple[Any, ...], dict[str, Any]]]
-
-
-def round_up(nbytes: int, granularity: int) -> int:
-    """``nbytes`` rounded up to a multiple of ``granularity`` (>= 1)."""
-    return -(-int(nbytes) // granularity) * granularity
-
-
-class AllocationTracker(TorchDispatchMode):
-    """Counts bytes allocated and freed by aten ops, per labelled region ("graph").
-
-    Only outputs that do not alias an input are allocations; a storage is freed when its
-    last Python reference goes (CPython reference counting makes this exact and
-    deterministic for eager code). Allocations outside a region are not counted. With
-    ``splitting_ops`` and ``split=True`` the current region is closed before each
-    splitting op and a new one (label + piece index) opened after it.
-    """
-
-    def __init__(self, round_bytes: int = BLOCK_BYTES, splitting_ops: Sequence[str] = ()) -> None:
-        super().__init__()
-        self.round_bytes = round_bytes
-        self.splitting_ops = tuple(splitting_ops)
-        self.split = False
-        self.current: tuple[Any, int] | None = None
-        self.live: dict[tuple[Any, int], int] = {}
-        self.peak: dict[tuple[Any, int], int] = {}
-        self.outputs: dict[tuple[Any, int], int] = {}
-        self.allocs: dict[tuple[Any, int], int] = {}
-        self._tracked: set[int] = set()
-
-    def begin(self, label: Any, split: bool = False) -> None:
-        """Open region ``(label, 0)``; with ``split`` each splitting op starts a new piece."""
-        self.split = split
-        self._open((label, 0))
-
-    def _open(self, region: tuple[Any, int]) -> None:
-        self.current = region
-        for table in (self.live, self.peak, self.allocs):
-            table.setdefault(region, 0)
-
-    def end(self) -> None:
-        """Close the current region; what is live now are its outputs."""
-        if self.current is not None:
-            self.outputs[self.current] = self.live[self.current]
-        self.current = None
-
-    def regions(self, label: Any) -> list[tuple[int, int, int, int]]:
-        """``(piece, peak_bytes, output_bytes, num_allocs)`` for each piece of ``label``."""
-        return sorted(
-            (r[1], self.peak[r], self.outputs.get(r, self.live[r]), self.allocs[r])
-            for r in self.peak
-            if r[0] == label
-        )
-
-    def _free(self, region: tuple[Any, int], nbytes: int, key: int) -> None:
-        self.live[region] -= nbytes
-        self._tracked.discard(key)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        splitting = (
-            self.split and self.current is not None and is_splitting_op(func, self.splitting_ops)
-        )
-        if splitting:
-            label, piece = self.current
-            self.end()  # the splitting op runs eagerly, outside any graph
-        out = func(*args, **kwargs)
-        if splitting:
-            self._open((label, piece + 1))
-            return out
-        region = self.current
-        if region is None:
-            return out
-        returns = func._schema.returns
-        for i, t in enumerate(tensors_in(out)):
-            alias = returns[i].alias_info if i < len(returns) else None
-            if alias is not None:
-                continue  # a view or an in-place / out= result: no new memory
-            storage = t.untyped_storage()
-            key = id(storage)
-            if key in self._tracked:
-                continue
-            nbytes = round_up(storage.nbytes(), self.round_bytes) if storage.nbytes() else 0
-            self._tracked.add(key)
-            self.live[region] += nbytes
-            self.allocs[region] += 1
-            self.peak[region] = max(self.peak[region], self.live[region])
-            weakref.finalize(storage, self._free, region, nbytes, key)
-        return out
 
 
 def shared_pool_bytes(
     peaks: Sequence[int], outputs: Sequence[int], keep_outputs: bool = True
 ) -> tuple[int, list[int]]:
-    """Pool size for graphs captured in this order into one pool, and each one's increment.
+    """Pool size for single graphs captured in this order into one pool, and each increment.
 
-    Freed blocks are reused perfectly. With ``keep_outputs`` the outputs of earlier graphs
-    stay allocated: ``pool = max_i(sum(outputs[:i]) + peaks[i])``; without, ``max(peaks)``.
+    The closed form of the ledger for graphs whose outputs are all WEAK or all GRAPH (no
+    pieces): with ``keep_outputs`` ``pool = max_i(sum(outputs[:i]) + peaks[i])``, without
+    ``max(peaks)``.
     """
-    retained, pool, increments = 0, 0, []
-    for peak, output in zip(peaks, outputs):
-        new_pool = max(pool, retained + peak)
-        increments.append(new_pool - pool)
-        pool = new_pool
-        if keep_outputs:
-            retained += output
-    return pool, increments
+    ledger = PoolLedger(1)
+    for i, (peak, output) in enumerate(zip(peaks, outputs)):
+        ledger.begin(i)
+        ledger.allocate(2 * i, output)
+        ledger.allocate(2 * i + 1, peak - output)
+        ledger.free(2 * i + 1)
+        ledger.end(_GRAPH if keep_outputs else _WEAK)
+    return ledger.pool_bytes, [g.pool_increment_bytes for g in ledger.graphs]
 
 
 @dataclass(frozen=True)
@@ -176,18 +99,27 @@ class MemoryEstimate:
     ``graphs``: one row per graph (a FULL key, or one piece of a PIECEWISE key) in capture
     order with ``peak_bytes``, ``output_bytes``, ``pool_increment_bytes``.
     ``per_key``: the same summed per key (``kept_bytes`` = sum of its pieces' peaks).
+    ``shared_pool_bytes`` follows ``keep_outputs``; ``weak_pool_bytes`` and
+    ``strong_pool_bytes`` give both output policies from the same run.
     """
 
     graphs: pd.DataFrame
     per_key: pd.DataFrame
     shared_pool_bytes: int
     separate_pools_bytes: int
-    keep_outputs: bool = True
+    keep_outputs: bool = False
     source: str = "model"
+    weak_pool_bytes: int = 0
+    strong_pool_bytes: int = 0
 
     @property
     def shared_pool_segment_bytes(self) -> int:
         return round_up(self.shared_pool_bytes, SEGMENT_BYTES)
+
+    @property
+    def largest_graph_bytes(self) -> int:
+        """The largest single key's pool increment alone: the peak of its worst piece or graph."""
+        return int(self.graphs["peak_bytes"].max()) if len(self.graphs) else 0
 
     @property
     def reuse_saving_x(self) -> float:
@@ -195,20 +127,31 @@ class MemoryEstimate:
         return self.separate_pools_bytes / self.shared_pool_bytes if self.shared_pool_bytes else 1.0
 
     def pool_bytes(self, keep_outputs: bool) -> int:
-        """The shared pool under the other output policy too (see the module docstring)."""
-        peaks, outputs = self.graphs["peak_bytes"].tolist(), self.graphs["output_bytes"].tolist()
-        return shared_pool_bytes(peaks, outputs, keep_outputs)[0]
+        """The shared pool under either output policy (see the module docstring)."""
+        return self.strong_pool_bytes if keep_outputs else self.weak_pool_bytes
 
     def summary(self) -> str:
         mib = 1 << 20
-        other = "weak (vLLM)" if self.keep_outputs else "kept"
+        mine, other = ("strong", "weak (vLLM)") if self.keep_outputs else ("weak", "strong")
         return (
             f"{len(self.per_key)} keys, {len(self.graphs)} graphs: shared pool "
-            f"{self.shared_pool_bytes / mib:.2f} MiB ({self.shared_pool_segment_bytes / mib:.0f} MiB "
-            f"in 2 MiB segments; {self.pool_bytes(not self.keep_outputs) / mib:.2f} MiB with "
-            f"{other} outputs), separate pools {self.separate_pools_bytes / mib:.2f} MiB "
+            f"{self.shared_pool_bytes / mib:.2f} MiB with {mine} outputs "
+            f"({self.shared_pool_segment_bytes / mib:.0f} MiB in 2 MiB segments; "
+            f"{self.pool_bytes(not self.keep_outputs) / mib:.2f} MiB with {other} outputs), "
+            f"separate pools {self.separate_pools_bytes / mib:.2f} MiB "
             f"({self.reuse_saving_x:.1f}x more) [{self.source}]"
         )
+
+
+_KEY_COLUMNS = [
+    "capture_index",
+    "runtime_mode",
+    "num_tokens",
+    "num_reqs",
+    "uniform",
+    "has_lora",
+    "num_active_loras",
+]
 
 
 def estimate_graph_memory(
@@ -217,7 +160,7 @@ def estimate_graph_memory(
     inputs_fn: InputsFn | None = None,
     *,
     round_bytes: int = BLOCK_BYTES,
-    keep_outputs: bool = True,
+    keep_outputs: bool = False,
     progress: bool = False,
 ) -> MemoryEstimate:
     """Graph memory of every key ``config`` captures, estimated on fake tensors.
@@ -227,11 +170,12 @@ def estimate_graph_memory(
     models' dummy step (:func:`toy_inputs`). A model on the ``meta`` device runs on meta
     tensors directly (fastest: build it with ``device="meta"``); any other model runs
     under ``FakeTensorMode``, its real parameters converted to fake on use, never copied
-    or written. Runs one forward per key. ``keep_outputs``: see the module docstring.
+    or written. Runs one forward per key. ``keep_outputs``: False for vLLM's weak outputs
+    (the capture default), True for ``GraphRunner(weak_outputs=False)``.
     """
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-    if not isinstance(round_bytes, int) or round_bytes < 1:
+    if isinstance(round_bytes, bool) or not isinstance(round_bytes, int) or round_bytes < 1:
         raise ValueError(
             f"round_bytes={round_bytes!r} is invalid: it must be an integer >= 1 (512 on CUDA)"
         )
@@ -239,72 +183,96 @@ def estimate_graph_memory(
         inputs_fn = _default_inputs_fn(model, config.uniform_decode_query_len)
     dispatcher = ready_dispatcher(config, record_stats=False)
     order = [(mode, d) for mode, descs in dispatcher.get_capture_descs() for d in descs]
-    tracker = AllocationTracker(round_bytes, config.effective_splitting_ops)
-    rows = []
+    weak, strong = PoolLedger(round_bytes), PoolLedger(round_bytes)
+    ops = tuple(config.effective_splitting_ops)
+    splitting = AllocationTracker([weak, strong], split_at=lambda f: is_splitting_op(f, ops))
+    whole = AllocationTracker([weak, strong])
     fake = fake_mode_for(model)
-    iterator = order
+    step: Callable[..., Any] = model
+    # a meta model runs the runner's own split graph (see fake.split_step); others run
+    # eagerly, split at the splitting ops as they are met
+    compiled = (
+        config.cudagraph_mode.requires_piecewise_compilation()
+        and isinstance(fake, contextlib.nullcontext)
+        and bool(order)
+    )
+    if compiled:
+        example, example_kwargs = inputs_fn(order[0][1])
+        if example_kwargs:
+            raise ValueError(
+                f"inputs_fn returned keyword arguments {sorted(example_kwargs)} for a piecewise "
+                "mode: the split graph takes positional inputs only; return ((args...), {})"
+            )
+        step = split_step(
+            model, config, dispatcher.max_capture_size, whole, (_WEAK, _GRAPH), example
+        )
+    iterator: Any = order
     if progress:
         from tqdm.auto import tqdm
 
         iterator = tqdm(order, desc="estimate graph memory", unit="key")
+    keys = []
     with torch.no_grad(), fake:
         for index, (mode, desc) in enumerate(iterator):
+            piecewise = mode is CUDAGraphMode.PIECEWISE
+            tracker = splitting if piecewise and not compiled else whole
             args, kwargs = inputs_fn(desc)
+            before = len(weak.graphs)
             with _forward_context(mode, desc), tracker:
-                tracker.begin(index, split=mode is CUDAGraphMode.PIECEWISE)
-                out = model(*args, **kwargs)
-                tracker.end()
-            del out, args, kwargs
-            for piece, peak, output, allocs in tracker.regions(index):
-                rows.append(
-                    (
-                        index,
-                        str(mode),
-                        desc.num_tokens,
-                        desc.num_reqs,
-                        desc.uniform,
-                        desc.has_lora,
-                        desc.num_active_loras,
-                        piece,
-                        peak,
-                        output,
-                        allocs,
-                    )
-                )
-    cols = [
-        "capture_index",
-        "runtime_mode",
-        "num_tokens",
-        "num_reqs",
-        "uniform",
-        "has_lora",
-        "num_active_loras",
-        "piece",
-        "peak_bytes",
-        "output_bytes",
-        "num_allocs",
-    ]
+                if piecewise and compiled:  # the pieces open and close their own regions
+                    out = step(*args, **kwargs)
+                else:
+                    tracker.begin(index)
+                    out = step(*args, **kwargs)
+                    tracker.end(_WEAK, _GRAPH)  # the step's outputs: weak, or kept by the graph
+            del out, args, kwargs  # the forward's pieces release what they held
+            keys.append((index, mode, desc, len(weak.graphs) - before))
+    return _estimate_frame(keys, weak, strong, keep_outputs)
+
+
+def _estimate_frame(
+    keys: list[tuple[int, CUDAGraphMode, BatchDescriptor, int]],
+    weak: PoolLedger,
+    strong: PoolLedger,
+    keep_outputs: bool,
+) -> MemoryEstimate:
+    chosen = strong if keep_outputs else weak
+    rows, graph_index = [], 0
+    for index, mode, desc, num_graphs in keys:
+        key = [
+            index,
+            str(mode),
+            desc.num_tokens,
+            desc.num_reqs,
+            desc.uniform,
+            desc.has_lora,
+            desc.num_active_loras,
+        ]
+        for piece in range(num_graphs):
+            g = chosen.graphs[graph_index]
+            rows.append([*key, piece, g.peak_bytes, g.output_bytes, g.pool_increment_bytes])
+            graph_index += 1
+    cols = [*_KEY_COLUMNS, "piece", "peak_bytes", "output_bytes", "pool_increment_bytes"]
     graphs = pd.DataFrame(rows, columns=cols).astype({"num_reqs": "Int64"})
-    pool, increments = shared_pool_bytes(
-        graphs["peak_bytes"].tolist(), graphs["output_bytes"].tolist(), keep_outputs
-    )
-    graphs["pool_increment_bytes"] = increments
-    key_cols = cols[:7]
-    per_key = graphs.groupby(key_cols, as_index=False, sort=False, dropna=False).agg(
+    per_key = graphs.groupby(_KEY_COLUMNS, as_index=False, sort=False, dropna=False).agg(
         pieces=("piece", "count"),
         kept_bytes=("peak_bytes", "sum"),
         output_bytes=("output_bytes", "sum"),
         pool_increment_bytes=("pool_increment_bytes", "sum"),
     )
-    return MemoryEstimate(graphs, per_key, pool, int(graphs["peak_bytes"].sum()), keep_outputs)
+    return MemoryEstimate(
+        graphs,
+        per_key,
+        chosen.pool_bytes,
+        int(graphs["peak_bytes"].sum()),
+        keep_outputs,
+        weak_pool_bytes=weak.pool_bytes,
+        strong_pool_bytes=strong.pool_bytes,
+    )
 
 
 def _forward_context(mode: CUDAGraphMode, desc: BatchDescriptor) -> Any:
-    """The runner's forward context when it exists (the toy attention reads it)."""
-    try:
-        from ..capture.context import set_forward_context
-    except ImportError:
-        return contextlib.nullcontext()
+    """The runner's forward context (the toy attention reads it)."""
     return set_forward_context(mode, desc)
 
 

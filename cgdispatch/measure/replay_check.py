@@ -69,7 +69,7 @@ def check_replay(
     for i, (mode, desc) in enumerate(keys):
         n = desc.num_tokens
         kinds = ["decode"] if desc.uniform else ["mixed", "decode"]
-        if not getattr(model, "supports_mixed_batches", True):
+        if not model.supports_mixed_batches:
             # decode-only models (the HF adapter): a non-uniform key is exercised by a decode
             # batch dispatched as non-uniform, so that this very key replays
             kinds = ["decode"] if desc.uniform else ["decode-nonuniform"]

@@ -68,14 +68,19 @@ class CaptureMemory:
     """Allocator statistics around one capture (CUDA only), in bytes.
 
     ``pool_bytes``: reserved memory added by the capture (the graph pool grows by
-    whole segments); ``allocated_bytes``: allocated memory still held afterwards (the
-    graph's outputs and blocks it keeps); ``peak_*``: high-water marks during capture.
+    whole segments; warm-up runs may add to it unless the caller warmed the allocator up
+    first); ``allocated_bytes``: allocated memory still held afterwards (the graphs'
+    kept outputs and blocks); ``peak_*``: high-water marks during capture.
+    ``private_pool_bytes``: bytes of the segments that belong to graph pools (private
+    pools, from ``torch.cuda.memory_snapshot``) added by the capture, warm-ups excluded;
+    None where the snapshot does not say which pool a segment belongs to.
     """
 
     pool_bytes: int
     allocated_bytes: int
     peak_allocated_bytes: int
     peak_reserved_bytes: int
+    private_pool_bytes: int | None = None
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -174,17 +179,40 @@ def measure_capture_memory(
         return capture(), None
     torch.cuda.synchronize(dev)
     torch.cuda.reset_peak_memory_stats(dev)
+    # memory_reserved/allocated and their max_ read torch.cuda.memory_stats(dev)
     reserved0 = torch.cuda.memory_reserved(dev)
     allocated0 = torch.cuda.memory_allocated(dev)
+    private0 = _private_pool_bytes(dev)
     result = capture()
     torch.cuda.synchronize(dev)
+    private = _private_pool_bytes(dev)
     memory = CaptureMemory(
         pool_bytes=torch.cuda.memory_reserved(dev) - reserved0,
         allocated_bytes=torch.cuda.memory_allocated(dev) - allocated0,
         peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
         peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+        private_pool_bytes=None if private is None or private0 is None else private - private0,
     )
     return result, memory
+
+
+def _private_pool_bytes(dev: torch.device) -> int | None:
+    """Bytes in segments of graph (private) pools on ``dev``; None if the snapshot lacks pools."""
+    try:
+        segments = torch.cuda.memory_snapshot()
+    except (AttributeError, RuntimeError):  # no CUDA build, or no snapshot support
+        return None
+    total, seen = 0, False
+    for segment in segments:
+        if segment.get("device") != dev.index and dev.index is not None:
+            continue
+        pool = segment.get("segment_pool_id")
+        if pool is None:
+            continue
+        seen = True
+        if tuple(pool) != (0, 0):  # (0, 0): the default pool; others belong to graph pools
+            total += segment["total_size"]
+    return total if seen else None
 
 
 def device_label(device: str | torch.device) -> str:

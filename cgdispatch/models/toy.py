@@ -202,8 +202,11 @@ class ToyLM(nn.Module):
     """Decoder-only LM: ``forward(input_ids[T], positions[T], slots[T]) -> logits[T, vocab]``.
 
     ``slots`` index the KV cache (0..num_slots-1 for requests, ``dummy_slot`` for padding);
-    ``positions`` must be < ``max_seq_len``. Indices are not checked here.
+    ``positions`` must be < ``max_seq_len``. Indices are not checked here. Satisfies
+    ``cgdispatch.capture.model.RunnerModel``.
     """
+
+    supports_mixed_batches = True  # any mix of decodes and prefill chunks in one step
 
     def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()

@@ -118,6 +118,7 @@ def _unit_rows(
     from ..models.registry import build_model
 
     base = _base_row(spec, mode, ladder)
+    runner = None
     try:
         sizes = spec.ladder_sizes(ladder)
         model = build_model(
@@ -134,7 +135,7 @@ def _unit_rows(
             model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
         )
         # decode-only models (the HF adapter) refuse mixed batches: warm up on a decode step
-        mixed = getattr(model, "supports_mixed_batches", True)
+        mixed = model.supports_mixed_batches
         with torch.no_grad():  # one-time lazy initialisation, kept out of the capture time
             eager.execute_batch((runner.make_mixed_batch if mixed else runner.make_decode_batch)(1))
         (report, memory), capture_s = time_call(
@@ -142,6 +143,8 @@ def _unit_rows(
             spec.device,
         )
     except Exception as err:  # noqa: BLE001 - recorded, the sweep goes on
+        if runner is not None:
+            runner.release_graphs()
         for n, uniform in shapes:
             yield _failed(base, n, uniform, err)
         return
@@ -196,6 +199,7 @@ def _unit_rows(
             )
         except Exception as err:  # noqa: BLE001
             yield _failed(base, n, uniform, err)
+    runner.release_graphs()  # graphs, pool and compiled pieces go with the unit
 
 
 def run_unit(

@@ -248,11 +248,13 @@ class _GraphLikeBackend(CpuReplayBackend):
         self.warmup_runs += num_warmups
         super().warmup(fn, num_warmups)
 
-    def capture(self, fn):
+    def capture(self, fn, args=(), kwargs=None, **_):
         from cgdispatch.capture.backends import CapturedGraph
 
-        output = fn()
-        return self._record(CapturedGraph(output, lambda: output, 0.0, 0))
+        output = fn(*args, **(kwargs or {}))
+        graph = CapturedGraph(output, lambda: output, 0.0, 0, keepalive=[*args])
+        graph.capture_output = output
+        return self._record(graph)
 
 
 def test_warmups_run_through_the_backend_on_its_capture_stream():
@@ -265,7 +267,7 @@ def test_warmups_run_through_the_backend_on_its_capture_stream():
     torch.testing.assert_close(out, torch.tanh(x @ fn.w) + b)
 
 
-def test_the_wrapper_keeps_the_captured_inputs_alive():
+def test_the_backend_keeps_the_captured_inputs_alive():
     import gc
     import weakref
 

@@ -41,8 +41,8 @@ def test_capture_check_passes_and_prints_report_and_errors(mode, capsys):
 def test_capture_check_fails_on_a_replay_that_differs(monkeypatch, capsys):
     original = CpuReplayBackend.capture
 
-    def corrupt(self, fn):
-        graph = original(self, fn)
+    def corrupt(self, fn, *args, **kwargs):
+        graph = original(self, fn, *args, **kwargs)
         replay = graph.replay_fn
 
         def bad_replay():
@@ -136,3 +136,10 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
     assert set(captures["config_mode"]) == set(modes)
     assert (table["eager_ms"] > 0).all() and (table["graph_ms"] > 0).all()
     assert (table["source"] == "measured (CPU)").all()
+    # graph pool per mode and output policy: on CPU the stand-in's ledger, beside the estimate
+    pools = pd.read_csv(tmp_path / "check_pools.csv")
+    assert sorted(pools["outputs"].unique()) == ["strong", "weak"] and len(pools) == 2 * len(modes)
+    assert (pools["stand_in_MiB"] - pools["estimate_MiB"]).abs().max() < 1e-12
+    weak, strong = (pools[pools["outputs"] == o].set_index("mode") for o in ("weak", "strong"))
+    assert (weak["estimate_MiB"] < strong["estimate_MiB"]).all()
+    assert "graph pool per mode and outputs" in printed

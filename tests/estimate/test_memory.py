@@ -37,6 +37,7 @@ def test_mlp_per_key_matches_hand_sizes(block: int) -> None:
         GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=sizes),
         mlp_inputs(hidden),
         round_bytes=block,
+        keep_outputs=True,
     )
     assert est.per_key["num_tokens"].tolist() == sorted(sizes, reverse=True)  # largest first
     for row in est.per_key.itertuples():
@@ -47,7 +48,8 @@ def test_mlp_per_key_matches_hand_sizes(block: int) -> None:
     for peak, out in hand:  # outputs of earlier graphs stay, the rest is reused
         pool = max(pool, retained + peak)
         retained += out
-    assert est.shared_pool_bytes == pool
+    assert est.shared_pool_bytes == est.strong_pool_bytes == pool
+    assert est.weak_pool_bytes == max(p for p, _ in hand)  # weak outputs: the largest peak
     assert est.separate_pools_bytes == sum(p for p, _ in hand)
     assert est.source == "model" and "model" in est.summary()
 
@@ -173,10 +175,10 @@ def test_toy_lm_full_and_piecewise_match_hand_sizes() -> None:
 def test_weak_outputs_policy_is_the_largest_peak() -> None:
     hidden, sizes = 16, [2, 6, 12]
     cfg = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=sizes)
-    kept = estimate_graph_memory(MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1)
-    weak = estimate_graph_memory(
-        MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1, keep_outputs=False
+    kept = estimate_graph_memory(
+        MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1, keep_outputs=True
     )
+    weak = estimate_graph_memory(MLP(hidden), cfg, mlp_inputs(hidden), round_bytes=1)
     assert (
         weak.shared_pool_bytes == hand_mlp(max(sizes), hidden, 4, 1)[0]
     )  # vLLM: largest peak only
@@ -187,3 +189,59 @@ def test_weak_outputs_policy_is_the_largest_peak() -> None:
     assert kept.per_key["num_reqs"].tolist() == sorted(
         sizes, reverse=True
     )  # FULL keys: num_reqs = size
+
+
+def stand_in_per_graph(runner):
+    """(mode, num_tokens, peak, output, pool increment) per graph the stand-in captured."""
+    return [
+        (
+            "FULL" if g.label[0] == "full" else "PIECEWISE",
+            g.label[1].num_tokens,
+            g.peak_bytes,
+            g.output_bytes,
+            g.pool_increment_bytes,
+        )
+        for g in runner.backend.ledger.graphs
+    ]
+
+
+@pytest.mark.parametrize(
+    "mode,attention",
+    [
+        ("FULL", "general"),
+        ("PIECEWISE", "general"),
+        ("FULL_AND_PIECEWISE", "general"),
+        ("FULL_DECODE_ONLY", "general"),
+        ("FULL_AND_PIECEWISE", "uniform"),  # FULL decode graphs, PIECEWISE mixed ones
+    ],
+)
+@pytest.mark.parametrize("weak", [True, False])
+def test_estimate_equals_the_stand_in_capture_per_key(mode, attention, weak) -> None:
+    """The estimate (meta tensors, plain model) against the CPU stand-in's ledger on the
+    real capture path (real tensors, dynamo's split graph, wrappers, warm-ups)."""
+    from cgdispatch.capture.runner import GraphRunner
+    from cgdispatch.models.toy import PRESETS, build_toy_model
+
+    rng = random.Random(f"{mode}-{attention}-{weak}")
+    tiny = PRESETS["toy-tiny"].replace(attention=attention)
+    sizes = sorted(rng.sample(range(1, 17), 4))
+    cfg = GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=16)
+    with GraphRunner(build_toy_model(tiny, seed=rng.randrange(99)), cfg, weak_outputs=weak) as r:
+        r.capture_all(progress=False)
+        measured = stand_in_per_graph(r)
+        pool = r.backend.ledger.pool_bytes
+        est = estimate_graph_memory(
+            build_toy_model(tiny, device="meta"), r.config, keep_outputs=not weak
+        )
+    rows = est.graphs
+    estimated = list(
+        zip(
+            rows["runtime_mode"].map(lambda m: m.rsplit(".", 1)[-1]),
+            rows["num_tokens"],
+            rows["peak_bytes"],
+            rows["output_bytes"],
+            rows["pool_increment_bytes"],
+        )
+    )
+    assert [tuple(map(str, e)) for e in estimated] == [tuple(map(str, m)) for m in measured]
+    assert est.shared_pool_bytes == pool > 0
