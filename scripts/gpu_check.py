@@ -103,10 +103,14 @@ def time_mode(
     return rows
 
 
-def pool_rows(model, eager: GraphRunner, modes: list[str], args, where: str) -> list[dict]:
-    """Graph-pool bytes per mode and output policy: measured, stand-in ledger, estimate."""
+def pool_rows(
+    model, eager: GraphRunner, sizes: list[int], modes: list[str], args, where: str
+) -> list[dict]:
+    """Graph-pool bytes per mode and output policy: measured, stand-in ledger, estimate.
+
+    ``sizes`` are the capture sizes of the timed runs (the eager runner, mode NONE, keeps
+    none: vLLM 0.33 clears the sizes of a NONE config)."""
     rows = []
-    sizes = eager.config.cudagraph_capture_sizes
     for n in sizes:  # warm the allocator's default pool, so capture's warm-ups stay in it
         try:
             eager.execute_batch(eager.make_decode_batch(n, seed=n))
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     failures, rows, captures, summary = 0, [], [], []
-    eager, eager_cache = None, {}
+    eager, eager_cache, capture_sizes = None, {}, []
     for mode in modes:
         ns = SimpleNamespace(
             model=args.model,
@@ -209,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_num_seqs=runner.config.max_num_seqs,
                 ),
             )
+        capture_sizes = runner.config.cudagraph_capture_sizes or capture_sizes
         rows += time_mode(runner, eager, args, eager_cache)
         captures.append(report.assign(config_mode=str(runner.cudagraph_mode), source=where))
         pool = report["pool_bytes"].sum() if report["pool_bytes"].notna().any() else float("nan")
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         runner.release_graphs()
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    pools = pd.DataFrame(pool_rows(eager.model, eager, modes, args, where))
+    pools = pd.DataFrame(pool_rows(eager.model, eager, capture_sizes, modes, args, where))
     table = pd.DataFrame(rows).assign(source=where)
     table.to_csv(args.out, index=False)
     captures_path = Path(args.out).with_name(Path(args.out).stem + "_captures.csv")

@@ -77,7 +77,7 @@ def test_a_sweep_releases_each_units_runner():
         rows = [next(unit)]  # the runner has captured; its graphs are alive now
         assert live_graph_count() > graphs0
         rows += list(unit)  # the unit ends: its runner is released
-        assert {r.get("status", "ok") for r in rows} == {"ok"}
+        assert {getattr(r, "status", "ok") for r in rows} == {"ok"}
         assert live_graph_count() == graphs0 and stand_in_pool_bytes() == pool0
 
 
