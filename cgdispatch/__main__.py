@@ -21,7 +21,10 @@ COMMANDS: dict[str, str] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cgdispatch",
-        description="Plan, capture and measure CUDA graphs with vLLM V1 dispatch semantics.",
+        description=(
+            "Plan, capture and measure CUDA graphs with vLLM's dispatch semantics "
+            "(V1 as in vLLM 0.33, generation 2 as in vLLM 0.34)."
+        ),
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in dict.fromkeys(COMMANDS.values()):
