@@ -17,7 +17,7 @@ from typing import Any
 
 from . import config_v2 as _v2
 from .ladders import vllm_ladder
-from .modes import AttentionCGSupport, CUDAGraphMode
+from .modes import AttentionCGSupport, CUDAGraphMode, lower_for_attention_support
 from .validate import check_bool
 from .validate import check_int as _check_int
 
@@ -414,26 +414,14 @@ class GraphConfig:
             resolved = copy.copy(self)  # sizes stay as resolved at construction
             object.__setattr__(resolved, "cudagraph_mode", mode)
             return resolved
-        mode = self.cudagraph_mode
-        M = CUDAGraphMode
-        if mode is M.NONE:
+        if self.cudagraph_mode is CUDAGraphMode.NONE:
             return self
-        split = self.splitting_ops_contain_attention()
-        if mode.mixed_mode() is M.FULL and support != AttentionCGSupport.ALWAYS:
-            if support == AttentionCGSupport.NEVER:
-                raise ValueError(
-                    f"cudagraph_mode={mode} needs full graphs of every batch, but the "
-                    "attention backend supports no full graphs (NEVER): set "
-                    "cudagraph_mode='PIECEWISE' (with attention split out) or 'NONE'"
-                )
-            mode = M.FULL_AND_PIECEWISE if split else M.FULL_DECODE_ONLY
-        if mode.decode_mode() is M.FULL and support == AttentionCGSupport.NEVER:
-            mode = M.PIECEWISE if split else M.NONE
         q = self.uniform_decode_query_len
-        if mode.decode_mode() is M.FULL and q > 1 and support < AttentionCGSupport.UNIFORM_BATCH:
-            mode = M.PIECEWISE if split else M.NONE
+        mode = lower_for_attention_support(
+            self.cudagraph_mode, support, self.splitting_ops_contain_attention(), q
+        )
         sizes, largest = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
-        if mode.decode_mode() is M.FULL and q > 1 and sizes:
+        if mode.decode_mode() is CUDAGraphMode.FULL and q > 1 and sizes:
             rounded = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= largest})
             if not rounded and q <= largest:
                 rounded = [q]

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .modes import AttentionCGSupport, CUDAGraphMode
+from .modes import AttentionCGSupport, CUDAGraphMode, lower_for_attention_support
 from .validate import check_int
 
 if TYPE_CHECKING:
@@ -586,25 +586,11 @@ def resolve_mode(
         else:
             mode = M.FULL_AND_PIECEWISE
     # CompilationConfig.resolve_cudagraph_mode_and_sizes
+    mode = lower_for_attention_support(
+        mode, support, contain_attention, config.uniform_decode_query_len
+    )
     if mode is M.NONE:
         return mode
-    name = f"CUDAGraphMode.{mode.name}"
-    if mode.mixed_mode() is M.FULL and support != AttentionCGSupport.ALWAYS:
-        if support == AttentionCGSupport.NEVER:
-            raise ValueError(
-                f"{name} is not supported with an attention backend of support {support}; "
-                "please try cudagraph_mode=PIECEWISE, and make sure compilation mode is "
-                "VLLM_COMPILE"
-            )
-        mode = M.FULL_AND_PIECEWISE if contain_attention else M.FULL_DECODE_ONLY
-    if mode.decode_mode() is M.FULL and support == AttentionCGSupport.NEVER:
-        mode = M.PIECEWISE if contain_attention else M.NONE
-    if (
-        mode.decode_mode() is M.FULL
-        and config.uniform_decode_query_len > 1
-        and support < AttentionCGSupport.UNIFORM_BATCH
-    ):
-        mode = M.PIECEWISE if contain_attention else M.NONE
     if not piecewise_capture_available and mode.requires_piecewise_compilation():
         mode = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL_DECODE_ONLY}.get(mode, mode)
     if mode.has_full_cudagraphs() and support == AttentionCGSupport.NEVER:

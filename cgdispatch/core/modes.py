@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CUDAGraphMode", "AttentionCGSupport"]
+__all__ = ["CUDAGraphMode", "AttentionCGSupport", "lower_for_attention_support"]
 
 
 class CUDAGraphMode(enum.Enum):
@@ -110,3 +110,35 @@ class AttentionCGSupport(enum.IntEnum):
 
     def __str__(self) -> str:
         return self.name
+
+
+def lower_for_attention_support(
+    mode: CUDAGraphMode,
+    support: AttentionCGSupport,
+    attention_split: bool,
+    uniform_decode_query_len: int,
+) -> CUDAGraphMode:
+    """The mode lowered to what the attention backend can run inside a graph.
+
+    vLLM ``CompilationConfig.resolve_cudagraph_mode_and_sizes`` (the same three rules in
+    0.33 and 0.34; docs/semantics.md): FULL on mixed batches needs ALWAYS (with NEVER it is
+    refused, else it becomes FULL_AND_PIECEWISE when attention is split out, otherwise
+    FULL_DECODE_ONLY); FULL decode with NEVER, or with ``q > 1`` below UNIFORM_BATCH,
+    becomes PIECEWISE when attention is split out, otherwise NONE.
+    """
+    M, S = CUDAGraphMode, AttentionCGSupport
+    if mode is M.NONE:
+        return mode
+    if mode.mixed_mode() is M.FULL and support != S.ALWAYS:
+        if support == S.NEVER:
+            raise ValueError(
+                f"CUDAGraphMode.{mode.name} is not supported with an attention backend of "
+                f"support {support} (vLLM refuses it): set cudagraph_mode='PIECEWISE' (with "
+                "attention split out) or 'NONE'"
+            )
+        mode = M.FULL_AND_PIECEWISE if attention_split else M.FULL_DECODE_ONLY
+    if mode.decode_mode() is M.FULL and support == S.NEVER:
+        mode = M.PIECEWISE if attention_split else M.NONE
+    if mode.decode_mode() is M.FULL and uniform_decode_query_len > 1 and support < S.UNIFORM_BATCH:
+        mode = M.PIECEWISE if attention_split else M.NONE
+    return mode
