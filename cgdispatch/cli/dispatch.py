@@ -1,12 +1,26 @@
-"""Dispatcher commands: ``demo`` (a tour of one config) and ``dispatch`` (one batch)."""
+"""Dispatcher commands: ``demo`` (a tour of one config) and ``dispatch`` (one batch).
+
+Both take ``--vllm-version``: "0.34" (generation 2, ``CudaGraphManager``, the default: the
+newest release) or "0.33" (V1, ``CudagraphDispatcher``), and answer through
+:mod:`cgdispatch.core.engine`, so each prints its own generation's descriptor fields.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import ready_dispatcher
+from ..core.engine import (
+    NEWEST_VLLM_VERSION,
+    GraphKey,
+    capture_keys,
+    default_num_reqs,
+    dispatch_step,
+    generation_of,
+    make_graph_dispatcher,
+)
 
 
 def parse_sizes(text: str | None) -> list[int] | None:
@@ -40,7 +54,33 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-loras", type=int, default=0)
 
 
+def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--vllm-version`` and generation 2's size lists (commands that dispatch)."""
+    parser.add_argument(
+        "--vllm-version",
+        choices=["0.33", "0.34"],
+        default=NEWEST_VLLM_VERSION,
+        help="vLLM release whose graph dispatch to model: 0.34 (generation 2, CudaGraphManager) "
+        "or 0.33 (V1, CudagraphDispatcher); default %(default)s, the newest",
+    )
+    parser.add_argument(
+        "--prefill-sizes",
+        default=None,
+        help="0.34 only: prefill_cudagraph_capture_token_sizes, e.g. 8,16,64 (default: vLLM's)",
+    )
+    parser.add_argument(
+        "--decode-sizes",
+        default=None,
+        help="0.34 only: decode_cudagraph_capture_request_sizes, e.g. 1,2,4 (default: vLLM's)",
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> GraphConfig:
+    # commands without --vllm-version (estimate-memory) keep V1 (vllm_version None)
+    gen2_sizes = {
+        "prefill_cudagraph_capture_token_sizes": parse_sizes(getattr(args, "prefill_sizes", None)),
+        "decode_cudagraph_capture_request_sizes": parse_sizes(getattr(args, "decode_sizes", None)),
+    }
     return GraphConfig(
         cudagraph_mode=args.mode,
         cudagraph_capture_sizes=parse_sizes(args.sizes),
@@ -48,42 +88,86 @@ def config_from_args(args: argparse.Namespace) -> GraphConfig:
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_speculative_tokens=args.num_speculative_tokens,
         max_loras=args.max_loras,
+        vllm_version=getattr(args, "vllm_version", None),
+        **{k: v for k, v in gen2_sizes.items() if v is not None},
     ).resolve()
+
+
+def generation_line(config: GraphConfig) -> str:
+    """Which generation answers, and how to ask the other."""
+    if generation_of(config) == "0.34":
+        return (
+            "vLLM 0.34 (generation 2, CudaGraphManager; the newest, the default): "
+            "--vllm-version 0.33 for V1"
+        )
+    return "vLLM 0.33 (V1, CudagraphDispatcher): --vllm-version 0.34 for generation 2"
+
+
+def format_key(key: GraphKey) -> str:
+    """A descriptor as ``Name(field=value, ...)``, the mode written by name."""
+    fields = ", ".join(f"{f.name}={getattr(key, f.name)!s}" for f in dataclasses.fields(key))
+    return f"{type(key).__name__}({fields})"
 
 
 def run_demo(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise ValueError(f"--steps {args.steps} is invalid: give a number of steps >= 0")
+    from ..views.explain import dispatch_stats  # pandas: only when the demo runs
+
     config = config_from_args(args)
-    dispatcher = ready_dispatcher(config)
-    sizes = config.cudagraph_capture_sizes
-    print(
-        f"config: mode={config.cudagraph_mode}, {len(sizes)} capture sizes {sizes[:6]}...{sizes[-2:]}"
-    )
-    for mode, descs in dispatcher.get_capture_descs():
-        print(f"  {mode}: {len(descs)} keys, capture order {[d.num_tokens for d in descs[:4]]}...")
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
+    print(generation_line(config))
+    print(f"config: mode={config.cudagraph_mode}, {_sizes_line(config)}")
+    keys = capture_keys(dispatcher)
+    for mode in dict.fromkeys(k.runtime_mode for k in keys):
+        widths = [k.num_tokens for k in keys if k.runtime_mode is mode]
+        print(f"  {mode}: {len(widths)} graphs, capture order {widths[:4]}...")
     print("\nsample batches:")
-    print(f"  {'tokens':>6} {'uniform':>7} -> {'mode':<9} {'padded':>6} {'num_reqs':>8}")
+    print(
+        f"  {'tokens':>6} {'reqs':>4} {'uniform':>7} -> {'mode':<9} {'padded':>6} {'num_reqs':>8}"
+    )
     q = config.uniform_decode_query_len
     for n, uniform in [(1, True), (3, True), (7, False), (100, True), (300, False), (513, False)]:
-        mode, desc = dispatcher.dispatch(n * q if uniform else n, uniform_decode=uniform)
-        print(f"  {n:>6} {uniform!s:>7} -> {mode!s:<9} {desc.num_tokens:>6} {desc.num_reqs!s:>8}")
-    dispatcher.reset_stats()
+        tokens = min(n * q if uniform else n, config.max_num_batched_tokens)
+        reqs = default_num_reqs(config, tokens, uniform)
+        answer = dispatch_step(dispatcher, tokens, reqs, uniform)
+        print(
+            f"  {tokens:>6} {reqs:>4} {uniform!s:>7} -> {answer.runtime_mode!s:<9} "
+            f"{answer.padded_tokens:>6} {answer.padded_reqs!s:>8}"
+        )
     rng = random.Random(args.seed)
+    batches = []
     for _ in range(args.steps):
         uniform = rng.random() < 0.8
         n = (
             rng.randint(1, config.max_num_seqs) * q
             if uniform
-            else rng.randint(1, 2 * config.max_cudagraph_capture_size)
+            # mode NONE captures nothing (max size 0): its mixed steps still need a range
+            else rng.randint(1, 2 * max(config.max_cudagraph_capture_size, 1))
         )
-        dispatcher.dispatch(n, uniform_decode=uniform)
-    frame = dispatcher.stats_frame()
+        batches.append((min(n, config.max_num_batched_tokens), uniform))
+    frame = dispatch_stats(dispatcher, batches)
     by_mode = frame.groupby("runtime_mode")[["calls", "real_tokens", "padding_tokens"]].sum()
     print(f"\n{args.steps} random steps (80% uniform decode), by runtime mode:")
     print(by_mode.to_string())
     print(f"\nvLLM flags: {config.to_vllm_args()[:120]}...")
     return 0
+
+
+def _sizes_line(config: GraphConfig) -> str:
+    if generation_of(config) == "0.34":
+        prefill = config.prefill_cudagraph_capture_token_sizes or []
+        decode = config.decode_cudagraph_capture_request_sizes or []
+        return (
+            f"{len(prefill)} prefill token sizes {_ends(prefill)}, "
+            f"{len(decode)} decode request sizes {_ends(decode)}"
+        )
+    sizes = config.cudagraph_capture_sizes
+    return f"{len(sizes)} capture sizes {_ends(sizes)}"
+
+
+def _ends(sizes: list[int]) -> str:
+    return str(sizes) if len(sizes) <= 8 else f"{sizes[:6]}...{sizes[-2:]}"
 
 
 def run_dispatch(args: argparse.Namespace) -> int:
@@ -93,14 +177,17 @@ def run_dispatch(args: argparse.Namespace) -> int:
             f"--active-loras {args.active_loras} is invalid with --max-loras {config.max_loras}: "
             "a step has 0..max_loras active adapters; raise --max-loras or lower --active-loras"
         )
-    dispatcher = ready_dispatcher(config)
-    mode, desc = dispatcher.dispatch(
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
+    answer = dispatch_step(
+        dispatcher,
         args.num_tokens,
-        uniform_decode=args.uniform,
-        num_active_loras=args.active_loras,
+        args.num_reqs,
+        args.uniform,
+        args.active_loras,
         use_cascade_attn=args.cascade,
     )
-    print(f"{mode} {desc}")
+    print(f"{answer.runtime_mode} {format_key(answer.key)}")
+    print(generation_line(config))
     return 0
 
 
@@ -109,13 +196,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "demo", help="tour one config: keys, sample dispatches, statistics"
     )
     add_config_arguments(demo)
+    add_generation_arguments(demo)
     demo.add_argument("--steps", type=int, default=100_000, help="random steps to dispatch")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=run_demo)
     one = subparsers.add_parser("dispatch", help="dispatch one batch and print (mode, key)")
     add_config_arguments(one)
+    add_generation_arguments(one)
     one.add_argument("num_tokens", type=int)
+    one.add_argument(
+        "--num-reqs",
+        type=int,
+        default=None,
+        help="requests in the step (generation 2 reads it); default as vLLM's scheduler "
+        "forms the step: cdiv(num_tokens, q) for --uniform, else 1",
+    )
     one.add_argument("--uniform", action="store_true", help="uniform decode batch")
     one.add_argument("--active-loras", type=int, default=0)
-    one.add_argument("--cascade", action="store_true", help="cascade attention (FULL excluded)")
+    one.add_argument(
+        "--cascade", action="store_true", help="cascade attention (FULL excluded; 0.33 only)"
+    )
     one.set_defaults(func=run_dispatch)

@@ -1,21 +1,35 @@
-"""Readable views of the dispatcher: the modes truth table, the keys per mode, and dispatch
-decisions with the reason for each.
+"""Readable views of dispatch decisions, with the reason for each, for either generation of
+vLLM's graph dispatch (the config's ``vllm_version``: "0.33" V1, "0.34" generation 2).
 
-Everything here asks ``CUDAGraphMode`` and ``CudagraphDispatcher`` and reformats their
-answers; nothing decides anything on its own, so these tables cannot drift from the
-dispatcher. Needs pandas for the tables (``explain_dispatch`` itself does not).
+Everything here asks the dispatcher classes through :mod:`cgdispatch.core.engine` and
+reformats their answers; nothing decides anything on its own, so these tables cannot
+drift from the dispatcher. The tables of what is captured (``modes_table``,
+``keys_table``, ``keys_summary``) live in :mod:`cgdispatch.views.keys` and are re-exported
+here. Needs pandas for the tables (``explain_dispatch`` itself does not).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
+from ..core.cudagraph_manager import CudaGraphManager
+from ..core.dispatcher import CudagraphDispatcher
+from ..core.engine import (
+    GraphDispatcher,
+    StepDispatch,
+    capture_keys,
+    default_num_reqs,
+    dispatch_step,
+    generation_of,
+    make_graph_dispatcher,
+)
 from ..core.modes import CUDAGraphMode
+from .keys import keys_summary, keys_table, modes_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,86 +47,6 @@ __all__ = [
 ]
 
 
-def modes_table() -> pd.DataFrame:
-    """The truth table of every ``CUDAGraphMode``: its routines and what it needs and has."""
-    import pandas as pd
-
-    rows = [
-        {
-            "mode": m.name,
-            "value": str(m.value),
-            "decode_mode": m.decode_mode().name,
-            "mixed_mode": m.mixed_mode().name,
-            "separate_routine": m.separate_routine(),
-            "requires_piecewise": m.requires_piecewise_compilation(),
-            "has_full": m.has_full_cudagraphs(),
-            "valid_runtime_mode": m.valid_runtime_modes(),
-        }
-        for m in CUDAGraphMode
-    ]
-    return pd.DataFrame(rows)
-
-
-def keys_table(config: GraphConfig | CudagraphDispatcher) -> pd.DataFrame:
-    """Every registered key, in capture order (PIECEWISE then FULL, each largest first)."""
-    import pandas as pd
-
-    dispatcher = ready_dispatcher(config, record_stats=False)
-    rows = [
-        {
-            "runtime_mode": mode.name,
-            "num_tokens": d.num_tokens,
-            "num_reqs": d.num_reqs,
-            "uniform": d.uniform,
-            "has_lora": d.has_lora,
-            "num_active_loras": d.num_active_loras,
-        }
-        for mode, descs in dispatcher.get_capture_descs()
-        for d in descs
-    ]
-    columns = ["runtime_mode", "num_tokens", "num_reqs", "uniform", "has_lora", "num_active_loras"]
-    frame = pd.DataFrame(rows, columns=columns)
-    return frame.astype({"num_reqs": "Int64"})  # None (any request count) shows as <NA>
-
-
-def keys_summary(config: GraphConfig, modes: Iterable[CUDAGraphMode] | None = None) -> pd.DataFrame:
-    """How many graphs each mode registers for ``config``'s sizes, LoRA cases and limits.
-
-    One row per mode (all five by default): FULL keys (mixed and uniform-decode), PIECEWISE
-    keys, total graphs and the largest captured size. A mode the config cannot run (e.g.
-    PIECEWISE with ``splitting_ops=[]``) gets zero keys and the reason in ``note``.
-    """
-    import pandas as pd
-
-    rows = []
-    for mode in CUDAGraphMode if modes is None else modes:
-        mode = CUDAGraphMode.parse(mode)
-        row: dict[str, Any] = {
-            "mode": mode.name,
-            "full_mixed": 0,
-            "full_uniform": 0,
-            "piecewise": 0,
-        }
-        try:
-            dispatcher = ready_dispatcher(config.replace(cudagraph_mode=mode), record_stats=False)
-        except ValueError as err:
-            row.update(graphs=0, largest_size=0, note=str(err))
-            rows.append(row)
-            continue
-        full = dispatcher.cudagraph_keys[CUDAGraphMode.FULL]
-        row["full_uniform"] = sum(d.uniform for d in full)
-        row["full_mixed"] = len(full) - row["full_uniform"]
-        row["piecewise"] = len(dispatcher.cudagraph_keys[CUDAGraphMode.PIECEWISE])
-        every = full | dispatcher.cudagraph_keys[CUDAGraphMode.PIECEWISE]
-        row.update(
-            graphs=len(every),
-            largest_size=max((d.num_tokens for d in every), default=0),
-            note="",
-        )
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def _reason(
     dispatcher: CudagraphDispatcher,
     num_tokens: int,
@@ -122,7 +56,7 @@ def _reason(
     mode: CUDAGraphMode,
     desc: BatchDescriptor,
 ) -> str:
-    """One line saying why the dispatcher answered (mode, desc)."""
+    """One line saying why the V1 dispatcher answered (mode, desc)."""
     config_mode = dispatcher.cudagraph_mode
     if mode is CUDAGraphMode.FULL:
         kind = "uniform-decode" if desc.uniform else "mixed-batch"
@@ -156,6 +90,39 @@ def _reason(
     return f"no key matches the batch padded to {dispatcher.padded_size(num_tokens)} tokens"
 
 
+def _reason_v2(
+    manager: CudaGraphManager, num_tokens: int, num_reqs: int, uniform: bool, answer: StepDispatch
+) -> str:
+    """One line saying why generation 2's manager answered ``answer`` (docs/semantics_v2.md
+    rules 32-35: a uniform decode tries its decode graph, then the token-keyed graphs)."""
+    config_mode, desc = manager.cudagraph_mode, answer.key
+    padding = answer.padded_tokens - num_tokens
+    decode_graphs = (
+        config_mode.separate_routine() and config_mode.decode_mode() is CUDAGraphMode.FULL
+    )
+    if answer.runtime_mode is CUDAGraphMode.FULL:
+        if desc.uniform_token_count is not None:
+            kind = f"decode graph: {desc.num_reqs} requests of {desc.uniform_token_count} tokens"
+        else:
+            kind = "token-keyed graph"
+        return f"FULL graph ({kind}), {padding} padding tokens"
+    if answer.runtime_mode is CUDAGraphMode.PIECEWISE:
+        why = ""
+        if uniform and decode_graphs:
+            why = f" (no compatible decode FULL graph for {num_reqs} requests)"
+        return f"PIECEWISE graph, attention runs eagerly between pieces{why}"
+    if config_mode is CUDAGraphMode.NONE:
+        return "cudagraph_mode is NONE: every step runs eagerly"
+    if num_tokens == 0:
+        return "empty batch: nothing to run"
+    widest = max((k.num_tokens for k in capture_keys(manager)), default=0)
+    if num_tokens > widest:
+        return f"{num_tokens} tokens exceed the widest graph ({widest} tokens)"
+    if config_mode is CUDAGraphMode.FULL_DECODE_ONLY and not uniform:
+        return "FULL_DECODE_ONLY runs mixed batches eagerly"
+    return f"no graph is compatible with {num_reqs} requests of {num_tokens} tokens"
+
+
 def _predict_ms(cost_model: Any, mode: CUDAGraphMode, padded_size: int) -> float:
     """One step's time from a cost model (or what ``as_cost_model`` turns into one)."""
     import numpy as np  # with the cost models' numpy/pandas: only when a cost model is given
@@ -167,26 +134,33 @@ def _predict_ms(cost_model: Any, mode: CUDAGraphMode, padded_size: int) -> float
 
 
 def explain_dispatch(
-    config: GraphConfig | CudagraphDispatcher,
+    config: GraphConfig | GraphDispatcher,
     num_tokens: int,
     uniform: bool = False,
     loras: int = 0,
     cascade: bool = False,
     cost_model: CostModel | Callable[..., Any] | None = None,
+    *,
+    num_reqs: int | None = None,
 ) -> dict[str, Any]:
     """The dispatcher's decision for one batch, as a dict a person (or a widget) can show.
 
-    Keys: num_tokens, uniform_decode, active_loras, cascade, runtime_mode (name),
-    padded_size, num_reqs (None = any count), padding_tokens, key (the BatchDescriptor's
-    repr), reason, and predicted_ms (None without a cost model). Raises ``ValueError`` for
-    a batch the scheduler could never form (more tokens than max_num_batched_tokens, more
-    active LoRAs than max_loras). It does not count the call in the dispatcher's stats
-    unless a counting dispatcher is passed in. ``cost_model``: a
+    Either generation: a config's ``vllm_version`` picks the class
+    (:func:`~cgdispatch.core.engine.make_graph_dispatcher`), or pass a dispatcher.
+    Keys: vllm_version, num_tokens, batch_reqs (the step's requests: ``num_reqs``, default
+    :func:`~cgdispatch.core.engine.default_num_reqs`; V1 does not read it),
+    uniform_decode, active_loras, cascade, runtime_mode (name), padded_size, num_reqs (the
+    graph's; None = any count), padding_tokens, key (the descriptor's repr), reason, and
+    predicted_ms (None without a cost model). Raises ``ValueError`` for a batch the
+    scheduler could never form (more tokens than max_num_batched_tokens, more requests than
+    max_num_seqs or tokens, more active LoRAs than max_loras) and for cascade attention on
+    generation 2 (its runner has none). It does not count the call in a V1 dispatcher's
+    stats unless a counting dispatcher is passed in. ``cost_model``: a
     :class:`~cgdispatch.plan.costs.CostModel` (the device model, a latency table, the affine
     model) or a callable ``f(mode, num_tokens)`` that works on arrays
     (:func:`~cgdispatch.plan.costs.as_cost_model`); it is asked at the padded size.
     """
-    dispatcher = ready_dispatcher(config, record_stats=False)
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
     cfg = dispatcher.config
     for name, value in (("num_tokens", num_tokens), ("active LoRAs", loras)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -202,41 +176,66 @@ def explain_dispatch(
             f"active LoRAs {loras} is invalid: at most max_loras={cfg.max_loras} adapters "
             f"are active in a step; {fix}"
         )
-    mode, desc = dispatcher.dispatch(
-        num_tokens,
-        uniform_decode=bool(uniform),
-        has_lora=loras > 0,
-        num_active_loras=loras,
-        use_cascade_attn=bool(cascade),
+    # a stated count is checked against the scheduler; the default is what dispatch_step
+    # derives (a "uniform decode" wider than q * max_num_seqs keeps its cdiv, as V1 allows)
+    if isinstance(num_reqs, int) and not isinstance(num_reqs, bool) and num_reqs > cfg.max_num_seqs:
+        raise ValueError(
+            f"num_reqs={num_reqs} is invalid: the scheduler never forms a step above "
+            f"max_num_seqs={cfg.max_num_seqs} requests; lower it or raise that limit"
+        )
+    reqs = default_num_reqs(cfg, num_tokens, bool(uniform)) if num_reqs is None else num_reqs
+    answer = dispatch_step(
+        dispatcher, num_tokens, reqs, bool(uniform), loras, use_cascade_attn=bool(cascade)
     )
-    predicted_ms = None if cost_model is None else _predict_ms(cost_model, mode, desc.num_tokens)
+    if isinstance(dispatcher, CudaGraphManager):
+        reason = _reason_v2(dispatcher, num_tokens, reqs, bool(uniform), answer)
+    else:
+        reason = _reason(
+            dispatcher,
+            num_tokens,
+            bool(uniform),
+            loras,
+            bool(cascade),
+            answer.runtime_mode,
+            answer.key,
+        )
+    predicted_ms = (
+        None
+        if cost_model is None
+        else _predict_ms(cost_model, answer.runtime_mode, answer.padded_tokens)
+    )
     return {
+        "vllm_version": generation_of(dispatcher),
         "num_tokens": num_tokens,
+        "batch_reqs": reqs,
         "uniform_decode": bool(uniform),
         "active_loras": loras,
         "cascade": bool(cascade),
-        "runtime_mode": mode.name,
-        "padded_size": desc.num_tokens,
-        "num_reqs": desc.num_reqs,
-        "padding_tokens": desc.num_tokens - num_tokens,
-        "key": repr(desc),
-        "reason": _reason(dispatcher, num_tokens, bool(uniform), loras, bool(cascade), mode, desc),
+        "runtime_mode": answer.runtime_mode.name,
+        "padded_size": answer.padded_tokens,
+        "num_reqs": answer.key.num_reqs,
+        "padding_tokens": answer.padded_tokens - num_tokens,
+        "key": repr(answer.key),
+        "reason": reason,
         "predicted_ms": predicted_ms,
     }
 
 
 def dispatch_table(
-    config: GraphConfig | CudagraphDispatcher,
+    config: GraphConfig | GraphDispatcher,
     num_tokens: Sequence[int],
     uniform_decode: Sequence[bool] = (False, True),
     cascade: Sequence[bool] = (False,),
     loras: Sequence[int] = (0,),
     cost_model: CostModel | Callable[..., Any] | None = None,
 ) -> pd.DataFrame:
-    """:func:`explain_dispatch` for every combination, one row each (without the key repr)."""
+    """:func:`explain_dispatch` for every combination, one row each (without the key repr).
+
+    Cascade attention is V1's alone: ``cascade=[True]`` on a generation-2 config is refused.
+    """
     import pandas as pd
 
-    dispatcher = ready_dispatcher(config, record_stats=False)
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
     rows = [
         explain_dispatch(dispatcher, n, u, lo, c, cost_model)
         for n in num_tokens
@@ -276,9 +275,44 @@ def random_batches(
     return out
 
 
-def dispatch_stats(config: GraphConfig, batches: Iterable[tuple[int, bool]]) -> pd.DataFrame:
-    """Dispatch every (num_tokens, uniform_decode) batch and return ``stats_frame()``."""
-    dispatcher = ready_dispatcher(config, record_stats=True)
-    for n, uniform in batches:
-        dispatcher.dispatch(n, uniform_decode=uniform)
-    return dispatcher.stats_frame()
+def dispatch_stats(
+    config: GraphConfig | GraphDispatcher,
+    batches: Iterable[tuple[int, bool] | tuple[int, bool, int]],
+) -> pd.DataFrame:
+    """Dispatch every batch and count the answers, for either generation.
+
+    A batch is ``(num_tokens, uniform_decode)`` or ``(num_tokens, uniform_decode,
+    num_reqs)`` (default request count: :func:`~cgdispatch.core.engine.default_num_reqs`).
+    Columns (those of ``CudagraphDispatcher.stats_frame``): runtime_mode, padded_size,
+    calls, real_tokens, padded_tokens, padding_tokens; FULL, PIECEWISE, NONE rows, each by
+    padded size. Eager steps are counted at their own size.
+    """
+    import pandas as pd
+
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
+    # each distinct batch is dispatched once: a trace repeats its shapes many times
+    seen = Counter((b[0], bool(b[1]), b[2] if len(b) > 2 else None) for b in batches)
+    totals: dict[tuple[str, int], list[int]] = {}
+    for (n, uniform, reqs), calls in seen.items():
+        answer = dispatch_step(dispatcher, n, reqs, uniform)
+        row = totals.setdefault((answer.runtime_mode.name, answer.padded_tokens), [0, 0, 0])
+        row[0] += calls
+        row[1] += calls * n
+        row[2] += calls * answer.padded_tokens
+    order = {"FULL": 0, "PIECEWISE": 1, "NONE": 2}
+    rows = [
+        (mode, size, calls, real, padded, padded - real)
+        for (mode, size), (calls, real, padded) in sorted(
+            totals.items(), key=lambda item: (order[item[0][0]], item[0][1])
+        )
+    ]
+    columns = [
+        "runtime_mode",
+        "padded_size",
+        "calls",
+        "real_tokens",
+        "padded_tokens",
+        "padding_tokens",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.astype({c: "int64" for c in columns[1:]})

@@ -264,3 +264,181 @@ def test_dispatch_stats_counts_every_batch():
         want[(mode.name, desc.num_tokens)] += 1
     got = {(r.runtime_mode, r.padded_size): r.calls for r in stats.itertuples()}
     assert got == dict(want)
+
+
+# ----- generation 2 (vLLM 0.34, CudaGraphManager): the same views, checked against the class
+def random_gen2_config(rng: random.Random) -> GraphConfig:
+    """A random, valid, resolved generation-2 config: mode, limits, spec decode, LoRA."""
+    import warnings
+
+    from cgdispatch import AttentionCGSupport
+
+    while True:
+        fields = dict(
+            vllm_version="0.34",
+            cudagraph_mode=rng.choice(list(CUDAGraphMode)),
+            max_num_seqs=rng.randint(1, 48),
+            max_num_batched_tokens=rng.randint(48, 400),
+            num_speculative_tokens=rng.choice([0, 0, 1, 3]),
+            max_loras=rng.choice([0, 0, 2, 4]),
+            specialize_active_lora=rng.random() < 0.5,
+            cudagraph_specialize_lora=rng.random() < 0.5,
+        )
+        if rng.random() < 0.3:
+            fields["decode_cudagraph_capture_request_sizes"] = sorted(
+                rng.sample(range(1, fields["max_num_seqs"] + 1), min(3, fields["max_num_seqs"]))
+            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return GraphConfig(**fields).resolve(rng.choice(list(AttentionCGSupport)))
+        except ValueError:
+            continue  # vLLM refuses it (rule tests cover refusals): draw again
+
+
+def test_gen2_keys_table_lists_the_managers_descriptors_in_capture_order():
+    from cgdispatch import CudaGraphManager
+
+    rng = random.Random(21)
+    for _ in range(25):
+        config = random_gen2_config(rng)
+        table = keys_table(config)
+        assert list(table.columns) == [
+            "runtime_mode",
+            "num_tokens",
+            "num_reqs",
+            "uniform_token_count",
+            "max_query_len",
+            "num_active_loras",
+            "num_ubatches",
+        ]
+
+        def opt(v):
+            return None if pd.isna(v) else int(v)
+
+        got = [
+            (r.runtime_mode, r.num_tokens, opt(r.num_reqs), opt(r.uniform_token_count),
+             opt(r.max_query_len), r.num_active_loras, r.num_ubatches)
+            for r in table.itertuples()
+        ]  # fmt: skip
+        want = [
+            (d.cg_mode.name, d.num_tokens, d.num_reqs, d.uniform_token_count, d.max_query_len,
+             d.num_active_loras, d.num_ubatches)
+            for d in CudaGraphManager(config).capture_order()
+        ]  # fmt: skip
+        assert got == want
+
+
+def test_gen2_keys_summary_counts_the_managers_graphs():
+    import warnings
+
+    from cgdispatch import CudaGraphManager
+
+    rng = random.Random(22)
+    for _ in range(15):
+        config = random_gen2_config(rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            summary = keys_summary(config).set_index("mode")
+        for mode in CUDAGraphMode:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                descs = CudaGraphManager(config.replace(cudagraph_mode=mode)).capture_descs
+            full = descs.get(CUDAGraphMode.FULL, [])
+            decode = [d for d in full if d.uniform_token_count is not None or d.max_query_len]
+            row = summary.loc[mode.name]
+            assert (row.piecewise, row.full_mixed, row.full_uniform) == (
+                len(descs.get(CUDAGraphMode.PIECEWISE, [])),
+                len(full) - len(decode),
+                len(decode),
+            ), mode
+
+
+def test_gen2_explain_dispatch_equals_the_manager_on_random_batches():
+    from cgdispatch import CudaGraphManager
+
+    rng = random.Random(23)
+    for _ in range(30):
+        config = random_gen2_config(rng)
+        manager = CudaGraphManager(config)
+        q = config.uniform_decode_query_len
+        for _ in range(40):
+            uniform = rng.random() < 0.5
+            loras = rng.randint(0, config.max_loras)
+            if uniform:
+                reqs = rng.randint(1, min(config.max_num_seqs, config.max_num_batched_tokens // q))
+                n = reqs * q
+            else:
+                n = rng.randint(1, config.max_num_batched_tokens)
+                reqs = rng.randint(1, min(n, config.max_num_seqs))
+            got = explain_dispatch(config, n, uniform, loras, num_reqs=reqs)
+            desc = manager.dispatch(reqs, n, q if uniform else None, loras)
+            assert (got["runtime_mode"], got["padded_size"], got["num_reqs"]) == (
+                desc.cg_mode.name,
+                desc.num_tokens,
+                desc.num_reqs,
+            )
+            assert got["key"] == repr(desc) and got["vllm_version"] == "0.34"
+            assert got["batch_reqs"] == reqs and got["padding_tokens"] == desc.num_tokens - n
+            assert got["reason"].startswith(
+                {"FULL": "FULL graph", "PIECEWISE": "PIECEWISE graph", "NONE": ""}[
+                    desc.cg_mode.name
+                ]
+            )
+            if uniform:  # the default request count of a uniform decode is n / q
+                assert explain_dispatch(config, n, True, loras)["key"] == got["key"]
+
+
+def test_gen2_reasons_and_refusals():
+    config = GraphConfig(
+        vllm_version="0.34",
+        cudagraph_mode="FULL_AND_PIECEWISE",
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        prefill_cudagraph_capture_token_sizes=[4, 16],
+        decode_cudagraph_capture_request_sizes=[2, 4],
+    )
+    decode = explain_dispatch(config, 3, uniform=True)
+    assert decode["reason"] == "FULL graph (decode graph: 4 requests of 1 tokens), 1 padding tokens"
+    assert (
+        "no compatible decode FULL graph for 6 requests"
+        in explain_dispatch(config, 6, True)["reason"]
+    )
+    assert "exceed the widest graph (16 tokens)" in explain_dispatch(config, 17)["reason"]
+    only = config.replace(cudagraph_mode="FULL_DECODE_ONLY")
+    assert "runs mixed batches eagerly" in explain_dispatch(only, 3)["reason"]
+    none = config.replace(cudagraph_mode="NONE")
+    assert "NONE" in explain_dispatch(none, 3)["reason"]
+    with pytest.raises(ValueError, match="no cascade attention"):
+        explain_dispatch(config, 3, cascade=True)
+    with pytest.raises(ValueError, match="num_reqs=9 is invalid: .*max_num_seqs=8"):
+        explain_dispatch(config, 20, num_reqs=9)
+    with pytest.raises(ValueError, match="num_reqs=5 is invalid with num_tokens=4"):
+        explain_dispatch(config, 4, num_reqs=5)
+    table = dispatch_table(config, [1, 3, 9, 17])
+    assert set(table["vllm_version"]) == {"0.34"} and len(table) == 8
+
+
+def test_dispatch_stats_counts_either_generation():
+    from cgdispatch import CudaGraphManager
+
+    rng = random.Random(24)
+    v1 = random_config(rng)
+    batches = random_batches(v1, 500, seed=2)
+    reference = CudagraphDispatcher(v1)
+    reference.initialize_cudagraph_keys()
+    for n, uniform in batches:
+        reference.dispatch(n, uniform_decode=uniform)
+    pd.testing.assert_frame_equal(dispatch_stats(v1, batches), reference.stats_frame())
+
+    gen2 = random_gen2_config(rng)
+    batches = random_batches(gen2, 500, seed=3)
+    manager, q = CudaGraphManager(gen2), gen2.uniform_decode_query_len
+    want = Counter()
+    for n, uniform in batches:
+        desc = manager.dispatch(-(-n // q) if uniform else 1, n, q if uniform else None, 0)
+        want[(desc.cg_mode.name, desc.num_tokens)] += 1
+    stats = dispatch_stats(gen2, batches)
+    assert {(r.runtime_mode, r.padded_size): r.calls for r in stats.itertuples()} == dict(want)
+    assert (stats["padding_tokens"] == stats["padded_tokens"] - stats["real_tokens"]).all()
+    assert stats["real_tokens"].sum() == sum(n for n, _ in batches)

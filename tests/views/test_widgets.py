@@ -210,3 +210,116 @@ def test_explorer_takes_the_packages_cost_models_and_shows_their_source():
         rows = table[table["mode"] == mode.name]
         want = float(np.interp(desc.num_tokens, rows["num_tokens"], rows["latency_ms"]))
         assert f"{want:.3f} ms (measured (TestGPU))" in explorer.decision.value
+
+
+# ----- the generation toggle: every decision shown is the chosen class's own answer
+def test_gen2_explorer_decisions_equal_the_manager_on_random_moves():
+    import warnings
+
+    from cgdispatch import CudaGraphManager
+
+    rng = random.Random(35)
+    for _ in range(6):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = GraphConfig(
+                vllm_version="0.34",
+                cudagraph_mode=rng.choice(["FULL_AND_PIECEWISE", "FULL", "PIECEWISE",
+                                           "FULL_DECODE_ONLY"]),
+                max_num_seqs=rng.randint(2, 32),
+                max_num_batched_tokens=200,
+                num_speculative_tokens=rng.choice([0, 1, 3]),
+                max_loras=rng.choice([0, 2]),
+            )  # fmt: skip
+        explorer = dispatch_explorer(config)
+        assert explorer.version_box.value == "0.34" and explorer.cascade.disabled
+        assert explorer.sizes_box.value == format_sizes(
+            config.prefill_cudagraph_capture_token_sizes or []
+        )
+        manager, q = CudaGraphManager(config), config.uniform_decode_query_len
+        widest = max((d.num_tokens for d in manager.capture_order()), default=0)
+        assert explorer.slider.value == min(widest, explorer.slider.max)
+        for _ in range(25):
+            n = rng.randint(1, explorer.slider.max)
+            uniform, loras = rng.random() < 0.5, rng.randint(0, config.max_loras)
+            explorer.uniform.value, explorer.loras.value = uniform, loras
+            explorer.slider.value = n
+            reqs = -(-n // q) if uniform else 1
+            want = manager.dispatch(reqs, n, q if uniform else None, loras)
+            got = shown(explorer)
+            assert (got["runtime-mode"], int(got["padded-size"]), got["num-reqs"]) == (
+                want.cg_mode.name,
+                want.num_tokens,
+                str(want.num_reqs),
+            )
+            assert got["vllm-version"] == "0.34" and explorer.message.value == ""
+
+
+def test_generation_toggle_switches_the_class_and_its_sizes():
+    from cgdispatch import CudaGraphManager
+
+    config = GraphConfig(max_num_seqs=16, max_num_batched_tokens=256, num_speculative_tokens=1)
+    explorer = dispatch_explorer(config, num_tokens=30)
+    assert explorer.version_box.value == "0.33"  # vllm_version None is V1
+    assert explorer.decode_box.layout.display == "none"
+    explorer.cascade.value = True
+    explorer.version_box.value = "0.34"
+    assert not explorer.cascade.value and explorer.cascade.disabled
+    assert isinstance(explorer.dispatcher, CudaGraphManager)
+    gen2 = explorer.base_config
+    assert gen2.vllm_version == "0.34" and explorer.decode_box.layout.display is None
+    assert explorer.decode_box.value == format_sizes(gen2.decode_cudagraph_capture_request_sizes)
+    # edit the decode request sizes: the decision follows a manager built with them
+    explorer.decode_box.value = "1, 4, 16"
+    explorer.uniform.value = True
+    rng = random.Random(36)
+    manager = CudaGraphManager(
+        gen2.replace(
+            cudagraph_capture_sizes=None,
+            max_cudagraph_capture_size=None,
+            prefill_cudagraph_capture_token_sizes=gen2.prefill_cudagraph_capture_token_sizes,
+            decode_cudagraph_capture_request_sizes=[1, 4, 16],
+        )
+    )
+    for reqs in rng.sample(range(1, 17), 8):
+        explorer.slider.value = 2 * reqs
+        want = manager.dispatch(reqs, 2 * reqs, 2, 0)
+        got = shown(explorer)
+        assert (got["runtime-mode"], int(got["padded-size"])) == (
+            want.cg_mode.name,
+            want.num_tokens,
+        )
+    explorer.decode_box.value = "1, 99"
+    assert "decode request sizes" in explorer.message.value and "max_num_seqs=16" in (
+        explorer.message.value
+    )
+    explorer.decode_box.value = "1, 4, 16"
+    explorer.version_box.value = "0.33"  # back: the V1 config as given
+    assert isinstance(explorer.dispatcher, CudagraphDispatcher)
+    assert explorer.sizes_box.value == format_sizes(config.cudagraph_capture_sizes)
+    for n in rng.sample(range(1, explorer.slider.max + 1), 8):
+        explorer.slider.value = n
+        mode, desc = reference(config).dispatch(n, uniform_decode=True)
+        got = shown(explorer)
+        assert (got["vllm-version"], got["runtime-mode"], int(got["padded-size"])) == (
+            "0.33",
+            mode.name,
+            desc.num_tokens,
+        )
+
+
+def test_build_config_builds_the_bases_generation():
+    from cgdispatch import CudaGraphManager
+
+    base = GraphConfig(vllm_version="0.34", max_num_seqs=16, max_num_batched_tokens=256)
+    manager, notes = build_config(base, "8, 4, 64", "FULL_AND_PIECEWISE", "2, 1, 8")
+    assert isinstance(manager, CudaGraphManager) and notes == []
+    assert manager.config.prefill_cudagraph_capture_token_sizes == [4, 8, 64]
+    assert manager.config.decode_cudagraph_capture_request_sizes == [1, 2, 8]
+    manager, notes = build_config(base, "8, 4, 64", "FULL")  # decode sizes: vLLM's default
+    assert manager.config.decode_cudagraph_capture_request_sizes == (
+        base.decode_cudagraph_capture_request_sizes
+    )
+    assert manager.cudagraph_mode is CUDAGraphMode.FULL
+    none, notes = build_config(base, "8", "FULL", "0, 2")
+    assert none is None and notes[0].startswith("decode request sizes: capture size 0")
