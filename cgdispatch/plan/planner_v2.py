@@ -14,7 +14,9 @@ The rule that keeps the two problems apart: the decode ladder always reaches the
 decode step that can have a decode graph (``r <= min(max_num_seqs, decode token budget //
 q)``), so which decodes fall back to token-keyed graphs does not depend on the plan. Within
 that rule the plan is exact (tests/plan/test_planner_v2.py checks it against brute force
-scored by ``CudaGraphManager``).
+scored by ``CudaGraphManager``); against every pair of ladders, unrestricted, the rule cost
+at most 0.2% of modelled step time on 24 small random instances with the H200 device
+model (the test allows 0.5%). A capture-time budget is not planned for generation 2.
 """
 
 from __future__ import annotations
@@ -160,15 +162,15 @@ def _fit(sizes: np.ndarray, memory: np.ndarray, budget: float | None, fixed_top:
 
 
 def _costs(
-    model: CostModel | None, kind: str, mode: CUDAGraphMode, tokens: np.ndarray, memory: bool
+    model: CostModel | None, kind: str, mode: CUDAGraphMode, tokens: np.ndarray, budgeted: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(cost per step padded to each size, graph memory of each size when ``memory``)."""
+    """(cost per step padded to each size, graph memory of each size when ``budgeted``)."""
     cost = tokens.astype(np.float64)
     if kind == "time":
         cost = np.asarray(model.step_time_ms(mode, tokens), dtype=np.float64)
-    bytes_ = np.zeros(len(tokens))
-    if memory:
-        bytes_ = np.asarray(model.graph_memory_bytes(mode, tokens), dtype=np.float64)
+    memory = np.zeros(len(tokens))
+    if budgeted:
+        memory = np.asarray(model.graph_memory_bytes(mode, tokens), dtype=np.float64)
     return cost, memory
 
 
