@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from numbers import Integral
 
 from ..core.config import GraphConfig
 
@@ -35,9 +36,9 @@ class Gen2Ladder:
     def __post_init__(self) -> None:
         for name in ("prefill_token_sizes", "decode_request_sizes"):
             sizes = getattr(self, name)
-            if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+            if any(isinstance(s, bool) or not isinstance(s, Integral) or s < 1 for s in sizes):
                 raise ValueError(f"{name}={list(sizes)} is invalid: sizes must be integers >= 1")
-            object.__setattr__(self, name, tuple(sorted(set(sizes))))
+            object.__setattr__(self, name, tuple(sorted({int(s) for s in sizes})))
 
     @property
     def num_sizes(self) -> int:

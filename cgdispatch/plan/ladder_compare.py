@@ -134,17 +134,23 @@ def export_plan(sizes: Ladder, config: GraphConfig | None = None) -> dict[str, s
     With a vLLM 0.34 config (``vllm_version="0.34"``) the vLLM flags carry
     ``prefill_cudagraph_capture_token_sizes`` and ``decode_cudagraph_capture_request_sizes``
     (not the deprecated ``cudagraph_capture_sizes``; a token list is split as vLLM 0.34
-    splits it), and SGLang / TensorRT-LLM take the decode request sizes.
+    splits it), and SGLang / TensorRT-LLM take the decode request sizes (the prefill sizes
+    divisible by q, divided by q, when none are planned).
     """
     config = GraphConfig() if config is None else config
     cfg = ladder_config(config, sizes)
     if cfg.vllm_version == "0.34":
         cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
-        batch = list(cfg.decode_cudagraph_capture_request_sizes or [])
+        q = config.uniform_decode_query_len
+        prefill = cfg.prefill_cudagraph_capture_token_sizes or []
+        # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
+        batch = list(cfg.decode_cudagraph_capture_request_sizes or []) or sorted(
+            {s // q for s in prefill if s % q == 0}
+        )
         if not batch:
             raise ValueError(
-                f"{sizes!r} gives no decode request sizes: SGLang and TensorRT-LLM graph "
-                "decodes by request count; plan decode_request_sizes too"
+                f"{sizes!r} gives no decode request sizes and no prefill size is a multiple "
+                f"of q={q}: SGLang and TensorRT-LLM graph decodes by request count"
             )
     else:
         q = config.uniform_decode_query_len
