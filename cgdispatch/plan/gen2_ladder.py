@@ -45,6 +45,9 @@ class Gen2Ladder:
         """Sizes in both lists: what ``max_graphs`` counts for generation 2."""
         return len(self.prefill_token_sizes) + len(self.decode_request_sizes)
 
+    def __len__(self) -> int:  # as a V1 ladder's len(): the sizes max_graphs counts
+        return self.num_sizes
+
     def as_dict(self) -> dict[str, list[int]]:
         """vLLM 0.34's field names -> sizes (the CLI's JSON form)."""
         return {
