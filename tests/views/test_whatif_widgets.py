@@ -206,6 +206,14 @@ def test_step_histogram_and_ladder_figures_draw_the_data_given():
     assert "[model]" in panels["mean step (ms)"].get_title()
     shown = [p.get_height() for p in panels["eager steps (%)"].patches]
     assert shown == pytest.approx(list(100 * table["eager_step_share"]))
+    assert [p.get_height() for p in panels["capture sizes"].patches] == [3, 2]
+    # vLLM 0.34: the first panel counts prefill token and decode request sizes together
+    from cgdispatch.plan.gen2_ladder import Gen2Ladder
+
+    gen2 = compare(trace, {"a": Gen2Ladder((8, 64), (2, 16))}, config=GEN2)
+    fig = ladder_comparison_figure(gen2, source="synthetic test trace")
+    panels = {ax.get_title().split("\n")[0]: ax for ax in fig.axes}
+    assert [p.get_height() for p in panels["sizes (prefill + decode)"].patches] == [4]
 
 
 def test_workload_trace_from_presets_and_files(tmp_path):
