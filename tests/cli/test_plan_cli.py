@@ -268,3 +268,31 @@ def test_split_holdout_cuts_by_time_or_by_rows():
         split_holdout(trace, 1)
     with pytest.raises(ValueError, match="leaves an empty part"):
         split_holdout(trace.head(1), 0.5)
+
+
+def test_plan_gen2_time_objective_with_budget_and_max_size(tmp_path, capsys):
+    from cgdispatch import GraphConfig
+    from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
+    from cgdispatch.workload.sources import split_holdout, workload_trace
+
+    path, _ = _requests_csv(tmp_path, seed=7)
+    args = ["plan", "--trace", str(path), "--max-graphs", "10", "--objective", "time"]
+    args += ["--max-size", "1024", "--memory-budget-mib", "300", "--holdout", "0.5", "--json"]
+    assert main(args) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    planned = rows["planned"]
+    trace, _ = workload_trace(path)
+    train, _ = split_holdout(trace, 0.5)
+    ladder = plan_gen2_capture_sizes(
+        train,
+        10,
+        objective="time",
+        cost_model=device_cost_model("llama-3.1-8b", "H200"),
+        config=GraphConfig(vllm_version="0.34").resolve(),
+        max_prefill_tokens=1024,
+        memory_budget_bytes=300 * 2**20,
+    )
+    assert planned["prefill_sizes"] == list(ladder.prefill_token_sizes)
+    assert planned["decode_sizes"] == list(ladder.decode_request_sizes)
+    assert planned["prefill_sizes"][-1] == 1024 and planned["graph_memory_mib"] <= 300
