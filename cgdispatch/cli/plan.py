@@ -42,10 +42,6 @@ def _check(args: argparse.Namespace) -> None:
     if args.holdout is not None and args.evaluate_on is not None:
         raise ValueError("--holdout and --evaluate-on exclude each other: give one")
     gen2 = args.vllm_version == "0.34"
-    if gen2 and args.capture_budget_s is not None:
-        raise ValueError(
-            "--capture-budget-s is planned for V1 only: drop it, or pass --vllm-version 0.33"
-        )
     if gen2 and args.sequence_parallel:
         raise ValueError(
             "--sequence-parallel filters sizes in V1 only (vLLM 0.34 applies none): drop it, "
@@ -115,6 +111,7 @@ def run_plan(args: argparse.Namespace) -> int:
             config=config,
             max_prefill_tokens=args.max_size,
             memory_budget_bytes=budget,
+            capture_budget_s=args.capture_budget_s,
         )
     else:
         sizes = plan_capture_sizes(
