@@ -134,8 +134,8 @@ def export_plan(sizes: Ladder, config: GraphConfig | None = None) -> dict[str, s
     With a vLLM 0.34 config (``vllm_version="0.34"``) the vLLM flags carry
     ``prefill_cudagraph_capture_token_sizes`` and ``decode_cudagraph_capture_request_sizes``
     (not the deprecated ``cudagraph_capture_sizes``; a token list is split as vLLM 0.34
-    splits it), and SGLang / TensorRT-LLM take the decode request sizes (the prefill sizes
-    divisible by q, divided by q, when none are planned).
+    splits it), and SGLang / TensorRT-LLM take the decode request sizes (when none are
+    planned, the prefill sizes divisible by q, divided by q, up to ``max_num_seqs``).
     """
     config = GraphConfig() if config is None else config
     cfg = ladder_config(config, sizes)
@@ -145,7 +145,7 @@ def export_plan(sizes: Ladder, config: GraphConfig | None = None) -> dict[str, s
         prefill = cfg.prefill_cudagraph_capture_token_sizes or []
         # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
         batch = list(cfg.decode_cudagraph_capture_request_sizes or []) or sorted(
-            {s // q for s in prefill if s % q == 0}
+            {s // q for s in prefill if s % q == 0 and s // q <= cfg.max_num_seqs}
         )
         if not batch:
             raise ValueError(

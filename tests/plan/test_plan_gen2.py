@@ -108,6 +108,9 @@ def test_export_plan_gen2_writes_new_fields_only():
         CudaGraphManager(back).capture_order()
         == CudaGraphManager(gen2_config(cfg, ladder)).capture_order()
     )
+    # no decode sizes (modes without decode graphs): request counts from the prefill sizes
+    flags = export_plan(Gen2Ladder((2, 6, 64, 300), ()), cfg)
+    assert flags["sglang"] == "--cuda-graph-bs 1 3 32 --cuda-graph-max-bs 32"  # q = 2, <= 32
     # a token list is split as vLLM 0.34 splits the legacy field, then written as new fields
     cc = json.loads(export_plan([1, 2, 4, 8, 16], cfg)["vllm_compilation_config"])
     assert "cudagraph_capture_sizes" not in cc
