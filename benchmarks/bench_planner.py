@@ -12,6 +12,9 @@ default ladder on every workload; with vLLM's count (and its graph memory as the
 lower mean step time and graph memory <= vLLM's; planning a 200k-step trace with the time
 objective over sizes up to 8192 in < 5 s (measured (CPU)). Also printed: the capture-budget
 heuristic's gap to its Lagrangian lower bound, and the padding objective (unchanged).
+Generation 2 (vLLM 0.34, ``plan_gen2_capture_sizes``: decode request sizes and prefill
+token sizes from one budget) gets the same held-out comparison against vLLM 0.34's default
+ladder (no target set; printed for the record) and its planning time on the 200k steps.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_planner.py`` (about a minute on 2 cores).
 """
@@ -29,6 +32,7 @@ from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.plan.dp import solve_with_capture_budget
 from cgdispatch.plan.ladder_compare import compare, engine_ladders
 from cgdispatch.plan.planner import _problem, _rules, as_histogram, plan_capture_sizes
+from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
 from cgdispatch.workload.synthetic import synthetic_requests
 from cgdispatch.workload.trace import make_trace, simulate_steps
 
@@ -97,6 +101,39 @@ def quality(cases: list, config: GraphConfig) -> pd.DataFrame:
     return table
 
 
+def quality_gen2(cases: list) -> pd.DataFrame:
+    """vLLM 0.34: planned ladders against its default (prefill and decode lists)."""
+    config = GraphConfig(vllm_version="0.34").resolve()
+    model = device_cost_model(MODEL, DEVICE)
+    vllm = engine_ladders(config)["vllm"]
+    half, same = vllm.num_sizes // 2, vllm.num_sizes
+    rows = []
+    for preset, rate, train, test in tqdm(cases, desc="plan and score (vLLM 0.34)"):
+        ref = compare(test, {"vllm": vllm}, config=config, cost_model=model).iloc[0]
+        plan = dict(cost_model=model, config=config, objective="time", smoothing=SMOOTHING)
+        ladders = {
+            "vllm": vllm,
+            "half": plan_gen2_capture_sizes(train, half, **plan),
+            "same": plan_gen2_capture_sizes(
+                train, same, memory_budget_bytes=ref["graph_memory_bytes"], **plan
+            ),
+        }
+        t = compare(test, ladders, config=config, cost_model=model).set_index("ladder")
+        ms, mem = t["mean_step_ms"], t["graph_memory_bytes"]
+        rows.append(
+            {
+                "workload": preset,
+                "req/s": rate,
+                "vllm_ms": ms["vllm"],
+                "half_graphs": int(t.loc["half", "num_graphs"]),
+                "half/vllm": ms["half"] / ms["vllm"],
+                "same/vllm": ms["same"] / ms["vllm"],
+                "same_mem/vllm": mem["same"] / mem["vllm"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def capture_budget_gap(cases: list, config: GraphConfig) -> pd.DataFrame:
     """The Lagrangian capture-budget plan against its lower bound (half vLLM's capture time)."""
     model = device_cost_model(MODEL, DEVICE)
@@ -126,6 +163,16 @@ def speed(config: GraphConfig) -> None:
     decode = rng.random(steps) < 0.7
     n = np.where(decode, rng.integers(1, 257, steps), rng.integers(1, 8193, steps))
     trace = make_trace(n, decode)
+    gen2 = GraphConfig(vllm_version="0.34").resolve()
+    start = time.perf_counter()
+    ladder = plan_gen2_capture_sizes(trace, 51, objective="time", cost_model=model, config=gen2)
+    gen2_s = time.perf_counter() - start
+    print(
+        f"\nvLLM 0.34: planning the same {steps} steps for <= 51 sizes (decode request + "
+        f"prefill token), time objective, measured (CPU): {gen2_s:.2f} s -> "
+        f"{len(ladder.decode_request_sizes)} decode + {len(ladder.prefill_token_sizes)} "
+        f"prefill sizes; ratio to the V1 5 s target: {gen2_s / 5:.2f}"
+    )
     start = time.perf_counter()
     sizes = plan_capture_sizes(trace, 51, objective="time", cost_model=model, config=config)
     plan_s = time.perf_counter() - start
@@ -156,6 +203,13 @@ def main() -> None:
         print(f"\nall targets met: {bool(table['target_met'].all())}")
         print("\ncapture budget = half of vLLM's modelled capture time (Lagrangian heuristic):")
         print(capture_budget_gap(cases, config).to_string(**fmt))
+        gen2 = quality_gen2(cases)
+        print(
+            "\nvLLM 0.34 (CudaGraphManager), held out, ratios to its default ladder "
+            f"({engine_ladders(GraphConfig(vllm_version='0.34').resolve())['vllm'].num_sizes} "
+            "sizes: prefill token + decode request); half and same as above:"
+        )
+        print(gen2.to_string(**fmt))
     speed(config)
 
 

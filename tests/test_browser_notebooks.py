@@ -2,9 +2,12 @@
 
 Each test starts its own server on a copy of the notebook (so the committed one is never
 rewritten), drives Debian's Chromium through Playwright, moves the num_tokens slider with the
-keyboard and checks every decision shown against ``CudagraphDispatcher.dispatch``, then types
-new capture sizes and checks the what-if metrics shown against ``evaluate`` on the same trace,
-all computed here from the notebook's parameters cell. Screenshots go to build/screenshots/.
+keyboard and checks every decision shown against the dispatcher of the notebook's vLLM
+generation (``vllm_version``: ``CudaGraphManager`` for 0.34, ``CudagraphDispatcher`` for 0.33,
+asked through ``cgdispatch.core.engine.dispatch_step``), then types new capture sizes (for 0.34
+the prefill token sizes) and checks the what-if metrics shown against ``evaluate`` on the same
+trace, all computed here from the notebook's parameters cell. Screenshots go to
+build/screenshots/.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from browser_support import (
     voila_argv,
 )
 
-from cgdispatch import CudagraphDispatcher, GraphConfig
+from cgdispatch import GraphConfig
+from cgdispatch.core.engine import GraphDispatcher, dispatch_step, make_graph_dispatcher
+from cgdispatch.views.explorer_handlers import largest_size, slider_max
 
 _SKIP = browser_skip_reason()
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")]
@@ -56,15 +61,18 @@ class Expected:
     """The notebook's trace, config and starting ladder, rebuilt here from its parameters."""
 
     def __init__(self, params: dict[str, Any]) -> None:
-        from cgdispatch import engine_ladders, plan_capture_sizes, workload_trace
+        from cgdispatch import engine_ladders, ladder_config, plan_ladder, workload_trace
+        from cgdispatch.plan.choose import largest_token_size
 
         self.params = params
         self.config = GraphConfig(
+            vllm_version=str(params["vllm_version"]),
             cudagraph_mode=params["mode"],
             max_num_seqs=params["max_num_seqs"],
             max_num_batched_tokens=params["max_num_batched_tokens"],
             num_speculative_tokens=params["num_speculative_tokens"],
         ).resolve()
+        self.gen2 = self.config.vllm_version == "0.34"
         self.trace, _ = workload_trace(
             params["workload"],
             num_requests=params["num_requests"],
@@ -74,25 +82,38 @@ class Expected:
             max_num_batched_tokens=params["max_num_batched_tokens"],
             num_speculative_tokens=params["num_speculative_tokens"],
         )
-        planned = plan_capture_sizes(
+        planned = plan_ladder(
             self.trace,
             params["max_graphs"],
-            mode=params["mode"],
-            max_size=engine_ladders(self.config)["vllm"][-1],
-            multiple_of=self.config.uniform_decode_query_len,
+            config=self.config,
+            max_size=largest_token_size(engine_ladders(self.config)["vllm"]),
         )
-        self.start_sizes = params["capture_sizes"] or planned
+        # the dashboard's starting config; the sizes box holds V1's capture sizes or, for
+        # vLLM 0.34, the prefill token sizes (the decode request sizes stay as started)
+        self.start_config = ladder_config(self.config, params["capture_sizes"] or planned)
+        self.start_sizes = list(
+            self.start_config.prefill_cudagraph_capture_token_sizes
+            if self.gen2
+            else self.start_config.cudagraph_capture_sizes
+        )
 
-    def dispatcher(self, sizes: list[int]) -> CudagraphDispatcher:
-        config = self.config.replace(cudagraph_capture_sizes=sizes).resolve()
-        dispatcher = CudagraphDispatcher(config, record_stats=False)
-        dispatcher.initialize_cudagraph_keys()
-        return dispatcher
+    def sized(self, sizes: list[int]) -> GraphConfig:
+        field = "prefill_cudagraph_capture_token_sizes" if self.gen2 else "cudagraph_capture_sizes"
+        return self.start_config.replace(**{field: sizes}).resolve()
+
+    def dispatcher(self, sizes: list[int]) -> GraphDispatcher:
+        return make_graph_dispatcher(self.sized(sizes), record_stats=False)
 
     def summary(self, sizes: list[int]) -> dict[str, Any]:
         from cgdispatch import evaluate
 
-        return evaluate(self.config.replace(cudagraph_capture_sizes=sizes), self.trace).summary
+        return evaluate(self.sized(sizes), self.trace).summary
+
+
+def answer(dispatcher: GraphDispatcher, n: int, uniform: bool = False) -> tuple[str, int]:
+    """(runtime mode, padded tokens) of one step, asked of the generation's own class."""
+    step = dispatch_step(dispatcher, n, None, uniform)
+    return step.runtime_mode.name, step.padded_tokens
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +152,7 @@ def shown_decision(page: Any) -> tuple[int, str, int]:
     return int(box.get_attribute("data-num-tokens")), mode_text, int(padded_text)
 
 
-def slide_and_check(page: Any, dispatcher: CudagraphDispatcher, start: int, keys: list[str]) -> set:
+def slide_and_check(page: Any, dispatcher: GraphDispatcher, start: int, keys: list[str]) -> set:
     """Press each key on the slider handle; after each, the decision must be the dispatcher's.
 
     ArrowRight/ArrowLeft move one token, End/Home jump to the slider's ends.
@@ -151,31 +172,25 @@ def slide_and_check(page: Any, dispatcher: CudagraphDispatcher, start: int, keys
         n = {"ArrowRight": n + 1, "ArrowLeft": n - 1, "End": top, "Home": 1}[key]
         expect(box).to_have_attribute("data-num-tokens", str(n))
         expect(page.locator(".widget-readout").last).to_have_text(str(n))
-        mode, desc = dispatcher.dispatch(n)
-        assert shown_decision(page) == (n, mode.name, desc.num_tokens), f"num_tokens={n}"
-        seen.add((mode.name, desc.num_tokens))
+        mode, padded = answer(dispatcher, n)
+        assert shown_decision(page) == (n, mode, padded), f"num_tokens={n}"
+        seen.add((mode, padded))
     return seen
 
 
-def slider_max(dispatcher: CudagraphDispatcher) -> int:
-    """The slider's range as the dashboard sets it (twice the largest size, within limits)."""
-    largest = dispatcher.max_capture_size
-    return min(dispatcher.config.max_num_batched_tokens, max(2 * largest, largest + 16, 16))
-
-
-def _keys(dispatcher: CudagraphDispatcher, start: int) -> list[str]:
+def _keys(dispatcher: GraphDispatcher, sizes: list[int], start: int) -> list[str]:
     """From ``start`` down across a capture size, up past the largest one, then both ends."""
-    sizes = dispatcher.config.cudagraph_capture_sizes
     below = max((s for s in sizes if s < start), default=1)
     down = start - max(below - 1, 1)
-    up = (dispatcher.max_capture_size + 2) - (start - down)
+    up = (largest_size(dispatcher) + 2) - (start - down)
     return ["ArrowLeft"] * down + ["ArrowRight"] * up + ["End", "Home"]
 
 
 def check_slider(page: Any, expected: Expected) -> None:
     dispatcher = expected.dispatcher(expected.start_sizes)
     start = expected.params["start_tokens"]
-    seen = slide_and_check(page, dispatcher, start, _keys(dispatcher, start))
+    keys = _keys(dispatcher, expected.start_sizes, start)
+    seen = slide_and_check(page, dispatcher, start, keys)
     assert len(seen) >= 3, f"the slider crossed too few decisions: {seen}"
     assert any(mode == "NONE" for mode, _ in seen) and any(mode != "NONE" for mode, _ in seen)
 
@@ -244,15 +259,15 @@ def test_whatif_dashboard_in_jupyterlab(page: Any, workdir: Path, expected: Expe
         page.locator("[data-testid=dispatch-decision][data-uniform=true]").wait_for(
             state="attached"
         )
-        mode, desc = expected.dispatcher(expected.start_sizes).dispatch(n, uniform_decode=True)
-        assert shown_decision(page) == (n, mode.name, desc.num_tokens)
+        mode, padded = answer(expected.dispatcher(expected.start_sizes), n, uniform=True)
+        assert shown_decision(page) == (n, mode, padded)
 
         sizes = edit_sizes_and_check(page, expected, seed=401)
-        mode, desc = expected.dispatcher(sizes).dispatch(n, uniform_decode=True)
-        page.locator(
-            f"[data-testid=dispatch-decision][data-padded-size='{desc.num_tokens}']"
-        ).wait_for(state="attached")
-        assert shown_decision(page) == (n, mode.name, desc.num_tokens)
+        mode, padded = answer(expected.dispatcher(sizes), n, uniform=True)
+        page.locator(f"[data-testid=dispatch-decision][data-padded-size='{padded}']").wait_for(
+            state="attached"
+        )
+        assert shown_decision(page) == (n, mode, padded)
         screenshot(page, "jupyterlab_whatif_edited")
 
         # a bad sizes entry shows a message, not a traceback

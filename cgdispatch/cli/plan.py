@@ -1,6 +1,10 @@
 """``python -m cgdispatch plan``: read or simulate steps, plan capture sizes (padding or
 modelled step time under budgets), compare with the engines' ladders in-sample or on
-held-out traffic, export the plan as engine flags."""
+held-out traffic, export the plan as engine flags.
+
+``--vllm-version`` picks the generation (default: the newest, vLLM 0.34, said in the
+output): 0.34 plans decode request sizes and prefill token sizes
+(:func:`~cgdispatch.plan.planner_v2.plan_gen2_capture_sizes`), 0.33 one V1 token ladder."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
+from ..core.engine import NEWEST_VLLM_VERSION
 from ..core.modes import CUDAGraphMode
 
 DEVICES = ("H100", "H200", "A100")
@@ -36,6 +41,14 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
     if args.holdout is not None and args.evaluate_on is not None:
         raise ValueError("--holdout and --evaluate-on exclude each other: give one")
+    gen2 = args.vllm_version == "0.34"
+    if gen2 and args.sequence_parallel:
+        raise ValueError(
+            "--sequence-parallel filters sizes in V1 only (vLLM 0.34 applies none): drop it, "
+            "or pass --vllm-version 0.33"
+        )
+    if gen2 and CUDAGraphMode.parse(args.mode) is CUDAGraphMode.NONE:
+        raise ValueError("--mode NONE captures nothing: pick a graph mode")
     CUDAGraphMode.parse(args.mode)
     usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
     if args.model not in usable:
@@ -53,9 +66,12 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..estimate.device_model import device_cost_model
     from ..plan.ladder_compare import compare, engine_ladders, export_plan
     from ..plan.planner import plan_capture_sizes
+    from ..plan.planner_v2 import plan_gen2_capture_sizes
     from ..workload.sources import split_holdout, workload_trace
 
+    gen2 = args.vllm_version == "0.34"
     config = GraphConfig(
+        vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -86,27 +102,51 @@ def run_plan(args: argparse.Namespace) -> int:
         evaluated_on = f"other trace: {other}"
     cost_model = device_cost_model(args.model, args.device, context_len=args.context_len)
     budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
-    sizes = plan_capture_sizes(
-        plan_on,
-        args.max_graphs,
-        objective=args.objective,
-        cost_model=cost_model,
-        config=config,
-        max_size=args.max_size,
-        memory_budget_bytes=budget,
-        capture_budget_s=args.capture_budget_s,
-    )
+    if gen2:
+        sizes = plan_gen2_capture_sizes(
+            plan_on,
+            args.max_graphs,
+            objective=args.objective,
+            cost_model=cost_model,
+            config=config,
+            max_prefill_tokens=args.max_size,
+            memory_budget_bytes=budget,
+            capture_budget_s=args.capture_budget_s,
+        )
+    else:
+        sizes = plan_capture_sizes(
+            plan_on,
+            args.max_graphs,
+            objective=args.objective,
+            cost_model=cost_model,
+            config=config,
+            max_size=args.max_size,
+            memory_budget_bytes=budget,
+            capture_budget_s=args.capture_budget_s,
+        )
     ladders = {"planned": sizes, **engine_ladders(config)}
     table = compare(test, ladders, config=config, cost_model=cost_model)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
     table["evaluated_on"] = evaluated_on
     if args.json:
         records = table.rename(columns={"ladder": "name"}).to_dict(orient="records")
-        out = {"objective": args.objective, "model": args.model, "ladders": records}
+        out = {
+            "vllm_version": args.vllm_version,
+            "objective": args.objective,
+            "model": args.model,
+            "ladders": records,
+        }
         print(json.dumps(out, default=float))
         return 0
+    print(_generation_line(args.vllm_version))
     print(f"{len(plan_on)} steps planned on ({label}); {len(test)} evaluated: {evaluated_on}")
-    shown = table.assign(sizes=table["sizes"].map(_short)).drop(columns="evaluated_on")
+    if gen2:
+        table = table.drop(columns="sizes").rename(
+            columns={"prefill_sizes": "prefill_tokens", "decode_sizes": "decode_requests"}
+        )
+    lists = [c for c in ("sizes", "prefill_tokens", "decode_requests") if c in table]
+    shown = table.assign(**{c: table[c].map(_short) for c in lists})
+    shown = shown.drop(columns=["evaluated_on", "vllm_version"])
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\nstep times, graph memory and capture time: {cost_model.source}, {args.model}")
@@ -114,6 +154,17 @@ def run_plan(args: argparse.Namespace) -> int:
     for engine, flags in export_plan(sizes, config).items():
         print(f"  {engine}: {flags.strip()}")
     return 0
+
+
+def _generation_line(version: str) -> str:
+    """The generation the plan is for, and how to pick the other."""
+    if version == "0.34":
+        newest = " (the newest; default)" if version == NEWEST_VLLM_VERSION else ""
+        return (
+            f"vLLM 0.34{newest}: CudaGraphManager, decode graphs by request count and "
+            "prefill graphs by token count (--vllm-version 0.33 for V1's CudagraphDispatcher)"
+        )
+    return "vLLM 0.33: V1 CudagraphDispatcher, one token ladder (--vllm-version 0.34: newest)"
 
 
 def _short(sizes: list[int]) -> str:
@@ -143,7 +194,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-size",
         type=int,
         default=None,
-        help="largest size (default: padding: largest step; time: chosen by the planner)",
+        help="largest (prefill) token size (default: padding: largest step; time: chosen by "
+        "the planner)",
     )
     plan.add_argument("--objective", choices=("padding", "time"), default="padding")
     plan.add_argument(
@@ -166,6 +218,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=0, help="seed of the simulator (spec decode acceptance)"
     )
     plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.add_argument(
+        "--vllm-version",
+        choices=("0.33", "0.34"),
+        default=NEWEST_VLLM_VERSION,
+        help="vLLM release whose graph dispatch to plan for: 0.33 (V1 CudagraphDispatcher, "
+        "one token ladder) or 0.34 (CudaGraphManager: decode request sizes and prefill "
+        "token sizes); default %(default)s, the newest",
+    )
     plan.add_argument(
         "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"
     )

@@ -20,7 +20,7 @@ import numpy as np
 
 from .problem import PlanProblem
 
-__all__ = ["Solution", "solve", "solve_with_capture_budget"]
+__all__ = ["Solution", "solve", "solve_each_count", "solve_with_capture_budget"]
 
 Arr = np.ndarray
 
@@ -62,6 +62,14 @@ def _tables(problem: PlanProblem, extra: Arr) -> _Tables:
 
 def solve(problem: PlanProblem, k: int, extra: Arr | None = None) -> Solution:
     """The best plan of at most ``k`` sizes (fewest sizes among equal costs)."""
+    return solve_each_count(problem, k, extra)[-1]
+
+
+def solve_each_count(problem: PlanProblem, k: int, extra: Arr | None = None) -> list[Solution]:
+    """For each budget ``b = 1..min(k, m)`` the best plan of at most ``b`` sizes (fewest
+    sizes among equal costs), from one run of the DP: the DP's layer ``l`` already is the
+    best plan of exactly ``l`` sizes. The generation-2 planner splits one graph budget
+    between two ladders with these."""
     m = len(problem.sizes)
     extra = np.zeros(m) if extra is None else extra
     tables = _tables(problem, extra)
@@ -80,13 +88,16 @@ def solve(problem: PlanProblem, k: int, extra: Arr | None = None) -> Solution:
         best.append(total[end])
         ends.append(end)
         prev = cur
-    layers = int(np.argmin(best)) + 1  # fewest sizes among the best (argmin takes the first)
-    chosen, i = [], ends[layers - 1]
-    for layer in range(layers, 0, -1):
-        chosen.append(i - 1)
-        i = int(splits[layer - 1][i])
-    indices = sorted(chosen)
-    return Solution(indices, float(best[layers - 1] - extra[indices].sum()))
+    out = []
+    for budget in range(1, len(best) + 1):
+        layers = int(np.argmin(best[:budget])) + 1  # fewest sizes among the best
+        chosen, i = [], ends[layers - 1]
+        for layer in range(layers, 0, -1):
+            chosen.append(i - 1)
+            i = int(splits[layer - 1][i])
+        indices = sorted(chosen)
+        out.append(Solution(indices, float(best[layers - 1] - extra[indices].sum())))
+    return out
 
 
 def solve_with_capture_budget(

@@ -1,15 +1,17 @@
 """Compare capture-size ladders on a trace, and export a plan as each engine's settings.
 
 ``compare`` replays one trace under every ladder through the what-if engine (so through
-the real dispatcher); ``engine_ladders`` gives the engines' defaults for a config (facts in
-docs/references.md, implemented in :mod:`cgdispatch.core.ladders`); ``export_plan`` writes
-the flags. Nothing here measures: times and memory come from the cost model given.
+the real dispatcher of the config's generation); ``engine_ladders`` gives the engines'
+defaults for a config (facts in docs/references.md, implemented in
+:mod:`cgdispatch.core.ladders`; vLLM 0.34's from its own resolution); ``export_plan``
+writes the flags. A ladder is a list of token sizes, or for vLLM 0.34 a
+:class:`~cgdispatch.plan.gen2_ladder.Gen2Ladder` (prefill token sizes and decode request
+sizes). Nothing here measures: times and memory come from the cost model given.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
 
 import pandas as pd
 import yaml
@@ -23,9 +25,13 @@ from ..core.ladders import (
     vllm_ladder,
 )
 from .costs import CostModel
+from .gen2_ladder import Gen2Ladder, ladder_config, resolved_ladder, vllm_gen2_ladder
 from .whatif import evaluate
 
-__all__ = ["engine_ladders", "compare", "export_plan", "COMPARE_COLUMNS"]
+__all__ = ["engine_ladders", "compare", "export_plan", "COMPARE_COLUMNS", "Ladder"]
+
+# a V1 token ladder, or vLLM 0.34's two lists (a plain list also runs on 0.34: legacy field)
+Ladder = list[int] | Gen2Ladder
 
 COMPARE_COLUMNS = [
     "ladder",
@@ -39,22 +45,32 @@ COMPARE_COLUMNS = [
     "padded_token_ratio",
 ]
 _COST_COLUMNS = ["mean_step_ms", "total_time_s", "graph_memory_bytes", "capture_s", "source"]
+# generation 2 only: the two lists each row captured
+_GEN2_COLUMNS = ["prefill_sizes", "decode_sizes"]
 
 
-def engine_ladders(config: GraphConfig | None = None) -> dict[str, list[int]]:
+def engine_ladders(config: GraphConfig | None = None) -> dict[str, Ladder]:
     """The engines' default ladders for ``config``'s scheduler limits, on a common max.
 
-    vLLM's ladder is the one it derives from max_num_seqs, max_num_batched_tokens and the
-    speculative tokens; SGLang's, TensorRT-LLM's, powers of two and every size are cut at
-    the same largest size (vLLM's), so that the rows differ in ladder shape, not coverage.
+    V1 (``vllm_version`` "0.33" or None): vLLM's ladder is the one it derives from
+    max_num_seqs, max_num_batched_tokens and the speculative tokens. vLLM 0.34: a
+    :class:`Gen2Ladder` of its defaults (prefill token sizes and decode request sizes, as
+    its config resolution gives them for this device and mode). SGLang's, TensorRT-LLM's,
+    powers of two and every size are token lists cut at the same largest size (vLLM's
+    largest token size), so that the rows differ in ladder shape, not coverage.
     """
     config = GraphConfig() if config is None else config
-    vllm = vllm_ladder(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        num_speculative_tokens=config.num_speculative_tokens,
-    )
-    top = vllm[-1]
+    vllm: Ladder
+    if config.vllm_version == "0.34":
+        vllm = vllm_gen2_ladder(config)
+        top = max(vllm.prefill_token_sizes, default=config.max_num_seqs)
+    else:
+        vllm = vllm_ladder(
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            num_speculative_tokens=config.num_speculative_tokens,
+        )
+        top = vllm[-1]
     return {
         "vllm": vllm,
         "sglang": sglang_ladder(top),
@@ -64,15 +80,9 @@ def engine_ladders(config: GraphConfig | None = None) -> dict[str, list[int]]:
     }
 
 
-def _config_with(config: GraphConfig, sizes: list[int]) -> GraphConfig:
-    with warnings.catch_warnings():  # sizes above the token budget are dropped: expected here
-        warnings.simplefilter("ignore")
-        return config.replace(cudagraph_capture_sizes=list(sizes)).resolve()
-
-
 def compare(
     trace: pd.DataFrame,
-    ladders: dict[str, list[int]] | None = None,
+    ladders: dict[str, Ladder] | None = None,
     *,
     config: GraphConfig | None = None,
     cost_model: CostModel | None = None,
@@ -84,7 +94,10 @@ def compare(
     ``num_graphs`` counts capture sizes (what ``max_graphs`` limits), ``num_captured_graphs``
     the graphs the mode captures (e.g. a PIECEWISE and a FULL decode graph per size).
     ``padded_token_ratio`` is padding tokens / real tokens over graph-replayed steps.
-    Each ladder replaces ``config``'s sizes and is resolved (multiples of q with spec decode).
+    Each ladder replaces ``config``'s sizes and is resolved (V1: multiples of q with spec
+    decode; see :func:`~cgdispatch.plan.gen2_ladder.ladder_config`). ``sizes`` lists the
+    token sizes the config records; for vLLM 0.34 ``prefill_sizes`` and ``decode_sizes``
+    (request counts) give its two lists. ``vllm_version`` names the generation.
     """
     config = GraphConfig() if config is None else config
     ladders = engine_ladders(config) if ladders is None else ladders
@@ -92,18 +105,24 @@ def compare(
         raise ValueError("ladders must be a non-empty dict {name: [capture sizes]}")
     rows = []
     for name, sizes in ladders.items():
-        if not len(sizes):
+        empty = sizes.num_sizes == 0 if isinstance(sizes, Gen2Ladder) else not len(sizes)
+        if empty:
             raise ValueError(f"ladder {name!r} has no sizes: give at least one capture size")
-        cfg = _config_with(config, sizes)
+        cfg = ladder_config(config, sizes)
         summary = evaluate(cfg, trace, cost_model).summary
         row = {"ladder": name, "sizes": list(cfg.cudagraph_capture_sizes)}
         row.update({c: summary[c] for c in COMPARE_COLUMNS[2:]})
         row.update({c: summary[c] for c in _COST_COLUMNS if c in summary})
+        if cfg.vllm_version == "0.34":
+            resolved = resolved_ladder(cfg)
+            row["prefill_sizes"] = list(resolved.prefill_token_sizes)
+            row["decode_sizes"] = list(resolved.decode_request_sizes)
+        row["vllm_version"] = summary["vllm_version"]
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def export_plan(sizes: list[int], config: GraphConfig | None = None) -> dict[str, str]:
+def export_plan(sizes: Ladder, config: GraphConfig | None = None) -> dict[str, str]:
     """The settings each engine takes for these capture sizes.
 
     ``vllm``: ``vllm serve`` flags (``--compilation-config`` JSON and scheduler limits);
@@ -111,15 +130,35 @@ def export_plan(sizes: list[int], config: GraphConfig | None = None) -> dict[str
     --cuda-graph-max-bs N``; ``trtllm``: the ``cuda_graph_config`` YAML block. SGLang and
     TensorRT-LLM graph decode batches by request count, so their sizes are the token sizes
     divisible by q = 1 + speculative tokens, divided by q (plan on decode steps for them).
+
+    With a vLLM 0.34 config (``vllm_version="0.34"``) the vLLM flags carry
+    ``prefill_cudagraph_capture_token_sizes`` and ``decode_cudagraph_capture_request_sizes``
+    (not the deprecated ``cudagraph_capture_sizes``; a token list is split as vLLM 0.34
+    splits it), and SGLang / TensorRT-LLM take the decode request sizes (when none are
+    planned, the prefill sizes divisible by q, divided by q, up to ``max_num_seqs``).
     """
     config = GraphConfig() if config is None else config
-    cfg = _config_with(config, sizes)
-    q = config.uniform_decode_query_len
-    batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
-    if not batch:
-        raise ValueError(
-            f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}"
+    cfg = ladder_config(config, sizes)
+    if cfg.vllm_version == "0.34":
+        cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
+        q = config.uniform_decode_query_len
+        prefill = cfg.prefill_cudagraph_capture_token_sizes or []
+        # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
+        batch = list(cfg.decode_cudagraph_capture_request_sizes or []) or sorted(
+            {s // q for s in prefill if s % q == 0 and s // q <= cfg.max_num_seqs}
         )
+        if not batch:
+            raise ValueError(
+                f"{sizes!r} gives no decode request sizes and no prefill size is a multiple "
+                f"of q={q}: SGLang and TensorRT-LLM graph decodes by request count"
+            )
+    else:
+        q = config.uniform_decode_query_len
+        batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
+        if not batch:
+            raise ValueError(
+                f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}"
+            )
     trt = {
         "cuda_graph_config": {
             "enable_padding": True,

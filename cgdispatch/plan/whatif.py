@@ -1,8 +1,10 @@
 """What-if engine: a config and a step trace -> hit rates, padding waste, eager fallbacks, time.
 
-Every step goes through the real :class:`CudagraphDispatcher`: the dispatcher is asked once
-per distinct (num_tokens, uniform_decode, has_lora, num_active_loras) in the trace and the
-answers are mapped back to all steps with numpy, so the result equals a loop over
+Every step goes through the real dispatcher of the config's generation (V1
+``CudagraphDispatcher`` for ``vllm_version="0.33"``, generation 2's ``CudaGraphManager`` for
+``"0.34"``, both through :mod:`cgdispatch.core.engine`): it is asked once per distinct step
+shape of the trace (num_tokens, uniform_decode, LoRA and, for generation 2, num_reqs) and
+the answers are mapped back to all steps with numpy, so the result equals a loop over
 ``dispatch()`` while costing a few array passes. It does not run or time a model: times come
 from the cost model given (see :mod:`cgdispatch.plan.costs`) and carry its ``source`` label.
 """
@@ -16,7 +18,14 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
+from ..core.engine import (
+    CaptureKey,
+    GraphDispatcher,
+    capture_keys,
+    dispatch_step,
+    generation_of,
+    make_graph_dispatcher,
+)
 from ..core.modes import CUDAGraphMode
 from ..workload.trace import check_trace
 from .costs import CostModel, as_cost_model, cost_source
@@ -49,14 +58,49 @@ class WhatIfResult:
     summary: dict[str, Any]
 
 
-def _step_keys(trace: pd.DataFrame) -> tuple[np.ndarray, int]:
-    """Dense int key per step: ``(lora_code * 2 + uniform) * width + num_tokens``."""
+@dataclass(frozen=True)
+class _StepKeys:
+    """A dense int key per step and how to read a key back.
+
+    ``key = ((rank * lora_span + lora_code) * 2 + uniform) * width + num_tokens`` with
+    ``lora_code = num_active_loras * 2 + has_lora``. V1 does not read the request count
+    (``rank`` = 0). Generation 2 reads it only by comparing it with each graph's
+    ``num_reqs`` (``num_reqs >= count``), so two counts that lie between the same two
+    graph request counts get the same answer: ``rank`` is the number of graph request
+    counts below the step's, and ``reqs_of_rank[rank]`` the smallest count of that rank
+    (what the dispatcher is asked). This keeps the distinct keys few (bench_whatif.py).
+    """
+
+    key: np.ndarray  # [steps] int64
+    width: int
+    lora_span: int
+    reqs_of_rank: np.ndarray  # [ranks] int64
+
+    def decode(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(num_tokens, uniform, lora_code, request count asked) of each key."""
+        rest = keys // self.width
+        lora = (rest // 2) % self.lora_span
+        reqs = self.reqs_of_rank[rest // 2 // self.lora_span]
+        return keys % self.width, rest % 2, lora, reqs
+
+
+def _step_keys(trace: pd.DataFrame, graph_reqs: list[int] | None) -> _StepKeys:
+    """Keys of every step; ``graph_reqs``: the captured graphs' request counts (generation
+    2), None for V1."""
     n = trace["num_tokens"].to_numpy(dtype=np.int64)
     width = int(n.max(initial=0)) + 1
     lora_code = trace["num_active_loras"].to_numpy(dtype=np.int64) * 2 + trace["has_lora"].to_numpy(
         dtype=bool
     )
-    return n + width * (trace["uniform_decode"].to_numpy(dtype=bool) + 2 * lora_code), width
+    span = int(lora_code.max(initial=0)) + 1
+    rest = trace["uniform_decode"].to_numpy(dtype=bool) + 2 * lora_code
+    reqs_of_rank = np.ones(1, dtype=np.int64)
+    if graph_reqs:
+        limits = np.array(sorted(set(graph_reqs)), dtype=np.int64)
+        reqs = trace["num_reqs"].to_numpy(dtype=np.int64)
+        rest = rest + 2 * span * np.searchsorted(limits, reqs, side="left")
+        reqs_of_rank = np.concatenate([[1], limits + 1])
+    return _StepKeys(n + width * rest, width, span, reqs_of_rank)
 
 
 def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -77,30 +121,38 @@ def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _answers(
-    dispatcher: CudagraphDispatcher, keys: np.ndarray, width: int
+    dispatcher: GraphDispatcher, keys: np.ndarray, steps: _StepKeys
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(mode code, padded tokens) per key, one ``dispatch()`` call each, stats switched off."""
+    """(mode code, padded tokens) per key: one dispatch each, V1 statistics switched off."""
     modes = np.zeros(len(keys), dtype=np.int8)
     padded = np.zeros(len(keys), dtype=np.int64)
-    was_recording, dispatcher.record_stats = dispatcher.record_stats, False
+    fields = [a.tolist() for a in steps.decode(keys)]
+    gen2 = generation_of(dispatcher) == "0.34"
+    was_recording = getattr(dispatcher, "record_stats", False)
+    if not gen2:
+        dispatcher.record_stats = False
     try:
-        for i, k in enumerate(keys.tolist()):
-            num, rest = k % width, k // width
-            code = rest // 2
-            mode, desc = dispatcher.dispatch(
-                num,
-                uniform_decode=bool(rest % 2),
-                has_lora=bool(code % 2),
-                num_active_loras=code // 2,
-            )
-            modes[i], padded[i] = MODE_CODES[mode], desc.num_tokens
+        for i, (num, uniform, lora, reqs) in enumerate(zip(*fields)):
+            if gen2:  # generation 2 reads the request count, not has_lora
+                answer = dispatch_step(dispatcher, num, min(reqs, num), bool(uniform), lora // 2)
+                mode, tokens = answer.runtime_mode, answer.padded_tokens
+            else:  # V1 asked as before (has_lora and the count apart, as traces give them)
+                mode, desc = dispatcher.dispatch(
+                    num,
+                    uniform_decode=bool(uniform),
+                    has_lora=bool(lora % 2),
+                    num_active_loras=lora // 2,
+                )
+                tokens = desc.num_tokens
+            modes[i], padded[i] = MODE_CODES[mode], tokens
     finally:
-        dispatcher.record_stats = was_recording
+        if not gen2:
+            dispatcher.record_stats = was_recording
     return modes, padded
 
 
 def dispatch_arrays(
-    config: GraphConfig | CudagraphDispatcher, trace: pd.DataFrame
+    config: GraphConfig | GraphDispatcher, trace: pd.DataFrame
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per step of ``trace``: runtime-mode code (int8, :data:`MODE_CODES`) and padded tokens."""
     result = evaluate(config, trace)
@@ -108,27 +160,35 @@ def dispatch_arrays(
 
 
 def evaluate(
-    config: GraphConfig | CudagraphDispatcher,
+    config: GraphConfig | GraphDispatcher,
     trace: pd.DataFrame,
     cost_model: CostModel | None = None,
 ) -> WhatIfResult:
     """Replay ``trace`` through the dispatcher of ``config`` and report what it would do.
 
+    The config's ``vllm_version`` picks the generation (``"0.34"``: ``CudaGraphManager``,
+    which also reads each step's ``num_reqs``; ``"0.33"`` or None: V1); a dispatcher of
+    either generation may be passed instead. Resolve the config first, as the engine does.
+
     Summary keys: ``steps``, ``real_tokens``, ``graph_steps``, ``padding_tokens`` (added by
     padding), ``padded_token_ratio`` (padding tokens / real tokens over graph-replayed
     steps; 0 means no waste), ``eager_step_share``, ``step_share_<MODE>``, ``num_graphs``
-    (capture sizes), ``num_captured_graphs`` (keys, all modes and LoRA cases); with a cost
+    (V1: capture sizes; generation 2: prefill token sizes plus decode request sizes that
+    capture a graph), ``num_captured_graphs`` (keys, all modes and LoRA cases),
+    ``vllm_version``; with a cost
     model also ``mean_step_ms``, ``total_time_s``, ``source`` and, when the model has
     ``graph_memory_bytes``, ``graph_memory_bytes`` (sum over captured graphs: an upper
     bound, pool reuse is not modelled).
     """
-    dispatcher = ready_dispatcher(config, record_stats=False)
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
     trace = check_trace(trace)
     if len(trace) == 0:
         raise ValueError("the step trace is empty: give at least one step")
-    key, width = _step_keys(trace)
-    present, count, index = _group(key)
-    key_mode, key_pad = _answers(dispatcher, present, width)
+    gen2 = generation_of(dispatcher) == "0.34"
+    graph_reqs = [k.num_reqs for k in capture_keys(dispatcher) if k.num_reqs is not None]
+    steps = _step_keys(trace, graph_reqs if gen2 else None)
+    present, count, index = _group(steps.key)
+    key_mode, key_pad = _answers(dispatcher, present, steps)
     model = as_cost_model(cost_model)
     step_ms, key_ms = None, None
     if model is not None:
@@ -138,7 +198,7 @@ def evaluate(
             if sel.any():
                 key_ms[sel] = model.step_time_ms(mode, key_pad[sel])
         step_ms = key_ms[index]
-    by_size = _by_size(dispatcher, key_mode, key_pad, present % width, count, key_ms)
+    by_size = _by_size(dispatcher, key_mode, key_pad, present % steps.width, count, key_ms)
     summary = _summary(dispatcher, by_size, len(trace), model)
     return WhatIfResult(
         dispatcher.config, key_mode[index], key_pad[index], step_ms, by_size, summary
@@ -146,7 +206,7 @@ def evaluate(
 
 
 def _by_size(
-    dispatcher: CudagraphDispatcher,
+    dispatcher: GraphDispatcher,
     key_mode: np.ndarray,
     key_pad: np.ndarray,
     key_n: np.ndarray,
@@ -164,9 +224,7 @@ def _by_size(
             "time_ms": key_count * (key_ms if key_ms is not None else 0.0),
         }
     )
-    captured = {
-        (MODE_CODES[m], d.num_tokens) for m, descs in dispatcher.get_capture_descs() for d in descs
-    }
+    captured = {(MODE_CODES[k.runtime_mode], k.num_tokens) for k in capture_keys(dispatcher)}
     if captured:
         extra = pd.DataFrame(sorted(captured), columns=["runtime_mode", "padded_size"])
         frame = pd.concat([frame, extra], ignore_index=True).fillna(0)
@@ -184,13 +242,13 @@ def _by_size(
 
 
 def _summary(
-    dispatcher: CudagraphDispatcher, by_size: pd.DataFrame, steps: int, model: CostModel | None
+    dispatcher: GraphDispatcher, by_size: pd.DataFrame, steps: int, model: CostModel | None
 ) -> dict[str, Any]:
     graph = by_size[by_size["runtime_mode"] != "NONE"]
     real_graph = int(graph["real_tokens"].sum())
     padding = int(graph["padding_tokens"].sum())
     per_mode = by_size.groupby("runtime_mode")["steps"].sum()
-    descs = [(m, d) for m, ds in dispatcher.get_capture_descs() for d in ds]
+    keys = capture_keys(dispatcher)
     out: dict[str, Any] = {
         "steps": steps,
         "real_tokens": int(by_size["real_tokens"].sum()),
@@ -201,28 +259,41 @@ def _summary(
     }
     for mode in ("FULL", "PIECEWISE", "NONE"):
         out[f"step_share_{mode}"] = float(per_mode.get(mode, 0)) / steps
-    out["num_graphs"] = (
-        len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
-    )
-    out["num_captured_graphs"] = len(descs)
+    out["num_graphs"] = _num_graphs(dispatcher, keys)
+    out["num_captured_graphs"] = len(keys)
+    out["vllm_version"] = generation_of(dispatcher)
     if model is not None:
         total_ms = float(by_size["time_ms"].sum())
         out["mean_step_ms"] = total_ms / steps
         out["total_time_s"] = total_ms / 1e3
         out["source"] = cost_source(model)
-        out.update(_graph_costs(dispatcher, model))
+        out.update(_graph_costs(keys, model))
     return out
 
 
-def _graph_costs(dispatcher: CudagraphDispatcher, model: CostModel) -> dict[str, float]:
+def _num_graphs(dispatcher: GraphDispatcher, keys: list[CaptureKey]) -> int:
+    """The sizes ``max_graphs`` counts: V1's capture sizes; generation 2's prefill token
+    sizes and decode request sizes that capture a graph (LoRA cases and microbatch twins
+    of one size count once)."""
+    if generation_of(dispatcher) == "0.33":
+        return len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
+    return len(
+        {
+            (k.key.uniform_token_count, k.num_reqs if k.key.uniform_token_count else k.num_tokens)
+            for k in keys
+        }
+    )
+
+
+def _graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:
     """Graph memory (weak-output pool: graphs are captured into one pool and vLLM keeps only
     weak references to their outputs, so the pool is the largest graph's) and capture time."""
     out: dict[str, float] = {}
-    by_mode = [
-        (m, np.array([d.num_tokens for d in ds], dtype=np.int64))
-        for m, ds in dispatcher.get_capture_descs()
-        if ds
-    ]
+    by_mode = []
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL):
+        sizes = [k.num_tokens for k in keys if k.runtime_mode is mode]
+        if sizes:
+            by_mode.append((mode, np.array(sizes, dtype=np.int64)))
     memory = getattr(model, "graph_memory_bytes", None)
     if callable(memory) and by_mode:
         out["graph_memory_bytes"] = max(float(np.max(memory(m, n))) for m, n in by_mode)

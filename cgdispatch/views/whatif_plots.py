@@ -67,7 +67,8 @@ _PANELS = [
 def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
     """One bar per ladder in panels: sizes, eager share, padding waste, mean step time.
 
-    ``table`` is :func:`~cgdispatch.plan.ladder_compare.compare`'s output; the step-time panel is
+    ``table`` is :func:`~cgdispatch.plan.ladder_compare.compare`'s output (for vLLM 0.34 the
+    first panel counts prefill token and decode request sizes together); the step-time panel is
     drawn when it has ``mean_step_ms`` (a cost model was given) and is titled with that
     model's ``source``.
     """
@@ -75,6 +76,9 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
         table, ["ladder", "num_graphs", "eager_step_share"], "ladder_comparison_figure"
     )
     panels = [p for p in _PANELS if p[0] in table.columns]
+    if "vllm_version" in table.columns and (table["vllm_version"] == "0.34").all():
+        # vLLM 0.34 counts prefill token sizes and decode request sizes together
+        panels[0] = ("num_graphs", "sizes (prefill + decode)", 1.0)
     fig = SourcedFigure(figsize=(3.2 * len(panels), 3.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     names = table["ladder"].astype(str).tolist()

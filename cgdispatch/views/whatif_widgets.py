@@ -13,146 +13,38 @@ objective and model (``plan_for_box``). The metrics sit in an element with
 ``data-testid="whatif-metrics"`` whose ``data-*`` attributes carry the exact figures
 (``repr`` of the floats), a stable hook for browser tests. Nothing here measures: times
 come from the cost model given and are labelled with its ``source``.
+
+Both generations of vLLM's graph dispatch are served (the explorer's toggle): with vLLM
+0.34 (the default when no config is given: the newest) the sizes box holds the prefill
+token sizes, a second box the decode request sizes, and "plan" fills both
+(:func:`~cgdispatch.plan.planner_v2.plan_gen2_capture_sizes`).
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as w
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.modes import CUDAGraphMode
+from ..core.engine import NEWEST_VLLM_VERSION
 from ..plan.costs import CostModel, as_cost_model, cost_source
-from ..plan.planner import plan_capture_sizes
-from ..plan.whatif import WhatIfResult, evaluate
+from ..plan.whatif import WhatIfResult
 from ..workload.trace import check_trace
+from .whatif_handlers import PlannedBoxes, metrics_html, plan_boxes, plan_for_box, whatif_for_box
 from .whatif_plots import whatif_figure
-from .widgets import DispatchExplorer, build_config, message_html
+from .widgets import DispatchExplorer, message_html
 
 __all__ = [
     "whatif_for_box",
     "plan_for_box",
+    "plan_boxes",
+    "PlannedBoxes",
     "metrics_html",
     "WhatIfDashboard",
     "whatif_dashboard",
 ]
-
-_MIB = 2**20
-
-
-def whatif_for_box(
-    base: GraphConfig,
-    trace: pd.DataFrame,
-    sizes_text: str,
-    mode: str | CUDAGraphMode,
-    cost_model: CostModel | None = None,
-) -> tuple[WhatIfResult | None, list[str]]:
-    """``evaluate`` the trace under ``base`` with the box's sizes and ``mode``.
-
-    Returns ``(result, notes)`` (notes: warnings raised while building the config), or
-    ``(None, [message])`` for a bad entry or a failing cost model; it never raises.
-    """
-    dispatcher, notes = build_config(base, sizes_text, mode)
-    if dispatcher is None:
-        return None, notes
-    try:
-        return evaluate(dispatcher, trace, as_cost_model(cost_model)), notes
-    except ValueError as err:
-        return None, [str(err)]
-    except Exception as err:  # the cost model is user code: report it, never raise
-        return None, [f"cost model failed: {type(err).__name__}: {err}"]
-
-
-def plan_for_box(
-    base: GraphConfig,
-    trace: pd.DataFrame,
-    mode: str | CUDAGraphMode,
-    objective: str,
-    max_graphs: int,
-    cost_model: CostModel | None,
-) -> tuple[str | None, list[str]]:
-    """The sizes-box text of the plan for ``objective`` (``"padding"`` / ``"time"``) with at
-    most ``max_graphs`` sizes under ``base`` with ``mode``; ``(None, [message])`` on a bad
-    entry (it never raises)."""
-    try:
-        config = base.replace(cudagraph_mode=CUDAGraphMode.parse(mode)).resolve()
-        sizes = plan_capture_sizes(
-            trace, max_graphs, objective=objective, cost_model=cost_model, config=config
-        )
-    except ValueError as err:
-        return None, [str(err)]
-    return ", ".join(map(str, sizes)), []
-
-
-def _pct(x: float) -> str:
-    return f"{100.0 * x:.1f}%"
-
-
-def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
-    """The metrics box for one what-if result, with the figures as ``data-*`` attributes."""
-    e = html.escape
-    s = result.summary
-    cfg = result.config
-    eager_steps = s["steps"] - s["graph_steps"]
-    rows = [
-        ("config", f"{e(str(cfg.cudagraph_mode))}, {s['num_graphs']} capture sizes"),
-        ("graphs captured", f"{s['num_captured_graphs']} (all modes and LoRA cases)"),
-        (
-            "steps per runtime mode",
-            f"FULL {_pct(s['step_share_FULL'])}, PIECEWISE {_pct(s['step_share_PIECEWISE'])}, "
-            f"NONE (eager) {_pct(s['step_share_NONE'])}",
-        ),
-        (
-            "eager fallbacks",
-            f'<b data-testid="whatif-eager">{eager_steps}</b> of {s["steps"]} steps '
-            f"({_pct(s['eager_step_share'])})",
-        ),
-        (
-            "padding waste",
-            f"{s['padding_tokens']} padding tokens, "
-            f'<b data-testid="whatif-padding">{_pct(s["padded_token_ratio"])}</b> of the real '
-            "tokens of graph-replayed steps",
-        ),
-    ]
-    if "mean_step_ms" in s:
-        label = e(str(s["source"]))
-        rows.append(("expected step time", f"{s['mean_step_ms']:.3f} ms mean ({label})"))
-        rows.append(("trace total", f"{s['total_time_s']:.2f} s ({label})"))
-    if "capture_s" in s:
-        rows.append(("capture time", f"{s['capture_s']:.2f} s ({e(str(s['source']))})"))
-    if "graph_memory_bytes" in s:
-        rows.append(
-            (
-                "graph memory",
-                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, one shared pool, weak outputs "
-                f"({e(str(s['source']))})",
-            )
-        )
-    rows.append(("trace", f"{s['steps']} steps, {e(trace_source)}"))
-    body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td>{v}</td></tr>" for k, v in rows)
-    attrs = {
-        "testid": "whatif-metrics",
-        "mode": cfg.cudagraph_mode.name,
-        "sizes": ",".join(str(x) for x in cfg.cudagraph_capture_sizes),
-        "steps": s["steps"],
-        "eager-steps": eager_steps,
-        "eager-step-share": repr(float(s["eager_step_share"])),
-        "step-share-full": repr(float(s["step_share_FULL"])),
-        "step-share-piecewise": repr(float(s["step_share_PIECEWISE"])),
-        "padding-tokens": s["padding_tokens"],
-        "padded-token-ratio": repr(float(s["padded_token_ratio"])),
-        "num-graphs": s["num_graphs"],
-    }
-    if "mean_step_ms" in s:
-        attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
-        attrs["source"] = s["source"]
-    if "graph_memory_bytes" in s:
-        attrs["graph-memory-bytes"] = repr(float(s["graph_memory_bytes"]))
-    attr_text = " ".join(f'data-{k}="{e(str(v))}"' for k, v in attrs.items())
-    return f"<div {attr_text}><table>{body}</table></div>"
 
 
 class WhatIfDashboard(DispatchExplorer):
@@ -175,7 +67,8 @@ class WhatIfDashboard(DispatchExplorer):
         draw: bool = True,
         cost_models: dict[str, CostModel] | None = None,
     ) -> None:
-        config = GraphConfig() if config is None else config
+        # no config: the newest generation, as every tool that chooses for the user
+        config = GraphConfig(vllm_version=NEWEST_VLLM_VERSION) if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
         self.trace = check_trace(trace)
@@ -208,8 +101,10 @@ class WhatIfDashboard(DispatchExplorer):
             w.HBox([self.objective_box, self.graphs_box, self.plan_button]),
         ]
         self.children = [
+            self.version_box,
             w.HBox([self.mode_box]),
             self.sizes_box,  # first text box: browser tests type into it
+            self.decode_box,  # shown for vLLM 0.34 only
             *(planner if cost_models else []),
             self.metrics,
             self.plot,
@@ -222,6 +117,8 @@ class WhatIfDashboard(DispatchExplorer):
         self.update_whatif()
 
     def _on_config(self, change: dict[str, Any]) -> None:
+        if self._quiet:  # the boxes are being refilled on a generation switch
+            return
         super()._on_config(change)
         self.update_whatif()
 
@@ -234,8 +131,8 @@ class WhatIfDashboard(DispatchExplorer):
         self.update_whatif()
 
     def plan(self) -> None:
-        """Fill the sizes box with the plan for the chosen objective, count and model."""
-        text, notes = plan_for_box(
+        """Fill the sizes box(es) with the plan for the chosen objective, count and model."""
+        boxes, notes = plan_boxes(
             self.base_config,
             self.trace,
             self.mode_box.value,
@@ -243,10 +140,18 @@ class WhatIfDashboard(DispatchExplorer):
             int(self.graphs_box.value),
             self.whatif_cost_model,
         )
-        if text is None:
+        if boxes is None:
             self.message.value = message_html(notes)
             return
-        self.sizes_box.value = text  # the box's observer re-runs the what-if
+        if boxes.decode_text is not None:  # both boxes, then one what-if
+            self._quiet = True
+            try:
+                self.decode_box.value = boxes.decode_text
+            finally:
+                self._quiet = False
+        if self.sizes_box.value == boxes.sizes_text:
+            self._on_config({"new": boxes.sizes_text})
+        self.sizes_box.value = boxes.sizes_text  # the box's observer re-runs the what-if
 
     def update_whatif(self) -> None:
         """Re-run ``evaluate`` for the box's sizes and mode; show the metrics or the error."""
@@ -256,6 +161,7 @@ class WhatIfDashboard(DispatchExplorer):
             self.sizes_box.value,
             self.mode_box.value,
             self.whatif_cost_model,
+            self.decode_box.value,
         )
         self.result = result
         if result is None:
@@ -283,8 +189,9 @@ def whatif_dashboard(
     waste, with a cost model (see :mod:`cgdispatch.plan.costs`) the expected step time, trace
     time and graph memory labelled with its source, and a hit-rate figure; below, the
     batch-shape picker (num_tokens, uniform decode, LoRAs, cascade) with the dispatch
-    decision, padded size and predicted step time. ``config`` (default ``GraphConfig()``)
-    gives the scheduler limits and the starting sizes and mode; ``trace_source`` names the
+    decision, padded size and predicted step time. ``config`` (default
+    ``GraphConfig(vllm_version="0.34")``, the newest generation; a toggle switches to V1)
+    gives the generation, the scheduler limits and the starting sizes and mode; ``trace_source`` names the
     trace in the figure and the table (say ``synthetic`` when it is). ``cost_models``
     (name -> model, e.g. ``{"llama-3.1-8b on H200": device_cost_model(...), "affine":
     AffineCostModel()}``) adds a model switch and a planner row (objective, max graphs,

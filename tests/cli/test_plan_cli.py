@@ -23,7 +23,12 @@ def test_plan_json_from_requests(tmp_path, capsys):
         }
     ).to_csv(path, index=False)
     assert (
-        main(["plan", "--trace", str(path), "--max-graphs", "6", "--max-num-seqs", "64", "--json"])
+        main(
+            [
+                *("plan", "--trace", str(path), "--max-graphs", "6", "--max-num-seqs", "64"),
+                *("--vllm-version", "0.33", "--json"),
+            ]
+        )
         == 0
     )
     out = json.loads(capsys.readouterr().out)
@@ -41,9 +46,58 @@ def test_plan_table_from_steps(tmp_path, capsys):
     path = tmp_path / "steps.csv"
     rng = np.random.default_rng(0)
     pd.DataFrame({"num_tokens": rng.integers(1, 90, 300)}).to_csv(path, index=False)
-    assert main(["plan", "--trace", str(path), "--max-graphs", "4"]) == 0
+    for version in ("0.33", "0.34"):
+        assert (
+            main(["plan", "--trace", str(path), "--max-graphs", "4", "--vllm-version", version])
+            == 0
+        )
+        text = capsys.readouterr().out
+        assert "planned" in text and "--cuda-graph-bs" in text and "cuda_graph_config" in text
+        assert text.startswith(f"vLLM {version}")
+
+
+def test_plan_defaults_to_vllm_034_and_plans_both_lists(tmp_path, capsys):
+    from cgdispatch import GraphConfig
+    from cgdispatch.plan.gen2_ladder import Gen2Ladder, gen2_config
+    from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
+    from cgdispatch.plan.whatif import evaluate
+    from cgdispatch.workload.sources import workload_trace
+
+    path, _ = _requests_csv(tmp_path, seed=5)
+    args = ["plan", "--trace", str(path), "--max-graphs", "7", "--max-num-seqs", "64"]
+    assert main(args) == 0
     text = capsys.readouterr().out
-    assert "planned" in text and "--cuda-graph-bs" in text and "cuda_graph_config" in text
+    assert text.startswith("vLLM 0.34 (the newest; default)")
+    assert (
+        "prefill_cudagraph_capture_token_sizes" in text and 'cudagraph_capture_sizes"' not in text
+    )
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["vllm_version"] == "0.34"
+    rows = {r["name"]: r for r in out["ladders"]}
+    for row in rows.values():
+        assert {"prefill_sizes", "decode_sizes"} <= set(row) and row["vllm_version"] == "0.34"
+    # independently: the same trace and plan through the library, scored by evaluate
+    config = GraphConfig(vllm_version="0.34", max_num_seqs=64).resolve()
+    trace, _ = workload_trace(path, max_num_seqs=64)
+    ladder = plan_gen2_capture_sizes(trace, 7, config=config)
+    planned = rows["planned"]
+    assert planned["prefill_sizes"] == list(ladder.prefill_token_sizes)
+    assert planned["decode_sizes"] == list(ladder.decode_request_sizes)
+    assert planned["num_graphs"] <= 7
+    summary = evaluate(gen2_config(config, ladder), trace).summary
+    assert planned["padding_tokens"] == summary["padding_tokens"]
+    # no other ladder of as many sizes reaching the same tops pads less
+    rng = np.random.default_rng(0)
+    top_p, top_d = ladder.prefill_token_sizes[-1], ladder.decode_request_sizes[-1]
+    for _ in range(20):
+        n_d = int(rng.integers(1, 7))
+        other = Gen2Ladder(
+            (*rng.choice(top_p - 1, 6 - n_d, replace=False) + 1, top_p),
+            (*rng.choice(top_d - 1, n_d - 1, replace=False) + 1, top_d),
+        )
+        padding = evaluate(gen2_config(config, other), trace).summary["padding_tokens"]
+        assert planned["padding_tokens"] <= padding
 
 
 def test_plan_reports_missing_columns(tmp_path, capsys):
@@ -65,6 +119,8 @@ def test_plan_spec_decode_sizes_are_multiples_of_q(tmp_path, capsys):
         "5",
         "--num-speculative-tokens",
         "2",
+        "--vllm-version",
+        "0.33",
         "--json",
     ]
     assert main(args) == 0
@@ -78,6 +134,7 @@ def test_plan_sequence_parallel_sizes_are_multiples_of_tp(tmp_path, capsys):
         path, index=False
     )
     args = ["plan", "--trace", str(path), "--max-graphs", "6", "--tensor-parallel-size", "4"]
+    args += ["--vllm-version", "0.33"]
     with pytest.warns(UserWarning, match="not multiples of tensor_parallel_size=4"):
         assert main([*args, "--sequence-parallel", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
@@ -113,6 +170,7 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
 
     path, _ = _requests_csv(tmp_path)
     args = ["plan", "--trace", str(path), "--max-graphs", "8", "--objective", "time"]
+    args += ["--vllm-version", "0.33"]
     assert main([*args, "--holdout", "0.5", "--memory-budget-mib", "100", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in out["ladders"]}
@@ -146,6 +204,7 @@ def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_pa
     path, _ = _requests_csv(tmp_path, seed=1)
     other, _ = _requests_csv(tmp_path, seed=2)
     args = ["plan", "--trace", str(path), "--max-graphs", "6", "--num-speculative-tokens", "1"]
+    args += ["--vllm-version", "0.33"]
     assert main([*args, "--max-num-seqs", "64", "--evaluate-on", str(other), "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
     assert rows["planned"]["evaluated_on"].startswith("other trace: requests from req2.csv")
@@ -166,6 +225,9 @@ def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_pa
         (["--max-graphs", "4", "--device", "B200"], "invalid choice: 'B200'"),
         (["--max-graphs", "4", "--memory-budget-mib", "-1"], "--memory-budget-mib=-1.0 is"),
         (["--max-graphs", "4", "--objective", "speed"], "invalid choice: 'speed'"),
+        (["--max-graphs", "4", "--vllm-version", "0.35"], "invalid choice: '0.35'"),
+        (["--max-graphs", "4", "--sequence-parallel"], "--sequence-parallel filters sizes in V1"),
+        (["--max-graphs", "4", "--mode", "NONE"], "--mode NONE captures nothing"),
     ],
 )
 def test_bad_flags_fail_at_once_with_one_line(tmp_path, extra, message):
@@ -205,3 +267,34 @@ def test_split_holdout_cuts_by_time_or_by_rows():
         split_holdout(trace, 1)
     with pytest.raises(ValueError, match="leaves an empty part"):
         split_holdout(trace.head(1), 0.5)
+
+
+def test_plan_gen2_time_objective_with_budget_and_max_size(tmp_path, capsys):
+    from cgdispatch import GraphConfig
+    from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
+    from cgdispatch.workload.sources import split_holdout, workload_trace
+
+    path, _ = _requests_csv(tmp_path, seed=7)
+    args = ["plan", "--trace", str(path), "--max-graphs", "10", "--objective", "time"]
+    args += ["--max-size", "1024", "--memory-budget-mib", "300", "--holdout", "0.5", "--json"]
+    args += ["--capture-budget-s", "1.5"]
+    assert main(args) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    planned = rows["planned"]
+    trace, _ = workload_trace(path)
+    train, _ = split_holdout(trace, 0.5)
+    ladder = plan_gen2_capture_sizes(
+        train,
+        10,
+        objective="time",
+        cost_model=device_cost_model("llama-3.1-8b", "H200"),
+        config=GraphConfig(vllm_version="0.34").resolve(),
+        max_prefill_tokens=1024,
+        memory_budget_bytes=300 * 2**20,
+        capture_budget_s=1.5,
+    )
+    assert planned["prefill_sizes"] == list(ladder.prefill_token_sizes)
+    assert planned["decode_sizes"] == list(ladder.decode_request_sizes)
+    assert planned["prefill_sizes"][-1] == 1024 and planned["graph_memory_mib"] <= 300
+    assert planned["capture_s"] <= 1.5 + 1e-9  # scored on the held-out half: same graphs

@@ -207,6 +207,14 @@ def test_step_histogram_and_ladder_figures_draw_the_data_given():
     assert "[model]" in panels["mean step (ms)"].get_title()
     shown = [p.get_height() for p in panels["eager steps (%)"].patches]
     assert shown == pytest.approx(list(100 * table["eager_step_share"]))
+    assert [p.get_height() for p in panels["capture sizes"].patches] == [3, 2]
+    # vLLM 0.34: the first panel counts prefill token and decode request sizes together
+    from cgdispatch.plan.gen2_ladder import Gen2Ladder
+
+    gen2 = compare(trace, {"a": Gen2Ladder((8, 64), (2, 16))}, config=GEN2)
+    fig = ladder_comparison_figure(gen2, source="synthetic test trace")
+    panels = {ax.get_title().split("\n")[0]: ax for ax in fig.axes}
+    assert [p.get_height() for p in panels["sizes (prefill + decode)"].patches] == [4]
 
 
 def test_workload_trace_from_presets_and_files(tmp_path):
@@ -257,3 +265,93 @@ def test_dashboard_switches_cost_model_and_plans_for_each_objective():
     dash.mode_box.value = "NONE"
     dash.plan()
     assert "no steps to plan for" in dash.message.value
+
+
+GEN2 = GraphConfig(vllm_version="0.34", max_num_seqs=16, max_num_batched_tokens=256)
+
+
+def brute_force_gen2(config: GraphConfig, trace, cost) -> dict[str, float]:
+    """Every step asked of vLLM 0.34's CudaGraphManager one by one, totalled."""
+    from cgdispatch import CudaGraphManager
+
+    manager = CudaGraphManager(config.resolve())
+    eager = padding = 0
+    total_ms = 0.0
+    for row in trace.itertuples():
+        q = config.uniform_decode_query_len
+        desc = manager.dispatch(
+            int(row.num_reqs),
+            int(row.num_tokens),
+            q if row.uniform_decode else None,
+            int(row.num_active_loras),
+        )
+        eager += desc.cg_mode is CUDAGraphMode.NONE
+        if desc.cg_mode is not CUDAGraphMode.NONE:
+            padding += desc.num_tokens - int(row.num_tokens)
+        total_ms += float(cost.step_time_ms(desc.cg_mode, np.array([desc.num_tokens]))[0])
+    return {"eager-steps": eager, "padding-tokens": padding, "mean-step-ms": total_ms / len(trace)}
+
+
+def test_dashboard_defaults_to_vllm_034_and_says_so():
+    trace = random_trace(random.Random(3), 80)
+    dash = whatif_dashboard(trace)
+    assert dash.version_box.value == "0.34" and dash.decode_box.layout.display is None
+    got = attrs(dash.metrics.value)
+    assert got["vllm-version"] == "0.34" and "the newest" in dash.metrics.value
+    want = GraphConfig(vllm_version="0.34").resolve()
+    assert got["sizes"] == ",".join(map(str, want.prefill_cudagraph_capture_token_sizes))
+    assert got["decode-sizes"] == ",".join(map(str, want.decode_cudagraph_capture_request_sizes))
+
+
+def test_gen2_dashboard_metrics_equal_the_manager_on_random_edits():
+    rng = random.Random(74)
+    trace = random_trace(rng, 250)
+    cost = AffineCostModel(per_token_ms=rng.uniform(0.005, 0.05))
+    dash = whatif_dashboard(trace, GEN2, cost)
+    dash.draw = False
+    for _ in range(5):
+        prefill = sorted(rng.sample(range(1, 257), rng.randint(1, 10)))
+        decode = sorted(rng.sample(range(1, 17), rng.randint(1, 5)))
+        mode = rng.choice(["FULL_AND_PIECEWISE", "FULL", "PIECEWISE", "FULL_DECODE_ONLY"])
+        dash.mode_box.value = mode
+        dash.decode_box.value = ", ".join(map(str, decode))
+        dash.sizes_box.value = ", ".join(map(str, prefill))
+        got = attrs(dash.metrics.value)
+        want = brute_force_gen2(
+            GEN2.replace(
+                cudagraph_mode=mode,
+                prefill_cudagraph_capture_token_sizes=prefill,
+                decode_cudagraph_capture_request_sizes=decode,
+            ),
+            trace,
+            cost,
+        )
+        assert got["vllm-version"] == "0.34" and got["mode"] == mode
+        assert got["sizes"] == ",".join(map(str, prefill))
+        assert got["decode-sizes"] == ",".join(map(str, decode))
+        assert int(got["eager-steps"]) == want["eager-steps"]
+        assert int(got["padding-tokens"]) == want["padding-tokens"]
+        assert float(got["mean-step-ms"]) == pytest.approx(want["mean-step-ms"], rel=1e-9)
+
+
+def test_gen2_dashboard_plans_both_boxes_and_toggles_generation():
+    from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
+
+    rng = random.Random(9)
+    trace = random_trace(rng, 300)
+    models = {"affine": AffineCostModel()}
+    dash = whatif_dashboard(trace, GEN2, cost_models=models)
+    dash.draw = False
+    dash.objective_box.value = "padding"
+    dash.graphs_box.value = 6
+    dash.plan()
+    want = plan_gen2_capture_sizes(trace, 6, config=GEN2.resolve())
+    got = attrs(dash.metrics.value)
+    assert got["sizes"] == ",".join(map(str, want.prefill_token_sizes))
+    assert got["decode-sizes"] == ",".join(map(str, want.decode_request_sizes))
+    # to V1 and back: the metrics follow the generation
+    dash.version_box.value = "0.33"
+    assert attrs(dash.metrics.value)["vllm-version"] == "0.33"
+    assert dash.decode_box.layout.display == "none"
+    dash.version_box.value = "0.34"
+    assert attrs(dash.metrics.value)["vllm-version"] == "0.34"

@@ -1,0 +1,191 @@
+"""The what-if dashboard's handlers, plain functions tested without a browser.
+
+``whatif_for_box`` replays a trace for the boxes' sizes, ``plan_boxes`` / ``plan_for_box``
+fill the boxes with a plan, ``metrics_html`` renders the metrics with the exact figures as
+``data-*`` attributes. Either generation of vLLM's dispatch: the base config's
+``vllm_version`` decides (vLLM 0.34: prefill token sizes and decode request sizes). None of
+them raises on a bad entry: they answer ``(None, [message])``.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..core.config import GraphConfig
+from ..core.engine import NEWEST_VLLM_VERSION, generation_of
+from ..core.modes import CUDAGraphMode
+from ..plan.choose import plan_ladder
+from ..plan.costs import CostModel, as_cost_model
+from ..plan.gen2_ladder import Gen2Ladder
+from ..plan.whatif import WhatIfResult, evaluate
+from .explorer_handlers import build_config
+
+__all__ = ["whatif_for_box", "plan_boxes", "plan_for_box", "PlannedBoxes", "metrics_html"]
+
+_MIB = 2**20
+
+
+def whatif_for_box(
+    base: GraphConfig,
+    trace: pd.DataFrame,
+    sizes_text: str,
+    mode: str | CUDAGraphMode,
+    cost_model: CostModel | None = None,
+    decode_sizes_text: str | None = None,
+) -> tuple[WhatIfResult | None, list[str]]:
+    """``evaluate`` the trace under ``base`` with the box's sizes and ``mode``.
+
+    ``base``'s generation decides: V1 takes the box as capture sizes; vLLM 0.34 as prefill
+    token sizes, with ``decode_sizes_text`` as decode request sizes (None: vLLM's default).
+    Returns ``(result, notes)`` (notes: warnings raised while building the config), or
+    ``(None, [message])`` for a bad entry or a failing cost model; it never raises.
+    """
+    gen2 = generation_of(base) == "0.34"
+    dispatcher, notes = build_config(base, sizes_text, mode, decode_sizes_text if gen2 else None)
+    if dispatcher is None:
+        return None, notes
+    try:
+        return evaluate(dispatcher, trace, as_cost_model(cost_model)), notes
+    except ValueError as err:
+        return None, [str(err)]
+    except Exception as err:  # the cost model is user code: report it, never raise
+        return None, [f"cost model failed: {type(err).__name__}: {err}"]
+
+
+@dataclass(frozen=True)
+class PlannedBoxes:
+    """What "plan" puts in the boxes: the sizes box (V1 capture sizes, or vLLM 0.34's
+    prefill token sizes) and, for vLLM 0.34, the decode request sizes box."""
+
+    sizes_text: str
+    decode_text: str | None = None
+
+
+def plan_boxes(
+    base: GraphConfig,
+    trace: pd.DataFrame,
+    mode: str | CUDAGraphMode,
+    objective: str,
+    max_graphs: int,
+    cost_model: CostModel | None,
+) -> tuple[PlannedBoxes | None, list[str]]:
+    """The plan for ``objective`` (``"padding"`` / ``"time"``) with at most ``max_graphs``
+    sizes (both lists together for vLLM 0.34) under ``base`` with ``mode``, as box texts;
+    ``(None, [message])`` on a bad entry (it never raises)."""
+    try:
+        config = base.replace(cudagraph_mode=CUDAGraphMode.parse(mode)).resolve()
+        ladder = plan_ladder(
+            trace, max_graphs, objective=objective, cost_model=cost_model, config=config
+        )
+    except ValueError as err:
+        return None, [str(err)]
+    if isinstance(ladder, Gen2Ladder):
+        return PlannedBoxes(
+            ", ".join(map(str, ladder.prefill_token_sizes)),
+            ", ".join(map(str, ladder.decode_request_sizes)),
+        ), []
+    return PlannedBoxes(", ".join(map(str, ladder))), []
+
+
+def plan_for_box(
+    base: GraphConfig,
+    trace: pd.DataFrame,
+    mode: str | CUDAGraphMode,
+    objective: str,
+    max_graphs: int,
+    cost_model: CostModel | None,
+) -> tuple[str | None, list[str]]:
+    """The sizes-box text of :func:`plan_boxes` (for vLLM 0.34 the prefill token sizes;
+    use :func:`plan_boxes` for the decode request sizes too)."""
+    boxes, notes = plan_boxes(base, trace, mode, objective, max_graphs, cost_model)
+    return (None, notes) if boxes is None else (boxes.sizes_text, notes)
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.1f}%"
+
+
+def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
+    """The metrics box for one what-if result, with the figures as ``data-*`` attributes."""
+    e = html.escape
+    s = result.summary
+    cfg = result.config
+    eager_steps = s["steps"] - s["graph_steps"]
+    gen2 = s["vllm_version"] == "0.34"
+    if gen2:
+        sizes = cfg.prefill_cudagraph_capture_token_sizes or []
+        decode = cfg.decode_cudagraph_capture_request_sizes or []
+        generation = "0.34 (CudaGraphManager, generation 2)"
+        config_text = (
+            f"{len(sizes)} prefill token sizes, {len(decode)} decode request sizes "
+            f"({s['num_graphs']} that capture graphs)"
+        )
+    else:
+        sizes = cfg.cudagraph_capture_sizes
+        generation = "0.33 (CudagraphDispatcher, V1)"
+        config_text = f"{s['num_graphs']} capture sizes"
+    if s["vllm_version"] == NEWEST_VLLM_VERSION:
+        generation += ", the newest"
+    rows = [
+        ("vLLM", e(generation)),
+        ("config", f"{e(str(cfg.cudagraph_mode))}, {config_text}"),
+        ("graphs captured", f"{s['num_captured_graphs']} (all modes and LoRA cases)"),
+        (
+            "steps per runtime mode",
+            f"FULL {_pct(s['step_share_FULL'])}, PIECEWISE {_pct(s['step_share_PIECEWISE'])}, "
+            f"NONE (eager) {_pct(s['step_share_NONE'])}",
+        ),
+        (
+            "eager fallbacks",
+            f'<b data-testid="whatif-eager">{eager_steps}</b> of {s["steps"]} steps '
+            f"({_pct(s['eager_step_share'])})",
+        ),
+        (
+            "padding waste",
+            f"{s['padding_tokens']} padding tokens, "
+            f'<b data-testid="whatif-padding">{_pct(s["padded_token_ratio"])}</b> of the real '
+            "tokens of graph-replayed steps",
+        ),
+    ]
+    if "mean_step_ms" in s:
+        label = e(str(s["source"]))
+        rows.append(("expected step time", f"{s['mean_step_ms']:.3f} ms mean ({label})"))
+        rows.append(("trace total", f"{s['total_time_s']:.2f} s ({label})"))
+    if "capture_s" in s:
+        rows.append(("capture time", f"{s['capture_s']:.2f} s ({e(str(s['source']))})"))
+    if "graph_memory_bytes" in s:
+        rows.append(
+            (
+                "graph memory",
+                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, one shared pool, weak outputs "
+                f"({e(str(s['source']))})",
+            )
+        )
+    rows.append(("trace", f"{s['steps']} steps, {e(trace_source)}"))
+    body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td>{v}</td></tr>" for k, v in rows)
+    attrs = {
+        "testid": "whatif-metrics",
+        "vllm-version": s["vllm_version"],
+        "mode": cfg.cudagraph_mode.name,
+        "sizes": ",".join(str(x) for x in sizes),  # what the sizes box holds
+        "steps": s["steps"],
+        "eager-steps": eager_steps,
+        "eager-step-share": repr(float(s["eager_step_share"])),
+        "step-share-full": repr(float(s["step_share_FULL"])),
+        "step-share-piecewise": repr(float(s["step_share_PIECEWISE"])),
+        "padding-tokens": s["padding_tokens"],
+        "padded-token-ratio": repr(float(s["padded_token_ratio"])),
+        "num-graphs": s["num_graphs"],
+    }
+    if gen2:
+        attrs["decode-sizes"] = ",".join(str(x) for x in decode)
+    if "mean_step_ms" in s:
+        attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
+        attrs["source"] = s["source"]
+    if "graph_memory_bytes" in s:
+        attrs["graph-memory-bytes"] = repr(float(s["graph_memory_bytes"]))
+    attr_text = " ".join(f'data-{k}="{e(str(v))}"' for k, v in attrs.items())
+    return f"<div {attr_text}><table>{body}</table></div>"
