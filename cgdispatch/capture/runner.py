@@ -138,7 +138,8 @@ class GraphRunner:
         self.slots.fill_(model.dummy_slot)
         self._async_copy = self.device.type == "cuda"
         self._dirty = 0  # rows [0, _dirty) of `slots` may hold real slots from earlier steps
-        self._steps: dict[int, PreparedStep] = {}  # id(dispatch answer) -> its prepared step
+        # id(dispatch answer) (generation 2: with the real token count) -> its prepared step
+        self._steps: dict[int | tuple[int, int], PreparedStep] = {}
         self.wrappers: list[CUDAGraphWrapper] = []
         self.model_callable = self.build_callable()
         self.capture_report_: pd.DataFrame | None = None
@@ -243,16 +244,21 @@ class GraphRunner:
     def _prepare(self, n: int, uniform_decode: bool, num_reqs: int | None) -> PreparedStep:
         """Dispatch, and the prepared step of the answer (built on its first use).
 
-        Both dispatchers hand back the same answer object for the same graph, so its id()
-        finds the step built for it.
+        Both dispatchers hand back the same answer object for the same question, so its
+        id() finds the step built for it. V1 answers each token count with its own object;
+        one generation-2 descriptor answers every count that pads to it, so the real count
+        is part of the cache key there.
         """
+        cache_key: int | tuple[int, int]
         if type(self.dispatcher) is CudaGraphManager:
             answer: Answer = dispatch_step(self.dispatcher, n, num_reqs, uniform_decode).key
+            cache_key = (id(answer), n)
         else:
             answer = self.dispatcher.dispatch(n, uniform_decode)
-        step = self._steps.get(id(answer))
+            cache_key = id(answer)
+        step = self._steps.get(cache_key)
         if step is None or step.answer is not answer:
-            step = self._make_step(n, answer)
+            step = self._make_step(n, answer, cache_key)
         return step
 
     def _run(self, step: PreparedStep) -> torch.Tensor:
@@ -272,7 +278,7 @@ class GraphRunner:
                 step.out_slice = view
         return view
 
-    def _make_step(self, n: int, answer: Answer) -> PreparedStep:
+    def _make_step(self, n: int, answer: Answer, cache_key: int | tuple[int, int]) -> PreparedStep:
         if self.released:
             raise RuntimeError(
                 "this GraphRunner was released (release_graphs() or the end of its with-block): "
@@ -283,7 +289,7 @@ class GraphRunner:
         padded = desc.num_tokens
         if padded > self.max_num_tokens:  # not cached: such answers may be built per call
             return PreparedStep(answer, n, padded, True, context)
-        step = self._steps[id(answer)] = PreparedStep(
+        step = self._steps[cache_key] = PreparedStep(
             answer,
             n,
             padded,
