@@ -192,3 +192,48 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
     weak, strong = (pools[pools["outputs"] == o].set_index("mode") for o in ("weak", "strong"))
     assert (weak["estimate_MiB"] < strong["estimate_MiB"]).all()
     assert "graph pool per mode and outputs" in printed
+
+
+def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):
+    import importlib.util
+
+    import pandas as pd
+
+    from cgdispatch import GraphConfig
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.models.toy import PRESETS
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out_csv = tmp_path / "check.csv"
+    argv = ["--device", "cpu", "--model", "toy-tiny", "--sizes", "1,4", "--iters", "2"]
+    argv += ["--repeats", "1", "--vllm-version", "0.34", "--modes", "FULL,FULL_AND_PIECEWISE"]
+    assert module.main([*argv, "--out", str(out_csv)]) == 0
+    assert "speed-up (eager ms / graph ms)" in capsys.readouterr().out
+    table = pd.read_csv(out_csv)
+    assert sorted(table["mode"].unique()) == ["FULL", "FULL_AND_PIECEWISE"]
+    assert (table["source"] == "measured (CPU)").all() and (table["graph_ms"] > 0).all()
+    # each row ran as vLLM 0.34's manager answers that batch (uniform decode: by requests)
+    for mode, rows in table.groupby("mode"):
+        manager = CudaGraphManager(
+            GraphConfig(
+                vllm_version="0.34",
+                cudagraph_mode=mode,
+                max_num_seqs=PRESETS["toy-tiny"].num_slots,
+                prefill_cudagraph_capture_token_sizes=[1, 4],
+                decode_cudagraph_capture_request_sizes=[1, 4],
+            ).resolve()
+        )
+        for row in rows.itertuples():
+            uniform = row.batch == "decode"
+            # a mixed batch's graph holds min(tokens, max_num_seqs) >= its requests: any
+            # count gives the same answer, so one request stands for it
+            desc = manager.dispatch(row.num_tokens if uniform else 1, row.num_tokens,
+                                    1 if uniform else None, 0)  # fmt: skip
+            assert (row.runtime_mode, row.padded_size) == (desc.cg_mode.name, desc.num_tokens)
+    captures = pd.read_csv(tmp_path / "check_captures.csv")
+    fap = captures[captures["config_mode"] == "FULL_AND_PIECEWISE"]
+    assert fap["uniform"].tolist() == [False, False, True, True]  # PIECEWISE, then decode FULL
+    pools = pd.read_csv(tmp_path / "check_pools.csv")
+    assert (pools["stand_in_MiB"] > 0).all() and pools["estimate_MiB"].isna().all()
