@@ -152,8 +152,7 @@ def test_the_forward_context_carries_the_generation_2_descriptor():
     with set_forward_context(M.FULL, desc):
         assert get_forward_context().batch_descriptor is desc
     with pytest.raises(ValueError, match="BatchExecutionDescriptor"):
-        with set_forward_context(M.FULL, (4, 4)):
-            pass
+        set_forward_context(M.FULL, (4, 4))  # refused when built, before any step
 
 
 @pytest.mark.parametrize("mode", ["FULL", "FULL_AND_PIECEWISE"])
