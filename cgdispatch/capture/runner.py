@@ -19,20 +19,20 @@ and position. Inputs are not range-checked unless ``debug=True``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..core.config import GraphConfig
-from ..core.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
-from ..core.dispatcher import DispatchResult, ready_dispatcher
+from ..core.cudagraph_manager import CudaGraphManager
+from ..core.dispatcher import ready_dispatcher
 from ..core.engine import GraphDispatcher, GraphKey, dispatch_step
 from ..core.modes import CUDAGraphMode
 from .backends import GraphBackend, get_backend
 from .context import ForwardContext, use_forward_context
 from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
+from .prepared import Answer, PreparedStep, mode_and_key
 from .stepbatch import StepBatch
 from .wrapper import CUDAGraphWrapper
 
@@ -44,28 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["GraphRunner", "RunnerModel"]
 
 _NONE = CUDAGraphMode.NONE
-# a dispatch answer as the dispatcher returns it: V1's DispatchResult (mode, key), or
-# generation 2's descriptor, which carries its mode (cg_mode)
-Answer = DispatchResult | BatchExecutionDescriptor
-
-
-@dataclass(slots=True, eq=False)
-class PreparedStep:
-    """Everything a dispatch answer needs per step, built once per answer.
-
-    Built in ``GraphRunner._prepare`` and reused so that the hot path allocates nothing
-    (``benchmarks/bench_replay_overhead.py`` holds it under 2x a bare wrapper call).
-    """
-
-    answer: Answer  # kept alive here, so that its id() keys the cache without clashes
-    num_tokens: int  # real tokens; the model runs on padded_tokens
-    padded_tokens: int  # the key's num_tokens
-    oversized: bool  # above the largest capture: eager on the caller's tensors
-    context: ForwardContext
-    row_views: tuple[torch.Tensor, ...] = ()  # ids, positions, slots buffers, rows [0, n)
-    packed_view: torch.Tensor | None = None  # the [3, n] block of all three, for packed inputs
-    model_inputs: tuple[torch.Tensor, ...] = ()  # the buffers' padded rows, what the model reads
-    out_slice: torch.Tensor | None = None  # cached out[:n] of a graph's persistent output
 
 
 class GraphRunner:
@@ -284,7 +262,7 @@ class GraphRunner:
                 "this GraphRunner was released (release_graphs() or the end of its with-block): "
                 "build a new runner to run more steps"
             )
-        mode, desc = _mode_and_key(answer)
+        mode, desc = mode_and_key(answer)
         context = ForwardContext(mode, desc, self._capture_enabled)
         padded = desc.num_tokens
         if padded > self.max_num_tokens:  # not cached: such answers may be built per call
@@ -372,11 +350,3 @@ class GraphRunner:
             f"GraphRunner(mode={self.cudagraph_mode}, backend={self.backend.name}, "
             f"max_num_tokens={self.max_num_tokens}, captured={len(self.captured_keys)})"
         )
-
-
-def _mode_and_key(answer: Answer) -> tuple[CUDAGraphMode, GraphKey]:
-    """(runtime mode, graph key) of either generation's dispatch answer."""
-    if isinstance(answer, BatchExecutionDescriptor):
-        return answer.cg_mode, answer
-    mode, key = answer
-    return mode, key
