@@ -17,6 +17,11 @@ pool columns are then the stand-in's ledger):
     PYTHONPATH=. python scripts/gpu_check.py                       # on a GPU machine
     PYTHONPATH=. python scripts/gpu_check.py --device cpu --model toy-tiny --sizes 1,2,4,8
 
+``--vllm-version`` picks the generation of vLLM's graph dispatch the runner follows: 0.33
+(V1, the default, so that results stay comparable with earlier runs of this script) or 0.34
+(generation 2: ``--sizes`` are then the prefill token sizes and, up to max_num_seqs, the
+decode request sizes; the graph-memory estimate, V1 only, is left empty).
+
 Exit status 1 when a replay differs from eager beyond tolerance.
 """
 
@@ -37,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cgdispatch.capture.runner import GraphRunner  # noqa: E402
 from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
+from cgdispatch.core.engine import dispatch_step  # noqa: E402
+from cgdispatch.core.ladders import ENGINE_LADDERS  # noqa: E402
 from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
 from cgdispatch.measure.replay_check import check_replay  # noqa: E402
 from cgdispatch.measure.timing import measure_capture_memory  # noqa: E402
@@ -50,7 +57,7 @@ def step_ms(runner: GraphRunner, batch, iters: int, repeats: int) -> float:
     dev = runner.device
     tokens = batch.tokens.to(dev)
     for _ in range(3):  # warm-up, discarded
-        runner.execute_packed(tokens, batch.uniform_decode)
+        runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
     samples = []
     for _ in range(repeats):
         if dev.type == "cuda":
@@ -58,14 +65,14 @@ def step_ms(runner: GraphRunner, batch, iters: int, repeats: int) -> float:
             torch.cuda.synchronize(dev)
             start.record()
             for _ in range(iters):
-                runner.execute_packed(tokens, batch.uniform_decode)
+                runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
             end.record()
             torch.cuda.synchronize(dev)
             samples.append(start.elapsed_time(end) / iters)
         else:
             t0 = time.perf_counter()
             for _ in range(iters):
-                runner.execute_packed(tokens, batch.uniform_decode)
+                runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
             samples.append((time.perf_counter() - t0) * 1e3 / iters)
     return statistics.median(samples)
 
@@ -83,7 +90,7 @@ def time_mode(
                 batch = make(n, seed=args.seed + n)
             except ValueError:  # more requests than the model has KV slots
                 continue
-            mode, desc = runner.dispatcher.dispatch(n, batch.uniform_decode)
+            answer = dispatch_step(runner.dispatcher, n, batch.num_reqs, batch.uniform_decode)
             if (n, kind) not in eager_cache:
                 eager_cache[(n, kind)] = step_ms(eager, batch, args.iters, args.repeats)
             eager_ms = eager_cache[(n, kind)]
@@ -93,8 +100,8 @@ def time_mode(
                     "mode": str(runner.cudagraph_mode),
                     "batch": kind,
                     "num_tokens": n,
-                    "runtime_mode": str(mode),
-                    "padded_size": desc.num_tokens,
+                    "runtime_mode": str(answer.runtime_mode),
+                    "padded_size": answer.padded_tokens,
                     "eager_ms": eager_ms,
                     "graph_ms": graph_ms,
                     "speedup_x": eager_ms / graph_ms,
@@ -124,19 +131,16 @@ def pool_rows(
     est = None
     for mode in modes:
         for weak in (True, False):
-            config = GraphConfig(
-                cudagraph_mode=mode,
-                cudagraph_capture_sizes=sizes,
-                max_num_seqs=eager.config.max_num_seqs,
-            )
+            config = mode_config(mode, sizes, eager.config.max_num_seqs, args.vllm_version)
             with GraphRunner(model, config, weak_outputs=weak) as runner:
                 _, memory = measure_capture_memory(
                     lambda: runner.capture_all(progress=False), runner.device
                 )
                 ledger = getattr(runner.backend, "ledger", None)
-                if meta is not None and weak:  # one estimate gives both output policies
+                v1 = args.vllm_version == "0.33"  # the estimator models V1's keys only
+                if meta is not None and weak and v1:  # one estimate gives both policies
                     est = estimate_graph_memory(meta, runner.config)
-                pool = est.pool_bytes(keep_outputs=not weak) if meta is not None else None
+                pool = est.pool_bytes(keep_outputs=not weak) if meta is not None and v1 else None
                 rows.append(
                     {
                         "mode": str(runner.cudagraph_mode),
@@ -156,6 +160,34 @@ def pool_rows(
     return rows
 
 
+def mode_config(mode: str, sizes: list[int], max_num_seqs: int, vllm_version: str) -> GraphConfig:
+    """The config of one mode in the chosen generation (sizes as in the module docstring)."""
+    if vllm_version == "0.34":
+        return GraphConfig(
+            vllm_version="0.34",
+            cudagraph_mode=mode,
+            max_num_seqs=max_num_seqs,
+            prefill_cudagraph_capture_token_sizes=sizes,
+            decode_cudagraph_capture_request_sizes=[s for s in sizes if s <= max_num_seqs] or None,
+        )
+    return GraphConfig(
+        cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=max_num_seqs
+    )
+
+
+def gen2_sizes(args: argparse.Namespace) -> dict[str, str]:
+    """Generation 2's size options for ``build_runner``: ``--sizes`` (default vLLM V1's
+    ladder to 512, the sizes this script times under 0.33) as prefill token sizes, and
+    those within the toy preset's KV slots (its max_num_seqs) as decode request sizes."""
+    sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else ENGINE_LADDERS["vllm"](512)
+    preset = PRESETS.get(args.model)
+    decode = [s for s in sizes if preset is None or s <= preset.num_slots]
+    return {
+        "prefill_sizes": ",".join(map(str, sizes)),
+        "decode_sizes": ",".join(map(str, decode or sizes[:1])),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="toy-small")
@@ -173,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default="gpu_check.csv", help="CSV of step times (one row per mode, size, batch)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--vllm-version",
+        choices=["0.33", "0.34"],
+        default="0.33",
+        help="graph dispatch of vLLM 0.33 (V1, default: comparable with earlier runs) or 0.34 "
+        "(generation 2)",
+    )
     args = p.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     where = (
@@ -181,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         else "measured (CPU)"
     )
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    gen2 = gen2_sizes(args) if args.vllm_version == "0.34" else {}
     failures, rows, captures, summary = 0, [], [], []
     eager, eager_cache, capture_sizes = None, {}, []
     for mode in modes:
         ns = SimpleNamespace(
             model=args.model,
             mode=mode,
-            sizes=args.sizes,
+            sizes=None if gen2 else args.sizes,  # gen 2: the two lists below
             attention="general",
             no_piecewise=False,
             max_num_seqs=None,
@@ -196,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             device=device,
             backend=None,
             seed=args.seed,
+            vllm_version=args.vllm_version,
+            **gen2,
         )
         runner = build_runner(ns)
         start = time.perf_counter()
@@ -213,7 +255,11 @@ def main(argv: list[str] | None = None) -> int:
                     max_num_seqs=runner.config.max_num_seqs,
                 ),
             )
-        capture_sizes = runner.config.cudagraph_capture_sizes or capture_sizes
+        capture_sizes = (
+            [int(x) for x in gen2["prefill_sizes"].split(",")]
+            if gen2
+            else runner.config.cudagraph_capture_sizes or capture_sizes
+        )
         rows += time_mode(runner, eager, args, eager_cache)
         captures.append(report.assign(config_mode=str(runner.cudagraph_mode), source=where))
         pool = report["pool_bytes"].sum() if report["pool_bytes"].notna().any() else float("nan")

@@ -2,7 +2,8 @@
 
 ``GraphRunner.capture_all`` calls this; it runs one dummy step per key under the key's
 forward context, so the wrappers inside capture. It does not choose keys (the dispatcher
-does) and does not time replays (``measure/`` does).
+does: V1's ``get_capture_descs`` or generation 2's ``capture_descs``, in their capture
+order, through ``core.engine.capture_keys``) and does not time replays (``measure/`` does).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..core.batch import BatchDescriptor
+from ..core.engine import GraphKey, capture_keys
 from ..core.modes import CUDAGraphMode
 from .context import set_forward_context
+from .graph_key import is_uniform_key, uniform_query_len
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,7 +42,7 @@ def capture_every_key(runner: GraphRunner, *, progress: bool, lock: bool) -> pd.
     import pandas as pd
     from tqdm.auto import tqdm
 
-    todo = [(mode, d) for mode, descs in runner.dispatcher.get_capture_descs() for d in descs]
+    todo = [(k.runtime_mode, k.key) for k in capture_keys(runner.dispatcher)]
     rows = []
     runner.capture_enabled = True
     with runner.backend.capture_session():
@@ -55,7 +57,7 @@ def capture_every_key(runner: GraphRunner, *, progress: bool, lock: bool) -> pd.
     return frame
 
 
-def _capture_one(runner: GraphRunner, mode: CUDAGraphMode, desc: BatchDescriptor) -> dict[str, Any]:
+def _capture_one(runner: GraphRunner, mode: CUDAGraphMode, desc: GraphKey) -> dict[str, Any]:
     backend = runner.backend
     n = desc.num_tokens
     graphs0, capture_s0, pool0 = (
@@ -65,7 +67,7 @@ def _capture_one(runner: GraphRunner, mode: CUDAGraphMode, desc: BatchDescriptor
     )
     ids, pos, slots = runner.input_ids[:n], runner.positions[:n], runner.slots[:n]
     slots.fill_(runner.model.dummy_slot)  # capture writes K/V into the dummy slot only
-    q = runner.config.uniform_decode_query_len if desc.uniform else 1
+    q = uniform_query_len(desc, runner.config) or 1
     pos.copy_(torch.arange(n, device=runner.device) % q)
     start = time.perf_counter()
     with set_forward_context(mode, desc, allow_capture=True):
@@ -76,7 +78,7 @@ def _capture_one(runner: GraphRunner, mode: CUDAGraphMode, desc: BatchDescriptor
         "mode": str(mode),
         "num_tokens": n,
         "num_reqs": desc.num_reqs,
-        "uniform": desc.uniform,
+        "uniform": is_uniform_key(desc),
         "num_graphs": backend.num_graphs - graphs0,
         "capture_s": backend.capture_s_total - capture_s0,
         "step_s": step_s,

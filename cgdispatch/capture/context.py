@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.batch import BatchDescriptor
+from ..core.engine import GraphKey
 from ..core.modes import CUDAGraphMode
+from .graph_key import GRAPH_KEY_TYPES
 
 __all__ = ["ForwardContext", "set_forward_context", "use_forward_context", "get_forward_context"]
 
@@ -24,13 +25,16 @@ _RUNTIME_MODES = frozenset({CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGra
 class ForwardContext:
     """What one step runs as: a runtime mode and the (padded) batch descriptor.
 
+    The descriptor is the generation's graph key: a V1 ``BatchDescriptor`` or a vLLM
+    0.34 ``BatchExecutionDescriptor``; wrappers key their graphs by it as given.
+
     ``allow_capture=False`` makes a wrapper raise instead of capturing a key it has not
     seen (the runner switches capture off once every key is captured). ``metadata`` is
     free for attention backends; the wrappers never read it.
     """
 
     runtime_mode: CUDAGraphMode
-    batch_descriptor: BatchDescriptor | None = None
+    batch_descriptor: GraphKey | None = None
     allow_capture: bool = True
     metadata: Any = None
 
@@ -75,7 +79,7 @@ class set_forward_context(use_forward_context):  # noqa: N801 - used like a func
     def __init__(
         self,
         runtime_mode: CUDAGraphMode,
-        batch_descriptor: BatchDescriptor | None = None,
+        batch_descriptor: GraphKey | None = None,
         *,
         allow_capture: bool = True,
         metadata: Any = None,
@@ -85,10 +89,11 @@ class set_forward_context(use_forward_context):  # noqa: N801 - used like a func
                 f"runtime_mode={runtime_mode!r} is not a runtime mode: the forward context "
                 "takes NONE, PIECEWISE or FULL (dispatch a batch to turn a config mode into one)"
             )
-        if batch_descriptor is not None and type(batch_descriptor) is not BatchDescriptor:
+        if batch_descriptor is not None and type(batch_descriptor) not in GRAPH_KEY_TYPES:
             raise ValueError(
                 f"batch_descriptor={batch_descriptor!r} is invalid: pass a "
-                "cgdispatch.BatchDescriptor (as returned by the dispatcher) or None"
+                "cgdispatch.BatchDescriptor (V1) or BatchExecutionDescriptor (vLLM 0.34), "
+                "as the dispatcher returns it, or None"
             )
         super().__init__(ForwardContext(runtime_mode, batch_descriptor, allow_capture, metadata))
 

@@ -7,6 +7,11 @@ tokens. ``capture_all()`` captures every key largest first and reports the cost;
 ``release_graphs()`` (or leaving a ``with GraphRunner(...)`` block) frees graphs, pool and
 compiled pieces.
 
+Either generation of vLLM's dispatch (docs/semantics_v2.md): ``GraphConfig(vllm_version=
+"0.34")`` steps through a ``CudaGraphManager`` and keys graphs by its
+``BatchExecutionDescriptor`` s (uniform decode graphs sized by request count, token-keyed
+graphs on the prefill grid); any other config through V1's ``CudagraphDispatcher``.
+
 The runner does not schedule requests or manage KV slots: callers give each token's slot
 and position. Inputs are not range-checked unless ``debug=True``.
 """
@@ -14,19 +19,20 @@ and position. Inputs are not range-checked unless ``debug=True``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
+from ..core.cudagraph_manager import CudaGraphManager
 from ..core.dispatcher import ready_dispatcher
+from ..core.engine import GraphDispatcher, GraphKey, dispatch_step
 from ..core.modes import CUDAGraphMode
 from .backends import GraphBackend, get_backend
 from .context import ForwardContext, use_forward_context
 from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
+from .prepared import Answer, PreparedStep, mode_and_key
 from .stepbatch import StepBatch
 from .wrapper import CUDAGraphWrapper
 
@@ -38,25 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["GraphRunner", "RunnerModel"]
 
 _NONE = CUDAGraphMode.NONE
-Answer = tuple[CUDAGraphMode, BatchDescriptor]
-
-
-@dataclass(slots=True, eq=False)
-class PreparedStep:
-    """Everything a dispatch answer needs per step, built once per answer.
-
-    Built in ``GraphRunner._prepare`` and reused so that the hot path allocates nothing
-    (``benchmarks/bench_replay_overhead.py`` holds it under 2x a bare wrapper call).
-    """
-
-    answer: Answer  # kept alive here, so that its id() keys the cache without clashes
-    num_tokens: int  # real tokens; the model runs on answer[1].num_tokens (padded)
-    oversized: bool  # above the largest capture: eager on the caller's tensors
-    context: ForwardContext
-    row_views: tuple[torch.Tensor, ...] = ()  # ids, positions, slots buffers, rows [0, n)
-    packed_view: torch.Tensor | None = None  # the [3, n] block of all three, for packed inputs
-    model_inputs: tuple[torch.Tensor, ...] = ()  # the buffers' padded rows, what the model reads
-    out_slice: torch.Tensor | None = None  # cached out[:n] of a graph's persistent output
 
 
 class GraphRunner:
@@ -71,7 +58,9 @@ class GraphRunner:
     ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention
     support; ``cudagraph_mode`` is the mode actually used. Piecewise modes go through one
     ``torch.compile`` with the splitting backend of ``piecewise.py`` (``assemble.py``;
-    ``compile_pieces=True`` adds inductor). Model
+    ``compile_pieces=True`` adds inductor). ``vllm_version="0.34"`` configs dispatch
+    through generation 2's ``CudaGraphManager`` (``self.dispatcher``); the persistent
+    buffers then cover its widest descriptor. Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
 
@@ -112,16 +101,23 @@ class GraphRunner:
         )
         self.released = False
         self._capture_enabled = True
-        self.dispatcher = ready_dispatcher(self.config)
+        self.dispatcher: GraphDispatcher
+        if self.config.vllm_version == "0.34":
+            self.dispatcher = CudaGraphManager(self.config)
+            largest = max((d.num_tokens for d in self.dispatcher.capture_order()), default=0)
+        else:
+            self.dispatcher = ready_dispatcher(self.config)
+            largest = self.dispatcher.max_capture_size
         # persistent inputs, sized for the largest capture (eager steps above it use their own):
         # one [3, max] buffer so that a packed batch is one copy; rows are ids, positions, slots
-        self.max_num_tokens = max(self.dispatcher.max_capture_size, 1)
+        self.max_num_tokens = max(largest, 1)
         self.inputs = torch.zeros(3, self.max_num_tokens, dtype=torch.long, device=self.device)
         self.input_ids, self.positions, self.slots = self.inputs.unbind(0)
         self.slots.fill_(model.dummy_slot)
         self._async_copy = self.device.type == "cuda"
         self._dirty = 0  # rows [0, _dirty) of `slots` may hold real slots from earlier steps
-        self._steps: dict[int, PreparedStep] = {}  # id(dispatch answer) -> its prepared step
+        # id(dispatch answer) (generation 2: with the real token count) -> its prepared step
+        self._steps: dict[int | tuple[int, int], PreparedStep] = {}
         self.wrappers: list[CUDAGraphWrapper] = []
         self.model_callable = self.build_callable()
         self.capture_report_: pd.DataFrame | None = None
@@ -157,11 +153,15 @@ class GraphRunner:
         positions: torch.Tensor,
         slots: torch.Tensor,
         uniform_decode: bool = False,
+        num_reqs: int | None = None,
     ) -> torch.Tensor:
         """Run one step and return logits [num_tokens, vocab] of the real tokens.
 
         ``uniform_decode=True`` declares that every request has exactly q tokens, grouped
-        contiguously (q = 1 + speculative tokens).
+        contiguously (q = 1 + speculative tokens). ``num_reqs``: the step's request count,
+        which generation 2 checks against each graph's (V1 does not read it); None means
+        ``cdiv(num_tokens, q)`` for a uniform decode and 1 otherwise
+        (``core.engine.default_num_reqs``).
 
         What the caller may keep: on a graph path the result is a view of a graph's
         output, not a tensor of its own. With weak outputs (the default, as vLLM) it is
@@ -184,7 +184,7 @@ class GraphRunner:
             )
         if self.debug:
             self.check_inputs(input_ids, positions, slots)
-        step = self._prepare(n, uniform_decode)
+        step = self._prepare(n, uniform_decode, num_reqs)
         if step.oversized:
             return self._execute_large(step, input_ids, positions, slots)
         # one fused call for the three copies (host -> device copies are asynchronous on CUDA)
@@ -193,7 +193,9 @@ class GraphRunner:
         )
         return self._run(step)
 
-    def execute_packed(self, tokens: torch.Tensor, uniform_decode: bool = False) -> torch.Tensor:
+    def execute_packed(
+        self, tokens: torch.Tensor, uniform_decode: bool = False, num_reqs: int | None = None
+    ) -> torch.Tensor:
         """``execute`` with inputs packed as int64 [3, num_tokens] (ids, positions, slots).
 
         One copy fills the buffers instead of three; the result may be kept as in ``execute``.
@@ -206,7 +208,7 @@ class GraphRunner:
         n = tokens.shape[1]
         if self.debug:
             self.check_inputs(*tokens)
-        step = self._prepare(n, uniform_decode)
+        step = self._prepare(n, uniform_decode, num_reqs)
         if step.oversized:
             return self._execute_large(step, *tokens)
         step.packed_view.copy_(tokens, non_blocking=self._async_copy)
@@ -214,15 +216,27 @@ class GraphRunner:
 
     def execute_batch(self, batch: StepBatch) -> torch.Tensor:
         """``execute_packed`` on a :class:`StepBatch`."""
-        return self.execute_packed(batch.tokens, batch.uniform_decode)
+        return self.execute_packed(batch.tokens, batch.uniform_decode, batch.num_reqs)
 
     # ----- the shared hot path ---------------------------------------------------------------
-    def _prepare(self, n: int, uniform_decode: bool) -> PreparedStep:
-        """Dispatch, and the prepared step of the answer (built on its first use)."""
-        answer = self.dispatcher.dispatch(n, uniform_decode)
-        step = self._steps.get(id(answer))
+    def _prepare(self, n: int, uniform_decode: bool, num_reqs: int | None) -> PreparedStep:
+        """Dispatch, and the prepared step of the answer (built on its first use).
+
+        Both dispatchers hand back the same answer object for the same question, so its
+        id() finds the step built for it. V1 answers each token count with its own object;
+        one generation-2 descriptor answers every count that pads to it, so the real count
+        is part of the cache key there.
+        """
+        cache_key: int | tuple[int, int]
+        if type(self.dispatcher) is CudaGraphManager:
+            answer: Answer = dispatch_step(self.dispatcher, n, num_reqs, uniform_decode).key
+            cache_key = (id(answer), n)
+        else:
+            answer = self.dispatcher.dispatch(n, uniform_decode)
+            cache_key = id(answer)
+        step = self._steps.get(cache_key)
         if step is None or step.answer is not answer:
-            step = self._make_step(n, answer)
+            step = self._make_step(n, answer, cache_key)
         return step
 
     def _run(self, step: PreparedStep) -> torch.Tensor:
@@ -233,29 +247,30 @@ class GraphRunner:
         self._dirty = n
         with use_forward_context(step.context):
             out = self.model_callable(*step.model_inputs)
-        if step.answer[1].num_tokens == n:
+        if step.padded_tokens == n:
             return out
         view = step.out_slice
         if view is None or view._base is not out:  # graph outputs persist: reuse the slice
             view = out[:n]
-            if step.answer[0] is not _NONE:
+            if step.context.runtime_mode is not _NONE:
                 step.out_slice = view
         return view
 
-    def _make_step(self, n: int, answer: Answer) -> PreparedStep:
+    def _make_step(self, n: int, answer: Answer, cache_key: int | tuple[int, int]) -> PreparedStep:
         if self.released:
             raise RuntimeError(
                 "this GraphRunner was released (release_graphs() or the end of its with-block): "
                 "build a new runner to run more steps"
             )
-        mode, desc = answer
+        mode, desc = mode_and_key(answer)
         context = ForwardContext(mode, desc, self._capture_enabled)
         padded = desc.num_tokens
         if padded > self.max_num_tokens:  # not cached: such answers may be built per call
-            return PreparedStep(answer, n, True, context)
-        step = self._steps[id(answer)] = PreparedStep(
+            return PreparedStep(answer, n, padded, True, context)
+        step = self._steps[cache_key] = PreparedStep(
             answer,
             n,
+            padded,
             False,
             context,
             row_views=(self.input_ids[:n], self.positions[:n], self.slots[:n]),
@@ -305,7 +320,7 @@ class GraphRunner:
         return self.capture_report_
 
     @property
-    def captured_keys(self) -> list[tuple[CUDAGraphMode, BatchDescriptor]]:
+    def captured_keys(self) -> list[tuple[CUDAGraphMode, GraphKey]]:
         """(mode, key) of every graph captured so far by the runner's wrappers, in order."""
         return [(w.runtime_mode, d) for w in self.wrappers for d in w.captured_keys]
 

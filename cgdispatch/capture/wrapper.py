@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..core.batch import BatchDescriptor
+from ..core.engine import GraphKey
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from . import context as _context
 from .backends import CapturedGraph, GraphBackend, get_backend
+from .graph_key import is_uniform_key
 from .pool import OutputLifetime
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ _NONE = CUDAGraphMode.NONE
 class GraphEntry:
     """One captured key of one wrapper: the graph, its cost and its use count."""
 
-    batch_descriptor: BatchDescriptor
+    batch_descriptor: GraphKey  # V1 BatchDescriptor or gen-2 BatchExecutionDescriptor
     graph: CapturedGraph
     input_addresses: tuple[int, ...]  # data_ptr of each tensor argument at capture
     capture_s: float  # the capture alone; warm-ups excluded
@@ -108,7 +109,7 @@ class CUDAGraphWrapper:
         self.num_warmups = num_warmups
         self.debug = debug
         self.name = name or getattr(runnable, "__name__", type(runnable).__name__)
-        self.entries: dict[BatchDescriptor, GraphEntry] = {}
+        self.entries: dict[GraphKey, GraphEntry] = {}
         self.num_replays = 0
         self.num_bypasses = 0
 
@@ -131,7 +132,7 @@ class CUDAGraphWrapper:
     # ----- capture --------------------------------------------------------------------------
     def _capture(
         self,
-        desc: BatchDescriptor | None,
+        desc: GraphKey | None,
         allowed: bool,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -183,7 +184,7 @@ class CUDAGraphWrapper:
 
     # ----- inspection -----------------------------------------------------------------------
     @property
-    def captured_keys(self) -> list[BatchDescriptor]:
+    def captured_keys(self) -> list[GraphKey]:
         """Descriptors with a graph, in capture order."""
         return list(self.entries)
 
@@ -201,7 +202,7 @@ class CUDAGraphWrapper:
                 "runtime_mode": str(self.runtime_mode),
                 "num_tokens": e.batch_descriptor.num_tokens,
                 "num_reqs": e.batch_descriptor.num_reqs,
-                "uniform": e.batch_descriptor.uniform,
+                "uniform": is_uniform_key(e.batch_descriptor),
                 "capture_order": e.order,
                 "capture_s": e.capture_s,
                 "warmup_s": e.warmup_s,

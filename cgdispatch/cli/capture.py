@@ -1,5 +1,12 @@
 """``python -m cgdispatch capture``: capture a registry model's graphs, optionally check
-replays (:func:`cgdispatch.measure.replay_check.check_replay`)."""
+replays (:func:`cgdispatch.measure.replay_check.check_replay`).
+
+``--vllm-version`` picks the generation the runner captures and dispatches with: "0.34"
+(generation 2, ``CudaGraphManager``; the default, the newest) or "0.33" (V1,
+``CudagraphDispatcher``). Under 0.34 the graphs are ``--prefill-sizes`` (token counts) and
+``--decode-sizes`` (request counts); ``--sizes`` is vLLM's deprecated shared list, which
+0.34 still maps onto both (with vLLM's warning).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..core.validate import check_device
 from ..measure.replay_check import check_replay
-from .dispatch import parse_sizes
+from .dispatch import add_generation_arguments, generation_line, parse_sizes
 
 if TYPE_CHECKING:
     from ..capture.runner import GraphRunner
@@ -27,28 +34,67 @@ def build_runner(args: argparse.Namespace) -> GraphRunner:
     if args.device is not None:
         check_device("--device", args.device)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    sizes = parse_sizes(args.sizes)
+    size_fields = _size_fields(args)
+    q = 1 + args.num_speculative_tokens
+    widest = [  # the widest graph: the model's buffers must hold it
+        *(size_fields.get("cudagraph_capture_sizes") or []),
+        *(size_fields.get("prefill_cudagraph_capture_token_sizes") or []),
+        *(n * q for n in size_fields.get("decode_cudagraph_capture_request_sizes") or []),
+    ]
     model = build_model(
         args.model,
         device=device,
         dtype=args.dtype,
         seed=args.seed,
-        max_num_tokens=max(sizes) if sizes else None,
+        max_num_tokens=max(widest) if widest else None,
         attention=args.attention,
     )
     model.fill_kv_cache_(args.seed)
     config = GraphConfig(
         cudagraph_mode=args.mode,
-        cudagraph_capture_sizes=sizes,
         max_num_seqs=args.max_num_seqs or model.num_slots,
         num_speculative_tokens=args.num_speculative_tokens,
         splitting_ops=[] if args.no_piecewise else None,
+        vllm_version=getattr(args, "vllm_version", None),  # scripts may leave it out: V1
+        **size_fields,
     )
     return GraphRunner(model, config, backend=args.backend)
 
 
+_DEFAULT_SIZES = "1,2,4,8"
+
+
+def _size_fields(args: argparse.Namespace) -> dict[str, list[int] | None]:
+    """The GraphConfig size fields the options name, for the chosen generation.
+
+    V1: ``sizes`` (None: vLLM's ladder; the command fills in 1,2,4,8). 0.34:
+    ``prefill_sizes`` and ``decode_sizes`` (each 1,2,4,8 when no size option is given);
+    ``sizes`` given is passed as the deprecated shared list, as a vLLM 0.34 user passing it
+    would.
+    """
+    if getattr(args, "vllm_version", None) != "0.34":
+        for flag in ("prefill_sizes", "decode_sizes"):
+            if getattr(args, flag, None) is not None:
+                raise ValueError(
+                    f"--{flag.replace('_', '-')} with --vllm-version 0.33 is invalid: V1 has one "
+                    "shared size list; use --sizes, or --vllm-version 0.34"
+                )
+        return {"cudagraph_capture_sizes": parse_sizes(args.sizes)}
+    prefill, decode = parse_sizes(args.prefill_sizes), parse_sizes(args.decode_sizes)
+    if args.sizes is not None:
+        return {
+            "cudagraph_capture_sizes": parse_sizes(args.sizes),
+            "prefill_cudagraph_capture_token_sizes": prefill,
+            "decode_cudagraph_capture_request_sizes": decode,
+        }
+    return {
+        "prefill_cudagraph_capture_token_sizes": prefill or parse_sizes(_DEFAULT_SIZES),
+        "decode_cudagraph_capture_request_sizes": decode or parse_sizes(_DEFAULT_SIZES),
+    }
+
+
 def add_runner_arguments(
-    parser: argparse.ArgumentParser, *, model: str = "toy-tiny", sizes: str = "1,2,4,8"
+    parser: argparse.ArgumentParser, *, model: str = "toy-tiny", sizes: str | None = None
 ) -> None:
     parser.add_argument(
         "--model",
@@ -60,7 +106,12 @@ def add_runner_arguments(
         default="FULL",
         help="cudagraph mode: NONE, FULL, FULL_DECODE_ONLY (default %(default)s)",
     )
-    parser.add_argument("--sizes", default=sizes, help="capture sizes (default %(default)s)")
+    parser.add_argument(
+        "--sizes",
+        default=sizes,
+        help=f"capture sizes (0.33; under 0.34 the deprecated shared list); default "
+        f"{sizes or _DEFAULT_SIZES}",
+    )
     parser.add_argument(
         "--attention",
         default=None,
@@ -89,11 +140,15 @@ def add_runner_arguments(
 def run_capture(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    if args.vllm_version != "0.34" and args.sizes is None:
+        args.sizes = _DEFAULT_SIZES  # a small V1 set; gen 2's defaults are in _size_fields
+
     runner = build_runner(args)
     report = runner.capture_all(progress=not args.no_progress)
     from ..measure.timing import source_label
 
     where = source_label(runner.device)
+    print(generation_line(runner.config))
     print(f"{runner}\ncapture report, {where}:")
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(report.to_string(index=False))
@@ -106,7 +161,7 @@ def run_capture(args: argparse.Namespace) -> int:
         seed=args.seed + 1,
         atol=args.atol,
         rtol=args.rtol,
-        sizes=parse_sizes(args.sizes) or [1, 2, 4, 8],
+        sizes=parse_sizes(args.sizes) or parse_sizes(args.prefill_sizes) or [1, 2, 4, 8],
     )
     print("\nreplay vs eager, fresh random inputs (largest error per key):")
     with pd.option_context(
@@ -130,6 +185,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "capture", help="capture a toy model's graphs; --check compares replay with eager"
     )
     add_runner_arguments(p)
+    add_generation_arguments(p)
     p.add_argument(
         "--check",
         action="store_true",

@@ -36,14 +36,21 @@ def run_sweep_command(args: argparse.Namespace) -> int:
                 f"--modes {args.modes!r} names no mode: give one or more, e.g. FULL,PIECEWISE"
             )
         spec = spec.replace(modes=modes)
+    if args.vllm_version is not None:
+        spec = spec.replace(vllm_version=args.vllm_version)
     check_int("--workers", args.workers, 1, 1024)
     store = ResultStore(args.out)
     previous = store.load()
-    if not args.resume and (previous["sweep"] == spec.name).any():
+    same = (previous["sweep"] == spec.name) & (previous["vllm_version"] == spec.vllm_version)
+    if not args.resume and same.any():
         raise ValueError(
-            f"{store.path} already holds rows of sweep {spec.name!r}: pass --resume to finish it "
+            f"{store.path} already holds rows of sweep {spec.name!r} (vLLM {spec.vllm_version}): "
+            "pass --resume to finish it "
             "(finished points are skipped) or choose another --out directory"
         )
+    other = "0.34 for generation 2" if spec.vllm_version == "0.33" else "0.33 for V1"
+    chosen = "--vllm-version" if args.vllm_version is not None else "the spec's"
+    print(f"vLLM {spec.vllm_version} graph dispatch ({chosen}; --vllm-version {other})")
     executor = None
     if args.workers > 1:
         import concurrent.futures as cf
@@ -134,6 +141,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sweep.add_argument("--repeats", type=int, default=None, help="override timed runs per point")
     sweep.add_argument(
         "--modes", default=None, help="override the preset's modes, e.g. FULL,PIECEWISE"
+    )
+    sweep.add_argument(
+        "--vllm-version",
+        choices=["0.33", "0.34"],
+        default=None,
+        help="vLLM release whose graph dispatch the runner follows: 0.33 (V1) or 0.34 "
+        "(generation 2); default: the spec's, 0.33 for the presets, so that their stored "
+        "results stay comparable",
     )
     sweep.add_argument("--no-progress", action="store_true")
     sweep.set_defaults(func=run_sweep_command)

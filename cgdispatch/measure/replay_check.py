@@ -2,7 +2,9 @@
 
 For every captured key it runs fresh random batches through the runner (replay) and
 through the model directly (eager, unpadded) from the same KV-cache state, and compares
-logits and the real requests' caches.
+logits and the real requests' caches. Either generation's runner (V1 keys or vLLM 0.34's
+``BatchExecutionDescriptor`` s) is checked the same way; each batch is dispatched with its
+own request count.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ def check_replay(
     of a real slot's cache between the two runs), tol, ok, and whether the step replayed
     a graph. The model's caches are restored after each comparison. Keys must have been
     captured (``runner.capture_all()``) for ``replayed`` to be True. A runner in mode NONE
-    has no keys: it is checked at ``sizes`` (eager through the runner's path).
+    has no keys: it is checked at ``sizes`` (eager through the runner's path). Under
+    generation 2 a batch with more requests than ``max_num_seqs`` is skipped: no scheduler
+    forms it, and the manager sends it to no graph sized by request count.
     """
     import pandas as pd
     import torch
@@ -57,8 +61,13 @@ def check_replay(
         for cache, saved in zip(model.kv_caches(), snapshot):
             cache.copy_(saved)
 
+    from ..capture.graph_key import is_uniform_key
     from ..core.batch import BatchDescriptor
+    from ..core.engine import generation_of
     from ..core.modes import CUDAGraphMode
+
+    # generation 2 checks request counts against each graph's; V1 reads none
+    max_reqs = runner.config.max_num_seqs if generation_of(runner.config) == "0.34" else None
 
     eager_only = runner.cudagraph_mode is CUDAGraphMode.NONE
     keys = (
@@ -68,16 +77,19 @@ def check_replay(
     )
     for i, (mode, desc) in enumerate(keys):
         n = desc.num_tokens
-        kinds = ["decode"] if desc.uniform else ["mixed", "decode"]
+        uniform_key = is_uniform_key(desc)
+        kinds = ["decode"] if uniform_key else ["mixed", "decode"]
         if not model.supports_mixed_batches:
             # decode-only models (the HF adapter): a non-uniform key is exercised by a decode
             # batch dispatched as non-uniform, so that this very key replays
-            kinds = ["decode"] if desc.uniform else ["decode-nonuniform"]
+            kinds = ["decode"] if uniform_key else ["decode-nonuniform"]
         for kind in kinds:
             make = runner.make_mixed_batch if kind == "mixed" else runner.make_decode_batch
             try:
                 batch = make(n, seed=seed * 7919 + i * 2 + (kind == "mixed"))
             except ValueError:  # e.g. more decode requests than KV slots
+                continue
+            if max_reqs is not None and batch.num_reqs > max_reqs:
                 continue
             dev = runner.device
             ids, pos, slots = (t.to(dev) for t in (batch.input_ids, batch.positions, batch.slots))
@@ -88,7 +100,9 @@ def check_replay(
             restore()
             replays = sum(w.num_replays for w in runner.wrappers)
             uniform = batch.uniform_decode and kind != "decode-nonuniform"
-            out = runner.execute(ids, pos, slots, uniform_decode=uniform).clone()
+            out = runner.execute(
+                ids, pos, slots, uniform_decode=uniform, num_reqs=batch.num_reqs
+            ).clone()
             replayed = sum(w.num_replays for w in runner.wrappers) > replays
             cache_err = max(
                 _max_err(c[:, :dummy], r) for c, r in zip(model.kv_caches(), ref_caches)
@@ -100,7 +114,7 @@ def check_replay(
                     "mode": str(mode),
                     "num_tokens": n,
                     "num_reqs": desc.num_reqs,
-                    "uniform": desc.uniform,
+                    "uniform": uniform_key,
                     "batch": kind,
                     "batch_reqs": batch.num_reqs,
                     "replayed": replayed,

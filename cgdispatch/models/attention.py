@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..capture import context as _context
+from ..capture.graph_key import is_uniform_key
 
 __all__ = ["attention", "attention_uniform", "attention_reference"]
 
@@ -104,7 +105,8 @@ def attention_uniform(
     ctx = _context.get_forward_context()
     desc = None if ctx is None else ctx.batch_descriptor
     num_tokens = q.shape[0]
-    uniform = desc is not None and desc.uniform and bool(desc.num_reqs)
+    # either generation's key (V1 BatchDescriptor, vLLM 0.34 BatchExecutionDescriptor)
+    uniform = desc is not None and is_uniform_key(desc) and bool(desc.num_reqs)
     if uniform and desc.num_tokens == num_tokens and num_tokens % desc.num_reqs == 0:
         return _uniform(q, k, v, kv_cache, positions, slots, scale, desc.num_reqs)
     return _general(q, k, v, kv_cache, positions, slots, scale)

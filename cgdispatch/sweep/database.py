@@ -131,6 +131,23 @@ def create(con: sqlite3.Connection) -> None:
     con.execute("CREATE TABLE IF NOT EXISTS specs (name TEXT PRIMARY KEY, spec TEXT)")
 
 
+def add_new_columns(con: sqlite3.Connection) -> None:
+    """Add the columns a database made by an older cgdispatch lacks (``vllm_version``).
+
+    Old rows read NULL there, which ``normalise`` turns into their generation, "0.33".
+    Two processes may race here: the loser's duplicate column is simply there already.
+    """
+    for table, cols in COLUMNS.items():
+        have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+        for col in cols:
+            if col not in have and col not in ("point_id", "unit_id"):
+                try:
+                    con.execute(f'ALTER TABLE {table} ADD COLUMN "{col}"')
+                except sqlite3.OperationalError as err:
+                    if "duplicate column" not in str(err):
+                        raise
+
+
 def insert(con: sqlite3.Connection, table: str, frame: pd.DataFrame, replace: bool) -> None:
     cols = COLUMNS[table]
     values = frame.reindex(columns=cols).astype(object).where(frame.reindex(columns=cols).notna())

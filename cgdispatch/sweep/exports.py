@@ -48,7 +48,10 @@ def shared_mode() -> int:
 def read_table(path: Path) -> pd.DataFrame:
     """A CSV or Parquet file; ValueError (naming the file) when it is neither."""
     try:
-        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        # a release name is text: read as a number, "0.30" would come back as 0.3
+        return pd.read_csv(path, dtype={"vllm_version": str})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a readable table: {' '.join(str(err).split())}") from None
     except Exception as err:  # pyarrow's errors share no base class with pandas'

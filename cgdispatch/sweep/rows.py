@@ -20,6 +20,9 @@ SWEEP_COLUMNS: dict[str, str] = {
     "device_name": "CPU or the GPU's name (NVIDIA H200)",
     "torch_version": "torch.__version__ of the run",
     "mode": "cudagraph_mode asked for (config level)",
+    "vllm_version": "vLLM release whose graph dispatch the runner followed: 0.33 (V1, "
+    "CudagraphDispatcher) or 0.34 (generation 2, CudaGraphManager); rows stored before "
+    "generation 2 read as 0.33",
     "resolved_mode": "mode after GraphConfig.resolve() for the model's attention support",
     "runtime_mode": "runtime mode this shape dispatched to (FULL, PIECEWISE, NONE)",
     "ladder": "capture-size ladder name",
@@ -63,6 +66,7 @@ POINT_COLUMNS: tuple[str, ...] = (
     "dtype",
     "device",
     "mode",
+    "vllm_version",  # hashed only when not "0.33" (schema.point_ids): older ids stay valid
     "ladder",
     "capture_sizes",
     "max_num_seqs",
@@ -82,6 +86,7 @@ CAPTURE_COLUMNS: tuple[str, ...] = (
     "device",
     "device_name",
     "mode",
+    "vllm_version",
     "ladder",
     "capture_sizes",
     "max_num_seqs",
@@ -123,6 +128,7 @@ class SweepRow:
     status: str
     error: str = ""
     timestamp: float = 0.0
+    vllm_version: str = "0.33"
     resolved_mode: str | None = None
     runtime_mode: str | None = None
     padded_size: int | None = None
@@ -169,6 +175,7 @@ class CaptureRecord:
     step_s: float | None
     pool_bytes: int | None
     source: str
+    vllm_version: str = "0.33"  # the unit's generation (0.34: keys are gen-2 descriptors)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -9,7 +9,9 @@ finish; a rerun skips rows already ``ok``. A unit or shape that fails (a mode th
 refuses, out of memory, a shape that does not fit the model, a mixed batch for a
 decode-only Hugging Face model) becomes a ``failed`` row with its error, and the sweep
 goes on. Modes are plain strings, so piecewise modes run as
-soon as the runner supports them.
+soon as the runner supports them. ``spec.vllm_version`` picks the generation of vLLM's graph
+dispatch each unit's runner follows (:func:`unit_config`); it is part of each point's
+identity.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.config import GraphConfig
+from ..core.engine import dispatch_step
 from .rows import CAPTURE_COLUMNS, CaptureRecord, SweepRow
 from .schema import normalise, point_ids
 from .spec import SWEEP_PRESETS, SweepSpec
@@ -28,7 +32,12 @@ from .store import SWEEP_COLUMNS, ResultStore, load_results
 
 # the unit fields a capture record repeats (the rest describe the key)
 _CAPTURE_BASE = [c for c in CAPTURE_COLUMNS if c in ("sweep", "model", "dtype", "device",
-                 "device_name", "mode", "ladder", "capture_sizes", "max_num_seqs", "source")]  # fmt: skip
+                 "device_name", "mode", "vllm_version", "ladder", "capture_sizes",
+                 "max_num_seqs", "source")]  # fmt: skip
+
+# GraphConfig's default token budget; a gen-2 unit raises it to its largest size, so that
+# vLLM's rule (sizes above max_num_batched_tokens are dropped) keeps the whole ladder
+MIN_BATCHED_TOKENS = 8192
 
 __all__ = [
     "SweepSpec",
@@ -60,6 +69,7 @@ def _base_row(spec: SweepSpec, mode: str, ladder: str) -> dict[str, Any]:
         "device_name": name,
         "torch_version": torch.__version__,
         "mode": mode,
+        "vllm_version": spec.vllm_version,
         "ladder": ladder,
         "capture_sizes": ",".join(map(str, sizes)),
         "num_capture_sizes": len(sizes),
@@ -80,6 +90,29 @@ def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> 
         status="failed",
         error=f"{type(err).__name__}: {err}"[:500],
         timestamp=time.time(),
+    )
+
+
+def unit_config(spec: SweepSpec, mode: str, sizes: Sequence[int]) -> GraphConfig:
+    """The config of one unit, in the spec's generation.
+
+    V1: the ladder is ``cudagraph_capture_sizes``. Generation 2: the ladder is
+    ``prefill_cudagraph_capture_token_sizes`` and, up to ``max_num_seqs``, also
+    ``decode_cudagraph_capture_request_sizes`` (a sweep's decode batches have one token per
+    request, so a size is a token count and a request count alike).
+    """
+    if spec.vllm_version == "0.34":
+        decode = [s for s in sizes if s <= spec.max_num_seqs]
+        return GraphConfig(
+            vllm_version="0.34",
+            cudagraph_mode=mode,
+            max_num_seqs=spec.max_num_seqs,
+            max_num_batched_tokens=max(MIN_BATCHED_TOKENS, *sizes),
+            prefill_cudagraph_capture_token_sizes=list(sizes),
+            decode_cudagraph_capture_request_sizes=decode or None,
+        )
+    return GraphConfig(
+        cudagraph_mode=mode, cudagraph_capture_sizes=list(sizes), max_num_seqs=spec.max_num_seqs
     )
 
 
@@ -113,7 +146,6 @@ def _unit_rows(
     import torch
 
     from ..capture.runner import GraphRunner
-    from ..core.config import GraphConfig
     from ..measure.timing import measure_capture_memory, time_call, time_step
     from ..models.registry import build_model
 
@@ -125,12 +157,7 @@ def _unit_rows(
             spec.model, device=spec.device, dtype=spec.dtype, max_num_tokens=max(sizes)
         )
         model.fill_kv_cache_(seed=0)
-        config = GraphConfig(
-            cudagraph_mode=mode,
-            cudagraph_capture_sizes=list(sizes),
-            max_num_seqs=spec.max_num_seqs,
-        )
-        runner = GraphRunner(model, config)
+        runner = GraphRunner(model, unit_config(spec, mode, sizes))
         eager = GraphRunner(
             model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
         )
@@ -174,7 +201,7 @@ def _unit_rows(
         try:
             make = runner.make_decode_batch if uniform else runner.make_mixed_batch
             batches = [make(n, seed=s) for s in range(spec.input_sets)]
-            runtime_mode, desc = runner.dispatcher.dispatch(n, uniform)
+            answer = dispatch_step(runner.dispatcher, n, batches[0].num_reqs, uniform)
             kw = dict(warmup=spec.warmup, repeats=spec.repeats, device=spec.device)
             with torch.no_grad():
                 t_eager = time_step(eager.execute_batch, batches, **kw)
@@ -183,8 +210,8 @@ def _unit_rows(
                 **base,
                 num_tokens=n,
                 uniform_decode=uniform,
-                runtime_mode=str(runtime_mode),
-                padded_size=desc.num_tokens,
+                runtime_mode=str(answer.runtime_mode),
+                padded_size=answer.padded_tokens,
                 eager_ms=t_eager.median_ms,
                 eager_p10_ms=t_eager.p10_ms,
                 eager_p90_ms=t_eager.p90_ms,

@@ -10,10 +10,12 @@ import pandas as pd
 
 from .rows import POINT_COLUMNS, SWEEP_COLUMNS
 
-__all__ = ["normalise", "point_ids", "empty_rows"]
+__all__ = ["normalise", "point_ids", "empty_rows", "V1_VERSION"]
+
+V1_VERSION = "0.33"  # the generation of every row stored before sweeps knew generation 2
 
 _TEXT = {
-    "sweep", "model", "dtype", "device", "device_name", "torch_version", "mode",
+    "sweep", "model", "dtype", "device", "device_name", "torch_version", "mode", "vllm_version",
     "resolved_mode", "runtime_mode", "ladder", "capture_sizes", "uniform_decode", "status",
     "error", "source",
 }  # fmt: skip
@@ -45,15 +47,24 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
         frame[col] = values.astype("Int64") if col in _INTEGER else values
     for col in _TEXT - {"uniform_decode", "error"}:
         frame[col] = frame[col].map(lambda v: None if v is None or v != v else str(v))
+    # rows written before sweeps knew generation 2 ran V1's dispatcher
+    frame["vllm_version"] = frame["vllm_version"].fillna(V1_VERSION)
     return frame.reset_index(drop=True)
 
 
 def point_ids(frame: pd.DataFrame) -> list[str]:
     """A digest of each normalised row's :data:`POINT_COLUMNS` (missing values as null), so
-    that equal points get equal ids however the row was typed."""
+    that equal points get equal ids however the row was typed.
+
+    ``vllm_version`` joins the digest only when it is not V1's "0.33": ids of rows stored
+    before the column existed (all V1) stay what they were, so such stores still resume.
+    """
     out = []
+    version_at = POINT_COLUMNS.index("vllm_version")
     for values in frame[list(POINT_COLUMNS)].itertuples(index=False):
         plain = [None if pd.isna(v) else (v if isinstance(v, (bool, str)) else int(v))
                  for v in values]  # fmt: skip
+        if plain[version_at] in (None, V1_VERSION):
+            del plain[version_at]
         out.append(hashlib.sha256(json.dumps(plain).encode()).hexdigest()[:24])
     return out

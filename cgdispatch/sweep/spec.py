@@ -19,6 +19,7 @@ __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
 BATCH_KINDS = ("decode", "mixed")
 DTYPES = ("float32", "bfloat16", "float16")
+VLLM_VERSIONS = ("0.33", "0.34")
 MAX_REPEATS = 100_000  # timed runs per point: a day at ~1 s a step, far past a stable median
 
 
@@ -43,6 +44,11 @@ class SweepSpec:
     warmup: int = 2
     input_sets: int = 3  # random batches rotated through the timed runs
     cpu_threads: int = 1  # intra-op threads on CPU: 1 keeps timings steady on shared machines
+    # vLLM release whose graph dispatch the runner follows: "0.33" (V1) or "0.34" (generation
+    # 2; each ladder gives the prefill token sizes and, up to max_num_seqs, the decode request
+    # sizes: decode batches have one token per request). "0.33" by default so that results
+    # stored before generation 2 stay comparable with new ones.
+    vllm_version: str = "0.33"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -62,6 +68,11 @@ class SweepSpec:
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
         check_device("device", self.device)
+        if self.vllm_version not in VLLM_VERSIONS:
+            raise ValueError(
+                f"vllm_version={self.vllm_version!r} is unknown: use '0.33' (V1, "
+                "CudagraphDispatcher) or '0.34' (generation 2, CudaGraphManager)"
+            )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is invalid: use one of {list(DTYPES)}")
         check_int("warmup", self.warmup, 0, MAX_REPEATS)

@@ -35,6 +35,7 @@ import pandas as pd
 
 from .database import (
     DB_NAME,
+    add_new_columns,
     check_ours,
     create,
     create_file,
@@ -48,7 +49,7 @@ from .database import (
 )
 from .exports import read_table, write_export
 from .rows import CAPTURE_COLUMNS, POINT_COLUMNS, SWEEP_COLUMNS, CaptureRecord, SweepRow
-from .schema import normalise, point_ids
+from .schema import V1_VERSION, normalise, point_ids
 
 __all__ = [
     "SWEEP_COLUMNS",
@@ -63,6 +64,15 @@ __all__ = [
 
 KEY_COLUMNS = POINT_COLUMNS  # the old name of the row key
 _UNIT_COLUMNS = ("sweep", "model", "dtype", "device", "mode", "ladder", "capture_sizes")
+
+
+def _unit_id(record: dict[str, Any]) -> str:
+    """A unit's capture-report id; generation 2 units add their version (V1 ids as before)."""
+    values = [str(record[c]) for c in _UNIT_COLUMNS]
+    version = record.get("vllm_version")
+    if version not in (None, V1_VERSION) and version == version:
+        values.append(str(version))
+    return json.dumps(values)
 
 
 def row_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -87,6 +97,8 @@ class ResultStore:
             refuse_symlink(target)
         if self.db_path.exists():
             check_ours(self.db_path)
+            with closing(self._connect()) as con:
+                add_new_columns(con)
         else:
             legacy = legacy_rows(self.path)  # ValueError when the file is not a store
             if self.path.suffix == "" or not self.path.exists():
@@ -166,7 +178,7 @@ class ResultStore:
             return
         dicts = [r.as_dict() if isinstance(r, CaptureRecord) else r for r in records]
         frame = pd.DataFrame(dicts).reindex(columns=list(CAPTURE_COLUMNS))
-        unit = json.dumps([str(dicts[0][c]) for c in _UNIT_COLUMNS])
+        unit = _unit_id(dicts[0])
         frame.insert(0, "unit_id", unit)
 
         def work(con: sqlite3.Connection) -> None:

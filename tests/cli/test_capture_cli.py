@@ -18,6 +18,8 @@ def test_capture_check_passes_and_prints_report_and_errors(mode, capsys):
     rc = main(
         [
             "capture",
+            "--vllm-version",
+            "0.33",
             "--model",
             "toy-tiny",
             "--mode",
@@ -30,12 +32,59 @@ def test_capture_check_passes_and_prints_report_and_errors(mode, capsys):
     )
     out = capsys.readouterr().out
     assert rc == 0, out
+    assert "vLLM 0.33 (V1, CudagraphDispatcher)" in out
     assert "capture report, measured (CPU)" in out and "max_abs_err" in out
     assert "ok: " in out and "MISMATCH" not in out
     if mode != "NONE":
         report = out.split("capture report")[1].split("replay vs eager")[0]
         sizes = [int(line.split()[1]) for line in report.splitlines() if line.startswith("FULL")]
         assert sizes == [4, 2, 1]
+
+
+def report_rows(out):
+    """(mode, num_tokens, num_reqs) of the printed capture report."""
+    report = out.split("capture report")[1].split("replay vs eager")[0]
+    rows = [line.split() for line in report.splitlines()]
+    rows = [r for r in rows if r and r[0] in ("FULL", "PIECEWISE")]  # NONE: an empty frame
+    return [(r[0], int(r[1]), None if r[2] in ("NaN", "None") else int(float(r[2]))) for r in rows]
+
+
+@pytest.mark.parametrize(
+    "mode", ["FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "NONE"]
+)
+def test_generation_2_is_the_default_and_its_check_passes_in_every_mode(mode, capsys):
+    from cgdispatch import GraphConfig
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.models.toy import PRESETS
+
+    argv = ["capture", "--mode", mode, "--prefill-sizes", "2,6", "--decode-sizes", "1,3"]
+    rc = main([*argv, "--num-speculative-tokens", "1", "--check", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "vLLM 0.34 (generation 2, CudaGraphManager; the newest, the default)" in out
+    assert "ok: " in out and "MISMATCH" not in out
+    # the graphs are the manager's descriptors, in its capture order
+    config = GraphConfig(
+        vllm_version="0.34",
+        cudagraph_mode=mode,
+        max_num_seqs=PRESETS["toy-tiny"].num_slots,
+        num_speculative_tokens=1,
+        prefill_cudagraph_capture_token_sizes=[2, 6],
+        decode_cudagraph_capture_request_sizes=[1, 3],
+    ).resolve()
+    want = [
+        (str(d.cg_mode), d.num_tokens, d.num_reqs) for d in CudaGraphManager(config).capture_order()
+    ]
+    assert report_rows(out) == want
+    if mode in ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
+        assert ("FULL", 6, 3) in want  # 3 decode requests of q = 2 tokens
+
+
+def test_generation_2_size_flags_are_refused_under_v1(capsys):
+    rc = main(["capture", "--vllm-version", "0.33", "--decode-sizes", "1,2", "--no-progress"])
+    assert (
+        rc == 2 and "--decode-sizes with --vllm-version 0.33 is invalid" in capsys.readouterr().err
+    )
 
 
 def test_capture_check_fails_on_a_replay_that_differs(monkeypatch, capsys):
@@ -143,3 +192,48 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
     weak, strong = (pools[pools["outputs"] == o].set_index("mode") for o in ("weak", "strong"))
     assert (weak["estimate_MiB"] < strong["estimate_MiB"]).all()
     assert "graph pool per mode and outputs" in printed
+
+
+def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):
+    import importlib.util
+
+    import pandas as pd
+
+    from cgdispatch import GraphConfig
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.models.toy import PRESETS
+
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out_csv = tmp_path / "check.csv"
+    argv = ["--device", "cpu", "--model", "toy-tiny", "--sizes", "1,4", "--iters", "2"]
+    argv += ["--repeats", "1", "--vllm-version", "0.34", "--modes", "FULL,FULL_AND_PIECEWISE"]
+    assert module.main([*argv, "--out", str(out_csv)]) == 0
+    assert "speed-up (eager ms / graph ms)" in capsys.readouterr().out
+    table = pd.read_csv(out_csv)
+    assert sorted(table["mode"].unique()) == ["FULL", "FULL_AND_PIECEWISE"]
+    assert (table["source"] == "measured (CPU)").all() and (table["graph_ms"] > 0).all()
+    # each row ran as vLLM 0.34's manager answers that batch (uniform decode: by requests)
+    for mode, rows in table.groupby("mode"):
+        manager = CudaGraphManager(
+            GraphConfig(
+                vllm_version="0.34",
+                cudagraph_mode=mode,
+                max_num_seqs=PRESETS["toy-tiny"].num_slots,
+                prefill_cudagraph_capture_token_sizes=[1, 4],
+                decode_cudagraph_capture_request_sizes=[1, 4],
+            ).resolve()
+        )
+        for row in rows.itertuples():
+            uniform = row.batch == "decode"
+            # a mixed batch's graph holds min(tokens, max_num_seqs) >= its requests: any
+            # count gives the same answer, so one request stands for it
+            desc = manager.dispatch(row.num_tokens if uniform else 1, row.num_tokens,
+                                    1 if uniform else None, 0)  # fmt: skip
+            assert (row.runtime_mode, row.padded_size) == (desc.cg_mode.name, desc.num_tokens)
+    captures = pd.read_csv(tmp_path / "check_captures.csv")
+    fap = captures[captures["config_mode"] == "FULL_AND_PIECEWISE"]
+    assert fap["uniform"].tolist() == [False, False, True, True]  # PIECEWISE, then decode FULL
+    pools = pd.read_csv(tmp_path / "check_pools.csv")
+    assert (pools["stand_in_MiB"] > 0).all() and pools["estimate_MiB"].isna().all()
