@@ -14,9 +14,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..capture.context import get_forward_context
+from ..capture.graph_key import GraphKey
 from ..capture.pool import AllocationTracker, OutputLifetime, tensors_in
-from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
+from ..core.cudagraph_manager import BatchExecutionDescriptor
 from ..core.modes import CUDAGraphMode
 
 __all__ = ["fake_mode_for", "toy_inputs", "is_splitting_op", "tensors_in", "split_step"]
@@ -44,14 +45,19 @@ def is_splitting_op(func: Any, splitting_ops: Sequence[str]) -> bool:
     )
 
 
-def toy_inputs(model: Any, desc: BatchDescriptor, q: int = 1) -> tuple[torch.Tensor, ...]:
+def toy_inputs(model: Any, desc: GraphKey, q: int = 1) -> tuple[torch.Tensor, ...]:
     """``(input_ids, positions, slots)`` of a dummy step for the toy LM, on its device.
 
     Every token writes the padding slot (as the runner's capture does); positions are
-    ``arange % q`` for uniform keys and 0 otherwise.
+    ``arange % q`` for uniform keys and 0 otherwise. ``q`` is a V1 key's query length (the
+    config's ``1 + num_speculative_tokens``); a generation-2 key carries its own
+    (``uniform_token_count``), as ``capture/graph_key.uniform_query_len`` reads it.
     """
     n, dev = desc.num_tokens, getattr(model, "device", "cpu")
-    q = q if desc.uniform else 1
+    if isinstance(desc, BatchExecutionDescriptor):
+        q = desc.uniform_token_count or 1
+    elif not desc.uniform:
+        q = 1
     ids = torch.randint(0, model.config.vocab_size, (n,), device=dev)
     positions = torch.arange(n, device=dev) % q
     slots = torch.full((n,), model.dummy_slot, dtype=torch.long, device=dev)

@@ -16,7 +16,11 @@ CPU stand-in's ledger on the real capture path):
   ``shared_pool_segment_bytes``, since block packing inside segments depends on history.
 - One shared pool captured in the dispatcher's order (PIECEWISE keys, then FULL keys, each
   largest first), every freed block reused perfectly (no fragmentation). The pool is the
-  high-water mark of the bytes it holds.
+  high-water mark of the bytes it holds. The keys and their order are the generation's
+  (``core.engine.capture_keys``): V1's ``BatchDescriptor`` s, or under
+  ``vllm_version="0.34"`` the ``CudaGraphManager``'s ``BatchExecutionDescriptor`` s
+  (FULL uniform-decode graphs sized by request count, token-keyed graphs on the prefill
+  grid), exactly what ``GraphRunner.capture_all`` captures.
 - Outputs as vLLM (``capture/pool.py``): with weak outputs (the default) the outputs of a
   FULL graph and of a key's last piece go back to the pool when the graph ends, so the
   pool is about the largest graph; with ``keep_outputs=True`` (the strong-output option)
@@ -44,6 +48,7 @@ import pandas as pd
 import torch
 
 from ..capture.context import set_forward_context
+from ..capture.graph_key import GraphKey, is_uniform_key
 from ..capture.pool import (
     BLOCK_BYTES,
     AllocationTracker,
@@ -53,7 +58,7 @@ from ..capture.pool import (
 )
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.dispatcher import ready_dispatcher
+from ..core.engine import capture_keys
 from ..core.modes import CUDAGraphMode
 from .fake import fake_mode_for, is_splitting_op, split_step, toy_inputs
 
@@ -70,7 +75,8 @@ __all__ = [
 SEGMENT_BYTES = 2 << 20  # 2 MiB segments (small pool; large requests round to 2 MiB)
 _WEAK, _GRAPH, _CALLER = OutputLifetime.WEAK, OutputLifetime.GRAPH, OutputLifetime.CALLER
 
-InputsFn = Callable[[BatchDescriptor], tuple[tuple[Any, ...], dict[str, Any]]]
+# either generation's key (V1 BatchDescriptor, generation 2 BatchExecutionDescriptor)
+InputsFn = Callable[[GraphKey], tuple[tuple[Any, ...], dict[str, Any]]]
 
 
 def shared_pool_bytes(
@@ -165,6 +171,8 @@ def estimate_graph_memory(
 ) -> MemoryEstimate:
     """Graph memory of every key ``config`` captures, estimated on fake tensors.
 
+    Either generation: the keys are those ``GraphRunner(model, config).capture_all`` would
+    capture (``config.vllm_version``), in its order.
     ``inputs_fn(descriptor) -> (args, kwargs)`` builds the model inputs for a padded batch
     (called under the fake mode, so it allocates nothing real); by default the toy
     models' dummy step (:func:`toy_inputs`). A model on the ``meta`` device runs on meta
@@ -181,8 +189,10 @@ def estimate_graph_memory(
         )
     if inputs_fn is None:
         inputs_fn = _default_inputs_fn(model, config.uniform_decode_query_len)
-    dispatcher = ready_dispatcher(config, record_stats=False)
-    order = [(mode, d) for mode, descs in dispatcher.get_capture_descs() for d in descs]
+    order = [(k.runtime_mode, k.key) for k in capture_keys(config)]
+    # the runner's persistent inputs and the split graph's static outputs are sized for the
+    # widest key (V1: the largest capture size, which every PIECEWISE key list holds)
+    largest = max((desc.num_tokens for _, desc in order), default=0)
     weak, strong = PoolLedger(round_bytes), PoolLedger(round_bytes)
     ops = tuple(config.effective_splitting_ops)
     splitting = AllocationTracker([weak, strong], split_at=lambda f: is_splitting_op(f, ops))
@@ -203,9 +213,7 @@ def estimate_graph_memory(
                 f"inputs_fn returned keyword arguments {sorted(example_kwargs)} for a piecewise "
                 "mode: the split graph takes positional inputs only; return ((args...), {})"
             )
-        step = split_step(
-            model, config, dispatcher.max_capture_size, whole, (_WEAK, _GRAPH), example
-        )
+        step = split_step(model, config, largest, whole, (_WEAK, _GRAPH), example)
     iterator: Any = order
     if progress:
         from tqdm.auto import tqdm
@@ -231,7 +239,7 @@ def estimate_graph_memory(
 
 
 def _estimate_frame(
-    keys: list[tuple[int, CUDAGraphMode, BatchDescriptor, int]],
+    keys: list[tuple[int, CUDAGraphMode, GraphKey, int]],
     weak: PoolLedger,
     strong: PoolLedger,
     keep_outputs: bool,
@@ -244,8 +252,9 @@ def _estimate_frame(
             str(mode),
             desc.num_tokens,
             desc.num_reqs,
-            desc.uniform,
-            desc.has_lora,
+            is_uniform_key(desc),
+            # a generation-2 key has no has_lora field: any active LoRA is one
+            desc.has_lora if isinstance(desc, BatchDescriptor) else desc.num_active_loras > 0,
             desc.num_active_loras,
         ]
         for piece in range(num_graphs):
@@ -271,7 +280,7 @@ def _estimate_frame(
     )
 
 
-def _forward_context(mode: CUDAGraphMode, desc: BatchDescriptor) -> Any:
+def _forward_context(mode: CUDAGraphMode, desc: GraphKey) -> Any:
     """The runner's forward context (the toy attention reads it)."""
     return set_forward_context(mode, desc)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
 import pytest
 import torch
 from small_models import MLP
 from torch import nn
 
-from cgdispatch import GraphConfig
+from cgdispatch import CUDAGraphMode, GraphConfig
 from cgdispatch.estimate.graph_memory import estimate_graph_memory, round_up, shared_pool_bytes
 
 
@@ -205,36 +206,35 @@ def stand_in_per_graph(runner):
     ]
 
 
-@pytest.mark.parametrize(
-    "mode,attention",
-    [
-        ("FULL", "general"),
-        ("PIECEWISE", "general"),
-        ("FULL_AND_PIECEWISE", "general"),
-        ("FULL_DECODE_ONLY", "general"),
-        ("FULL_AND_PIECEWISE", "uniform"),  # FULL decode graphs, PIECEWISE mixed ones
-    ],
-)
-@pytest.mark.parametrize("weak", [True, False])
-def test_estimate_equals_the_stand_in_capture_per_key(mode, attention, weak) -> None:
-    """The estimate (meta tensors, plain model) against the CPU stand-in's ledger on the
-    real capture path (real tensors, dynamo's split graph, wrappers, warm-ups)."""
-    from cgdispatch.capture.runner import GraphRunner
-    from cgdispatch.models.toy import PRESETS, build_toy_model
+MODES_WITH_GRAPHS = [
+    ("FULL", "general"),
+    ("PIECEWISE", "general"),
+    ("FULL_AND_PIECEWISE", "general"),
+    ("FULL_DECODE_ONLY", "general"),
+    ("FULL_AND_PIECEWISE", "uniform"),  # FULL decode graphs, PIECEWISE mixed ones
+]
 
-    rng = random.Random(f"{mode}-{attention}-{weak}")
-    tiny = PRESETS["toy-tiny"].replace(attention=attention)
-    sizes = sorted(rng.sample(range(1, 17), 4))
-    cfg = GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=16)
-    with GraphRunner(build_toy_model(tiny, seed=rng.randrange(99)), cfg, weak_outputs=weak) as r:
-        r.capture_all(progress=False)
-        measured = stand_in_per_graph(r)
-        pool = r.backend.ledger.pool_bytes
-        est = estimate_graph_memory(
-            build_toy_model(tiny, device="meta"), r.config, keep_outputs=not weak
-        )
+
+def random_config(version: str, mode: str, rng: random.Random) -> GraphConfig:
+    """A small config of either generation: V1 capture sizes, or generation 2's prefill
+    token sizes and decode request sizes (explicit, so that the keys stay few)."""
+    if version == "0.33":
+        sizes = sorted(rng.sample(range(1, 17), 4))
+        return GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=16)
+    return GraphConfig(
+        vllm_version="0.34",
+        cudagraph_mode=mode,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        prefill_cudagraph_capture_token_sizes=sorted(rng.sample(range(1, 17), 3)),
+        decode_cudagraph_capture_request_sizes=sorted(rng.sample(range(1, 9), 3)),
+    )
+
+
+def estimate_rows(est):
+    """(mode, num_tokens, peak, output, pool increment) per estimated graph."""
     rows = est.graphs
-    estimated = list(
+    return list(
         zip(
             rows["runtime_mode"].map(lambda m: m.rsplit(".", 1)[-1]),
             rows["num_tokens"],
@@ -243,5 +243,59 @@ def test_estimate_equals_the_stand_in_capture_per_key(mode, attention, weak) -> 
             rows["pool_increment_bytes"],
         )
     )
-    assert [tuple(map(str, e)) for e in estimated] == [tuple(map(str, m)) for m in measured]
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+@pytest.mark.parametrize("mode,attention", MODES_WITH_GRAPHS)
+@pytest.mark.parametrize("weak", [True, False])
+def test_estimate_equals_the_stand_in_capture_per_key(version, mode, attention, weak) -> None:
+    """The estimate (meta tensors, plain model) against the CPU stand-in's ledger on the
+    real capture path (real tensors, dynamo's split graph, wrappers, warm-ups), under
+    either generation's keys and capture order."""
+    from cgdispatch.capture.runner import GraphRunner
+    from cgdispatch.models.toy import PRESETS, build_toy_model
+
+    rng = random.Random(f"{version}-{mode}-{attention}-{weak}")
+    tiny = PRESETS["toy-tiny"].replace(attention=attention)
+    cfg = random_config(version, mode, rng)
+    with GraphRunner(build_toy_model(tiny, seed=rng.randrange(99)), cfg, weak_outputs=weak) as r:
+        r.capture_all(progress=False)
+        measured = stand_in_per_graph(r)
+        pool = r.backend.ledger.pool_bytes
+        est = estimate_graph_memory(
+            build_toy_model(tiny, device="meta"), r.config, keep_outputs=not weak
+        )
+    assert [tuple(map(str, e)) for e in estimate_rows(est)] == [
+        tuple(map(str, m)) for m in measured
+    ]
     assert est.shared_pool_bytes == pool > 0
+
+
+def test_generation_2_estimate_has_the_managers_keys() -> None:
+    """Generation 2: FULL decode graphs sized by request count (num_tokens = q * num_reqs,
+    uniform), token-keyed graphs on the prefill grid, in the manager's capture order."""
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.models.toy import PRESETS, build_toy_model
+
+    rng = random.Random(7)
+    prefill = sorted(rng.sample(range(2, 33), 3))
+    decode = sorted(rng.sample(range(1, 9), 2))
+    cfg = GraphConfig(
+        vllm_version="0.34",
+        cudagraph_mode="FULL_AND_PIECEWISE",
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        num_speculative_tokens=1,
+        prefill_cudagraph_capture_token_sizes=prefill,
+        decode_cudagraph_capture_request_sizes=decode,
+    )
+    est = estimate_graph_memory(build_toy_model(PRESETS["toy-tiny"], device="meta"), cfg)
+    keys = est.per_key
+    expected = CudaGraphManager(cfg).capture_order()
+    reqs = [None if pd.isna(n) else int(n) for n in keys["num_reqs"]]
+    assert list(zip(keys["num_tokens"], reqs)) == [(d.num_tokens, d.num_reqs) for d in expected]
+    decode_rows = keys[keys["uniform"]]
+    assert sorted(decode_rows["num_reqs"].tolist()) == decode
+    assert (decode_rows["num_tokens"] == 2 * decode_rows["num_reqs"]).all()  # q = 2
+    assert set(decode_rows["runtime_mode"]) == {str(CUDAGraphMode.FULL)}
+    assert set(keys.loc[~keys["uniform"], "runtime_mode"]) == {str(CUDAGraphMode.PIECEWISE)}
