@@ -20,7 +20,7 @@ pool columns are then the stand-in's ledger):
 ``--vllm-version`` picks the generation of vLLM's graph dispatch the runner follows: 0.33
 (V1, the default, so that results stay comparable with earlier runs of this script) or 0.34
 (generation 2: ``--sizes`` are then the prefill token sizes and, up to max_num_seqs, the
-decode request sizes; the graph-memory estimate, V1 only, is left empty).
+decode request sizes; the graph-memory estimate then models generation 2's keys).
 
 Exit status 1 when a replay differs from eager beyond tolerance.
 """
@@ -137,10 +137,9 @@ def pool_rows(
                     lambda: runner.capture_all(progress=False), runner.device
                 )
                 ledger = getattr(runner.backend, "ledger", None)
-                v1 = args.vllm_version == "0.33"  # the estimator models V1's keys only
-                if meta is not None and weak and v1:  # one estimate gives both policies
+                if meta is not None and weak:  # one estimate gives both policies
                     est = estimate_graph_memory(meta, runner.config)
-                pool = est.pool_bytes(keep_outputs=not weak) if meta is not None and v1 else None
+                pool = est.pool_bytes(keep_outputs=not weak) if est is not None else None
                 rows.append(
                     {
                         "mode": str(runner.cudagraph_mode),

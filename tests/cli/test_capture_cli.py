@@ -236,4 +236,6 @@ def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):
     fap = captures[captures["config_mode"] == "FULL_AND_PIECEWISE"]
     assert fap["uniform"].tolist() == [False, False, True, True]  # PIECEWISE, then decode FULL
     pools = pd.read_csv(tmp_path / "check_pools.csv")
-    assert (pools["stand_in_MiB"] > 0).all() and pools["estimate_MiB"].isna().all()
+    # the estimate models generation 2's keys: on CPU it equals the stand-in's ledger
+    assert (pools["stand_in_MiB"] > 0).all()
+    assert pools["estimate_MiB"].tolist() == pytest.approx(pools["stand_in_MiB"].tolist())
