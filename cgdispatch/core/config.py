@@ -127,6 +127,8 @@ class GraphConfig:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "cudagraph_mode", CUDAGraphMode.parse(self.cudagraph_mode))
+        # first: every later rule reads the version as a string ("0.34", not 0.34)
+        set_(self, "vllm_version", _v2.check_version(self.vllm_version))
         _check_int("max_num_seqs", self.max_num_seqs, 1)
         _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         _check_int("num_speculative_tokens", self.num_speculative_tokens, 0)

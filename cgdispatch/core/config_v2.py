@@ -85,8 +85,14 @@ ONE_TOKEN_DRAFT_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
 
 
 def check_version(version: Any) -> str | None:
-    """``version`` if it names a modelled release (or is None), else ValueError."""
-    if version is None or version in VLLM_VERSIONS:
+    """``version`` as the string of a modelled release (or None), else ValueError.
+
+    A float naming one (``0.34``) is taken as its string: papermill's ``-p vllm_version
+    0.34`` and YAML hand the release over as a number.
+    """
+    if isinstance(version, float) and repr(version) in VLLM_VERSIONS:
+        return repr(version)
+    if version is None or (isinstance(version, str) and version in VLLM_VERSIONS):
         return version
     raise ValueError(
         f"vllm_version={version!r} is unknown: use '0.33' (V1, CudagraphDispatcher), "

@@ -299,3 +299,26 @@ def test_ladder_helpers_refuse_bad_counts(call, match):
     # tgi_ladder(0) returned [0] and vllm_max_capture_size(0) returned 0: not a ladder
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("number,text", [(0.34, "0.34"), (0.33, "0.33")])
+def test_vllm_version_as_a_float_is_its_release_string(number, text):
+    """papermill's ``-p vllm_version 0.34`` passes a float: the same config as the string."""
+    import random
+
+    rng = random.Random(text)
+    seqs = rng.randrange(2, 64)
+    fields = {"max_num_seqs": seqs, "max_num_batched_tokens": seqs * rng.randrange(2, 16)}
+    from_float = GraphConfig(vllm_version=number, **fields)
+    from_text = GraphConfig(vllm_version=text, **fields)
+    assert from_float.vllm_version == text and isinstance(from_float.vllm_version, str)
+    assert from_float == from_text
+    from cgdispatch.core.engine import capture_keys
+
+    assert capture_keys(from_float) == capture_keys(from_text)
+
+
+@pytest.mark.parametrize("bad", [0.35, 0.3, 34, True, "0.340", "v0.34"])
+def test_other_vllm_versions_are_refused(bad):
+    with pytest.raises(ValueError, match=r"vllm_version=.* is unknown: use '0.33'.*'0.34'"):
+        GraphConfig(vllm_version=bad)
