@@ -7,7 +7,10 @@ The loop behind notebooks 02 (the toy LM) and 05 (a Hugging Face model): one fre
 small step-time table, eager model call against the runner's step. Times are wall-clock
 medians on whatever device the model is on, labelled ``measured (CPU)`` or ``measured
 (<GPU name>)``; on CPU the graph backend re-runs the model, so expect no speed-up there.
-This is a tour, not a benchmark: sweeps and cost models belong to the measure module.
+Either generation of vLLM's graph dispatch (``vllm_version``): V1 captures ``sizes`` as
+capture sizes, generation 2 as prefill token sizes and (up to ``max_num_seqs``) decode
+request sizes. This is a tour, not a benchmark: sweeps and cost models belong to the
+measure module.
 """
 
 from __future__ import annotations
@@ -21,9 +24,17 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..core.config_v2 import check_version
+from ..core.engine import dispatch_step
 from ..core.modes import CUDAGraphMode
 
-__all__ = ["ModeCaptures", "capture_each_mode", "step_time_table", "device_source"]
+__all__ = [
+    "ModeCaptures",
+    "capture_each_mode",
+    "tour_config",
+    "step_time_table",
+    "device_source",
+]
 
 
 @dataclass
@@ -59,6 +70,7 @@ def capture_each_mode(
     dtype: str | None = None,
     seed: int = 0,
     progress: bool = True,
+    vllm_version: str | None = None,
 ) -> ModeCaptures:
     """Capture the registry model ``preset`` in each mode (all five by default) and check
     every replay.
@@ -67,8 +79,10 @@ def capture_each_mode(
     ``hf-llama-tiny``, ...). Each mode gets its own model built with the same ``seed`` and
     ``dtype`` (so all modes hold the same weights and KV cache) and its own runner over
     ``sizes``; ``max_num_seqs`` defaults to the model's KV slots. A mode NONE runner has no
-    graphs and is checked at ``sizes`` through the runner's eager path. Raises
-    ``ValueError`` for an unknown model or mode, or empty ``sizes``.
+    graphs and is checked at ``sizes`` through the runner's eager path. ``vllm_version``:
+    None or ``"0.33"`` for V1 (the default, what notebooks 02 and 05 show), ``"0.34"`` for
+    generation 2 (:func:`tour_config` says how ``sizes`` map). Raises ``ValueError`` for an
+    unknown model, mode or version, or empty ``sizes``.
     """
     from tqdm.auto import tqdm
 
@@ -83,6 +97,7 @@ def capture_each_mode(
     sizes = sorted({int(s) for s in sizes})
     if not sizes or sizes[0] < 1:
         raise ValueError(f"sizes={sizes!r} is invalid: give capture sizes >= 1, e.g. [1, 2, 4, 8]")
+    vllm_version = check_version(vllm_version)  # before any model is built
     modes = list(CUDAGraphMode) if modes is None else [CUDAGraphMode.parse(m) for m in modes]
     out = ModeCaptures()
     reports, checks, summary = [], [], []
@@ -92,11 +107,7 @@ def capture_each_mode(
             preset, device=device, dtype=dtype, seed=seed, max_num_tokens=max(sizes)
         )
         model.fill_kv_cache_(seed)
-        config = GraphConfig(
-            cudagraph_mode=mode,
-            cudagraph_capture_sizes=list(sizes),
-            max_num_seqs=max_num_seqs or model.num_slots,
-        )
+        config = tour_config(mode, sizes, max_num_seqs or model.num_slots, vllm_version)
         runner = GraphRunner(model, config)
         report = runner.capture_all(progress=False)
         check = check_replay(runner, seed=seed + 1, sizes=list(sizes))
@@ -123,6 +134,36 @@ def capture_each_mode(
     return out
 
 
+def tour_config(
+    mode: CUDAGraphMode | str,
+    sizes: Sequence[int],
+    max_num_seqs: int,
+    vllm_version: str | None = None,
+) -> GraphConfig:
+    """The config of one mode of the tour, in either generation.
+
+    V1 (None or ``"0.33"``): ``sizes`` are the capture sizes. Generation 2 (``"0.34"``):
+    ``sizes`` are the prefill token sizes and those ``<= max_num_seqs`` the decode request
+    sizes (a decode graph for more requests than the scheduler forms would never run;
+    with none left, vLLM's default decode grid).
+    """
+    if check_version(vllm_version) == "0.34":
+        decode = [s for s in sizes if s <= max_num_seqs]
+        return GraphConfig(
+            vllm_version="0.34",
+            cudagraph_mode=mode,
+            max_num_seqs=max_num_seqs,
+            prefill_cudagraph_capture_token_sizes=list(sizes),
+            decode_cudagraph_capture_request_sizes=decode or None,
+        )
+    return GraphConfig(
+        vllm_version=vllm_version,
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=list(sizes),
+        max_num_seqs=max_num_seqs,
+    )
+
+
 def _median_ms(fn: Any, repeats: int) -> float:
     fn()  # warm-up (first call of a size may compile or capture nothing: keys are locked)
     times = []
@@ -147,7 +188,7 @@ def _time_case(runner: Any, batch: Any, repeats: int) -> tuple[float, float]:
         return out
 
     def step() -> Any:
-        out = runner.execute_packed(tokens, batch.uniform_decode)
+        out = runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
         runner.backend.synchronize()
         return out
 
@@ -183,15 +224,16 @@ def step_time_table(
             batch = make(n, seed=seed)
         except ValueError:  # e.g. more decode requests than KV slots
             continue
-        mode, desc = runner.dispatcher.dispatch(n, uniform_decode=batch.uniform_decode)
+        # either generation's answer for this batch (generation 2 reads its request count)
+        answer = dispatch_step(runner.dispatcher, n, batch.num_reqs, batch.uniform_decode)
         eager_ms, graph_ms = _time_case(runner, batch, repeats)
         rows.append(
             {
                 "mode": name,
                 "num_tokens": n,
                 "uniform_decode": batch.uniform_decode,
-                "runtime_mode": mode.name,
-                "padded_size": desc.num_tokens,
+                "runtime_mode": answer.runtime_mode.name,
+                "padded_size": answer.padded_tokens,
                 "eager_ms": eager_ms,
                 "graph_ms": graph_ms,
                 "speedup_x": eager_ms / graph_ms,

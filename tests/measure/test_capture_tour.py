@@ -98,3 +98,75 @@ def test_bad_arguments_are_named(captures):
         capture_each_mode(["FULL"], sizes=[])
     with pytest.raises(ValueError, match="unknown"):
         capture_each_mode(["FOO"])
+
+
+@pytest.fixture(scope="module")
+def gen2_captures():
+    rng = random.Random(83)
+    # two sizes within toy-tiny's 16 KV slots and one above: a prefill size only
+    sizes = [*sorted(rng.sample(range(1, 13), 2)), rng.randrange(17, 25)]
+    modes = ["FULL", "FULL_AND_PIECEWISE", "NONE"]
+    yield sizes, capture_each_mode(modes, sizes=sizes, progress=False, vllm_version="0.34")
+
+
+def test_generation_2_tour_captures_the_managers_keys_and_replays_exactly(gen2_captures):
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+
+    sizes, result = gen2_captures
+    summary = result.summary.set_index("config_mode")
+    assert summary["all_ok"].all()
+    for mode in ("FULL", "FULL_AND_PIECEWISE"):
+        runner = result.runners[mode]
+        assert isinstance(runner.dispatcher, CudaGraphManager)
+        config = GraphConfig(
+            vllm_version="0.34",
+            cudagraph_mode=mode,
+            max_num_seqs=16,
+            prefill_cudagraph_capture_token_sizes=sizes,
+            decode_cudagraph_capture_request_sizes=sizes[:2],
+        ).resolve()
+        want = CudaGraphManager(config).capture_order()
+        assert summary.loc[mode, "keys"] == len(want) > 0
+        assert summary.loc[mode, "replayed"] > 0
+        report = result.reports[result.reports["config_mode"] == mode]
+        uniform = report["uniform"].astype(bool)  # object dtype after concat with NONE's
+        assert [(r.num_tokens, r.uniform) for r in report.itertuples()] == [
+            (d.num_tokens, d.uniform_token_count is not None) for d in want
+        ]
+        assert sorted(report.loc[~uniform, "num_tokens"]) == sizes  # prefill grid
+    # separate decode graphs, sized by request count, only where the mode has a decode
+    # routine of its own; pure FULL serves decodes with its token-keyed graphs
+    fap = result.reports[result.reports["config_mode"] == "FULL_AND_PIECEWISE"]
+    assert sorted(fap.loc[fap["uniform"].astype(bool), "num_reqs"]) == sizes[:2]
+    assert not result.reports.loc[result.reports["config_mode"] == "FULL", "uniform"].any()
+    assert summary.loc["NONE", "replayed"] == 0
+
+
+def test_generation_2_step_time_rows_follow_the_manager(gen2_captures):
+    sizes, result = gen2_captures
+    table = step_time_table(result.runners, [sizes[0], sizes[-1]], repeats=2, progress=False)
+    assert len(table) > 0 and set(table["source"]) == {"measured (CPU)"}
+    for row in table.itertuples():
+        runner = result.runners[row.mode]
+        batch = (runner.make_decode_batch if row.uniform_decode else runner.make_mixed_batch)(
+            row.num_tokens, seed=0
+        )
+        answer = runner.dispatcher.dispatch(
+            batch.num_reqs, row.num_tokens, 1 if row.uniform_decode else None, 0
+        )
+        assert (row.runtime_mode, row.padded_size) == (answer.cg_mode.name, answer.num_tokens)
+    assert "FULL" in set(table.loc[table["mode"] == "FULL", "runtime_mode"])
+
+
+def test_default_tour_stays_v1_and_versions_are_checked():
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.measure.capture_tour import tour_config
+
+    assert tour_config("FULL", [1, 4], 16).vllm_version is None  # notebooks 02 and 05
+    assert tour_config("FULL", [1, 4], 16, 0.34).vllm_version == "0.34"  # papermill's float
+    assert isinstance(
+        ready_dispatcher(tour_config("FULL", [1, 4], 16, "0.33")), type(ready_dispatcher())
+    )
+    assert CudaGraphManager(tour_config("FULL", [2, 32], 16, "0.34")).capture_order()
+    with pytest.raises(ValueError, match="vllm_version='0.35' is unknown"):
+        capture_each_mode(["FULL"], vllm_version="0.35")
