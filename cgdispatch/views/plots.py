@@ -16,7 +16,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher, ready_dispatcher
+from ..core.cudagraph_manager import CudaGraphManager
+from ..core.engine import GraphDispatcher, capture_keys, make_graph_dispatcher, padded_token_table
+from ..core.modes import CUDAGraphMode
 from .sources import (
     MODE_COLORS,
     SourcedFigure,
@@ -29,6 +31,8 @@ from .sources import (
 if TYPE_CHECKING:
     import pandas as pd
 
+_NONE = CUDAGraphMode.NONE
+
 __all__ = [
     "figure_source",
     "ladder_figure",
@@ -39,7 +43,7 @@ __all__ = [
 
 
 def ladder_figure(
-    config: GraphConfig | CudagraphDispatcher,
+    config: GraphConfig | GraphDispatcher,
     *,
     max_num_tokens: int | None = None,
     source: str = "computed from the config (dispatcher padding table)",
@@ -51,9 +55,12 @@ def ladder_figure(
     batch runs eagerly at its own size, drawn dashed), with the capture sizes marked on the
     size axis. Bottom: padding waste, the share of the padded batch that is padding.
     ``max_num_tokens`` defaults to a quarter beyond the largest capture size, capped by
-    max_num_batched_tokens.
+    max_num_batched_tokens. Either generation (``core.engine``): under vLLM 0.34 both of
+    generation 2's ladders are drawn, see :func:`_gen2_ladder_figure`.
     """
-    dispatcher = ready_dispatcher(config, record_stats=False)
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
+    if isinstance(dispatcher, CudaGraphManager):
+        return _gen2_ladder_figure(dispatcher, max_num_tokens, source, log_x)
     cfg = dispatcher.config
     sizes = list(cfg.cudagraph_capture_sizes)
     largest = dispatcher.max_capture_size
@@ -105,6 +112,58 @@ def ladder_figure(
     ax_waste.set_ylabel("padding (%)")
     ax_waste.set_xlabel("num_tokens (unpadded batch)")
     ax_waste.set_ylim(0, max(5.0, float(waste_pct.max()) * 1.1))
+    if log_x:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+    return label_source(fig, source)
+
+
+def _gen2_ladder_figure(
+    manager: CudaGraphManager, max_num_tokens: int | None, source: str, log_x: bool
+) -> Figure:
+    """Generation 2's two ladders: token-keyed graphs on the prefill grid (mixed batches,
+    one request: ``padded-size``, ``eager``, ``waste``, sizes as ``capture-sizes``) and
+    uniform decode graphs sized by request count (``decode-*``; x and y in tokens,
+    ``q * num_reqs``, decode sizes marked at ``q * size``). Padding is the manager's own
+    answer (``padded_token_table``); a decode batch above its ladder may pad to a
+    token-keyed graph, as vLLM 0.34 does.
+    """
+    cfg, q = manager.config, manager.config.uniform_decode_query_len
+    keys = capture_keys(manager)
+    prefill = sorted({k.num_tokens for k in keys if k.key.uniform_token_count is None})
+    decode = sorted({k.num_reqs or 0 for k in keys if k.key.uniform_token_count is not None})
+    largest = max([k.num_tokens for k in keys], default=1)
+    if max_num_tokens is None:
+        max_num_tokens = min(
+            max(largest + largest // 4, largest + 1, 2), cfg.max_num_batched_tokens
+        )
+    fig = SourcedFigure(figsize=(8, 5.2), layout="constrained")
+    ax, ax_waste = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.4])
+    kinds = (("", False, MODE_COLORS["PIECEWISE"]), ("decode-", True, MODE_COLORS["FULL"]))
+    for prefix, uniform, color in kinds:
+        table = padded_token_table(manager, uniform, max_tokens=max_num_tokens)
+        n = np.arange(q if uniform else 1, max_num_tokens + 1, q if uniform else 1)
+        padded = np.array(table.padded_tokens)[n]
+        graphed = np.array([table.runtime_modes[i] is not _NONE for i in n], dtype=bool)
+        kind = "uniform decode" if uniform else "mixed (1 request)"
+        ax.plot(n[graphed], padded[graphed], drawstyle="steps-post", color=color,
+                label=f"padded size, {kind}", gid=f"{prefix}padded-size")  # fmt: skip
+        if (~graphed).any():
+            ax.plot(n[~graphed], padded[~graphed], ls="--", color=color, alpha=0.5,
+                    label=f"eager, {kind}", gid=f"{prefix}eager")  # fmt: skip
+        waste_pct = 100.0 * (padded - n) / padded
+        ax_waste.plot(n, waste_pct, drawstyle="steps-post", color=color, gid=f"{prefix}waste")
+    ax.plot(prefill, prefill, ls="none", marker="o", ms=3.5, color="k",
+            label=f"prefill token sizes ({len(prefill)})", gid="capture-sizes")  # fmt: skip
+    decode_tokens = [q * r for r in decode]
+    ax.plot(decode_tokens, decode_tokens, ls="none", marker="s", ms=3.5, mfc="none", color="k",
+            label=f"decode request sizes ({len(decode)}) x q={q}", gid="decode-sizes")  # fmt: skip
+    ax.set_ylabel("padded size (tokens)")
+    ax.set_title(f"capture ladders (vLLM 0.34): {cfg.cudagraph_mode}\n{len(prefill)} prefill "
+                 f"token sizes, {len(decode)} decode request sizes")  # fmt: skip
+    ax.legend(loc="upper left", fontsize=8)
+    ax_waste.set_ylabel("padding (%)")
+    ax_waste.set_xlabel("num_tokens (unpadded batch)")
     if log_x:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)

@@ -218,3 +218,80 @@ def test_figures_render_as_png_for_notebooks():
     )
     png = ladder_figure(config)._repr_png_()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def gen2_config(rng: random.Random, mode: str = "FULL_AND_PIECEWISE", spec: int = 0):
+    prefill = sorted(rng.sample(range(1, 129), rng.randint(1, 8)))
+    decode = sorted(rng.sample(range(1, 17), rng.randint(1, 5)))
+    return GraphConfig(
+        vllm_version="0.34",
+        cudagraph_mode=mode,
+        max_num_seqs=16,
+        max_num_batched_tokens=max(prefill[-1], 16 * (1 + spec)) + rng.randint(8, 64),
+        num_speculative_tokens=spec,
+        prefill_cudagraph_capture_token_sizes=prefill,
+        decode_cudagraph_capture_request_sizes=decode,
+    )
+
+
+@pytest.mark.parametrize("spec", [0, 1])
+def test_generation_2_ladders_are_the_managers_padding(spec):
+    """Under vLLM 0.34: the prefill (token) ladder and the decode (request) ladder, each
+    step function equal to CudaGraphManager.dispatch and, for FULL_AND_PIECEWISE, to the
+    smallest captured size at or above the batch, worked out by hand."""
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+
+    rng = random.Random(23 + spec)
+    q = 1 + spec
+    for _ in range(6):
+        config = gen2_config(rng, spec=spec)
+        manager = CudaGraphManager(config)
+        prefill = list(config.prefill_cudagraph_capture_token_sizes)
+        decode = list(config.decode_cudagraph_capture_request_sizes)
+        fig = ladder_figure(config)
+        assert "vLLM 0.34" in fig.axes[0].get_title()
+        markers = line(fig, "capture-sizes")
+        assert list(markers.get_xdata()) == prefill == list(markers.get_ydata())
+        assert list(line(fig, "decode-sizes").get_xdata()) == [q * r for r in decode]
+        mixed = line(fig, "padded-size")
+        x, y = mixed.get_xdata(), mixed.get_ydata()
+        assert list(x) == list(range(1, prefill[-1] + 1))  # graphed up to the largest size
+        assert list(y) == [manager.dispatch(1, int(n), None, 0).num_tokens for n in x]
+        assert list(y) == [min(s for s in prefill if s >= n) for n in x]  # by hand
+        dec = line(fig, "decode-padded-size")
+        x, y = dec.get_xdata(), dec.get_ydata()
+        assert all(n % q == 0 for n in x) and x[0] == q
+        assert list(y) == [manager.dispatch(int(n) // q, int(n), q, 0).num_tokens for n in x]
+        for n, padded in zip(x, y):  # by hand: a decode graph, else a PIECEWISE token graph
+            reqs = n // q
+            fits = [q * r for r in decode if r >= reqs]
+            assert padded == (min(fits) if fits else min(s for s in prefill if s >= n))
+        waste = line(fig, "decode-waste")
+        pad = np.array(waste.get_ydata())
+        assert (pad >= 0).all() and (pad < 100).all()
+        assert figure_source(fig) == "computed from the config (dispatcher padding table)"
+
+
+def test_generation_2_ladder_draws_every_mode_with_graphs():
+    """Each mode's two step functions are the manager's answers; eager runs at its own size;
+    FULL_DECODE_ONLY has no token-keyed graph, so every mixed batch is eager."""
+    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+
+    rng = random.Random(24)
+    for mode in ("FULL", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+        config = gen2_config(rng, mode)
+        manager = CudaGraphManager(config)
+        fig = ladder_figure(config, source="model")
+        assert figure_source(fig) == "model" and mode in fig.axes[0].get_title()
+        for prefix, uniform in (("", None), ("decode-", 1)):
+            graphed = line(fig, f"{prefix}padded-size")
+            for n, padded in zip(graphed.get_xdata(), graphed.get_ydata()):
+                reqs = int(n) if uniform else 1
+                answer = manager.dispatch(reqs, int(n), uniform, 0)
+                assert answer.cg_mode.name != "NONE" and answer.num_tokens == padded
+            eager = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == f"{prefix}eager"]
+            for ln in eager:  # eager batches run at their own size
+                assert list(ln.get_xdata()) == list(ln.get_ydata())
+        if mode == "FULL_DECODE_ONLY":
+            assert len(line(fig, "padded-size").get_xdata()) == 0
+            assert len(line(fig, "capture-sizes").get_xdata()) == 0
