@@ -115,6 +115,7 @@ _LAZY: dict[str, str] = {
     "capture_each_mode": "measure.capture_tour",
     "check_replay": "measure.replay_check",
     "step_time_table": "measure.capture_tour",
+    "tour_config": "measure.capture_tour",
     "output_lifetime_table": "measure.lifetime",
     "HFDecodeLM": "models.hf.adapter",
     "HFAdapterConfig": "models.hf.adapter",
