@@ -20,7 +20,7 @@ from typing import TypeAlias
 
 from .batch import BatchDescriptor
 from .config import GraphConfig
-from .config_v2 import GEN2_FIELDS
+from .config_v2 import GEN2_FIELDS, check_version
 from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from .dispatcher import CudagraphDispatcher, ready_dispatcher
 from .modes import CUDAGraphMode
@@ -146,10 +146,7 @@ def for_generation(config: GraphConfig, vllm_version: str | None) -> GraphConfig
     Pass the config before ``resolve()``: V1's resolution rounds sizes for speculative
     decoding into the legacy fields, which would then reach 0.34 as user-given sizes.
     """
-    if vllm_version not in (None, "0.33", "0.34"):
-        raise ValueError(
-            f"vllm_version={vllm_version!r} is unknown: use '0.33' (V1) or '0.34' (generation 2)"
-        )
+    vllm_version = check_version(vllm_version)  # "0.34", 0.34 (papermill) or None
     if generation_of(config) == ("0.34" if vllm_version == "0.34" else "0.33"):
         return (
             config

@@ -262,3 +262,13 @@ def test_public_names():
         "padded_token_table",
     ):
         assert name in cgdispatch.__all__ and getattr(cgdispatch, name) is not None
+
+
+def test_for_generation_takes_the_release_as_papermill_passes_it():
+    from cgdispatch.core.engine import for_generation, generation_of
+
+    v1 = GraphConfig(max_num_seqs=16)
+    assert generation_of(for_generation(v1, 0.34)) == "0.34"
+    assert generation_of(for_generation(v1, "0.34")) == "0.34"
+    with pytest.raises(ValueError, match="unknown"):
+        for_generation(v1, 0.35)
