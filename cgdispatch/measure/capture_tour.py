@@ -128,7 +128,10 @@ def capture_each_mode(
                 "capture_s": float(report["capture_s"].sum()),
             }
         )
-    out.reports = pd.concat(reports, ignore_index=True).astype({"num_reqs": "Int64"})
+    # mode NONE's report is empty: concatenated, it would leave ``uniform`` as objects
+    out.reports = pd.concat(reports, ignore_index=True).astype(
+        {"num_reqs": "Int64", "uniform": bool}
+    )
     out.checks = pd.concat(checks, ignore_index=True)
     out.summary = pd.DataFrame(summary)
     return out
