@@ -313,20 +313,29 @@ def _bd(d: Any) -> list[Any]:
     return [d.num_tokens, d.num_reqs, bool(d.uniform), bool(d.has_lora), d.num_active_loras]
 
 
-# ----- generation 1 (vLLM 0.33) ---------------------------------------------------------------
-def gen1_case(inputs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    from vllm.config import CUDAGraphMode
-    from vllm.v1.attention.backend import AttentionCGSupport
-    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
-
+def _engine_config(inputs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The case's record and vLLM's engine config (None, with the refusal recorded, when
+    ``create_engine_config`` refuses): the first stage of both generations."""
     out: dict[str, Any] = {"inputs": inputs}
     set_capability(tuple(inputs["device_capability"]))
     try:
         cfg = make_config(inputs["engine_args"], inputs["compilation_config"])
     except Exception as err:  # noqa: BLE001 - a refusal is an answer
         out["refusal"] = _error("create_engine_config", err)
-        return out
+        return out, None
     out["config"] = _config_fields(cfg)
+    return out, cfg
+
+
+# ----- generation 1 (vLLM 0.33) ---------------------------------------------------------------
+def gen1_case(inputs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    from vllm.config import CUDAGraphMode
+    from vllm.v1.attention.backend import AttentionCGSupport
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    out, cfg = _engine_config(inputs)
+    if cfg is None:
+        return out
     q = 1 + cfg.num_speculative_tokens
     support = AttentionCGSupport[inputs["attention_cg_support"]]
     cc = cfg.compilation_config
@@ -471,14 +480,9 @@ def gen2_case(inputs: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
     from vllm.v1.worker.gpu.lora_utils import get_lora_capture_cases
 
-    out: dict[str, Any] = {"inputs": inputs}
-    set_capability(tuple(inputs["device_capability"]))
-    try:
-        cfg = make_config(inputs["engine_args"], inputs["compilation_config"])
-    except Exception as err:  # noqa: BLE001 - a refusal is an answer
-        out["refusal"] = _error("create_engine_config", err)
+    out, cfg = _engine_config(inputs)
+    if cfg is None:
         return out
-    out["config"] = _config_fields(cfg)
     q = 1 + cfg.num_speculative_tokens
     support = AttentionCGSupport[inputs["attention_cg_support"]]
     cc = cfg.compilation_config

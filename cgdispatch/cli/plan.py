@@ -64,9 +64,8 @@ def run_plan(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..estimate.device_model import device_cost_model
+    from ..plan.choose import plan_ladder
     from ..plan.ladder_compare import compare, engine_ladders, export_plan
-    from ..plan.planner import plan_capture_sizes
-    from ..plan.planner_v2 import plan_gen2_capture_sizes
     from ..workload.sources import split_holdout, workload_trace
 
     gen2 = args.vllm_version == "0.34"
@@ -102,28 +101,16 @@ def run_plan(args: argparse.Namespace) -> int:
         evaluated_on = f"other trace: {other}"
     cost_model = device_cost_model(args.model, args.device, context_len=args.context_len)
     budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
-    if gen2:
-        sizes = plan_gen2_capture_sizes(
-            plan_on,
-            args.max_graphs,
-            objective=args.objective,
-            cost_model=cost_model,
-            config=config,
-            max_prefill_tokens=args.max_size,
-            memory_budget_bytes=budget,
-            capture_budget_s=args.capture_budget_s,
-        )
-    else:
-        sizes = plan_capture_sizes(
-            plan_on,
-            args.max_graphs,
-            objective=args.objective,
-            cost_model=cost_model,
-            config=config,
-            max_size=args.max_size,
-            memory_budget_bytes=budget,
-            capture_budget_s=args.capture_budget_s,
-        )
+    sizes = plan_ladder(  # the planner of config's generation
+        plan_on,
+        args.max_graphs,
+        config=config,
+        objective=args.objective,
+        cost_model=cost_model,
+        max_size=args.max_size,
+        memory_budget_bytes=budget,
+        capture_budget_s=args.capture_budget_s,
+    )
     ladders = {"planned": sizes, **engine_ladders(config)}
     table = compare(test, ladders, config=config, cost_model=cost_model)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB

@@ -28,24 +28,23 @@ def plan_ladder(
     cost_model: CostModel | None = None,
     max_size: int | None = None,
     memory_budget_bytes: float | None = None,
+    capture_budget_s: float | None = None,
 ) -> Ladder:
     """The planned ladder for ``config``'s generation: a token list for V1
     (``vllm_version`` "0.33" or None), a :class:`Gen2Ladder` for "0.34". ``max_size``:
     the largest (prefill) token size, as each planner reads it."""
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-    common = {"objective": objective, "cost_model": cost_model, "config": config}
+    common = {
+        "objective": objective,
+        "cost_model": cost_model,
+        "config": config,
+        "memory_budget_bytes": memory_budget_bytes,
+        "capture_budget_s": capture_budget_s,
+    }
     if config.vllm_version == "0.34":
-        return plan_gen2_capture_sizes(
-            steps,
-            max_graphs,
-            max_prefill_tokens=max_size,
-            memory_budget_bytes=memory_budget_bytes,
-            **common,
-        )
-    return plan_capture_sizes(
-        steps, max_graphs, max_size=max_size, memory_budget_bytes=memory_budget_bytes, **common
-    )
+        return plan_gen2_capture_sizes(steps, max_graphs, max_prefill_tokens=max_size, **common)
+    return plan_capture_sizes(steps, max_graphs, max_size=max_size, **common)
 
 
 def largest_token_size(ladder: Ladder) -> int:

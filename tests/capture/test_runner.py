@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from runner_checks import eager_then_runner
 
 from cgdispatch import BatchDescriptor, CUDAGraphMode, GraphConfig
 from cgdispatch.capture.runner import GraphRunner
@@ -19,18 +20,6 @@ def make_runner(mode="FULL", sizes=SIZES, attention="general", seed=0, **config)
         cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=TINY.num_slots, **config
     )
     return GraphRunner(model, config)
-
-
-def eager_then_runner(runner, batch):
-    """(eager logits, runner logits, eager caches, runner caches) from the same cache state."""
-    model = runner.model
-    start = [c.clone() for c in model.kv_caches()]
-    ref = model(batch.input_ids, batch.positions, batch.slots)
-    ref_caches = [c.clone() for c in model.kv_caches()]
-    for cache, saved in zip(model.kv_caches(), start):
-        cache.copy_(saved)
-    out = runner.execute_batch(batch).clone()
-    return ref, out, ref_caches, [c.clone() for c in model.kv_caches()]
 
 
 def assert_real_slots_equal(caches, refs, dummy):

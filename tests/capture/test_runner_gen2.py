@@ -3,6 +3,7 @@ BatchExecutionDescriptor, decode graphs sized by request count, replay equals ea
 
 import pytest
 import torch
+from runner_checks import eager_then_runner
 
 from cgdispatch import CUDAGraphMode, GraphConfig
 from cgdispatch.capture.context import get_forward_context, set_forward_context
@@ -32,18 +33,6 @@ def make_runner(mode, attention="general", seed=0, prefill=PREFILL, decode=DECOD
         **config,
     )
     return GraphRunner(model, config)
-
-
-def eager_then_runner(runner, batch):
-    """(eager logits, runner logits, eager caches, runner caches) from the same cache state."""
-    model = runner.model
-    start = [c.clone() for c in model.kv_caches()]
-    ref = model(batch.input_ids, batch.positions, batch.slots)
-    ref_caches = [c.clone() for c in model.kv_caches()]
-    for cache, saved in zip(model.kv_caches(), start):
-        cache.copy_(saved)
-    out = runner.execute_batch(batch).clone()
-    return ref, out, ref_caches, [c.clone() for c in model.kv_caches()]
 
 
 def replayed_keys(runner, before):
