@@ -20,19 +20,40 @@ from .schema import empty_rows, normalise
 __all__ = [
     "APPLICATION_ID", "DB_NAME", "layout", "create_file", "create", "check_ours",
     "refuse_symlink", "refuse_foreign_folder", "legacy_rows", "insert", "select_rows",
-    "select_captures",
+    "select_captures", "SCHEMA_VERSION", "BACKUP_SUFFIX", "store_version", "is_complete",
+    "mark_complete", "other_databases",
 ]  # fmt: skip
 
 APPLICATION_ID = 0x43474453  # "CGDS": `file store.sqlite` and sqlite3 tell it is ours
 FORMAT = "cgdispatch sweep store"
-VERSION = 1
+# the store's schema version, recorded in its ``meta`` table. 1: the first SQLite store;
+# 2: a store is marked complete once made (a migration marks it only after verifying it),
+# so that a half-made store of an interrupted migration is told apart and rebuilt
+SCHEMA_VERSION = 2
 DB_NAME = "store.sqlite"
+# the copy of an older CSV store's rows kept until its migration is verified
+BACKUP_SUFFIX = ".pre-sqlite"
 # a legacy folder may hold these besides results.csv; anything else means it is not a store
-LEGACY_NAMES = {"results.csv", "results.parquet", "captures.csv", "captures.parquet", "spec.json"}
+LEGACY_NAMES = {
+    "results.csv", "results.parquet", "captures.csv", "captures.parquet", "spec.json",
+    "results.csv" + BACKUP_SUFFIX, "results.parquet" + BACKUP_SUFFIX,
+}  # fmt: skip
 
 
 def layout(path: Path) -> tuple[Path, Path]:
-    """(rows export, database) for a store path."""
+    """(rows export, database) for a store path.
+
+    A folder store's own export (``DIR/results.csv``) means that store, so that pointing
+    ``--out`` at the file a sweep printed never makes a second database beside the first;
+    its captures export is refused, naming the folder.
+    """
+    if path.suffix in (".csv", ".parquet") and (path.parent / DB_NAME).is_file():
+        if path.name == f"results{path.suffix}":
+            return path, path.parent / DB_NAME
+        raise ValueError(
+            f"{path} lies in the store folder {path.parent} (it holds {DB_NAME}): a folder "
+            f"holds one store; give --out {path.parent} for that store, or another folder"
+        )
     if path.suffix in (".csv", ".parquet"):
         return path, path.with_suffix(".sqlite")
     if path.suffix == ".sqlite":
@@ -62,6 +83,44 @@ def check_ours(db: Path) -> None:
             f"{db} is not a cgdispatch store (not its database format): cgdispatch will not "
             "write into it; choose another --out"
         )
+
+
+def other_databases(folder: Path, db: Path) -> list[Path]:
+    """cgdispatch databases in ``folder`` other than ``db`` (one store per folder)."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.sqlite")):
+        if path.name == db.name or not path.is_file():
+            continue
+        try:
+            check_ours(path)
+        except ValueError:
+            continue
+        found.append(path)
+    return found
+
+
+def store_version(con: sqlite3.Connection) -> int:
+    """The schema version a store records (1 for stores made before it was checked)."""
+    found = con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+    try:
+        return int(found[0]) if found else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def is_complete(con: sqlite3.Connection) -> bool:
+    """True when the store was marked complete (made whole, or migrated and verified)."""
+    found = con.execute("SELECT value FROM meta WHERE key = 'complete'").fetchone()
+    return bool(found) and found[0] == "1"
+
+
+def mark_complete(con: sqlite3.Connection) -> None:
+    con.execute(
+        "INSERT OR REPLACE INTO meta VALUES ('complete', '1'), ('version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
 
 
 def refuse_foreign_folder(folder: Path) -> None:
@@ -99,15 +158,23 @@ def legacy_rows(path: Path) -> pd.DataFrame | None:
 COLUMNS = {"rows": ["point_id", *SWEEP_COLUMNS], "captures": ["unit_id", *CAPTURE_COLUMNS]}
 
 
-def create_file(db: Path) -> bool:
+def create_file(db: Path, fill: Any = None) -> bool:
     """Create the database under a random name, then link it into place, so that no other
-    process ever opens a half-made store; False when another process made it first."""
+    process ever opens a half-made store; False when another process made it first.
+
+    ``fill`` (given a connection to the new file) adds rows before it goes into place; it
+    returns whether the result is verified, and only a verified store is linked in."""
     fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
     os.close(fd)
     os.chmod(tmp, shared_mode())  # co-workers sharing the store must be able to open it
     try:
         with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
             create(con)
+            if fill is not None:
+                con.execute("BEGIN")
+                fill(con)
+                con.execute("COMMIT")
+            mark_complete(con)
         try:
             os.link(tmp, db)  # fails when the name exists: creation is exclusive
         except FileExistsError:
@@ -122,7 +189,8 @@ def create(con: sqlite3.Connection) -> None:
     con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     con.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
     con.execute(
-        "INSERT OR REPLACE INTO meta VALUES ('format', ?), ('version', ?)", (FORMAT, VERSION)
+        "INSERT OR REPLACE INTO meta VALUES ('format', ?), ('version', ?)",
+        (FORMAT, str(SCHEMA_VERSION)),
     )
     rows = ", ".join(f'"{c}"' for c in COLUMNS["rows"][1:])
     con.execute(f"CREATE TABLE IF NOT EXISTS rows (point_id TEXT PRIMARY KEY, {rows})")

@@ -25,29 +25,39 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
+import warnings
 from collections.abc import Iterable
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from .database import (
+    BACKUP_SUFFIX,
     DB_NAME,
+    SCHEMA_VERSION,
     add_new_columns,
     check_ours,
     create,
     create_file,
     insert,
+    is_complete,
     layout,
     legacy_rows,
+    mark_complete,
+    other_databases,
     refuse_foreign_folder,
     refuse_symlink,
     select_captures,
     select_rows,
+    store_version,
 )
 from .exports import read_table, write_export
+from .failures import StoreError, explain, store_errors
 from .rows import CAPTURE_COLUMNS, POINT_COLUMNS, SWEEP_COLUMNS, CaptureRecord, SweepRow
 from .schema import V1_VERSION, normalise, point_ids
 
@@ -93,19 +103,73 @@ class ResultStore:
             return
         self.path, self.db_path = layout(Path(path))
         folder = self.db_path.parent
-        for target in (self.db_path, self.path, self.captures_path):
+        for target in (self.db_path, self.path, self.captures_path, self.backup_path):
             refuse_symlink(target)
-        if self.db_path.exists():
-            check_ours(self.db_path)
-            with closing(self._connect()) as con:
-                add_new_columns(con)
-        else:
+        with self._errors():
+            if self.db_path.exists():
+                check_ours(self.db_path)
+                self._open_existing()
+                return
             legacy = legacy_rows(self.path)  # ValueError when the file is not a store
+            if legacy is None:  # an interrupted migration whose export went missing since
+                legacy = legacy_rows(self.backup_path)
             if self.path.suffix == "" or not self.path.exists():
                 refuse_foreign_folder(folder)
+            others = other_databases(folder, self.db_path)
+            if others:
+                raise StoreError(
+                    f"{folder} already holds the store database {others[0].name}: a folder "
+                    f"holds one store; give --out {others[0].with_suffix('.csv')} for that "
+                    "store, or another folder"
+                )
             folder.mkdir(parents=True, exist_ok=True)
-            if create_file(self.db_path) and legacy is not None:
-                self._migrate(legacy)  # only the process that created the database migrates
+            if legacy is None:
+                create_file(self.db_path)
+            else:
+                self._migrate(legacy)
+
+    @property
+    def backup_path(self) -> Path | None:
+        """Where an older CSV store's rows are kept until their migration is verified."""
+        return None if self.path is None else self.path.with_name(self.path.name + BACKUP_SUFFIX)
+
+    def _errors(self) -> Any:
+        return store_errors(self.db_path, self.path)
+
+    def _open_existing(self) -> None:
+        """Check the version of an existing store, add columns an older one lacks, and
+        rebuild a store an interrupted migration left half-made (never trusted as it is)."""
+        with closing(self._connect()) as con:
+            version = store_version(con)
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the store {self.db_path} was written by a newer cgdispatch (store schema "
+                    f"version {version}; this cgdispatch knows versions up to "
+                    f"{SCHEMA_VERSION}): upgrade cgdispatch to add to it, or give another "
+                    "--out; `report` can still read it"
+                )
+            add_new_columns(con)
+            if is_complete(con):
+                return
+        # made by an older cgdispatch, or half-made by its interrupted migration: the rows of
+        # the export (and of a kept copy) that the database lacks go back in
+        have = self.done_keys(status=None)
+        missing = []
+        for source in (self.path, self.backup_path):
+            rows = legacy_rows(source) if source is not None else None
+            if rows is not None and len(rows):
+                frame = self._row_frame(rows.to_dict("records"))
+                missing.append(frame[~frame["point_id"].isin(have)])
+        lost = pd.concat(missing, ignore_index=True) if missing else None
+
+        def work(con: sqlite3.Connection) -> None:
+            if lost is not None and len(lost):
+                insert(con, "rows", lost.drop_duplicates("point_id"), replace=False)
+            mark_complete(con)
+
+        self._transaction(work)
+        if self.backup_path is not None:
+            self.backup_path.unlink(missing_ok=True)
 
     # ---- connections ----
     def _connect(self) -> sqlite3.Connection:
@@ -117,6 +181,10 @@ class ResultStore:
         return con
 
     def _transaction(self, work: Any) -> None:
+        with self._errors():
+            self._write(work)
+
+    def _write(self, work: Any) -> None:
         con = self._connect()
         try:
             con.execute("BEGIN IMMEDIATE")  # take the write lock now: writers queue here
@@ -124,7 +192,9 @@ class ResultStore:
                 work(con)
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                # SQLite may have rolled back already (disk full): keep the real error
+                with suppress(sqlite3.Error):
+                    con.execute("ROLLBACK")
                 raise
             # exports show committed rows only (a kill between the two leaves them a write
             # behind, never ahead of the database), and under the lock so they come in order
@@ -141,32 +211,40 @@ class ResultStore:
     # ---- rows ----
     def load(self) -> pd.DataFrame:
         """Every stored row, with every column of :data:`SWEEP_COLUMNS`."""
-        con = self._connect()
-        try:
-            return select_rows(con)
-        finally:
-            if self._memory is None:
-                con.close()
+        return self._read(select_rows)
 
-    def done_keys(self) -> set[str]:
-        """Point identities of the rows whose status is ``ok``."""
-        con = self._connect()
-        try:
-            found = con.execute("SELECT point_id FROM rows WHERE status = 'ok'").fetchall()
-        finally:
-            if self._memory is None:
-                con.close()
+    def done_keys(self, status: str | None = "ok") -> set[str]:
+        """Point identities of the rows whose status is ``status`` (every row for None)."""
+        where = "" if status is None else " WHERE status = ?"
+        args = () if status is None else (status,)
+        found = self._read(
+            lambda con: con.execute(f"SELECT point_id FROM rows{where}", args).fetchall()
+        )
         return {r[0] for r in found}
+
+    def _read(self, select: Any) -> Any:
+        with self._errors():
+            con = self._connect()
+            try:
+                return select(con)
+            finally:
+                if self._memory is None:
+                    con.close()
 
     def append(self, rows: Iterable[SweepRow | dict[str, Any]]) -> None:
         """Add rows (replacing rows with the same point identity) in one transaction."""
         dicts = [r.as_dict() if isinstance(r, SweepRow) else dict(r) for r in rows]
         if not dicts:
             return
+        frame = self._row_frame(dicts)
+        self._transaction(lambda con: insert(con, "rows", frame, replace=True))
+
+    @staticmethod
+    def _row_frame(dicts: list[dict[str, Any]]) -> pd.DataFrame:
+        """Rows as the database holds them: normalised, keyed, one per point (the last)."""
         frame = normalise(pd.DataFrame(dicts))
         frame.insert(0, "point_id", point_ids(frame))
-        frame = frame.drop_duplicates("point_id", keep="last")
-        self._transaction(lambda con: insert(con, "rows", frame, replace=True))
+        return frame.drop_duplicates("point_id", keep="last")
 
     @property
     def captures_path(self) -> Path | None:
@@ -176,24 +254,10 @@ class ResultStore:
         """Store one unit's capture report (replacing that unit's earlier report)."""
         if not records:
             return
-        dicts = [r.as_dict() if isinstance(r, CaptureRecord) else r for r in records]
-        frame = pd.DataFrame(dicts).reindex(columns=list(CAPTURE_COLUMNS))
-        unit = _unit_id(dicts[0])
-        frame.insert(0, "unit_id", unit)
-
-        def work(con: sqlite3.Connection) -> None:
-            con.execute("DELETE FROM captures WHERE unit_id = ?", (unit,))
-            insert(con, "captures", frame, replace=False)
-
-        self._transaction(work)
+        self._transaction(lambda con: _put_captures(con, records))
 
     def load_captures(self) -> pd.DataFrame:
-        con = self._connect()
-        try:
-            return select_captures(con)
-        finally:
-            if self._memory is None:
-                con.close()
+        return self._read(select_captures)
 
     def save_spec(self, spec: dict[str, Any]) -> None:
         """Keep the sweep spec (one per sweep name), exported as ``spec.json``."""
@@ -229,20 +293,58 @@ class ResultStore:
         write_export(specs, self.path.parent / "spec.json")
 
     def _migrate(self, legacy: pd.DataFrame) -> None:
-        """Rows of an older CSV store: timing settings it did not record come from its
-        spec.json when the sweep is there (so a resume still reuses them), else stay empty."""
+        """Rows of an older CSV store, moved into a new database that cannot lose them.
+
+        A copy of the old export is kept as ``results.csv.pre-sqlite`` first; the database
+        is filled under a temporary name, its row count checked against the source, and
+        only then linked into place; the copy goes once the new exports are written. A
+        process killed at any point leaves the old export or the verified store (the next
+        open migrates again or goes on). Timing settings the old store did not record come
+        from its spec.json when the sweep is there (a resume still reuses them)."""
+        backup = self.backup_path
+        if not backup.exists() and self.path.is_file():
+            fd, tmp = tempfile.mkstemp(prefix=f".{backup.name}.", suffix=".tmp", dir=backup.parent)
+            os.close(fd)
+            shutil.copyfile(self.path, tmp)
+            os.replace(tmp, backup)
         spec_path = self.path.parent / "spec.json"
         specs = json.loads(spec_path.read_text()) if spec_path.is_file() else {}
         for name in ("warmup", "input_sets", "cpu_threads"):
             if name not in legacy:
                 legacy[name] = [specs.get(str(s), {}).get(name) for s in legacy["sweep"]]
+        frame = self._row_frame(legacy.to_dict("records"))
         captures = read_table(self.captures_path) if self.captures_path.is_file() else None
-        self.append(legacy.to_dict("records"))
-        for spec in specs.values():
-            self.save_spec(spec)
-        if captures is not None and len(captures):
-            for _, unit in captures.groupby(list(_UNIT_COLUMNS), dropna=False, sort=False):
-                self.append_captures(unit.to_dict("records"))
+
+        def fill(con: sqlite3.Connection) -> None:
+            insert(con, "rows", frame, replace=True)
+            for spec in specs.values():
+                con.execute(
+                    "INSERT OR REPLACE INTO specs VALUES (?, ?)", (spec["name"], json.dumps(spec))
+                )
+            if captures is not None and len(captures):
+                for _, unit in captures.groupby(list(_UNIT_COLUMNS), dropna=False, sort=False):
+                    _put_captures(con, unit.to_dict("records"))
+            stored = con.execute("SELECT COUNT(*) FROM rows").fetchone()[0]
+            if stored != len(frame):
+                raise StoreError(
+                    f"migrating {self.path} into {self.db_path} stored {stored} of "
+                    f"{len(frame)} rows; the old store is left as it was (and copied to "
+                    f"{backup}): report this as a bug"
+                )
+
+        if create_file(self.db_path, fill):
+            self._transaction(lambda con: None)  # the exports, from the verified database
+        backup.unlink(missing_ok=True)
+
+
+def _put_captures(con: sqlite3.Connection, records: list[Any]) -> None:
+    """One unit's capture report, replacing that unit's earlier report."""
+    dicts = [r.as_dict() if isinstance(r, CaptureRecord) else r for r in records]
+    frame = pd.DataFrame(dicts).reindex(columns=list(CAPTURE_COLUMNS))
+    unit = _unit_id(dicts[0])
+    frame.insert(0, "unit_id", unit)
+    con.execute("DELETE FROM captures WHERE unit_id = ?", (unit,))
+    insert(con, "captures", frame, replace=False)
 
 
 def load_captures(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -300,13 +402,31 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def _read_db(db: Path, select: Any) -> pd.DataFrame | None:
     """Read a store without writing to it (a co-worker's store may be read-only to us); None
-    when SQLite cannot open it so, and the caller reads the exports instead."""
-    check_ours(db)
+    when SQLite cannot open it so, or the database is damaged and its export is there, and
+    the caller reads the exports instead (with a warning when the database is damaged)."""
+    export = layout(db)[0] if db.name != DB_NAME else db.with_name("results.csv")
     try:
+        check_ours(db)
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60.0)) as con:
+            version = store_version(con)
+            if version > SCHEMA_VERSION:
+                warnings.warn(
+                    f"the store {db} was written by a newer cgdispatch (store schema version "
+                    f"{version}; this one knows up to {SCHEMA_VERSION}): reading the columns "
+                    "it knows; upgrade cgdispatch to see the rest",
+                    stacklevel=3,
+                )
             return select(con)
-    except sqlite3.OperationalError:  # read-only WAL without its -shm file: use the export
-        return None
+    except sqlite3.OperationalError as err:
+        if "malformed" not in str(err) and "not a database" not in str(err):
+            return None  # read-only WAL without its -shm file: use the export
+        damage: BaseException = err
+    except (sqlite3.DatabaseError, ValueError) as err:
+        damage = err
+    if not export.is_file():
+        raise StoreError(explain(damage, db, None)) from damage
+    warnings.warn(explain(damage, db, export), stacklevel=3)
+    return None
 
 
 def load_reference(
