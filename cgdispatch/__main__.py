@@ -35,9 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 def user_error_line(err: BaseException) -> str | None:
     """The one stderr line for a user's mistake, or None for a bug (which keeps its
     traceback). User mistakes: bad values (ValueError, JSON errors included), files that
-    cannot be read or written (OSError), malformed YAML."""
+    cannot be read or written (OSError), store failures (sqlite3.Error), malformed YAML."""
+    import sqlite3
+
     import yaml
 
+    if isinstance(err, sqlite3.Error):  # a store failure that no store method named
+        return f"error: the result store failed: {' '.join(str(err).split())}"
     if isinstance(err, OSError):
         what = err.strerror or str(err)
         where = f" {err.filename!r}" if err.filename else ""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
 
 from .dispatch import add_config_arguments, config_from_args
@@ -61,12 +63,37 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         )
     try:
         rows = run_sweep(spec, store=store, executor=executor, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(_interrupted_line(args, spec.name, store), file=sys.stderr)
+        return 130
     finally:
         if executor is not None:
-            executor.shutdown()
+            executor.shutdown(wait=False, cancel_futures=True)
     ok = int((rows["status"] == "ok").sum())
     print(f"sweep {spec.name}: {ok} ok, {len(rows) - ok} failed -> {store.path}")
     return 0
+
+
+def _interrupted_line(args: argparse.Namespace, sweep: str, store) -> str:
+    """The one line a Ctrl-C ends with: what was saved, and the command that goes on."""
+    try:
+        saved = f"{len(store.done_keys())} points"
+    except ValueError:  # the store itself failed: say nothing wrong about it
+        saved = "every point finished before"
+    source = ["--spec", str(args.spec)] if args.spec is not None else ["--preset", args.preset]
+    flags = [
+        *source,
+        "--out",
+        str(args.out),
+        *(["--device", args.device] if args.device is not None else []),
+        *(["--repeats", str(args.repeats)] if args.repeats is not None else []),
+        *(["--modes", args.modes] if args.modes is not None else []),
+        *(["--vllm-version", args.vllm_version] if args.vllm_version is not None else []),
+        *(["--workers", str(args.workers)] if args.workers != 1 else []),
+        "--resume",
+    ]
+    command = shlex.join(["python", "-m", "cgdispatch", "sweep", *flags])
+    return f"interrupted: {saved} of sweep {sweep} are saved in {args.out}; go on with: {command}"
 
 
 def run_report_command(args: argparse.Namespace) -> int:

@@ -177,7 +177,8 @@ def create_file(db: Path, fill: Any = None) -> bool:
             mark_complete(con)
         try:
             os.link(tmp, db)  # fails when the name exists: creation is exclusive
-        except FileExistsError:
+        except (FileExistsError, FileNotFoundError):
+            # made by another process first (which may have swept our temporary away)
             check_ours(db)
             return False
         return True

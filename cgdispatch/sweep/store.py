@@ -113,8 +113,6 @@ class ResultStore:
             legacy = legacy_rows(self.path)  # ValueError when the file is not a store
             if legacy is None:  # an interrupted migration whose export went missing since
                 legacy = legacy_rows(self.backup_path)
-            if self.path.suffix == "" or not self.path.exists():
-                refuse_foreign_folder(folder)
             others = other_databases(folder, self.db_path)
             if others:
                 raise StoreError(
@@ -122,6 +120,8 @@ class ResultStore:
                     f"holds one store; give --out {others[0].with_suffix('.csv')} for that "
                     "store, or another folder"
                 )
+            if self.path.suffix == "" or not self.path.exists():
+                refuse_foreign_folder(folder)
             folder.mkdir(parents=True, exist_ok=True)
             if legacy is None:
                 create_file(self.db_path)
@@ -149,7 +149,9 @@ class ResultStore:
                     "--out; `report` can still read it"
                 )
             add_new_columns(con)
-            if is_complete(con):
+            if is_complete(con):  # linked in only once verified: a kept copy is done with
+                if self.backup_path is not None:
+                    self.backup_path.unlink(missing_ok=True)
                 return
         # made by an older cgdispatch, or half-made by its interrupted migration: the rows of
         # the export (and of a kept copy) that the database lacks go back in
@@ -260,10 +262,19 @@ class ResultStore:
         return self._read(select_captures)
 
     def save_spec(self, spec: dict[str, Any]) -> None:
-        """Keep the sweep spec (one per sweep name), exported as ``spec.json``."""
+        """Keep the sweep spec (one per sweep name), exported as ``spec.json``. A spec stored
+        already is not written again, so resuming a finished sweep needs no write access."""
+        text = json.dumps(spec)
+        stored = self._read(
+            lambda con: con.execute(
+                "SELECT spec FROM specs WHERE name = ?", (spec["name"],)
+            ).fetchone()
+        )
+        if stored is not None and stored[0] == text:
+            return
         self._transaction(
             lambda con: con.execute(
-                "INSERT OR REPLACE INTO specs VALUES (?, ?)", (spec["name"], json.dumps(spec))
+                "INSERT OR REPLACE INTO specs VALUES (?, ?)", (spec["name"], text)
             )
         )
 
@@ -278,7 +289,7 @@ class ResultStore:
         no other writer has one in flight then."""
         if self.path is None:
             return
-        for name in (self.path.name, self.captures_path.name, "spec.json"):
+        for name in (self.path.name, self.captures_path.name, "spec.json", self.db_path.name):
             for stale in self.path.parent.glob(f".{name}.*.tmp"):
                 stale.unlink(missing_ok=True)
 
