@@ -203,7 +203,9 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
         so = sched.schedule()
         calls += 1
         clock_of[id(so)] = t
-        partial_of[id(so)] = {r for r in so.num_scheduled_tokens if sched.requests[r].is_prefill_chunk}
+        partial_of[id(so)] = {
+            r for r in so.num_scheduled_tokens if sched.requests[r].is_prefill_chunk
+        }
         flat = [x for r, n in so.num_scheduled_tokens.items() for x in (int(r), n)]
         pre = sorted(int(r) for r in so.preempted_req_ids)
         if flat or pre:
@@ -224,9 +226,15 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
                 drafts = len(so.scheduled_spec_decode_tokens.get(r, ()))
                 ok = drafts and accepted(st, int(r), mod)
                 sampled.append([9] * (1 + (drafts if ok else 0)))
-        mro = ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled
-        ) if _has_index_field() else ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled)
+        mro = (
+            ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=sampled,
+            )
+            if _has_index_field()
+            else ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled)
+        )
         sched.update_from_output(so, mro)
         for r in list(live):
             req = sched.requests.get(r)
