@@ -59,6 +59,7 @@ _LAZY: dict[str, str] = {
     "plan_cost": "plan.planner",
     "engine_ladders": "plan.ladder_compare",
     "compare": "plan.ladder_compare",
+    "ladder_latency": "plan.ladder_latency",
     "export_plan": "plan.ladder_compare",
     "evaluate": "plan.whatif",
     "WhatIfResult": "plan.whatif",
