@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format bench clean notebooks lab dashboard browser oracle
+.PHONY: install run test lint format bench clean notebooks lab dashboard browser oracle oracle-scheduler
 # notebook kernels, nbval and servers import this checkout's cgdispatch (editable install or not)
 NOTEBOOK_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
 NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
@@ -90,4 +90,13 @@ oracle:
 		$$venv/bin/pip install -q --no-deps -r scripts/vllm_oracle_requirements.txt; \
 		$$venv/bin/pip install -q --no-deps xgrammar==0.2.8; \
 		$$venv/bin/python scripts/vllm_oracle.py --out $(ORACLE_DATA)/vllm-$$v.json --cases $$cases; \
+	done
+
+# vLLM's own Scheduler / AsyncScheduler on random traces (scripts/vllm_sched_oracle.py), in the
+# virtualenvs `make oracle` builds; rewrites tests/data/vllm_oracle/scheduler-*.json (~1 min)
+oracle-scheduler:
+	@set -e; for v in $(ORACLE_VERSIONS); do \
+		test -x $(ORACLE_DIR)/vllm-$$v/bin/python || { echo "run make oracle first"; exit 1; }; \
+		$(ORACLE_DIR)/vllm-$$v/bin/python scripts/vllm_sched_oracle.py \
+			--out $(ORACLE_DATA)/scheduler-$$v.json --cases 400; \
 	done

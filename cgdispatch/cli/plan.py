@@ -66,7 +66,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..estimate.device_model import device_cost_model
     from ..plan.choose import plan_ladder
     from ..plan.ladder_compare import compare, engine_ladders, export_plan
-    from ..workload.sources import split_holdout, workload_trace
+    from ..workload.scheduler import SchedulerLimits
+    from ..workload.sources import split_holdout, workload_requests, workload_trace
 
     gen2 = args.vllm_version == "0.34"
     config = GraphConfig(
@@ -112,7 +113,25 @@ def run_plan(args: argparse.Namespace) -> int:
         capture_budget_s=args.capture_budget_s,
     )
     ladders = {"planned": sizes, **engine_ladders(config)}
-    table = compare(test, ladders, config=config, cost_model=cost_model)
+    latency: dict = {}
+    if args.latency:  # vLLM's own scheduler per ladder over the evaluated trace's requests
+        requests = workload_requests(args.evaluate_on or args.trace, seed=args.seed)
+        if requests is None:
+            raise ValueError(
+                "--latency needs requests: give a preset or a requests CSV, not a steps file"
+            )
+        latency = {
+            "requests": requests,
+            "scheduler": SchedulerLimits(
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                num_speculative_tokens=args.num_speculative_tokens,
+                max_loras=args.max_loras or None,
+                vllm_version=args.vllm_version,
+                num_gpu_blocks=args.num_gpu_blocks,
+            ),
+        }
+    table = compare(test, ladders, config=config, cost_model=cost_model, **latency)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
     table["evaluated_on"] = evaluated_on
     if args.json:
@@ -205,6 +224,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=0, help="seed of the simulator (spec decode acceptance)"
     )
     plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.add_argument(
+        "--latency",
+        action="store_true",
+        help="also run vLLM's own scheduler per ladder: p50/p99 TTFT and TPOT, throughput, "
+        "preemptions (model figures; needs requests, not a steps file)",
+    )
+    plan.add_argument(
+        "--num-gpu-blocks", type=int, default=None,
+        help="KV-cache blocks for --latency (vLLM's num_gpu_blocks; default unlimited)",
+    )  # fmt: skip
     plan.add_argument(
         "--vllm-version",
         choices=("0.33", "0.34"),

@@ -24,8 +24,10 @@ from ..core.ladders import (
     trtllm_ladder,
     vllm_ladder,
 )
+from ..workload.scheduler import SchedulerLimits
 from .costs import CostModel
 from .gen2_ladder import Gen2Ladder, ladder_config, resolved_ladder, vllm_gen2_ladder
+from .ladder_latency import KvBlocksFn, ladder_latency
 from .whatif import evaluate
 
 __all__ = ["engine_ladders", "compare", "export_plan", "COMPARE_COLUMNS", "Ladder"]
@@ -86,6 +88,9 @@ def compare(
     *,
     config: GraphConfig | None = None,
     cost_model: CostModel | None = None,
+    requests: pd.DataFrame | None = None,
+    scheduler: SchedulerLimits | None = None,
+    kv_blocks: KvBlocksFn | None = None,
 ) -> pd.DataFrame:
     """One row per ladder: graphs, share of steps per runtime mode, padding waste, and with
     a cost model expected step time and graph memory (columns :data:`COMPARE_COLUMNS`, plus
@@ -98,6 +103,12 @@ def compare(
     decode; see :func:`~cgdispatch.plan.gen2_ladder.ladder_config`). ``sizes`` lists the
     token sizes the config records; for vLLM 0.34 ``prefill_sizes`` and ``decode_sizes``
     (request counts) give its two lists. ``vllm_version`` names the generation.
+
+    With ``requests`` (a request table), each ladder also gets the latency columns
+    :data:`~cgdispatch.workload.latency.LATENCY_COLUMNS` (p50/p99 TTFT and TPOT, throughput,
+    preemptions) from vLLM's own scheduler run with steps priced by the ladder's dispatch
+    (:func:`~cgdispatch.plan.ladder_latency.ladder_latency`; ``scheduler`` overrides the
+    config's limits, ``kv_blocks(config)`` gives each ladder's KV capacity).
     """
     config = GraphConfig() if config is None else config
     ladders = engine_ladders(config) if ladders is None else ladders
@@ -118,6 +129,10 @@ def compare(
             row["prefill_sizes"] = list(resolved.prefill_token_sizes)
             row["decode_sizes"] = list(resolved.decode_request_sizes)
         row["vllm_version"] = summary["vllm_version"]
+        if requests is not None:
+            row.update(
+                ladder_latency(cfg, requests, cost_model, limits=scheduler, kv_blocks=kv_blocks)
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 

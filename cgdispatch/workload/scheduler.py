@@ -1,8 +1,11 @@
 """The continuous-batching scheduler simulator: one :meth:`SchedulerSimulator.step` per engine
-step, the way a vLLM-style scheduler forms batches.
+step, the way vLLM's scheduler forms batches.
 
-It models scheduling only (no KV-cache capacity, no preemption, no priorities) and its clock
-is a crude step-time model, so ``time_s`` is ``model``, not measured. It refuses, before the
+With ``SchedulerLimits(vllm_version=...)`` it is vLLM's own scheduler of that release, step
+for step (:mod:`cgdispatch.workload.vllm_scheduler`: KV blocks, preemption, async
+scheduling, drafts; checked on the scheduler oracle). Without a version it is the older
+vLLM-like model (no KV-cache capacity, no preemption, decodes first). Either way its clock
+is a step-time model, so ``time_s`` is ``model``, not measured. It refuses, before the
 first step, any input that would make it loop for days: non-finite arrival times (a NaN
 arrival never comes due), and token counts above :data:`~cgdispatch.core.validate.MAX_REQUEST_TOKENS`
 or needing more than :data:`~cgdispatch.core.validate.MAX_STEPS` steps.
@@ -13,25 +16,27 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
 import pandas as pd
 
 from ..core.validate import MAX_REQUEST_TOKENS, MAX_STEPS, check_int
+from .exact_run import AcceptFn, ExactRun
+from .steps import LORA_COLUMN, STEP_FIELDS, Step
+from .vllm_rules import scheduler_rules
 
 __all__ = ["SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN"]
 
-# optional request column: LoRA adapter id, -1 for none (counted into has_lora / num_active_loras)
-LORA_COLUMN = "lora_id"
 _REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 
 
 def default_step_time_ms(num_tokens: int, num_reqs: int) -> float:
     """Model (not measured): 8 ms per step plus 0.05 ms per token, roughly an 8B model on one
-    H100-class GPU; it only orders steps against arrivals in the simulator."""
-    return 8.0 + 0.05 * num_tokens
+    H100-class GPU; it only orders steps against arrivals in the simulator. A schedule call
+    that runs nothing (vLLM makes some) takes no time."""
+    return 8.0 + 0.05 * num_tokens if num_tokens else 0.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,16 @@ class SchedulerLimits:
     spec_acceptance_rate: float = 0.7  # each draft token accepted with this probability
     enable_chunked_prefill: bool = True  # prompts split to fit the step's token budget
     max_loras: int | None = None  # adapters per step (None: no limit)
+    # vLLM's own scheduler of this release ('0.33', '0.34'; vllm_rules.py holds what differs);
+    # None: the older vLLM-like model, which takes none of the fields below
+    vllm_version: str | None = None
+    long_prefill_token_threshold: int = 0  # prompt tokens per request per step (0: no cap)
+    max_model_len: int | None = None  # a request ends at this many tokens (None: no limit)
+    block_size: int = 16  # tokens per KV-cache block
+    num_gpu_blocks: int | None = (
+        None  # vLLM's num_gpu_blocks, null block included (None: unlimited)
+    )
+    async_scheduling: bool | None = None  # None: the release's default (0.34: on)
 
     def __post_init__(self) -> None:
         check_int("max_num_seqs", self.max_num_seqs, 1)
@@ -67,25 +82,36 @@ class SchedulerLimits:
                 f"max_loras={self.max_loras!r} is invalid: it must be an integer >= 1, or None"
             )
 
+        check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_int("block_size", self.block_size, 1)
+        if self.max_model_len is not None:
+            check_int("max_model_len", self.max_model_len, 2)
+        if self.num_gpu_blocks is not None:
+            check_int("num_gpu_blocks", self.num_gpu_blocks, 2)
+        if self.vllm_version is not None:
+            scheduler_rules(self.vllm_version)  # ValueError naming the known releases
+        elif self.exact_only_fields():
+            raise ValueError(
+                f"{', '.join(self.exact_only_fields())} need vLLM's own scheduler: set "
+                "vllm_version ('0.33' or '0.34') as well"
+            )
+
+    def exact_only_fields(self) -> list[str]:
+        """The fields set away from their defaults that only vLLM's own scheduler obeys."""
+        defaults = {"long_prefill_token_threshold": 0, "max_model_len": None, "block_size": 16,
+                    "num_gpu_blocks": None, "async_scheduling": None}  # fmt: skip
+        return [name for name, v in defaults.items() if getattr(self, name) != v]
+
     @property
     def q(self) -> int:
         return 1 + self.num_speculative_tokens
 
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One simulated engine step (a row of the step trace)."""
-
-    num_tokens: int  # scheduled tokens, unpadded
-    num_reqs: int
-    uniform_decode: bool  # every scheduled query is exactly q tokens long
-    has_lora: bool
-    num_active_loras: int  # distinct adapters scheduled
-    num_prefill_tokens: int
-    time_s: float  # step start on the model clock
-
-
-STEP_FIELDS = tuple(f.name for f in fields(Step))
+    @property
+    def is_async(self) -> bool:
+        """Whether the engine loop is async (the release's default when not set)."""
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return self.vllm_version is not None and scheduler_rules(self.vllm_version).async_by_default
 
 
 class SchedulerSimulator:
@@ -108,9 +134,16 @@ class SchedulerSimulator:
         *,
         step_time_ms: Callable[[int, int], float] = default_step_time_ms,
         seed: int = 0,
+        accept_drafts: AcceptFn | None = None,
     ) -> None:
+        """``accept_drafts(clock_s, row, num_drafts)``: drafts accepted for request ``row`` (its
+        position in ``requests``) in the step scheduled at ``clock_s``; vLLM's own scheduler
+        only. Default: each accepted with ``spec_acceptance_rate`` until the first rejection."""
         self.limits = limits = limits or SchedulerLimits()
         req = check_requests(requests).sort_values("arrival_s", kind="stable")
+        self._exact: ExactRun | None = None
+        if limits.vllm_version is not None:
+            self._exact = ExactRun(req, limits, step_time_ms, seed, accept_drafts)
         self._arrival = req["arrival_s"].to_numpy(dtype=np.float64)
         self._prompt_left = req["prompt_tokens"].to_numpy(dtype=np.int64).copy()
         self._out_left = req["output_tokens"].to_numpy(dtype=np.int64).copy()
@@ -152,7 +185,14 @@ class SchedulerSimulator:
 
     @property
     def done(self) -> bool:
+        if self._exact is not None:
+            return self._exact.done
         return self.finished == self.num_requests
+
+    @property
+    def exact(self) -> ExactRun | None:
+        """vLLM's own scheduler's run (with ``vllm_version``): per-request times, preemptions."""
+        return self._exact
 
     def _admit_arrivals(self) -> None:
         arrival, total = self._arrival, self.num_requests
@@ -165,6 +205,8 @@ class SchedulerSimulator:
 
     def step(self) -> Step | None:
         """Schedule and run one step; None once every request has finished."""
+        if self._exact is not None:
+            return self._exact.next_step()
         if self.done:
             return None
         if self.steps >= self._step_bound:
@@ -208,7 +250,9 @@ class SchedulerSimulator:
             ids = lora[np.concatenate([dec, sched])]
             active = len(np.unique(ids[ids >= 0]))
         num_reqs = len(dec) + len(sched)
-        step = Step(num_tokens, num_reqs, uniform, active > 0, active, prefill_tokens, self.now_s)
+        max_q = max(q if len(dec) else 0, int(chunks.max()) if len(chunks) else 0)
+        step = Step(num_tokens, num_reqs, uniform, active > 0, active, prefill_tokens, self.now_s,
+                    0, max_q, len(dec), 0)  # fmt: skip
         prompt_left[sched] -= chunks
         out_left = self._out_left
         out_left[sched[prompt_left[sched] == 0]] -= 1  # the step ending a prompt emits a token
@@ -227,6 +271,9 @@ class SchedulerSimulator:
     def run(self, progress: bool = False) -> pd.DataFrame:
         """Every remaining step as a frame with the columns of :class:`Step`."""
         from tqdm.auto import tqdm
+
+        if self._exact is not None:
+            return self._exact.frame()
 
         rows = []
         as_row = attrgetter(*STEP_FIELDS)  # a tuple in one C call (dataclasses.astuple deep-copies)

@@ -14,7 +14,7 @@ from .files import load_trace
 from .synthetic import LENGTH_PRESETS, synthetic_requests
 from .trace import simulate_steps
 
-__all__ = ["workload_trace", "split_holdout"]
+__all__ = ["workload_trace", "workload_requests", "split_holdout"]
 
 
 def workload_trace(
@@ -63,6 +63,17 @@ def workload_trace(
             table, seed=seed, **limits
         ), f"requests from {path.name}, scheduler simulated"
     return table, f"steps from {path.name}"
+
+
+def workload_requests(
+    workload: str | Path, *, num_requests: int = 300, rate_per_s: float = 8.0, seed: int = 0
+) -> pd.DataFrame | None:
+    """The request table behind :func:`workload_trace`'s trace (the same draw for a preset),
+    or None when the workload is a file of steps (latency needs requests)."""
+    if isinstance(workload, str) and workload in LENGTH_PRESETS:
+        return synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
+    kind, table = load_trace(Path(workload))
+    return table if kind == "requests" else None
 
 
 def split_holdout(trace: pd.DataFrame, holdout: float) -> tuple[pd.DataFrame, pd.DataFrame]:

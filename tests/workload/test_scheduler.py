@@ -215,7 +215,7 @@ def test_step_returns_one_step_at_a_time_then_none() -> None:
     req = pd.DataFrame({"arrival_s": [0.0, 5.0], "prompt_tokens": [3, 2], "output_tokens": [2, 1]})
     sim = SchedulerSimulator(req, SchedulerLimits(max_num_batched_tokens=4))
     first = sim.step()
-    assert first == Step(3, 1, False, False, 0, 3, 0.0) and not sim.done
+    assert first == Step(3, 1, False, False, 0, 3, 0.0, max_query_len=3) and not sim.done
     second = sim.step()  # r0 decodes its second token; r1 has not arrived
     assert (second.num_tokens, second.uniform_decode, sim.finished) == (1, True, 1)
     third = sim.step()  # idle until r1 arrives at 5 s: the clock jumps there

@@ -1,0 +1,179 @@
+"""One run of vLLM's own scheduler (:class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`)
+over a request table: step rows for the simulator, and the per-request times that latency
+needs. It adapts; it decides nothing (the core does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ..core.validate import MAX_STEPS
+from .steps import LORA_COLUMN, STEP_FIELDS, Step
+from .vllm_rules import scheduler_rules
+from .vllm_scheduler import AcceptFn, ScheduleCall, VllmSchedulerCore
+
+if TYPE_CHECKING:
+    from .scheduler import SchedulerLimits
+
+__all__ = ["ExactRun", "AcceptFn"]
+
+
+def geometric_accept(rate: float, seed: int) -> AcceptFn:
+    """Drafts accepted one by one with probability ``rate`` until the first rejection."""
+    rng = np.random.default_rng(seed)
+
+    def accept(clock_s: float, row: int, num_drafts: int) -> int:
+        if rate == 0.0:
+            return 0
+        if rate == 1.0:
+            return num_drafts
+        return min(int(rng.geometric(1.0 - rate)) - 1, num_drafts)
+
+    return accept
+
+
+class ExactRun:
+    """vLLM's scheduler over ``requests`` (sorted by arrival, as checked by the simulator)."""
+
+    def __init__(
+        self,
+        requests: pd.DataFrame,
+        limits: SchedulerLimits,
+        step_time_ms: Callable[[int, int], float],
+        seed: int,
+        accept_drafts: AcceptFn | None,
+    ) -> None:
+        self.limits = lim = limits
+        self.rows = requests.index.to_numpy()  # core index -> row of the caller's table
+        self.arrival_s = requests["arrival_s"].to_numpy(dtype=np.float64)
+        prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
+        output = requests["output_tokens"].to_numpy(dtype=np.int64)
+        lora = (
+            requests[LORA_COLUMN].to_numpy(dtype=np.int64)
+            if LORA_COLUMN in requests
+            else np.full(len(requests), -1, dtype=np.int64)
+        )
+        if lim.max_model_len is not None and int(prompt.max()) >= lim.max_model_len:
+            row = int(self.rows[int(np.argmax(prompt))])
+            raise ValueError(
+                f"request row {row}: prompt_tokens={int(prompt.max())} reaches max_model_len="
+                f"{lim.max_model_len}: vLLM refuses such a prompt; raise max_model_len or drop it"
+            )
+        if lim.num_gpu_blocks is not None:
+            longest = prompt + output
+            if lim.max_model_len is not None:
+                longest = np.minimum(longest, lim.max_model_len)
+            need = int(-(-int(longest.max()) // lim.block_size))
+            if need > lim.num_gpu_blocks - 1:
+                raise ValueError(
+                    f"num_gpu_blocks={lim.num_gpu_blocks} cannot hold one request of "
+                    f"{int(longest.max())} tokens ({need} blocks of {lim.block_size} besides "
+                    "vLLM's null block): vLLM would never run it; give more blocks"
+                )
+        rows = self.rows
+        accept = accept_drafts or geometric_accept(lim.spec_acceptance_rate, seed)
+        self.core = VllmSchedulerCore(
+            prompt.tolist(),
+            output.tolist(),
+            lora.tolist(),
+            rules=scheduler_rules(lim.vllm_version),
+            max_num_seqs=lim.max_num_seqs,
+            max_num_batched_tokens=lim.max_num_batched_tokens,
+            max_model_len=lim.max_model_len,
+            block_size=lim.block_size,
+            num_gpu_blocks=lim.num_gpu_blocks,
+            enable_chunked_prefill=lim.enable_chunked_prefill,
+            long_prefill_token_threshold=lim.long_prefill_token_threshold,
+            num_speculative_tokens=lim.num_speculative_tokens,
+            max_loras=lim.max_loras,
+            async_scheduling=lim.is_async,
+            accept=lambda clock_s, i, d: accept(clock_s, int(rows[i]), d),
+        )
+        self.step_time_ms = step_time_ms
+        self.calls: list[ScheduleCall] = []  # every schedule call, kept for replay checks
+        self.steps: list[Step] = []
+        self._pending_preempted = 0
+        self._ran = False
+        self._next_row = 0
+
+    def _on_call(self, call: ScheduleCall) -> None:
+        self.calls.append(call)
+        self._pending_preempted += len(call.preempted)
+        if not call.reqs:
+            return  # nothing ran: its preemptions go to the next step that runs
+        lim, lora = self.limits, self.core.lora
+        q = lim.q
+        num_tokens = sum(call.tokens)
+        num_reqs = len(call.reqs)
+        max_q = max(call.tokens)
+        ids = {lora[i] for i in call.reqs if lora[i] >= 0}
+        prefill = sum(n for n, dec in zip(call.tokens, call.decode) if not dec)
+        self.steps.append(
+            Step(
+                num_tokens,
+                num_reqs,
+                max_q == q and num_tokens == q * num_reqs,
+                bool(ids),
+                len(ids),
+                prefill,
+                call.clock_s,
+                self._pending_preempted,
+                max_q,
+                sum(call.decode),
+                call.kv_blocks_used,
+            )  # fmt: skip
+        )
+        self._pending_preempted = 0
+
+    def _step_time_s(self, call: ScheduleCall) -> float:
+        return self.step_time_ms(sum(call.tokens), len(call.reqs)) / 1e3
+
+    def run(self) -> None:
+        if self._ran:
+            return
+        self._ran = True
+        bound = int(self.core.prompt_total() + sum(self.core.max_tokens)) * 2 + 16
+        self.core.run(
+            self.arrival_s.tolist(), self._step_time_s, self._on_call, min(bound, 4 * MAX_STEPS)
+        )
+
+    @property
+    def done(self) -> bool:
+        return self._ran and self._next_row >= len(self.steps)
+
+    def next_step(self) -> Step | None:
+        self.run()
+        if self._next_row >= len(self.steps):
+            return None
+        self._next_row += 1
+        return self.steps[self._next_row - 1]
+
+    def frame(self) -> pd.DataFrame:
+        self.run()
+        rows = self.steps[self._next_row :]
+        self._next_row = len(self.steps)
+        return pd.DataFrame.from_records(
+            [tuple(getattr(s, f) for f in STEP_FIELDS) for s in rows], columns=list(STEP_FIELDS)
+        )
+
+    def request_times(self) -> pd.DataFrame:
+        """Per request, in the caller's row order: arrival, first token and finish (model
+        clock, s) and the output tokens it got (max_model_len can end it early)."""
+        self.run()
+        core = self.core
+        out = pd.DataFrame(
+            {
+                "arrival_s": self.arrival_s,
+                "prompt_tokens": core.prompt,
+                "output_tokens": core.out,
+                "first_token_s": core.first_token_s,
+                "finish_s": core.finish_s,
+                "num_preemptions": core.preemptions_of,
+            },
+            index=self.rows,
+        ).sort_index()
+        out.index.name = None
+        return out

@@ -1,0 +1,144 @@
+"""What a user feels: time to first token, time per output token and end-to-end latency per
+request, and throughput, preemptions and KV use per run, from vLLM's own scheduler
+(:class:`~cgdispatch.workload.scheduler.SchedulerSimulator` with ``vllm_version``).
+
+Times are on the simulator's clock, so they are ``model`` figures: as good as the step-time
+function given (:func:`dispatched_step_time` prices each step at the mode and padded size the
+generation's dispatcher picks, from any cost model with ``step_time_ms(mode, num_tokens)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from ..core.config import GraphConfig
+from ..core.engine import dispatch_step, make_graph_dispatcher
+from ..core.modes import CUDAGraphMode
+from .scheduler import SchedulerLimits, SchedulerSimulator, default_step_time_ms
+
+__all__ = [
+    "LatencyRun",
+    "request_latencies",
+    "latency_summary",
+    "simulate_latencies",
+    "dispatched_step_time",
+    "LATENCY_COLUMNS",
+]
+
+# the per-ladder columns compare() and the CLI report (latency_summary's keys)
+LATENCY_COLUMNS = (
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "throughput_req_s",
+    "throughput_tok_s",
+    "num_preemptions",
+)
+
+
+class _StepCost(Protocol):
+    def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class LatencyRun:
+    """One simulated run: its steps, its requests with their latencies, and the summary."""
+
+    steps: pd.DataFrame  # SchedulerSimulator.run()'s columns
+    requests: pd.DataFrame  # request_latencies()'s columns, in the caller's row order
+    summary: dict[str, Any]  # latency_summary()'s keys
+
+
+def request_latencies(times: pd.DataFrame) -> pd.DataFrame:
+    """Per request (``ExactRun.request_times()``'s columns): adds ``ttft_s`` (arrival to first
+    token), ``tpot_s`` (first token to finish per further output token; NaN for one token)
+    and ``e2e_s`` (arrival to finish)."""
+    out = times.copy()
+    out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
+    out["e2e_s"] = out["finish_s"] - out["arrival_s"]
+    more = out["output_tokens"] - 1
+    out["tpot_s"] = (out["finish_s"] - out["first_token_s"]) / more.where(more > 0)
+    return out
+
+
+def latency_summary(
+    latencies: pd.DataFrame, steps: pd.DataFrame, num_gpu_blocks: int | None = None
+) -> dict[str, Any]:
+    """Per run: p50 / p99 TTFT, TPOT and end-to-end latency (ms), throughput (requests/s and
+    output tokens/s from the first arrival to the last finish), preemptions, and KV-cache use
+    (mean and peak share of the usable blocks; NaN when ``num_gpu_blocks`` is None)."""
+    if len(latencies) == 0 or len(steps) == 0:
+        raise ValueError("latency_summary needs at least one request and one step")
+    span = float(latencies["finish_s"].max() - latencies["arrival_s"].min())
+    span = span if span > 0 else float("nan")
+
+    def pct(col: str, q: float) -> float:
+        values = latencies[col].dropna()
+        return float(np.percentile(values, q) * 1e3) if len(values) else float("nan")
+
+    usable = num_gpu_blocks - 1 if num_gpu_blocks is not None else None
+    used = steps["kv_blocks_used"].to_numpy(dtype=np.float64)
+    return {
+        "ttft_p50_ms": pct("ttft_s", 50),
+        "ttft_p99_ms": pct("ttft_s", 99),
+        "tpot_p50_ms": pct("tpot_s", 50),
+        "tpot_p99_ms": pct("tpot_s", 99),
+        "e2e_p50_ms": pct("e2e_s", 50),
+        "e2e_p99_ms": pct("e2e_s", 99),
+        "throughput_req_s": len(latencies) / span,
+        "throughput_tok_s": float(latencies["output_tokens"].sum()) / span,
+        "num_preemptions": int(steps["num_preempted"].sum()),
+        "kv_util_mean": float(used.mean() / usable) if usable else float("nan"),
+        "kv_util_peak": float(used.max() / usable) if usable else float("nan"),
+        "source": "model",
+    }
+
+
+def simulate_latencies(
+    requests: pd.DataFrame,
+    limits: SchedulerLimits,
+    *,
+    step_time_ms: Callable[[int, int], float] = default_step_time_ms,
+    seed: int = 0,
+) -> LatencyRun:
+    """Run vLLM's own scheduler (``limits.vllm_version`` must name a release) and report
+    latencies. ``step_time_ms(num_tokens, num_reqs)``: e.g. :func:`dispatched_step_time`."""
+    if limits.vllm_version is None:
+        raise ValueError(
+            "simulate_latencies needs vLLM's own scheduler: set SchedulerLimits(vllm_version="
+            "'0.33' or '0.34')"
+        )
+    sim = SchedulerSimulator(requests, limits, step_time_ms=step_time_ms, seed=seed)
+    steps = sim.run()
+    assert sim.exact is not None
+    lat = request_latencies(sim.exact.request_times())
+    return LatencyRun(steps, lat, latency_summary(lat, steps, limits.num_gpu_blocks))
+
+
+def dispatched_step_time(
+    config: GraphConfig, cost_model: _StepCost, *, cache_size: int = 1 << 16
+) -> Callable[[int, int], float]:
+    """``step_time_ms(num_tokens, num_reqs)`` priced at the runtime mode and padded size that
+    ``config``'s dispatcher (its ``vllm_version``'s generation) picks for the step. A step of
+    ``q * num_reqs`` tokens is taken as a uniform decode (q = 1 + speculative tokens); an
+    empty schedule call costs nothing."""
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
+    q = config.uniform_decode_query_len
+
+    @lru_cache(maxsize=cache_size)
+    def step_time_ms(num_tokens: int, num_reqs: int) -> float:
+        if num_tokens == 0:
+            return 0.0
+        uniform = num_tokens == q * num_reqs
+        answer = dispatch_step(dispatcher, num_tokens, num_reqs, uniform)
+        ms = cost_model.step_time_ms(answer.runtime_mode, np.asarray([answer.padded_tokens]))
+        return float(np.asarray(ms)[0])
+
+    return step_time_ms

@@ -1,0 +1,347 @@
+"""vLLM's own scheduler, step for step: ``Scheduler`` / ``AsyncScheduler`` of vLLM 0.33 and 0.34
+with FCFS, no prefix caching, KV blocks of one full-attention group, and preemption.
+
+:class:`VllmSchedulerCore` keeps the request state vLLM keeps (``num_computed_tokens``,
+``num_output_placeholders``, in-flight and stale tokens, drafts, blocks held) and runs the
+engine loop of ``EngineCore.step`` (sync) or ``EngineCore.step_with_batch_queue`` (async, two
+batches in flight). It agrees with vLLM's own classes on every case of the scheduler oracle
+(``tests/data/vllm_oracle/scheduler-*.json``); what that oracle cannot reach is listed in
+docs/semantics.md. The model is stood in for: a step samples one token per request that is
+not mid-prefill, plus the drafts the ``accept`` hook accepts. It schedules; the caller owns
+the clock's meaning (:class:`~cgdispatch.workload.scheduler.SchedulerSimulator`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .vllm_rules import SchedulerRules
+
+__all__ = ["VllmSchedulerCore", "ScheduleCall"]
+
+_WAITING, _RUNNING, _FINISHED = 0, 1, 2
+_NO_LIMIT = 1 << 62
+
+# accept(clock_s, request, num_drafts) -> accepted drafts (0..num_drafts)
+AcceptFn = Callable[[float, int, int], int]
+
+
+@dataclass(slots=True)
+class ScheduleCall:
+    """One ``Scheduler.schedule()`` call and what its step did."""
+
+    clock_s: float  # when it was scheduled (the simulator's clock)
+    reqs: list[int]  # scheduled requests, vLLM's order (running, then admitted)
+    tokens: list[int]  # scheduled tokens per request
+    drafts: list[int]  # scheduled draft tokens per request (within tokens)
+    decode: list[bool]  # the request had its whole sequence computed but its last token
+    preempted: list[int]  # requests preempted by this call, in order
+    kv_blocks_used: int  # blocks held right after the call
+    sampled: list[int] = field(default_factory=list)  # tokens the stand-in model returns
+    end_s: float = 0.0  # clock when the step's output is ready
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.tokens)
+
+
+class VllmSchedulerCore:
+    """vLLM's scheduler state and engine loop for one request table (indices 0..n-1, FCFS in
+    index order). Configure, then call :meth:`run` with the arrival and step-time hooks."""
+
+    def __init__(
+        self,
+        prompt: list[int],
+        max_tokens: list[int],
+        lora: list[int],  # adapter id, < 0 for none
+        *,
+        rules: SchedulerRules,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int | None,
+        block_size: int,
+        num_gpu_blocks: int | None,  # vLLM's num_blocks (block 0 is the null block)
+        enable_chunked_prefill: bool,
+        long_prefill_token_threshold: int,
+        num_speculative_tokens: int,
+        max_loras: int | None,
+        async_scheduling: bool,
+        accept: AcceptFn,
+    ) -> None:
+        n = len(prompt)
+        self.prompt, self.max_tokens, self.lora = prompt, max_tokens, lora
+        self.rules = rules
+        self.max_num_seqs, self.budget = max_num_seqs, max_num_batched_tokens
+        self.mml = max_model_len if max_model_len is not None else _NO_LIMIT
+        self.bs = block_size
+        self.usable = num_gpu_blocks - 1 if num_gpu_blocks is not None else _NO_LIMIT
+        self.chunked, self.lpt = enable_chunked_prefill, long_prefill_token_threshold
+        self.k, self.max_loras, self.is_async = num_speculative_tokens, max_loras, async_scheduling
+        self.accept = accept
+        self.out = [0] * n  # output tokens appended
+        self.computed = [0] * n  # num_computed_tokens
+        self.placeholders = [0] * n  # num_output_placeholders (async)
+        self.inflight = [0] * n  # num_in_flight_tokens
+        self.stale = [0] * n  # num_stale_output_tokens
+        self.spec = [0] * n  # len(spec_token_ids)
+        self.prefill_chunk = [False] * n  # is_prefill_chunk
+        self.held = [0] * n  # KV blocks held
+        self.status = [_WAITING] * n
+        self.used = 0  # blocks held in all
+        self.running: list[int] = []
+        self.waiting: deque[int] = deque()
+        self.finished_pending = False  # finished_req_ids not yet sent by a schedule call
+        self.num_unfinished = 0
+        self.num_preempted = 0
+        self.preemptions_of = [0] * n  # times each request was preempted
+        self.first_token_s = [float("nan")] * n
+        self.finish_s = [float("nan")] * n
+
+    def prompt_total(self) -> int:
+        return sum(self.prompt)
+
+    # ----- the scheduler ------------------------------------------------------------------
+    def _blocks(self, tokens: int) -> int:
+        return -(-min(tokens, self.mml) // self.bs)
+
+    def _preempt(self, i: int) -> None:
+        self.used -= self.held[i]
+        self.held[i] = 0
+        self.status[i] = _WAITING
+        self.computed[i] = 0
+        self.spec[i] = 0
+        self.stale[i] = self.inflight[i]
+        self.placeholders[i] = 0
+        self.waiting.appendleft(i)
+        self.num_preempted += 1
+        self.preemptions_of[i] += 1
+
+    def schedule(self, clock_s: float) -> ScheduleCall:
+        prompt, out, computed, ph = self.prompt, self.out, self.computed, self.placeholders
+        k, mml = self.k, self.mml
+        budget = self.budget
+        running, waiting = self.running, self.waiting
+        reqs: list[int] = []
+        tokens: list[int] = []
+        drafts: list[int] = []
+        decode: list[bool] = []
+        preempted: list[int] = []
+        eligible = len(running) + len(waiting)
+        lpt = self.lpt if eligible > 1 else 0
+        if self.rules.long_prefill_needs_chunked and not self.chunked:
+            lpt = 0
+        prefill_scheduled = False
+        idx = 0
+        while idx < len(running) and budget > 0:
+            i = running[idx]
+            p = ph[i]
+            if p > 0 and computed[i] + 2 - p >= prompt[i] + self.max_tokens[i]:
+                idx += 1  # async: the step in flight already reaches max_tokens
+                continue
+            n = prompt[i] + out[i] + self.spec[i] + p - computed[i]
+            if 0 < lpt < n:
+                n = lpt
+            n = min(n, budget, mml - computed[i] - 1)
+            if n <= 0:
+                idx += 1
+                continue
+            want = self._blocks(computed[i] + n)
+            ok = True
+            while want - self.held[i] > self.usable - self.used:
+                victim = running.pop()  # FCFS: the last running request
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim == i:
+                    ok = False
+                    break
+            if not ok:
+                break
+            if want > self.held[i]:
+                self.used += want - self.held[i]
+                self.held[i] = want
+            prefill_scheduled |= self.prefill_chunk[i]
+            d = 0
+            if self.spec[i]:
+                extra = n + computed[i] - prompt[i] - out[i] - p
+                d = min(self.spec[i], extra) if extra > 0 else 0
+                self.spec[i] = 0
+            reqs.append(i)
+            tokens.append(n)
+            drafts.append(d)
+            decode.append(computed[i] >= prompt[i] + out[i] - 1)
+            budget -= n
+            idx += 1
+        num_running_scheduled = len(reqs)
+        if not preempted:
+            loras = {self.lora[j] for j in running if self.lora[j] >= 0}
+            skipped: list[int] = []
+            while len(running) < self.max_num_seqs and budget > 0 and waiting:
+                i = waiting[0]
+                if self.stale[i] > 0:  # its preempted step's output is still in flight
+                    skipped.append(waiting.popleft())
+                    continue
+                lo = self.lora[i]
+                if (
+                    self.max_loras is not None
+                    and lo >= 0
+                    and len(loras) == self.max_loras
+                    and lo not in loras
+                ):
+                    skipped.append(waiting.popleft())
+                    continue
+                num_tokens = prompt[i] + out[i]
+                n = num_tokens
+                pad = False
+                # vLLM pads a lone token to a uniform decode when the step has decodes
+                if (
+                    k
+                    and n == 1
+                    and not prefill_scheduled
+                    and num_running_scheduled
+                    and k + 2 <= mml
+                ):
+                    if 1 + k > budget:
+                        break
+                    n, pad = 1 + k, True
+                if 0 < lpt < n:
+                    n = lpt
+                if not self.chunked and n > budget:
+                    break
+                n = min(n, budget)
+                free = self.usable - self.used
+                want = self._blocks(n)
+                if self._blocks(num_tokens) > free or want > free:  # the whole sequence must fit
+                    break
+                waiting.popleft()
+                running.append(i)
+                if lo >= 0:
+                    loras.add(lo)
+                self.status[i] = _RUNNING
+                computed[i] = 0
+                self.held[i] = want
+                self.used += want
+                reqs.append(i)
+                tokens.append(n)
+                drafts.append(k if pad else 0)
+                decode.append(False)
+                budget -= n
+            waiting.extendleft(reversed(skipped))
+        # _update_after_schedule (and AsyncScheduler's)
+        sampled = []
+        for i, n, d in zip(reqs, tokens, drafts):
+            computed[i] += n
+            self.inflight[i] += n
+            chunk = computed[i] < prompt[i] + out[i] + ph[i]
+            self.prefill_chunk[i] = chunk
+            if chunk:
+                sampled.append(0)
+            else:
+                sampled.append(1 + (self.accept(clock_s, i, d) if d else 0))
+                if self.is_async:
+                    ph[i] += 1 + d
+                    self.spec[i] = k
+        self.finished_pending = False
+        return ScheduleCall(clock_s, reqs, tokens, drafts, decode, preempted, self.used, sampled)
+
+    # ----- the model's output (update_from_output) ------------------------------------------
+    def update(self, call: ScheduleCall) -> None:
+        prompt, out, computed, ph, mml = (
+            self.prompt,
+            self.out,
+            self.computed,
+            self.placeholders,
+            self.mml,
+        )
+        for i, n, d, g in zip(call.reqs, call.tokens, call.drafts, call.sampled):
+            if self.status[i] == _FINISHED:
+                continue
+            self.inflight[i] -= n
+            stale = self.stale[i] > 0
+            if stale:
+                self.stale[i] -= n
+            if d and g and not stale:
+                rejected = d - (g - 1)
+                if computed[i] > 0:
+                    computed[i] -= rejected
+                if ph[i] > 0:
+                    ph[i] -= rejected
+            if not g:
+                continue
+            if out[i] == 0:
+                self.first_token_s[i] = call.end_s
+            stopped = False
+            for m in range(1, g + 1):
+                out[i] += 1
+                if prompt[i] + out[i] >= mml or out[i] >= self.max_tokens[i]:
+                    stopped = True
+                    if not stale:
+                        computed[i] -= g - m
+                    break
+            if not stale and ph[i] > 0:
+                ph[i] -= g
+            if stopped:
+                self._finish(i, call.end_s)
+        if self.k and not self.is_async and call.reqs:
+            # update_draft_token_ids: k drafts for every live request that sampled a token
+            for i, g in zip(call.reqs, call.sampled):
+                if g and self.status[i] != _FINISHED:
+                    self.spec[i] = 0 if self.prefill_chunk[i] else self.k
+
+    def _finish(self, i: int, when_s: float) -> None:
+        if self.status[i] == _RUNNING:
+            self.running.remove(i)
+        else:
+            self.waiting.remove(i)
+        self.used -= self.held[i]
+        self.held[i] = 0
+        self.status[i] = _FINISHED
+        self.finish_s[i] = when_s
+        self.num_unfinished -= 1
+        self.finished_pending = True
+
+    # ----- the engine loop ----------------------------------------------------------------
+    def run(
+        self,
+        arrival_s: list[float],  # sorted
+        step_time_s: Callable[[ScheduleCall], float],
+        on_call: Callable[[ScheduleCall], None],
+        max_calls: int,
+    ) -> None:
+        """Run to the end: ``EngineCore.step`` (sync) or ``step_with_batch_queue`` (async)."""
+        total, nxt, now = len(arrival_s), 0, 0.0
+        queue: deque[ScheduleCall] = deque()
+        calls = 0
+
+        def has_requests() -> bool:
+            return self.num_unfinished > 0 or self.finished_pending
+
+        while True:
+            while nxt < total and arrival_s[nxt] <= now:
+                self.waiting.append(nxt)
+                self.num_unfinished += 1
+                nxt += 1
+            if has_requests():
+                calls += 1
+                if calls > max_calls:
+                    raise RuntimeError(
+                        f"the scheduler ran {max_calls} steps without finishing: a bug"
+                    )
+                call = self.schedule(now)
+                now += step_time_s(call)
+                call.end_s = now
+                on_call(call)
+                if not self.is_async:
+                    self.update(call)
+                    continue
+                queue.appendleft(call)
+                if len(queue) < 2 and (call.reqs or has_requests()):
+                    continue
+            elif not queue:
+                if nxt == total:
+                    return
+                now = max(now, arrival_s[nxt])  # idle: the next arrival
+                continue
+            if self.is_async:
+                self.update(queue.pop())

@@ -1,0 +1,346 @@
+"""The scheduler oracle: drive vLLM's real ``Scheduler`` / ``AsyncScheduler`` on CPU.
+
+Run inside an oracle virtualenv (``make oracle-scheduler``); cgdispatch is not imported. It
+shares :mod:`vllm_oracle`'s CPU bootstrap and tiny Llama config, and writes one JSON fixture
+per vLLM version:
+
+    python scripts/vllm_sched_oracle.py --out tests/data/vllm_oracle/scheduler-0.34.0.json
+
+Every case draws a random trace and scheduler settings, builds the engine config with
+``EngineArgs(...).create_engine_config()`` and a ``KVCacheConfig`` with one
+``FullAttentionSpec`` group of ``num_gpu_blocks`` blocks, then runs the engine loop:
+``EngineCore.step`` (sync) or ``EngineCore.step_with_batch_queue`` (async, two batches in
+flight). The model is stood in for: a partial prefill samples ``[]``, anything else one
+token plus its drafts when they are accepted (all or none, by a rule both sides replay).
+The schema is in ``tests/data/vllm_oracle/README.md`` ("Scheduler fixtures").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections import deque
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vllm_oracle as base  # noqa: E402  (sets vLLM's environment before it is imported)
+
+MAX_CALLS = 4000  # schedule calls per case; a case that needs more stalled (redrawn)
+
+
+def accepted(t: int, rid: int, accept_mod: int) -> bool:
+    """All drafts of request ``rid`` in the step scheduled at clock ``t`` are accepted."""
+    return (t + rid) % accept_mod != 0
+
+
+def random_case(rng: random.Random) -> dict[str, Any]:
+    """Random scheduler settings and trace, in vLLM's names."""
+    max_model_len = rng.choice([64, 128, 256, 512, 1024, 2048])
+    chunked = rng.random() < 0.75
+    seqs = rng.choice([1, 2, 3, 4, 6, 8, 16, 32, 128])
+    tokens = rng.choice([16, 32, 48, 64, 100, 128, 256, 512, 1024, 2048])
+    tokens = max(tokens, seqs)
+    if not chunked:
+        tokens = max(tokens, max_model_len)
+    k = rng.choice([0, 0, 0, 1, 2, 3, 4])
+    engine_args: dict[str, Any] = {
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": tokens,
+        "max_model_len": max_model_len,
+        "block_size": rng.choice([16, 32]),
+        "enable_chunked_prefill": chunked,
+        "async_scheduling": rng.random() < 0.5,
+        "num_speculative_tokens": k,
+    }
+    if chunked and rng.random() < 0.3:
+        engine_args["long_prefill_token_threshold"] = rng.choice([1, 4, 16, 33, 64, 200])
+    loras = rng.random() < 0.25
+    if loras:
+        engine_args["enable_lora"] = True
+        engine_args["max_loras"] = rng.choice([1, 2, 3])
+    n = rng.randint(1, 24)
+    spread = rng.choice([0, 0, 3, 10, 40])
+    requests = []
+    for _ in range(n):
+        prompt = rng.choice([rng.randint(1, 40), rng.randint(1, 200), rng.randint(1, 1200)])
+        prompt = min(prompt, max_model_len - 1)
+        max_tokens = rng.choice([1, 2, rng.randint(1, 20), rng.randint(1, 60)])
+        if rng.random() < 0.1 and max_model_len - prompt < 80:
+            max_tokens = max_model_len - prompt + rng.randint(1, 30)  # runs into max_model_len
+        lora = rng.randint(0, 4) if loras else 0
+        requests.append([rng.randint(0, spread), prompt, max_tokens, lora])
+    bs = engine_args["block_size"]
+    # the most blocks one request can hold (its whole length, its drafts and one more)
+    need = max(math.ceil((min(p + m, max_model_len) + 2 * k + 1) / bs) for _, p, m, _ in requests)
+    r = rng.random()
+    if r < 0.35:
+        blocks = None
+    elif r < 0.7:
+        blocks = need + 1 + rng.randint(0, need)  # +1: vLLM's null block
+    else:
+        blocks = need + 1 + rng.randint(0, 6 * need)
+    return {
+        "engine_args": engine_args,
+        "num_gpu_blocks": blocks,
+        "accept_mod": rng.choice([1, 2, 3, 10**9]),
+        "requests": requests,
+    }
+
+
+def _config(engine_args: dict[str, Any]) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    kwargs = dict(engine_args)
+    spec = kwargs.pop("num_speculative_tokens", 0)
+    if spec:
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": spec,
+            "prompt_lookup_max": 3,
+            "prompt_lookup_min": 1,
+        }
+    return EngineArgs(
+        model=base.model_dir(), skip_tokenizer_init=True, enable_prefix_caching=False, **kwargs
+    ).create_engine_config()
+
+
+def _scheduler(cfg: Any, num_blocks: int) -> Any:
+    import torch
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    bs = cfg.cache_config.block_size
+    spec = FullAttentionSpec(block_size=bs, num_kv_heads=2, head_size=16, dtype=torch.bfloat16)
+    kv = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
+    )
+    cfg.cache_config.num_gpu_blocks = num_blocks
+    cls = AsyncScheduler if cfg.scheduler_config.async_scheduling else Scheduler
+    return cls(
+        vllm_config=cfg,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(cfg),
+        block_size=bs,
+        log_stats=False,
+    )
+
+
+def _request(rid: int, prompt: int, max_tokens: int, lora: int, t: int) -> Any:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    lora_request = None
+    if lora:
+        from vllm.lora.request import LoRARequest
+
+        lora_request = LoRARequest(f"adapter{lora}", lora, "/nonexistent")
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return Request(
+        request_id=str(rid),
+        prompt_token_ids=[7] * prompt,
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=float(t),
+        lora_request=lora_request,
+    )
+
+
+def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's steps for one case, or ``refusal`` / ``stalled``."""
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+
+    out: dict[str, Any] = {"inputs": inputs}
+    try:
+        cfg = _config(inputs["engine_args"])
+    except Exception as err:  # noqa: BLE001 - a refusal is an answer
+        out["refusal"] = {"type": type(err).__name__, "message": str(err)[:300]}
+        return out
+    sc = cfg.scheduler_config
+    k = cfg.num_speculative_tokens or 0
+    mml = cfg.model_config.max_model_len
+    bs = cfg.cache_config.block_size
+    reqs = inputs["requests"]
+    blocks = inputs["num_gpu_blocks"]
+    if blocks is None:  # "unlimited": every request's whole length at once, and spare
+        blocks = sum(math.ceil((mml + 2 * k + 2) / bs) for _ in reqs) + 2
+    out["config"] = {
+        "max_num_seqs": sc.max_num_seqs,
+        "max_num_batched_tokens": sc.max_num_batched_tokens,
+        "max_model_len": mml,
+        "block_size": bs,
+        "enable_chunked_prefill": sc.enable_chunked_prefill,
+        "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+        "async_scheduling": bool(sc.async_scheduling),
+        "num_speculative_tokens": k,
+        "max_loras": cfg.lora_config.max_loras if cfg.lora_config is not None else None,
+        "num_blocks": blocks,
+    }
+    try:
+        sched = _scheduler(cfg, blocks)
+    except Exception as err:  # noqa: BLE001
+        out["refusal"] = {"type": type(err).__name__, "message": str(err)[:300]}
+        return out
+    order = sorted(range(len(reqs)), key=lambda i: (reqs[i][0], i))
+    mod = inputs["accept_mod"]
+    steps: list[list[Any]] = []
+    finished: dict[str, int] = {}
+    clock_of: dict[int, int] = {}
+    partial_of: dict[int, set[str]] = {}
+    live: set[str] = set()
+    t, nxt, calls = 0, 0, 0
+
+    def schedule() -> Any:
+        nonlocal t, calls
+        so = sched.schedule()
+        calls += 1
+        clock_of[id(so)] = t
+        partial_of[id(so)] = {
+            r for r in so.num_scheduled_tokens if sched.requests[r].is_prefill_chunk
+        }
+        flat = [x for r, n in so.num_scheduled_tokens.items() for x in (int(r), n)]
+        pre = sorted(int(r) for r in so.preempted_req_ids)
+        if flat or pre:
+            used = blocks - 1 - sched.kv_cache_manager.block_pool.get_num_free_blocks()
+            steps.append([t, flat, pre, used])
+        t += 1
+        return so
+
+    def finish(so: Any) -> list[str]:
+        st = clock_of.pop(id(so))
+        partial = partial_of.pop(id(so))
+        ids = list(so.num_scheduled_tokens)
+        sampled = []
+        for r in ids:
+            if r in partial:
+                sampled.append([])
+            else:
+                drafts = len(so.scheduled_spec_decode_tokens.get(r, ()))
+                ok = drafts and accepted(st, int(r), mod)
+                sampled.append([9] * (1 + (drafts if ok else 0)))
+        mro = (
+            ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=sampled,
+            )
+            if _has_index_field()
+            else ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled)
+        )
+        sched.update_from_output(so, mro)
+        for r in list(live):
+            req = sched.requests.get(r)
+            if req is None or req.is_finished():
+                finished[r] = st
+                live.discard(r)
+        return [r for r, s in zip(ids, sampled) if s and r in live]
+
+    def arrive() -> None:
+        nonlocal nxt
+        while nxt < len(order) and reqs[order[nxt]][0] <= t:
+            i = order[nxt]
+            _, p, m, lora = reqs[i]
+            sched.add_request(_request(i, p, m, lora, t))
+            live.add(str(i))
+            nxt += 1
+
+    queue: deque[Any] = deque()
+    while calls < MAX_CALLS:
+        arrive()
+        if not sc.async_scheduling:
+            if not sched.has_requests():
+                if nxt == len(order):
+                    break
+                t = max(t, reqs[order[nxt]][0])
+                continue
+            so = schedule()
+            sampled_ids = finish(so)
+            if k and so.total_num_scheduled_tokens > 0 and not getattr(so, "skip_drafts", False):
+                sched.update_draft_token_ids(
+                    DraftTokenIds(sampled_ids, [[11] * k for _ in sampled_ids])
+                )
+            continue
+        if sched.has_requests():
+            so = schedule()
+            queue.appendleft(so)
+            executed = so.total_num_scheduled_tokens > 0
+            if len(queue) < 2 and (executed or sched.has_requests()):
+                continue
+        elif not queue:
+            if nxt == len(order):
+                break
+            t = max(t, reqs[order[nxt]][0])
+            continue
+        finish(queue.pop())
+    if calls >= MAX_CALLS or live:
+        out["stalled"] = True
+        return out
+    out["steps"] = steps
+    out["finished"] = [finished[str(i)] for i in range(len(reqs))]
+    return out
+
+
+_INDEX_FIELD: bool | None = None
+
+
+def _has_index_field() -> bool:
+    global _INDEX_FIELD
+    if _INDEX_FIELD is None:
+        import dataclasses
+
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        _INDEX_FIELD = "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    return _INDEX_FIELD
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="fixture path (JSON)")
+    parser.add_argument("--cases", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=20261203)
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    version = base.bootstrap()
+    rng = random.Random(args.seed)
+    cases, stalled, refused = [], 0, 0
+    while len(cases) < args.cases:
+        case = run_case(random_case(rng))
+        if case.get("stalled") or "refusal" in case:  # redrawn: only traces vLLM ran count
+            stalled += bool(case.get("stalled"))
+            refused += "refusal" in case
+            continue
+        cases.append({"id": len(cases), **case})
+    doc = {
+        "schema": 1,
+        "kind": "scheduler",
+        "vllm_version": version,
+        "seed": args.seed,
+        "num_cases": len(cases),
+        "num_stalled_redrawn": stalled,
+        "num_refused_redrawn": refused,
+        "model_config": base.TINY_LLAMA,
+        "step_fields": ["clock", "scheduled", "preempted", "kv_blocks_used"],
+        "seconds": round(time.time() - t0, 1),
+        "cases": cases,
+    }
+    with open(args.out, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+    print(
+        f"vLLM {version}: {len(cases)} scheduler cases ({refused} refused and {stalled} stalled "
+        f"redrawn) -> {args.out} in {time.time() - t0:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
