@@ -52,6 +52,14 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
             )
         )
     rows.append(
+        (
+            "eager steps",
+            f"{100 * p['eager_step_share']:.1f}%",
+            f"{100 * d['eager_step_share']:.1f}%",
+            f"{100 * delta['eager_step_share']:+.1f} pt",
+        )
+    )
+    rows.append(
         ("graphs", str(p["num_graphs"]), str(d["num_graphs"]), f"{delta['num_graphs']:+.0f}")
     )
     if "capture_s" in delta:
@@ -72,6 +80,8 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
                 f"{delta['graph_memory_bytes'] / _MIB:+.1f} MiB",
             )
         )
+    if "kv_cache_tokens" in delta:
+        rows.append(("KV-cache tokens", "", "", f"{delta['kv_cache_tokens']:+,.0f}"))
     return rows
 
 
@@ -98,19 +108,14 @@ def verdict_lines(
     lines = [
         head,
         f"{model} on {device}, vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
-        f"max_num_batched_tokens {cfg.max_num_batched_tokens}; planned on the first "
-        f"{result.steps_planned} steps, judged on the held-out last {result.holdout:g} "
-        f"({result.steps_held_out} steps)",
-        f"{'held out':<16}{'planned':>16}{'vLLM default':>16}{'change':>12}",
+        f"max_num_batched_tokens {cfg.max_num_batched_tokens}; figures: {result.source}; "
+        f"traffic: {result.trace_label}",
+        f"{'held out':<16}{'planned':>16}{'vLLM default':>16}{'change':>12}   (last "
+        f"{result.holdout:g} of the trace: {result.steps_held_out} steps; planned on the "
+        f"first {result.steps_planned})",
     ]
     lines += [f"{a:<16}{b:>16}{c:>16}{e:>12}" for a, b, c, e in delta_rows(result)]
-    if "kv_cache_tokens" in delta:
-        lines.append(f"{'KV-cache tokens':<16}{'':>32}{delta['kv_cache_tokens']:>+12,.0f}")
     lines.append(f"vllm serve {serve_model or model} {result.flags}")
-    lines.append(
-        f"sources: times and graph costs {result.source} for {model}; traffic: "
-        f"{result.trace_label}; judged: held out"
-    )
     return lines[:MAX_VERDICT_LINES]
 
 

@@ -62,10 +62,13 @@ def test_verdict_is_short_and_labelled(tmp_path, capsys):
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
     assert 6 <= len(lines) <= MAX_VERDICT_LINES
     assert lines[0].startswith("recommendation: ")
-    serve = next(line for line in lines if line.startswith("vllm serve "))
-    _serve_flags(serve)
-    assert lines[-1].startswith("sources: ") and "model (H200 SXM)" in lines[-1]
-    assert "requests.csv" in lines[-1] and "held out" in lines[-1]
+    assert lines[-1].startswith("vllm serve ")
+    _serve_flags(lines[-1])
+    assert (
+        "figures: model (H200 SXM)" in lines[1]
+        and "traffic: requests from requests.csv" in lines[1]
+    )
+    assert lines[2].startswith("held out") and "planned" in lines[2]
     assert any(line.startswith("mean step time") for line in lines)
     assert any(line.startswith("graph memory") and "MiB" in line for line in lines)
 
