@@ -11,6 +11,7 @@ COMMANDS: dict[str, str] = {
     "demo": "cgdispatch.cli.dispatch",
     "dispatch": "cgdispatch.cli.dispatch",
     "plan": "cgdispatch.cli.plan",
+    "tune": "cgdispatch.cli.tune",
     "capture": "cgdispatch.cli.capture",
     "sweep": "cgdispatch.cli.sweep",
     "report": "cgdispatch.cli.sweep",

@@ -1,0 +1,169 @@
+"""``python -m cgdispatch tune``: from a trace to a decision.
+
+Plans capture sizes on the first part of the trace, judges them on the held-out rest
+against vLLM's default ladder for the same settings, and prints a verdict of at most 12
+lines with the ``vllm serve`` command to paste (``--json``: one object). The logic is
+:func:`cgdispatch.plan.tune.tune`; this module parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from ..core.engine import NEWEST_VLLM_VERSION
+from .plan import DEVICES
+
+_MIB = 1 << 20
+
+
+def serve_name(model: str) -> str:
+    """The name ``vllm serve`` takes for a registry model: the Hugging Face id its
+    published shapes come from, else the registry name."""
+    from ..models.architectures import ARCHITECTURES
+
+    spec = ARCHITECTURES.get(model)
+    first = spec.source.split()[0] if spec is not None else ""
+    return first if "/" in first else model
+
+
+def _check(args: argparse.Namespace) -> None:
+    from ..models.registry import model_names
+    from ..workload.synthetic import LENGTH_PRESETS
+
+    for flag in (
+        "max_graphs",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "num_requests",
+        "context_len",
+    ):
+        value = getattr(args, flag)
+        if value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be >= 1")
+    for flag in ("memory_budget_mib", "capture_budget_s"):
+        value = getattr(args, flag)
+        if value is not None and not value > 0:
+            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be > 0")
+    if not args.rate > 0:
+        raise ValueError(f"--rate={args.rate} is invalid: give requests per second > 0")
+    if not 0 < args.holdout < 1:
+        raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
+    usable = [n for n in model_names() if not n.startswith("hf-")]
+    if args.model not in usable:
+        raise ValueError(f"--model {args.model!r} is unknown here: use one of {usable}")
+    if args.trace not in LENGTH_PRESETS and not Path(args.trace).exists():
+        raise ValueError(
+            f"--trace {args.trace}: no such file and not a preset ({sorted(LENGTH_PRESETS)}): "
+            "give a requests/steps CSV or a preset name"
+        )
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    _check(args)
+    from ..core.config import GraphConfig
+    from ..estimate.kv_bytes import kv_bytes_per_token
+    from ..plan.tune import tune
+    from ..views.model_cache import cached_cost_model
+    from ..views.tune_verdict import verdict_text
+    from ..workload.sources import workload_trace
+
+    config = GraphConfig(
+        vllm_version=args.vllm_version,
+        cudagraph_mode=args.mode,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+    ).resolve()
+    trace, label = workload_trace(
+        args.trace,
+        num_requests=args.num_requests,
+        rate_per_s=args.rate,
+        seed=args.seed,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        progress=not args.json and sys.stderr.isatty(),
+    )
+    result = tune(
+        trace,
+        config=config,
+        cost_model=cached_cost_model(args.model, args.device, context_len=args.context_len),
+        holdout=args.holdout,
+        max_graphs=args.max_graphs,
+        memory_budget_bytes=None
+        if args.memory_budget_mib is None
+        else args.memory_budget_mib * _MIB,
+        capture_budget_s=args.capture_budget_s,
+        kv_bytes_per_token=kv_bytes_per_token(args.model),
+        trace_label=label,
+    )
+    if args.json:
+        print(result.to_json())
+        return 0
+    print(
+        verdict_text(
+            result, model=args.model, device=args.device, serve_model=serve_name(args.model)
+        )
+    )
+    return 0
+
+
+def _one_line_error(message: str) -> NoReturn:
+    print(f"error: tune: {message} (see python -m cgdispatch tune --help)", file=sys.stderr)
+    sys.exit(2)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from ..plan.tune import DEFAULT_GRAPHS
+
+    tune = subparsers.add_parser(
+        "tune",
+        help="plan capture sizes for your traffic, judged held out against vLLM's default",
+        description="Plan capture sizes on the first part of a trace, judge them on the "
+        "held-out rest against vLLM's default ladder, print the verdict and the vllm serve "
+        "flags. Figures are modelled (device model on fake tensors; no GPU needed).",
+    )
+    tune.error = _one_line_error  # type: ignore[method-assign]
+    tune.add_argument("--model", default="llama-3.1-8b", help="architecture (default %(default)s)")
+    tune.add_argument("--device", choices=DEVICES, default="H200", help="device model preset")
+    tune.add_argument(
+        "--trace",
+        default="sharegpt",
+        help="requests CSV (TIMESTAMP, ContextTokens, GeneratedTokens or timestamp, "
+        "prompt_tokens, output_tokens), steps CSV, vLLM --cudagraph-metrics log, or a "
+        "synthetic preset (sharegpt, alpaca; default %(default)s)",
+    )
+    tune.add_argument(
+        "--rate", type=float, default=8.0, help="preset traces: requests per second (%(default)s)"
+    )
+    tune.add_argument(
+        "--num-requests", type=int, default=1000, help="preset traces: requests (%(default)s)"
+    )
+    tune.add_argument(
+        "--vllm-version",
+        choices=("0.33", "0.34"),
+        default=NEWEST_VLLM_VERSION,
+        help="vLLM release whose dispatch and defaults to use (default %(default)s, the newest)",
+    )
+    tune.add_argument("--max-num-seqs", type=int, default=256)
+    tune.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    tune.add_argument("--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (%(default)s)")
+    tune.add_argument(
+        "--max-graphs",
+        type=int,
+        default=DEFAULT_GRAPHS,
+        help="most sizes to plan (0.34: decode request + prefill token sizes; %(default)s)",
+    )
+    tune.add_argument("--memory-budget-mib", type=float, default=None, help="graph pool budget")
+    tune.add_argument("--capture-budget-s", type=float, default=None, help="capture-time budget")
+    tune.add_argument(
+        "--holdout",
+        type=float,
+        default=0.5,
+        help="held-out share of the trace (by time) the verdict is judged on (%(default)s)",
+    )
+    tune.add_argument("--context-len", type=int, default=512, help="KV positions per token")
+    tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
+    tune.add_argument("--json", action="store_true", help="print one JSON object")
+    tune.set_defaults(func=run_tune)

@@ -1,0 +1,35 @@
+"""KV-cache bytes per token of a registry model: what one token of context costs in memory.
+
+``2 (K and V) * layers * KV heads on one rank * head_dim * dtype bytes``, from the model's
+published shapes (:class:`~cgdispatch.models.architectures.ArchSpec`) or the toy config.
+Graph memory and KV cache share the device, so a plan that frees graph memory buys this
+many more KV tokens per byte; this module turns bytes into tokens, nothing more.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+__all__ = ["kv_bytes_per_token"]
+
+
+@functools.lru_cache(maxsize=32)
+def kv_bytes_per_token(model: str) -> float | None:
+    """KV bytes of one token of context for registry model ``model`` (one tensor-parallel
+    rank), or None for models whose KV layout is not known here (Hugging Face adapters)."""
+    from ..models.architectures import ARCHITECTURES
+    from ..models.toy import PRESETS
+
+    if model in ARCHITECTURES:
+        spec = ARCHITECTURES[model]
+        heads, head_dim, layers = spec.shard("num_kv_heads"), spec.head_dim, spec.num_layers
+        dtype = spec.dtype
+    elif model in PRESETS:
+        cfg = PRESETS[model]
+        heads, head_dim, layers, dtype = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, cfg.dtype
+    else:
+        return None
+    itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return float(2 * layers * heads * head_dim * itemsize)

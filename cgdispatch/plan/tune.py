@@ -1,0 +1,183 @@
+"""From a step trace to a decision: plan capture sizes on the first part of the trace, judge
+them on the held-out rest against vLLM's default ladder for the same settings, and
+recommend the plan only when it wins there.
+
+This is the one home of plan-and-holdout: ``python -m cgdispatch tune``, notebook 04 and the
+tune dashboard call :func:`tune`. It plans with the time objective, replays both ladders through
+the real dispatcher of the config's generation (:func:`~cgdispatch.plan.ladder_compare.compare`)
+and never recommends a plan that loses held out: a tie or a loss keeps vLLM's default.
+
+Two seams for figures other issues supply:
+
+* ``startup(config) -> StartupCosts``: graph memory, capture time and KV-cache tokens of a
+  config that captures one ladder. Without it the cost model's graph-memory and
+  capture-time figures (as :func:`compare` sums them) are used, and freed graph memory is
+  turned into KV tokens with the model's KV bytes per token; a calibrated start-up
+  estimate plugs in here.
+* ``replay(trace, ladders, config=, cost_model=) -> DataFrame``: the held-out replay
+  (default :func:`compare`); one that adds ``p99_tpot_ms`` and ``throughput_tok_s`` columns
+  (the scheduler's latencies) makes them part of the verdict and of the win rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import pandas as pd
+
+from ..core.config import GraphConfig
+from ..workload.sources import split_holdout
+from .choose import plan_ladder
+from .costs import CostModel, cost_source
+from .gen2_ladder import ladder_config
+from .ladder_compare import Ladder, compare, engine_ladders, export_plan
+from .tune_result import LOWER_IS_BETTER, TuneResult, ladder_figures
+
+__all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS"]
+
+DEFAULT_GRAPHS = 32  # the planner's size budget when none is given (vLLM 0.34's default: ~86)
+
+
+@dataclass(frozen=True)
+class StartupCosts:
+    """What capturing one ladder costs at engine start-up.
+
+    ``graph_memory_bytes``: the graph pool; ``capture_s``: capture time; ``kv_cache_tokens``:
+    KV-cache tokens left after weights, activations and graphs (None when the estimate has
+    no device memory: then only differences in graph memory are turned into tokens).
+    """
+
+    graph_memory_bytes: float
+    capture_s: float
+    kv_cache_tokens: float | None = None
+
+
+class StartupFn(Protocol):
+    """The start-up seam: costs of a resolved config that captures one ladder."""
+
+    def __call__(self, config: GraphConfig) -> StartupCosts: ...
+
+
+ReplayFn = Callable[
+    ..., pd.DataFrame
+]  # compare's signature: (trace, ladders, config=, cost_model=)
+
+
+def tune(
+    trace: pd.DataFrame,
+    *,
+    config: GraphConfig,
+    cost_model: CostModel,
+    holdout: float = 0.5,
+    max_graphs: int = DEFAULT_GRAPHS,
+    memory_budget_bytes: float | None = None,
+    capture_budget_s: float | None = None,
+    kv_bytes_per_token: float | None = None,
+    trace_label: str = "trace",
+    startup: StartupFn | None = None,
+    replay: ReplayFn | None = None,
+) -> TuneResult:
+    """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
+
+    ``config``: the engine settings (a resolved :class:`GraphConfig`; its ``vllm_version``
+    picks the generation, its scheduler limits vLLM's default ladder). The plan minimises
+    the planning part's modelled step time with at most ``max_graphs`` sizes under the
+    budgets. Both ladders are replayed on the held-out part (``replay``, default
+    :func:`compare`) and, for context, on the planning part. The recommendation is
+    ``"planned"`` only when the plan's held-out mean step time is lower than the default's
+    and no latency column ``replay`` adds is worse; otherwise ``"vllm default"``.
+    ``kv_bytes_per_token`` turns the graph memory a plan frees into KV-cache tokens when
+    ``startup`` gives no ``kv_cache_tokens``.
+    """
+    if not isinstance(config, GraphConfig):
+        raise ValueError(f"config={config!r} is invalid: pass a resolved cgdispatch.GraphConfig")
+    if not callable(getattr(cost_model, "step_time_ms", None)):
+        raise ValueError(
+            "cost_model is missing: tune judges ladders by modelled step time; pass "
+            "device_cost_model(model, device) or another CostModel"
+        )
+    if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
+        raise ValueError(f"max_graphs={max_graphs!r} is invalid: give an integer >= 1")
+    train, test = split_holdout(trace, holdout)
+    planned = plan_ladder(
+        train,
+        max_graphs,
+        config=config,
+        objective="time",
+        cost_model=cost_model,
+        memory_budget_bytes=memory_budget_bytes,
+        capture_budget_s=capture_budget_s,
+    )
+    ladders: dict[str, Ladder] = {
+        "planned": planned,
+        "vllm default": engine_ladders(config)["vllm"],
+    }
+    replay = compare if replay is None else replay
+    held = replay(test, ladders, config=config, cost_model=cost_model)
+    in_sample = compare(train, ladders, config=config, cost_model=cost_model)
+    costs = {
+        name: None if startup is None else startup(ladder_config(config, ladder))
+        for name, ladder in ladders.items()
+    }
+    held_out = {name: ladder_figures(held, name, costs[name]) for name in ladders}
+    deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
+    wins = deltas["mean_step_ms"] < 0 and all(
+        deltas[k] <= 0 if lower else deltas[k] >= 0
+        for k, lower in LOWER_IS_BETTER.items()
+        if k in deltas and k != "mean_step_ms"
+    )
+    recommendation = "planned" if wins else "vllm default"
+    return TuneResult(
+        recommendation=recommendation,
+        planned=planned,
+        default=ladders["vllm default"],
+        held_out=held_out,
+        in_sample={name: ladder_figures(in_sample, name, costs[name]) for name in ladders},
+        deltas=deltas,
+        flags=_flags(planned if wins else None, config),
+        config=config,
+        source=cost_source(cost_model),
+        trace_label=trace_label,
+        holdout=holdout,
+        steps_planned=len(train),
+        steps_held_out=len(test),
+    )
+
+
+def _deltas(
+    planned: dict[str, float], default: dict[str, float], kv_bytes_per_token: float | None
+) -> dict[str, float]:
+    """planned - default for every figure both have; ``mean_step_pct`` relative;
+    ``kv_cache_tokens``: tokens gained (from the start-up estimate, or freed graph memory)."""
+    out = {k: planned[k] - default[k] for k in planned if k in default and k in _DELTA_KEYS}
+    out["mean_step_pct"] = 100.0 * out["mean_step_ms"] / default["mean_step_ms"]
+    if planned.get("kv_cache_tokens") is not None and default.get("kv_cache_tokens") is not None:
+        out["kv_cache_tokens"] = planned["kv_cache_tokens"] - default["kv_cache_tokens"]
+    elif kv_bytes_per_token:
+        out["kv_cache_tokens"] = -out["graph_memory_bytes"] / kv_bytes_per_token
+    return out
+
+
+_DELTA_KEYS = (
+    "mean_step_ms",
+    "num_graphs",
+    "capture_s",
+    "graph_memory_bytes",
+    "eager_step_share",
+    "p99_tpot_ms",
+    "throughput_tok_s",
+)
+
+
+def _flags(planned: Ladder | None, config: GraphConfig) -> str:
+    """``vllm serve`` flags: the plan's sizes, or (keeping the default) the settings alone,
+    from which vLLM derives its own ladder."""
+    if planned is not None:
+        return export_plan(planned, config)["vllm"]
+    mode = str(config.cudagraph_mode)
+    flags = f"--max-num-seqs {config.max_num_seqs} --max-num-batched-tokens {config.max_num_batched_tokens}"
+    if mode != "FULL_AND_PIECEWISE":  # vLLM's default mode needs no flag
+        flags = f'--compilation-config \'{{"cudagraph_mode":"{mode}"}}\' ' + flags
+    return flags

@@ -1,0 +1,127 @@
+"""What :func:`~cgdispatch.plan.tune.tune` decided, and the figures behind it.
+
+:class:`TuneResult` holds the recommendation (``"planned"`` or ``"vllm default"``), both
+ladders' figures held out and in-sample, the deltas (planned minus vLLM's default, held
+out) and the ``vllm serve`` flags to paste. :meth:`TuneResult.as_dict` is the CLI's
+``--json`` form. It computes nothing: the verdict text is drawn by
+:mod:`cgdispatch.views.tune_verdict`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from ..core.config import GraphConfig
+from .gen2_ladder import Gen2Ladder
+from .ladder_compare import Ladder
+
+if TYPE_CHECKING:
+    from .tune import StartupCosts
+
+__all__ = ["TuneResult", "ladder_figures", "ladder_sizes", "LOWER_IS_BETTER", "RECOMMENDATIONS"]
+
+RECOMMENDATIONS = ("planned", "vllm default")
+# figures the win rule reads when the held-out replay gives them: True = lower is better
+LOWER_IS_BETTER = {"mean_step_ms": True, "p99_tpot_ms": True, "throughput_tok_s": False}
+_FIGURES = (
+    "num_graphs",
+    "mean_step_ms",
+    "eager_step_share",
+    "padded_token_ratio",
+    "graph_memory_bytes",
+    "capture_s",
+    "p99_tpot_ms",
+    "throughput_tok_s",
+)
+
+
+def ladder_sizes(ladder: Ladder) -> list[int] | dict[str, list[int]]:
+    """A ladder as JSON: a token list (V1), or vLLM 0.34's two lists by field name."""
+    if isinstance(ladder, Gen2Ladder):
+        return ladder.as_dict()
+    return [int(s) for s in ladder]
+
+
+def ladder_figures(
+    table: pd.DataFrame, name: str, startup: StartupCosts | None = None
+) -> dict[str, Any]:
+    """The figures of ladder ``name`` in a :func:`compare` table, as plain numbers; the
+    start-up estimate, when given, replaces graph memory and capture time and adds
+    ``kv_cache_tokens``."""
+    row = table.loc[table["ladder"] == name]
+    if len(row) != 1:
+        raise ValueError(f"ladder {name!r} is not one row of the table: {list(table['ladder'])}")
+    row = row.iloc[0]
+    out: dict[str, Any] = {k: float(row[k]) for k in _FIGURES if k in row.index}
+    out["num_graphs"] = int(row["num_graphs"])
+    if startup is not None:
+        out["graph_memory_bytes"] = float(startup.graph_memory_bytes)
+        out["capture_s"] = float(startup.capture_s)
+        if startup.kv_cache_tokens is not None:
+            out["kv_cache_tokens"] = float(startup.kv_cache_tokens)
+    return out
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The outcome of one ``tune``: what to run, and why.
+
+    ``held_out`` and ``in_sample`` map ``"planned"`` and ``"vllm default"`` to their figures
+    (:func:`ladder_figures`); ``deltas`` are planned minus default held out
+    (``mean_step_pct`` relative, ``kv_cache_tokens`` gained); ``flags`` are the ``vllm serve``
+    flags of the recommendation. ``source`` labels the modelled figures, ``trace_label`` the
+    traffic.
+    """
+
+    recommendation: str  # "planned" or "vllm default"
+    planned: Ladder
+    default: Ladder
+    held_out: dict[str, dict[str, Any]]
+    in_sample: dict[str, dict[str, Any]]
+    deltas: dict[str, float]
+    flags: str
+    config: GraphConfig
+    source: str
+    trace_label: str
+    holdout: float
+    steps_planned: int
+    steps_held_out: int
+
+    def __post_init__(self) -> None:
+        if self.recommendation not in RECOMMENDATIONS:
+            raise ValueError(
+                f"recommendation={self.recommendation!r} is invalid: one of {RECOMMENDATIONS}"
+            )
+
+    @property
+    def recommended(self) -> Ladder:
+        """The ladder to run: the plan, or vLLM's default."""
+        return self.planned if self.recommendation == "planned" else self.default
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` form: recommendation, held_out, in_sample, deltas, flags, sizes and
+        the labels (vllm_version, source, trace, holdout)."""
+        return {
+            "recommendation": self.recommendation,
+            "vllm_version": self.config.vllm_version,
+            "held_out": self.held_out,
+            "in_sample": self.in_sample,
+            "deltas": self.deltas,
+            "flags": self.flags,
+            "sizes": {
+                "planned": ladder_sizes(self.planned),
+                "vllm default": ladder_sizes(self.default),
+            },
+            "source": self.source,
+            "trace": self.trace_label,
+            "holdout": self.holdout,
+            "steps_planned": self.steps_planned,
+            "steps_held_out": self.steps_held_out,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), default=float)

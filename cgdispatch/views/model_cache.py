@@ -1,0 +1,79 @@
+"""A disk cache of the device cost model, so that a dashboard or a CLI run does not trace an
+8B model on fake tensors (about 10 s on two cores) each time it starts.
+
+:func:`cached_cost_model` returns :func:`~cgdispatch.estimate.device_model.device_cost_model`
+for (model, device, context_len), pickled under ``$CGDISPATCH_CACHE`` or
+``~/.cache/cgdispatch``. The file name carries a fingerprint of the code that builds the
+model (the sources of core, capture, models and estimate, and torch's version), so an
+edit to that code builds a fresh one; a file that cannot be read is rebuilt. It caches; it
+computes nothing of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+from ..estimate.device_model import DeviceCostModel, device_cost_model
+
+__all__ = ["cached_cost_model", "cache_dir", "cache_path"]
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+_SOURCES = ("estimate", "models", "capture", "core")  # what device_cost_model's figures depend on
+
+
+def cache_dir() -> Path:
+    """``$CGDISPATCH_CACHE`` when set, else ``~/.cache/cgdispatch``."""
+    env = os.environ.get("CGDISPATCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "cgdispatch"
+
+
+@functools.lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    import torch
+
+    digest = hashlib.sha256(torch.__version__.encode())
+    for folder in _SOURCES:
+        for path in sorted((_PACKAGE / folder).rglob("*.py")):
+            digest.update(path.relative_to(_PACKAGE).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_path(model: str, device: str, context_len: int = 512) -> Path:
+    """Where the cost model of these arguments is (or would be) stored."""
+    safe = "".join(
+        c if c.isalnum() or c in "-._" else "_" for c in f"{model}-{device}-{context_len}"
+    )
+    return cache_dir() / f"cost-model-{safe}-{_fingerprint()}.pkl"
+
+
+def cached_cost_model(
+    model: str = "llama-3.1-8b", device: str = "H200", *, context_len: int = 512
+) -> DeviceCostModel:
+    """:func:`device_cost_model` of these arguments, from the disk cache when it is there.
+
+    Bad arguments raise ``device_cost_model``'s ValueError. A cache that cannot be written
+    (read-only home) is skipped silently: the model is still returned.
+    """
+    path = cache_path(model, device, context_len)
+    try:
+        with path.open("rb") as f:
+            cached = pickle.load(f)
+        if isinstance(cached, DeviceCostModel):
+            return cached
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass  # missing or unreadable: build it below
+    built = device_cost_model(model, device, context_len=context_len)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            pickle.dump(built, f)
+        os.replace(f.name, path)  # whole file or none: a concurrent reader never sees half
+    except OSError:
+        pass
+    return built

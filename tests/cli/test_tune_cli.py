@@ -1,0 +1,89 @@
+"""``python -m cgdispatch tune`` end to end on small traces (toy model, cost model cached in a
+temporary folder): the verdict's shape, the JSON, flags that paste into ``vllm serve``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from cgdispatch.__main__ import main
+from cgdispatch.views.tune_verdict import MAX_VERDICT_LINES
+from cgdispatch.workload.synthetic import synthetic_requests
+
+SMALL = ("--model", "toy-tiny", "--num-requests", "120", "--max-num-seqs", "32")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+
+
+def _serve_flags(line: str) -> dict[str, str]:
+    """A ``vllm serve MODEL --flag value ...`` line as {flag: value}, split as a shell would."""
+    words = shlex.split(line)
+    assert words[:2] == ["vllm", "serve"] and not words[2].startswith("--")
+    flags = words[3:]
+    assert len(flags) % 2 == 0 and all(f.startswith("--") for f in flags[::2])
+    return dict(zip(flags[::2], flags[1::2]))
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_json_agrees_with_its_figures_and_the_flags_paste(version, capsys):
+    assert main(["tune", *SMALL, "--vllm-version", version, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["recommendation"] in ("planned", "vllm default")
+    planned, default = out["held_out"]["planned"], out["held_out"]["vllm default"]
+    assert out["recommendation"] == (
+        "planned" if planned["mean_step_ms"] < default["mean_step_ms"] else "vllm default"
+    )
+    assert out["deltas"]["mean_step_ms"] == pytest.approx(
+        planned["mean_step_ms"] - default["mean_step_ms"]
+    )
+    assert out["vllm_version"] == version and out["source"] == "model (H200 SXM)"
+    flags = _serve_flags(f"vllm serve m {out['flags']}")
+    assert flags["--max-num-seqs"] == "32" and flags["--max-num-batched-tokens"] == "8192"
+    if out["recommendation"] == "planned":
+        compilation = json.loads(flags["--compilation-config"])
+        sizes = out["sizes"]["planned"]
+        if version == "0.34":
+            for field, values in sizes.items():
+                assert compilation[field] == values
+        else:
+            assert compilation["cudagraph_capture_sizes"] == sizes
+
+
+def test_verdict_is_short_and_labelled(tmp_path, capsys):
+    req = synthetic_requests(150, "sharegpt", rate_per_s=6, seed=2)
+    path = tmp_path / "requests.csv"
+    req.rename(columns={"arrival_s": "timestamp"}).to_csv(path, index=False)
+    assert main(["tune", *SMALL, "--trace", str(path)]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert 6 <= len(lines) <= MAX_VERDICT_LINES
+    assert lines[0].startswith("recommendation: ")
+    assert lines[-1].startswith("vllm serve ")
+    _serve_flags(lines[-1])
+    assert (
+        "figures: model (H200 SXM)" in lines[1]
+        and "traffic: requests from requests.csv" in lines[1]
+    )
+    assert lines[2].startswith("held out") and "planned" in lines[2]
+    assert any(line.startswith("mean step time") for line in lines)
+    assert any(line.startswith("graph memory") and "MiB" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--trace", "nope.csv"], "--trace nope.csv"),
+        (["--holdout", "1.5"], "--holdout=1.5"),
+        (["--rate", "0"], "--rate=0"),
+        (["--model", "gpt-9"], "--model 'gpt-9'"),
+        (["--max-graphs", "0"], "--max-graphs=0"),
+    ],
+)
+def test_bad_flags_end_in_one_line(argv, needle, capsys):
+    assert main(["tune", *argv]) == 2
+    err = capsys.readouterr().err.strip().split("\n")
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]

@@ -1,0 +1,38 @@
+"""The disk cache of the device cost model: same figures as a fresh build, one file per
+(model, device, context) and code version, a damaged file rebuilt."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cgdispatch.core.modes import CUDAGraphMode
+from cgdispatch.estimate.device_model import device_cost_model
+from cgdispatch.views import model_cache
+
+
+def test_cached_model_equals_a_fresh_build_and_is_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    first = model_cache.cached_cost_model("toy-tiny", "A100", context_len=64)
+    path = model_cache.cache_path("toy-tiny", "A100", 64)
+    assert path.parent == tmp_path and path.exists()
+    fresh = device_cost_model("toy-tiny", "A100", context_len=64)
+    again = model_cache.cached_cost_model("toy-tiny", "A100", context_len=64)
+    assert again is not first  # read from disk, not the same object
+    n = np.random.default_rng(0).integers(1, 600, 50)
+    for mode in CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL:
+        np.testing.assert_array_equal(again.step_time_ms(mode, n), fresh.step_time_ms(mode, n))
+    for mode in CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL:
+        np.testing.assert_array_equal(
+            again.graph_memory_bytes(mode, n), fresh.graph_memory_bytes(mode, n)
+        )
+    assert model_cache.cache_path("toy-tiny", "H200", 64) != path
+
+
+def test_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    path = model_cache.cache_path("toy-tiny", "H100", 32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a pickle")
+    model = model_cache.cached_cost_model("toy-tiny", "H100", context_len=32)
+    assert model.source == "model (H100 SXM)"
+    assert path.read_bytes() != b"not a pickle"
