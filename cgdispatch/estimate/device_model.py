@@ -3,18 +3,16 @@
 Kernels are counted from the model's aten operators on fake tensors
 (:mod:`cgdispatch.estimate.kernels`; re-exported here). Each kernel's device time is
 ``max(flops / (peak_flops * flop_efficiency), bytes / (bandwidth * bw_efficiency),
-kernel_min_us)``. The host issues work in order and the device runs it in order:
+kernel_min_us)``. How the host issues them and the device runs them in each mode (eager
+launches with a device gap each, one graph launch for FULL, one per piece plus eager
+attention for PIECEWISE) is :mod:`cgdispatch.estimate.step_time`, the one formula
+:func:`predict_step`, :func:`step_times_ms` and :class:`DeviceCostModel` share.
 
-- eager (NONE): every kernel costs ``kernel_launch_us`` of host time;
-- FULL: one graph replay (``graph_launch_us``) runs every kernel;
-- PIECEWISE: one replay per piece between splitting ops; the splitting ops (attention)
-  run eagerly and pay a launch each.
-
-A step takes ``max_j(host time when item j is issued + device time of items j..end)``
-plus ``step_overhead_us`` of host work common to every mode. Every number this model
-produces is labelled ``model (<device>)``; it is not a measurement. Device presets come
-from datasheets (docs/references.md); the launch costs and efficiencies are assumptions
-to be fitted with :func:`calibrate` on measured sweep rows.
+Every number this model produces is labelled ``model (<device>)``; it is not a
+measurement. Device presets come from datasheets (docs/references.md); the launch and gap
+constants are fitted on published step times (docs/step_time.md,
+:mod:`cgdispatch.estimate.step_calibration`); :func:`calibrate` fits them to measured sweep
+rows instead.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import pandas as pd
 
 from ..core.modes import CUDAGraphMode
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
+from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
 __all__ = [
     "DeviceSpec",
@@ -65,10 +64,13 @@ class DeviceSpec:
     bandwidth_bytes_per_s: float  # HBM bandwidth
     flop_efficiency: float = 0.6  # assumed share of peak a GEMM reaches
     bw_efficiency: float = 0.75  # assumed share of peak bandwidth a kernel reaches
-    kernel_launch_us: float = 10.0  # host cost per eager launch: 5-20 us (docs/references.md)
+    # fitted on published step times (docs/step_time.md, scripts/step_time_table.py):
+    kernel_launch_us: float = 16.1  # host cost per eager launch (Python, dispatcher, driver)
+    kernel_gap_us: float = 3.8  # device idle before each eagerly launched kernel
+    piece_overhead_us: float = 15.4  # device idle per graph launch (one per piece)
+    step_overhead_us: float = 340.0  # host work per step in every mode (inputs, sampling)
     graph_launch_us: float = 10.0  # host cost per graph replay (assumption)
     kernel_min_us: float = 1.5  # floor of one kernel on the device (80 kernels in 70 us replay)
-    step_overhead_us: float = 20.0  # host work per step in every mode (input copies, dispatch)
     # assumption: instantiating one captured graph; with one warm-up run this gives vLLM's
     # ~0.05 s per piecewise size for Llama-3.1-8B (docs/references.md)
     graph_instantiate_us: float = 1000.0
@@ -86,43 +88,19 @@ DEVICE_PRESETS: dict[str, DeviceSpec] = {
 }
 
 
-def _kernel_us(p: StepProfile, spec: DeviceSpec) -> np.ndarray:
-    peak = np.where(p.half, spec.peak_flops, spec.peak_fp32_flops) * spec.flop_efficiency
-    compute = p.flops / peak
-    memory = p.bytes / (spec.bandwidth_bytes_per_s * spec.bw_efficiency)
-    return np.maximum(np.maximum(compute, memory) * 1e6, spec.kernel_min_us)
-
-
 def predict_step(
     profile: StepProfile, runtime_mode: CUDAGraphMode | str, spec: DeviceSpec
 ) -> dict[str, float]:
-    """``step_ms``, ``host_ms`` and ``device_ms`` of one step in a runtime mode (model)."""
-    mode = CUDAGraphMode.parse(runtime_mode)
-    if not mode.is_valid_runtime_mode():
-        raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
-    dev = _kernel_us(profile, spec)
-    n = len(dev)
-    if mode is CUDAGraphMode.NONE or n == 0:
-        host_items, dev_items = np.full(n, spec.kernel_launch_us), dev
-    elif mode is CUDAGraphMode.FULL:
-        host_items, dev_items = np.array([spec.graph_launch_us]), np.array([dev.sum()])
-    else:  # PIECEWISE: group runs of non-splitting kernels into one replay each
-        split = profile.splitting
-        piece_id = np.cumsum(split | np.r_[True, split[:-1]])  # new item at/after each split
-        items = np.unique(piece_id)
-        dev_items = np.array([dev[piece_id == i].sum() for i in items])
-        host_items = np.array(
-            [
-                spec.kernel_launch_us if split[piece_id == i][0] else spec.graph_launch_us
-                for i in items
-            ]
-        )
-    issued = spec.step_overhead_us + np.cumsum(host_items)  # host clock after issuing item j
-    tail = np.cumsum(dev_items[::-1])[::-1]  # device time of items j..end
-    step_us = float(np.max(issued + tail)) if len(tail) else spec.step_overhead_us
+    """``step_ms``, ``host_ms`` and ``device_ms`` of one step in a runtime mode (model).
+
+    ``device_ms`` is the kernels' work alone (no gaps); :mod:`~cgdispatch.estimate.step_time`
+    says how the step time follows from it.
+    """
+    dev = kernel_times_us(profile.flops, profile.bytes, profile.half, spec)
+    step, host = step_us(dev[None, :], profile.splitting, runtime_mode, spec)
     return {
-        "step_ms": step_us / 1e3,
-        "host_ms": float(issued[-1]) / 1e3 if len(issued) else 0.0,
+        "step_ms": float(step[0]) / 1e3,
+        "host_ms": host / 1e3 if profile.num_kernels else 0.0,
         "device_ms": float(dev.sum()) / 1e3,
     }
 
@@ -162,39 +140,11 @@ def step_times_ms(
     spec: DeviceSpec,
     chunk: int = 256,
 ) -> np.ndarray:
-    """:func:`predict_step`'s ``step_ms`` at many sizes at once (same formula, numpy rows).
-
-    Rows are done ``chunk`` at a time: a [sizes, kernels] matrix for 8192 sizes of a
-    3600-kernel model would be 240 MB.
-    """
+    """:func:`predict_step`'s ``step_ms`` at many sizes at once (same formula, numpy rows)."""
     mode = CUDAGraphMode.parse(runtime_mode)
     if not mode.is_valid_runtime_mode():
         raise ValueError(f"runtime_mode={mode} is invalid: predict NONE, PIECEWISE or FULL steps")
-    n = np.asarray(num_tokens, dtype=np.int64)
-    out = np.empty(n.shape, dtype=np.float64)
-    flat_n, flat_out = n.reshape(-1), out.reshape(-1)
-    split = profile.splitting
-    # PIECEWISE items: runs of graphed kernels (one replay each) and each splitting kernel
-    starts = np.flatnonzero(split | np.r_[True, split[:-1]])
-    item_host = np.where(split[starts], spec.kernel_launch_us, spec.graph_launch_us)
-    peak = np.where(profile.half, spec.peak_flops, spec.peak_fp32_flops) * spec.flop_efficiency
-    for lo in range(0, len(flat_n), chunk):
-        flops, nbytes = profile.at(flat_n[lo : lo + chunk])
-        compute = flops / peak
-        memory = nbytes / (spec.bandwidth_bytes_per_s * spec.bw_efficiency)
-        dev = np.maximum(np.maximum(compute, memory) * 1e6, spec.kernel_min_us)  # [rows, K] us
-        if mode is CUDAGraphMode.FULL:
-            step = spec.step_overhead_us + spec.graph_launch_us + dev.sum(axis=1)
-        else:
-            if mode is CUDAGraphMode.NONE:
-                items, host = dev, np.full(dev.shape[1], spec.kernel_launch_us)
-            else:
-                items, host = np.add.reduceat(dev, starts, axis=1), item_host
-            issued = spec.step_overhead_us + np.cumsum(host)
-            tail = np.cumsum(items[:, ::-1], axis=1)[:, ::-1]
-            step = np.max(issued + tail, axis=1)
-        flat_out[lo : lo + chunk] = step / 1e3
-    return out
+    return step_times_by_mode(profile, mode, num_tokens, spec, chunk=chunk)
 
 
 @dataclass(frozen=True)
@@ -231,8 +181,14 @@ class DeviceCostModel:
     def source(self) -> str:
         return f"model ({self.spec.name})"
 
-    def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
-        return step_times_ms(self.profile, mode, num_tokens, self.spec)
+    def step_time_ms(
+        self, mode: CUDAGraphMode, num_tokens: np.ndarray, uniform_decode: bool = True
+    ) -> np.ndarray:
+        """Step time (ms) per size in any mode; FULL_DECODE_ONLY and FULL_AND_PIECEWISE
+        run what the dispatcher routes a step of that size and batch kind to."""
+        return step_times_by_mode(
+            self.profile, mode, num_tokens, self.spec, uniform_decode=uniform_decode
+        )
 
     def _graph_mode(self, mode: CUDAGraphMode | str) -> str:
         name = CUDAGraphMode.parse(mode).name
@@ -279,5 +235,6 @@ def device_cost_model(
             pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
-    profile = linear_profile(net, context_len=context_len)
+    # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
+    profile = fuse_pointwise(linear_profile(net, context_len=context_len))
     return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines)

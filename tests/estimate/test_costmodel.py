@@ -42,25 +42,29 @@ def test_kernels_flops_and_bytes_of_an_mlp_by_hand() -> None:
 
 
 def simulate(kernel_us: list[float], split: list[bool], mode: str, spec: DeviceSpec) -> float:
-    """Brute-force event simulation: the host issues items, the device runs them in order."""
-    items = []  # (host cost, device time)
+    """Brute-force event simulation: the host issues items, the device runs them in order,
+    idling a gap before each (eager kernel: kernel_gap_us; graph launch: piece_overhead_us)."""
+    eager = (spec.kernel_launch_us, spec.kernel_gap_us)
+    graph = (spec.graph_launch_us, spec.piece_overhead_us)
+    items = []  # (host cost, device gap, device time)
     if mode == "NONE":
-        items = [(spec.kernel_launch_us, t) for t in kernel_us]
+        items = [(*eager, t) for t in kernel_us]
     elif mode == "FULL":
-        items = [(spec.graph_launch_us, sum(kernel_us))]
+        items = [(*graph, sum(kernel_us))]
     else:
+        in_piece = False  # the last item is a piece still open for graphed kernels
         for t, s in zip(kernel_us, split):
             if s:
-                items.append((spec.kernel_launch_us, t))
-            elif items and items[-1][0] == "piece":
-                items[-1] = ("piece", items[-1][1] + t)
+                items.append((*eager, t))
+            elif in_piece:
+                items[-1] = (*graph, items[-1][2] + t)
             else:
-                items.append(("piece", t))
-        items = [(spec.graph_launch_us if h == "piece" else h, t) for h, t in items]
+                items.append((*graph, t))
+            in_piece = not s
     host, device = spec.step_overhead_us, 0.0
-    for cost, t in items:
+    for cost, gap, t in items:
         host += cost
-        device = max(device, host) + t
+        device = max(device, host) + gap + t
     return max(host, device) / 1e3
 
 
@@ -79,6 +83,9 @@ def test_step_times_match_an_event_simulation() -> None:
         step_overhead_us=15.0,
     )
     for _ in range(5):
+        spec = spec.replace(
+            kernel_gap_us=float(rng.uniform(0, 6)), piece_overhead_us=float(rng.uniform(0, 30))
+        )
         n = int(rng.integers(3, 40))
         flops = rng.uniform(0, 5e9, n) * (rng.random(n) < 0.5)
         nbytes = rng.uniform(1e3, 5e7, n)
@@ -104,7 +111,10 @@ def test_launch_bound_steps_gain_and_labels_say_model() -> None:
     assert frame["source"].str.startswith("model").all()
     # 3 tiny kernels: eager pays 3 launches, a graph one replay
     assert (frame["speedup_x"] > 1).all()
-    assert frame["eager_host_ms"].iloc[0] == pytest.approx((20 + 3 * 10) / 1e3)
+    spec = DEVICE_PRESETS["H200"]
+    assert frame["eager_host_ms"].iloc[0] == pytest.approx(
+        (spec.step_overhead_us + 3 * spec.kernel_launch_us) / 1e3
+    )
 
 
 def test_calibrate_recovers_the_constants_behind_synthetic_measurements() -> None:
@@ -112,7 +122,11 @@ def test_calibrate_recovers_the_constants_behind_synthetic_measurements() -> Non
     model = MLP(256)
     sizes = [1, 8, 64, 256, 1024, 4096]
     profiles = {n: profile_step(model, lambda n=n: (torch.randn(n, 256),)) for n in sizes}
-    truth = DEVICE_PRESETS["A100"].replace(
+    # small fixed step overhead and gaps: the tiny MLP's launches must show through
+    base = DEVICE_PRESETS["A100"].replace(
+        step_overhead_us=20.0, kernel_gap_us=1.0, piece_overhead_us=2.0
+    )
+    truth = base.replace(
         kernel_launch_us=17.0,
         graph_launch_us=6.0,
         flop_efficiency=0.4,
@@ -133,7 +147,7 @@ def test_calibrate_recovers_the_constants_behind_synthetic_measurements() -> Non
                     "graph_ms": predict_step(profiles[n], mode, truth)["step_ms"] * noise,
                 }
             )
-    fitted = calibrate(pd.DataFrame(rows), profiles, DEVICE_PRESETS["A100"])
+    fitted = calibrate(pd.DataFrame(rows), profiles, base)
     assert fitted.name.endswith("(calibrated)")
     assert fitted.kernel_launch_us == pytest.approx(17.0, rel=0.1)
     for n in sizes:
@@ -314,12 +328,13 @@ def test_device_cost_model_memory_matches_the_estimator_with_weak_outputs() -> N
         cm.capture_time_s(CUDAGraphMode.PIECEWISE, n),
         2 * eager_s + pieces * cm.spec.graph_instantiate_us / 1e6,
     )
-    # graphs save launches: a small decode step is faster in FULL than eager, by > 1.5x
+    # graphs save launches: a small decode step is faster in FULL than eager (the issue's
+    # target: >= 1.1x for llama-3.1-8b on H100 at 1 token), and than PIECEWISE by 3-20%
     small = np.array([1, 8])
-    assert np.all(
-        cm.step_time_ms(CUDAGraphMode.NONE, small)
-        > 1.5 * cm.step_time_ms(CUDAGraphMode.FULL, small)
-    )
+    full = cm.step_time_ms(CUDAGraphMode.FULL, small)
+    assert np.all(cm.step_time_ms(CUDAGraphMode.NONE, small) >= 1.1 * full)
+    piecewise = cm.step_time_ms(CUDAGraphMode.PIECEWISE, small)
+    assert np.all((piecewise >= 1.03 * full) & (piecewise <= 1.20 * full))
     with pytest.raises(ValueError, match="device='B200' is unknown"):
         device_cost_model("llama-3.1-8b", "B200")
     with pytest.raises(ValueError, match="captures no graph"):
