@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import config_v2 as _v2
+from . import validate as _bounds
 from .ladders import vllm_ladder
 from .modes import AttentionCGSupport, CUDAGraphMode, lower_for_attention_support
-from .validate import check_bool
+from .validate import as_index, check_bool, check_nesting, check_size_list
 from .validate import check_int as _check_int
 
 __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
@@ -65,6 +66,28 @@ _IGNORED_VLLM_KEYS = frozenset(
 )
 
 
+# (field, minimum, upper bound) of GraphConfig's counts (cgdispatch.core.validate.BOUNDS)
+_COUNTS = (
+    ("max_num_seqs", 1, _bounds.MAX_NUM_SEQS),
+    ("max_num_batched_tokens", 1, _bounds.MAX_STEP_TOKENS),
+    ("num_speculative_tokens", 0, _bounds.MAX_SPECULATIVE_TOKENS),
+    ("max_loras", 0, _bounds.MAX_LORAS),
+    ("tensor_parallel_size", 1, _bounds.MAX_PARALLEL),
+    ("cudagraph_num_of_warmups", 0, _bounds.MAX_WARMUPS),
+)
+
+
+# GraphConfig fields that hold a list (or None)
+_LIST_FIELDS = (
+    "cudagraph_capture_sizes",
+    "splitting_ops",
+    "compile_sizes",
+    "device_capability",
+    "prefill_cudagraph_capture_token_sizes",
+    "decode_cudagraph_capture_request_sizes",
+)
+
+
 def captured_lora_counts(max_loras: int, specialize_active_lora: bool) -> list[int]:
     """Active-LoRA counts that get their own graphs when LoRA is on (vLLM 0.33).
 
@@ -78,7 +101,7 @@ def captured_lora_counts(max_loras: int, specialize_active_lora: bool) -> list[i
     top = max_loras + 1
     if not specialize_active_lora:
         return [top]
-    return [n for n in range(1, top + 1) if n & (n - 1) == 0 or n == top]
+    return [1 << k for k in range(top.bit_length()) if 1 << k < top] + [top]
 
 
 @dataclass(frozen=True)
@@ -129,12 +152,23 @@ class GraphConfig:
         set_(self, "cudagraph_mode", CUDAGraphMode.parse(self.cudagraph_mode))
         # first: every later rule reads the version as a string ("0.34", not 0.34)
         set_(self, "vllm_version", _v2.check_version(self.vllm_version))
-        _check_int("max_num_seqs", self.max_num_seqs, 1)
-        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        _check_int("num_speculative_tokens", self.num_speculative_tokens, 0)
-        _check_int("max_loras", self.max_loras, 0)
-        _check_int("tensor_parallel_size", self.tensor_parallel_size, 1)
-        _check_int("cudagraph_num_of_warmups", self.cudagraph_num_of_warmups, 0)
+        for name in _LIST_FIELDS:  # a scalar or a mapping where a list belongs
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__")
+            ):
+                raise ValueError(
+                    f"{name}={value!r} is invalid: give a list of integers (e.g. [1, 2, 4, 8]) "
+                    "or None"
+                )
+        for entry in self.compile_sizes or ():
+            if entry != "cudagraph_capture_sizes" and as_index(entry) is None:
+                raise ValueError(
+                    f"compile size {entry!r} in compile_sizes is invalid: give sizes as "
+                    "integers, or the string 'cudagraph_capture_sizes' for all of them"
+                )
+        for name, minimum, bound in _COUNTS:  # numpy ints become ints; each has its bound
+            set_(self, name, _check_int(name, getattr(self, name), minimum, bound))
         for flag in ("sequence_parallel", "cudagraph_specialize_lora", "specialize_active_lora"):
             set_(self, flag, check_bool(flag, getattr(self, flag)))  # "no" is not False
         if self.splitting_ops is not None:
@@ -206,16 +240,11 @@ class GraphConfig:
         mode, tokens = self.cudagraph_mode, self.max_num_batched_tokens
         user_sizes, user_max = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
         if user_max is not None:
-            _check_int("max_cudagraph_capture_size", user_max, 0)
+            user_max = _check_int(
+                "max_cudagraph_capture_size", user_max, 0, _bounds.MAX_CAPTURE_SIZE
+            )
         if user_sizes is not None:
-            if isinstance(user_sizes, (str, bytes)) or not hasattr(user_sizes, "__iter__"):
-                raise ValueError(
-                    f"cudagraph_capture_sizes={user_sizes!r} is invalid: give a list of "
-                    "integers >= 1, e.g. [1, 2, 4, 8], or None for the default ladder"
-                )
-            user_sizes = list(user_sizes)
-            for s in user_sizes:
-                _check_int(f"capture size {s!r} in cudagraph_capture_sizes", s, 1)
+            user_sizes = check_size_list("cudagraph_capture_sizes", user_sizes)
         if mode is CUDAGraphMode.NONE:
             return [], 0  # vLLM: no graphs, sizes [] and max 0 whatever was asked
         if user_max == 0:
@@ -294,7 +323,7 @@ class GraphConfig:
             if s == "cudagraph_capture_sizes":
                 out.update(self.cudagraph_capture_sizes)
                 continue
-            out.add(_check_int(f"compile size {s!r}", s, 1))
+            out.add(_check_int(f"compile size {s!r}", s, 1, _bounds.MAX_STEP_TOKENS))
         object.__setattr__(self, "compile_sizes", tuple(sorted(out)))
 
     def check_compile_sizes(self, sizes: list[int] | None = None) -> None:
@@ -463,6 +492,12 @@ class GraphConfig:
                     f"compilation_config is not valid JSON ({err}): pass a dict or a JSON "
                     'object such as \'{"cudagraph_mode": "FULL"}\''
                 ) from None
+            except RecursionError:
+                raise ValueError(
+                    "compilation_config nests deeper than a JSON reader can follow: vLLM's "
+                    "compilation config is a few levels deep; check it for a runaway structure"
+                ) from None
+        check_nesting("compilation_config", compilation_config)
         if not isinstance(compilation_config, dict):
             raise ValueError(
                 f"compilation_config={compilation_config!r} is invalid: it must be a dict or a JSON object"
@@ -480,8 +515,15 @@ class GraphConfig:
         for key, value in compilation_config.items():
             if key in _v2.GEN2_COMPILATION_KEYS:
                 kwargs[key] = value
+            elif key == "compile_sizes":
+                if not isinstance(value, list):
+                    raise ValueError(
+                        f"compile_sizes={value!r} is invalid: vLLM takes a list of sizes "
+                        'such as [1, 8] or ["cudagraph_capture_sizes"]'
+                    )
+                kwargs[key] = tuple(value)
             elif key in _COMPILATION_KEYS:
-                kwargs[key] = tuple(value) if key == "compile_sizes" else value
+                kwargs[key] = value
             elif key not in _IGNORED_VLLM_KEYS:
                 warnings.warn(
                     f"vLLM compilation-config key {key!r} is not used by cgdispatch", stacklevel=2

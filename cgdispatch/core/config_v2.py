@@ -16,7 +16,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .modes import AttentionCGSupport, CUDAGraphMode, lower_for_attention_support
-from .validate import check_int
+from .validate import (
+    MAX_CAPTURE_SIZE,
+    MAX_CAPTURE_SIZES,
+    MAX_PARALLEL,
+    MAX_STEP_TOKENS,
+    as_index,
+    check_bool,
+    check_int,
+    check_size_list,
+)
 
 if TYPE_CHECKING:
     from .config import GraphConfig
@@ -174,7 +183,8 @@ def get_captured_lora_counts(max_loras: int, specialize: bool) -> list[int]:
     ``[max_loras + 1]`` (counts include the no-adapter slot)."""
     if not specialize:
         return [max_loras + 1]
-    return [n for n in range(1, max_loras + 2) if (n & (n - 1)) == 0 or n == max_loras + 1]
+    top = max_loras + 1
+    return [1 << k for k in range(top.bit_length()) if 1 << k < top] + [top]
 
 
 def get_lora_capture_cases(
@@ -194,23 +204,32 @@ def get_lora_capture_cases(
 def _optional_int(config: GraphConfig, name: str, minimum: int) -> None:
     value = getattr(config, name)
     if value is not None:
-        check_int(name, value, minimum)
+        object.__setattr__(config, name, check_int(name, value, minimum, MAX_CAPTURE_SIZE))
 
 
 def _optional_list(config: GraphConfig, name: str) -> list[int] | None:
     value = getattr(config, name)
     if value is None:
         return None
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
         raise ValueError(
             f"{name}={value!r} is invalid: give a list of integers (e.g. [1, 2, 4, 8]), "
             "[] to capture none, or None for vLLM's default grid"
         )
-    value = list(value)
+    if len(value) > MAX_CAPTURE_SIZES:
+        raise ValueError(
+            f"{name} has {len(value):_} sizes: at most {MAX_CAPTURE_SIZES:_} "
+            "(each is a graph to capture; cgdispatch.core.validate.BOUNDS)"
+        )
+    out = []
     for s in value:
-        if isinstance(s, bool) or not isinstance(s, int):
+        number = as_index(s)
+        if number is None:
             raise ValueError(f"{name} holds {s!r}: every size must be an integer")
-    return value
+        if number > MAX_CAPTURE_SIZE:
+            check_int(f"size in {name}", number, 0, MAX_CAPTURE_SIZE)
+        out.append(number)
+    return out
 
 
 def validate_fields(config: GraphConfig) -> None:
@@ -232,9 +251,14 @@ def validate_fields(config: GraphConfig) -> None:
     _optional_int(config, "max_prefill_cudagraph_capture_tokens", 0)
     _optional_int(config, "max_decode_cudagraph_capture_requests", 0)
     _optional_int(config, "max_decode_cudagraph_capture_tokens", 1)
-    check_int("data_parallel_size", config.data_parallel_size, 1)
-    check_int("ubatch_size", config.ubatch_size, 0)
-    check_int("dbo_decode_token_threshold", config.dbo_decode_token_threshold, 0)
+    for name, minimum, bound in (
+        ("data_parallel_size", 1, MAX_PARALLEL),
+        ("ubatch_size", 0, MAX_STEP_TOKENS),
+        ("dbo_decode_token_threshold", 0, MAX_STEP_TOKENS),
+    ):
+        set_(config, name, check_int(name, getattr(config, name), minimum, bound))
+    for flag in ("enable_dbo", "enable_adaptive_verification"):
+        set_(config, flag, check_bool(flag, getattr(config, flag)))
     if config.performance_mode not in PERFORMANCE_MODES:
         raise ValueError(
             f"performance_mode={config.performance_mode!r} is invalid: use one of "
@@ -327,18 +351,10 @@ def _derive_sizes(config: GraphConfig) -> dict[str, Any]:
     user_sizes = config.cudagraph_capture_sizes
     user_max = config.max_cudagraph_capture_size
     legacy = user_max is not None or user_sizes is not None
-    if user_sizes is not None:
-        if isinstance(user_sizes, (str, bytes)) or not hasattr(user_sizes, "__iter__"):
-            raise ValueError(
-                f"cudagraph_capture_sizes={user_sizes!r} is invalid: give a list of integers "
-                ">= 1, or None; with vLLM 0.34 prefer prefill_cudagraph_capture_token_sizes "
-                "and decode_cudagraph_capture_request_sizes"
-            )
-        user_sizes = list(user_sizes)
-        for s in user_sizes:
-            check_int(f"capture size {s!r} in cudagraph_capture_sizes", s, 1)
+    if user_sizes is not None:  # with vLLM 0.34 prefer the prefill and decode lists
+        user_sizes = check_size_list("cudagraph_capture_sizes", user_sizes)
     if user_max is not None:
-        check_int("max_cudagraph_capture_size", user_max, 0)
+        user_max = check_int("max_cudagraph_capture_size", user_max, 0, MAX_CAPTURE_SIZE)
     q = config.uniform_decode_query_len
     max_num_seqs, max_num_tokens = config.max_num_seqs, config.max_num_batched_tokens
     target_query_lens = {q: max_num_seqs}

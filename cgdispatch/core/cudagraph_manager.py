@@ -11,6 +11,7 @@ are memoised per argument tuple, on top of vLLM's own dict-based tables.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from typing import Any
 from . import config_v2 as _v2
 from .config import GraphConfig
 from .modes import CUDAGraphMode
-from .validate import MAX_STEP_TOKENS, check_int
+from .validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_int
 
 __all__ = ["BatchExecutionDescriptor", "CudaGraphManager", "is_compatible"]
 
@@ -139,6 +140,8 @@ class CudaGraphManager:
         )
         self._lora_dispatch_map, self._max_lora_case = self._build_lora_dispatch_map()
         self._candidates: dict[tuple[int, int], list[BatchExecutionDescriptor]] = {}
+        # per LoRA case, per mode (FULL first): (num_tokens, descriptors) ascending
+        self._grids: dict[int, list[list[tuple[int, list[BatchExecutionDescriptor]]]]] = {}
         self._decode_descs: dict[tuple[int, int, int], list[BatchExecutionDescriptor]] = {}
         self._capture_descs: dict[CUDAGraphMode, list[BatchExecutionDescriptor]] = {}
         self._memo: dict[tuple, BatchExecutionDescriptor] = {}
@@ -257,11 +260,17 @@ class CudaGraphManager:
             for lora in loras:
                 start = 0
                 lora_descs = [d for d in mode_descs if d.num_active_loras == lora]
+                grid: list[tuple[int, list[BatchExecutionDescriptor]]] = []
                 for num_tokens, group in groupby(lora_descs, lambda d: d.num_tokens):
                     matching = list(group)
-                    for i in range(start, num_tokens + 1):
+                    grid.append((num_tokens, matching))
+                    # vLLM's table holds every count; here the counts up to
+                    # DENSE_TABLE_LIMIT, and _candidates_for bisects the grid above it
+                    for i in range(start, min(num_tokens, DENSE_TABLE_LIMIT) + 1):
                         self._candidates.setdefault((i, lora), []).extend(matching)
                     start = num_tokens + 1
+                if grid:
+                    self._grids.setdefault(lora, []).append(grid)
 
     def _init_fast_path(self) -> None:
         """Flat tables for batches without LoRA, query bound or microbatching: per query
@@ -354,14 +363,24 @@ class CudaGraphManager:
         hit = self._memo.get(key) if all(type(v) is int or v is None for v in key) else None
         if hit is not None:
             return hit
-        _check_dispatch_args(
-            num_reqs, num_tokens, uniform_token_count, num_active_loras, max_query_len, num_ubatches
-        )
+        key = _check_dispatch_args(*key)  # numpy integers become ints
         desc = self._dispatch(*key)
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
         self._memo[key] = desc
         return desc
+
+    def _candidates_for(self, num_tokens: int, loras: int) -> list[BatchExecutionDescriptor]:
+        """Token-keyed graphs a batch of ``num_tokens`` may take: per mode, the narrowest
+        ones with at least that many tokens (vLLM's ``_candidates`` entry)."""
+        if num_tokens <= DENSE_TABLE_LIMIT:
+            return self._candidates.get((num_tokens, loras), [])
+        out: list[BatchExecutionDescriptor] = []
+        for grid in self._grids.get(loras, []):
+            i = bisect.bisect_left(grid, num_tokens, key=lambda entry: entry[0])
+            if i < len(grid):
+                out += grid[i][1]
+        return out
 
     def _dispatch(
         self,
@@ -374,7 +393,7 @@ class CudaGraphManager:
     ) -> BatchExecutionDescriptor:
         loras = self._resolve_effective_loras(num_active_loras)
         if num_tokens > 0 and self._capture_descs:
-            candidates = self._candidates.get((num_tokens, loras), [])
+            candidates = self._candidates_for(num_tokens, loras)
             if uniform_token_count is not None:
                 table = self._decode_descs.get((uniform_token_count, loras, num_ubatches), [])
                 n = -(-num_tokens // uniform_token_count)
@@ -407,13 +426,16 @@ def _check_dispatch_args(
     num_active_loras: Any,
     max_query_len: Any,
     num_ubatches: Any,
-) -> None:
-    """Refuse what no scheduler forms (off the fast path only, so the common call stays cheap)."""
-    check_int("num_tokens", num_tokens, 0, MAX_STEP_TOKENS)
-    check_int("num_reqs", num_reqs, 0, MAX_STEP_TOKENS)
-    check_int("num_active_loras", num_active_loras, 0)
-    check_int("num_ubatches", num_ubatches, 1)
-    if uniform_token_count is not None:
-        check_int("uniform_token_count", uniform_token_count, 1)
-    if max_query_len is not None:
-        check_int("max_query_len", max_query_len, 1)
+) -> tuple[int, int, int | None, int, int | None, int]:
+    """Refuse what no scheduler forms (off the fast path only, so the common call stays
+    cheap); the arguments as Python ints."""
+    return (
+        check_int("num_reqs", num_reqs, 0, MAX_STEP_TOKENS),
+        check_int("num_tokens", num_tokens, 0, MAX_STEP_TOKENS),
+        None
+        if uniform_token_count is None
+        else check_int("uniform_token_count", uniform_token_count, 1, MAX_STEP_TOKENS),
+        check_int("num_active_loras", num_active_loras, 0, MAX_STEP_TOKENS),
+        None if max_query_len is None else check_int("max_query_len", max_query_len, 1),
+        check_int("num_ubatches", num_ubatches, 1, MAX_STEP_TOKENS),
+    )

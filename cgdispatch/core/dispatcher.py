@@ -10,13 +10,14 @@ keys, rebuilt whenever the keys change.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .batch import BatchDescriptor
 from .config import DEFAULT_SPLITTING_OPS, GraphConfig
 from .modes import CUDAGraphMode
-from .validate import MAX_STEP_TOKENS, check_int
+from .validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_bool, check_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,11 +46,30 @@ class _Table:
     ``DispatchResult`` tuples, so a call allocates nothing.
     """
 
-    __slots__ = ("answers", "calls")
+    __slots__ = ("answers", "calls", "answer", "sparse_calls")
 
-    def __init__(self, answers: list[DispatchResult]) -> None:
-        self.answers = answers  # index: unpadded num_tokens 0..max capture size
+    def __init__(
+        self, answers: list[DispatchResult], answer: Callable[[int], DispatchResult]
+    ) -> None:
+        self.answers = answers  # index: unpadded num_tokens 0..min(max, DENSE_TABLE_LIMIT)
         self.calls = [0] * len(answers)  # dispatch count per unpadded num_tokens
+        self.answer = answer  # the answer for any count (above the dense part: bisect)
+        self.sparse_calls: dict[int, int] = {}  # counts above the dense part
+
+    def lookup(self, n: int, record: bool) -> DispatchResult:
+        """The answer for ``n`` tokens (at most the max capture size), counted if ``record``."""
+        if n < len(self.answers):
+            if record:
+                self.calls[n] += 1
+            return self.answers[n]
+        if record:
+            self.sparse_calls[n] = self.sparse_calls.get(n, 0) + 1
+        return self.answer(n)
+
+    def counts(self) -> Iterable[tuple[int, int]]:
+        """(num_tokens, calls) of every count dispatched at least once."""
+        yield from ((n, c) for n, c in enumerate(self.calls) if c)
+        yield from self.sparse_calls.items()
 
 
 class CudagraphDispatcher:
@@ -95,10 +115,16 @@ class CudagraphDispatcher:
         self.keys_initialized = False
         self.record_stats = record_stats
         sizes = config.cudagraph_capture_sizes
+        self._sizes: list[int] = list(sizes)
         self.max_capture_size: int = sizes[-1] if sizes else 0
-        # padding table: every count 0..max to the smallest capture size >= it
-        self._padded: list[int] = [0] * (self.max_capture_size + 1)
-        for n, i in zip(range(self.max_capture_size, 0, -1), _countdown_index(sizes)):
+        # padding table: every count 0..max to the smallest capture size >= it; dense up to
+        # DENSE_TABLE_LIMIT tokens (a bisect of the sizes above it)
+        self._dense_max: int = min(self.max_capture_size, DENSE_TABLE_LIMIT)
+        self._padded: list[int] = [0] * (self._dense_max + 1)
+        i = 0
+        for n in range(1, self._dense_max + 1):
+            while sizes[i] < n:
+                i += 1
             self._padded[n] = sizes[i]
         self._lora_cases = config.lora_cases()
         self._captured_lora_counts = [c for c in self._lora_cases if c]
@@ -190,7 +216,9 @@ class CudagraphDispatcher:
     def padded_size(self, num_tokens: int) -> int:
         """The capture size a batch of ``num_tokens`` is padded to (itself above the max)."""
         n = _check_num_tokens(num_tokens)
-        return self._padded[n] if n <= self.max_capture_size else n
+        if n <= self._dense_max:
+            return self._padded[n]
+        return self._sizes[bisect.bisect_left(self._sizes, n)] if n <= self.max_capture_size else n
 
     # ----- dispatch -----------------------------------------------------------------------
     def dispatch(
@@ -212,12 +240,13 @@ class CudagraphDispatcher:
         # Fast path: plain int, no LoRA, no mode filter. One lookup and one increment.
         if (
             type(num_tokens) is int
+            and (uniform_decode is False or uniform_decode is True)
             and not has_lora
             and not num_active_loras
             and valid_modes is None
             and invalid_modes is None
             and not use_cascade_attn
-            and 0 <= num_tokens <= self.max_capture_size
+            and 0 <= num_tokens <= self._dense_max
         ):
             table = self._fast[1 if uniform_decode else 0]
             if table is not None:
@@ -250,6 +279,9 @@ class CudagraphDispatcher:
             has_lora, num_active_loras = desc.has_lora, desc.num_active_loras
         n = _check_num_tokens(num_tokens)
         loras = _check_num_tokens(num_active_loras, "num_active_loras")
+        uniform_decode = check_bool("uniform_decode", uniform_decode)
+        has_lora = check_bool("has_lora", has_lora)
+        use_cascade_attn = check_bool("use_cascade_attn", use_cascade_attn)
         allowed = self._allowed_modes(valid_modes, invalid_modes, use_cascade_attn)
         if (
             not self.keys_initialized
@@ -267,9 +299,7 @@ class CudagraphDispatcher:
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = self._build_table(*key)
-        if self.record_stats:
-            table.calls[n] += 1
-        return table.answers[n]
+        return table.lookup(n, self.record_stats)
 
     def _eager(self, n: int) -> DispatchResult:
         if self.record_stats:
@@ -308,7 +338,8 @@ class CudagraphDispatcher:
     def _build_table(
         self, uniform: bool, has_lora: bool, lora: int, allowed: frozenset[CUDAGraphMode]
     ) -> _Table:
-        """Answers for every count 0..max, by probing the key sets as vLLM does."""
+        """Answers for every count 0..max, by probing the key sets as vLLM does; counts
+        above DENSE_TABLE_LIMIT are answered on demand."""
         full_keys = self.cudagraph_keys[_FULL] if _FULL in allowed else set()
         pw_keys = self.cudagraph_keys[_PIECEWISE] if _PIECEWISE in allowed else set()
         mode, q, max_num_seqs = (
@@ -317,9 +348,9 @@ class CudagraphDispatcher:
             self.config.max_num_seqs,
         )
         separate = mode.separate_routine() and mode.has_mode(_FULL)
-        answers = [DispatchResult(_NONE, BatchDescriptor(0))]
-        for n in range(1, self.max_capture_size + 1):
-            padded = self._padded[n]
+
+        def answer(n: int) -> DispatchResult:
+            padded = self.padded_size(n)
             if uniform and separate and padded % q == 0:
                 desc = BatchDescriptor(padded, min(padded // q, max_num_seqs), True, has_lora, lora)
             else:
@@ -328,12 +359,14 @@ class CudagraphDispatcher:
             # FULL graphs match the exact key only (their attention metadata depends on
             # num_reqs); only PIECEWISE keys are looked up relaxed
             if desc in full_keys:
-                answers.append(DispatchResult(_FULL, desc))
-            elif relaxed in pw_keys:
-                answers.append(DispatchResult(_PIECEWISE, relaxed))
-            else:
-                answers.append(DispatchResult(_NONE, BatchDescriptor(n)))
-        return _Table(answers)
+                return DispatchResult(_FULL, desc)
+            if relaxed in pw_keys:
+                return DispatchResult(_PIECEWISE, relaxed)
+            return DispatchResult(_NONE, BatchDescriptor(n))
+
+        answers = [DispatchResult(_NONE, BatchDescriptor(0))]
+        answers += [answer(n) for n in range(1, self._dense_max + 1)]
+        return _Table(answers, answer)
 
     def _invalidate(self) -> None:
         """Rebuild the dispatch tables after the keys changed; counts so far are kept."""
@@ -356,10 +389,9 @@ class CudagraphDispatcher:
         """(mode, padded size, calls, real tokens, padded tokens), one per table cell hit."""
         rows = []
         for table in self._tables.values():
-            for n, calls in enumerate(table.calls):
-                if calls:
-                    mode, desc = table.answers[n]
-                    rows.append((mode, desc.num_tokens, calls, calls * n, calls * desc.num_tokens))
+            for n, calls in table.counts():
+                mode, desc = table.lookup(n, False)
+                rows.append((mode, desc.num_tokens, calls, calls * n, calls * desc.num_tokens))
         return rows
 
     def stats_frame(self) -> pd.DataFrame:
@@ -393,6 +425,7 @@ class CudagraphDispatcher:
         """Forget every dispatch counted so far."""
         for table in self._tables.values():
             table.calls = [0] * len(table.calls)
+            table.sparse_calls = {}
         self._eager_calls.clear()
         self._carried_rows = []
 
@@ -423,20 +456,7 @@ def ready_dispatcher(
     return dispatcher
 
 
-def _countdown_index(sizes: list[int]) -> Iterable[int]:
-    """For n = max..1, the index of the smallest size >= n (sizes sorted ascending)."""
-    i = len(sizes) - 1
-    n = sizes[-1] if sizes else 0
-    while n >= 1:
-        while i > 0 and sizes[i - 1] >= n:
-            i -= 1
-        yield i
-        n -= 1
-
-
 def _check_num_tokens(value: Any, name: str = "num_tokens") -> int:
     if type(value) is int and 0 <= value <= MAX_STEP_TOKENS:
         return value
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise ValueError(f"{name}={value!r} is invalid: it must be a non-negative integer")
-    return check_int(name, value.__index__(), 0, MAX_STEP_TOKENS)
+    return check_int(name, value, 0, MAX_STEP_TOKENS)

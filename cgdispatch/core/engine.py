@@ -24,6 +24,7 @@ from .config_v2 import GEN2_FIELDS, check_version
 from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from .dispatcher import CudagraphDispatcher, ready_dispatcher
 from .modes import CUDAGraphMode
+from .validate import MAX_CAPTURE_SIZE, MAX_STEP_TOKENS, check_bool, check_int
 
 __all__ = [
     "GraphDispatcher",
@@ -178,9 +179,7 @@ def default_num_reqs(config: GraphConfig, num_tokens: int, uniform_decode: bool)
 
 
 def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 0")
-    return value
+    return check_int(name, value, 0, MAX_STEP_TOKENS)
 
 
 def dispatch_step(
@@ -201,12 +200,14 @@ def dispatch_step(
     uniform decode batch (``get_uniform_decode_token_count``). ``num_reqs=None``:
     :func:`default_num_reqs`. ``use_cascade_attn`` (excludes FULL) exists in V1 only.
     """
-    _check_count("num_tokens", num_tokens)
-    _check_count("num_active_loras", num_active_loras)
+    num_tokens = _check_count("num_tokens", num_tokens)
+    num_active_loras = _check_count("num_active_loras", num_active_loras)
+    uniform_decode = check_bool("uniform_decode", uniform_decode)
+    use_cascade_attn = check_bool("use_cascade_attn", use_cascade_attn)
     config = dispatcher.config
     if num_reqs is None:
         num_reqs = default_num_reqs(config, num_tokens, uniform_decode)
-    _check_count("num_reqs", num_reqs)
+    num_reqs = _check_count("num_reqs", num_reqs)
     if num_reqs > num_tokens:
         raise ValueError(
             f"num_reqs={num_reqs} is invalid with num_tokens={num_tokens}: every request "
@@ -232,10 +233,10 @@ def dispatch_step(
         )
     mode, desc = dispatcher.dispatch(
         num_tokens,
-        uniform_decode=bool(uniform_decode),
+        uniform_decode=uniform_decode,
         has_lora=num_active_loras > 0,
         num_active_loras=num_active_loras,
-        use_cascade_attn=bool(use_cascade_attn),
+        use_cascade_attn=use_cascade_attn,
     )
     return StepDispatch(mode, desc.num_tokens, desc.num_reqs if mode is not _M.NONE else None, desc)
 
@@ -266,7 +267,13 @@ def padded_token_table(
     ``record_stats=False`` (``make_graph_dispatcher(config, record_stats=False)``).
     """
     top = dispatcher.config.max_num_batched_tokens if max_tokens is None else max_tokens
-    _check_count("max_tokens", top)
+    if max_tokens is None and top > MAX_CAPTURE_SIZE:
+        raise ValueError(
+            f"max_num_batched_tokens={top:_} is above the {MAX_CAPTURE_SIZE:_} counts a padding "
+            "table lists: pass max_tokens= (the largest capture size is enough)"
+        )
+    top = check_int("max_tokens", top, 0, MAX_CAPTURE_SIZE)
+    uniform_decode = check_bool("uniform_decode", uniform_decode)
     answers = [
         dispatch_step(dispatcher, n, None, uniform_decode, num_active_loras) for n in range(top + 1)
     ]

@@ -7,7 +7,14 @@ Each function returns a sorted list of distinct sizes.
 
 from __future__ import annotations
 
-from .validate import check_int
+from .validate import (
+    MAX_CAPTURE_SIZE,
+    MAX_CAPTURE_SIZES,
+    MAX_NUM_SEQS,
+    MAX_SPECULATIVE_TOKENS,
+    MAX_STEP_TOKENS,
+    check_int,
+)
 
 __all__ = [
     "vllm_max_capture_size",
@@ -21,8 +28,16 @@ __all__ = [
 ]
 
 
+_LIMITS = {
+    "max_num_seqs": MAX_NUM_SEQS,
+    "max_num_batched_tokens": MAX_STEP_TOKENS,
+    "num_speculative_tokens": MAX_SPECULATIVE_TOKENS,
+}
+
+
 def _positive(name: str, value: int) -> int:
-    return check_int(name, value, 1)
+    """``value`` >= 1 within its bound (a ladder's largest size: MAX_CAPTURE_SIZE)."""
+    return check_int(name, value, 1, _LIMITS.get(name, MAX_CAPTURE_SIZE))
 
 
 def vllm_max_capture_size(
@@ -125,7 +140,7 @@ def powers_of_two_ladder(max_size: int) -> list[int]:
 
 def every_size_ladder(max_size: int) -> list[int]:
     """Every size 1..max (no padding at all; SGLang with padding disabled)."""
-    return list(range(1, _positive("max_size", max_size) + 1))
+    return list(range(1, check_int("max_size", max_size, 1, MAX_CAPTURE_SIZES) + 1))
 
 
 ENGINE_LADDERS = {

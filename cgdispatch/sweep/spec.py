@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import validate as _bounds
+from ..core.config_v2 import check_version
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_STEP_TOKENS, check_device, check_int
@@ -20,7 +22,15 @@ __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 BATCH_KINDS = ("decode", "mixed")
 DTYPES = ("float32", "bfloat16", "float16")
 VLLM_VERSIONS = ("0.33", "0.34")
-MAX_REPEATS = 100_000  # timed runs per point: a day at ~1 s a step, far past a stable median
+MAX_REPEATS = _bounds.MAX_REPEATS
+# the upper bound of each count in a spec (cgdispatch.core.validate.BOUNDS)
+_COUNT_BOUNDS = {
+    "max_capture_size": _bounds.MAX_CAPTURE_SIZE,
+    "max_num_seqs": _bounds.MAX_NUM_SEQS,
+    "repeats": _bounds.MAX_REPEATS,
+    "input_sets": _bounds.MAX_INPUT_SETS,
+    "cpu_threads": _bounds.MAX_PARALLEL,
+}
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,8 @@ class SweepSpec:
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
         check_device("device", self.device)
+        if isinstance(self.vllm_version, float):  # YAML's unquoted 0.34, as GraphConfig takes it
+            set_(self, "vllm_version", check_version(self.vllm_version))
         if self.vllm_version not in VLLM_VERSIONS:
             raise ValueError(
                 f"vllm_version={self.vllm_version!r} is unknown: use '0.33' (V1, "
@@ -75,22 +87,25 @@ class SweepSpec:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is invalid: use one of {list(DTYPES)}")
-        check_int("warmup", self.warmup, 0, MAX_REPEATS)
-        check_int("repeats", self.repeats, 1, MAX_REPEATS)
+        set_(self, "warmup", check_int("warmup", self.warmup, 0, _bounds.MAX_WARMUPS))
         set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
-        for name in ("max_capture_size", "max_num_seqs", "repeats", "input_sets", "cpu_threads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
+        for name, bound in _COUNT_BOUNDS.items():
+            set_(self, name, check_int(name, getattr(self, name), 1, bound))
         bad = [k for k in self.batch_kinds if k not in BATCH_KINDS]
         if bad:
             raise ValueError(f"batch_kinds {bad} are unknown: use {list(BATCH_KINDS)}")
-        if not self.num_tokens or any(
-            isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_STEP_TOKENS
-            for n in self.num_tokens
-        ):
+        if isinstance(self.num_tokens, (str, bytes, int)) or not self.num_tokens:
             raise ValueError(f"num_tokens={self.num_tokens!r} is invalid: give integers >= 1")
-        set_(self, "num_tokens", tuple(self.num_tokens))
+        if len(self.num_tokens) > _bounds.MAX_CAPTURE_SIZES:
+            raise ValueError(
+                f"num_tokens has {len(self.num_tokens):_} shapes: at most "
+                f"{_bounds.MAX_CAPTURE_SIZES:_} (cgdispatch.core.validate.BOUNDS); sample them"
+            )
+        set_(
+            self,
+            "num_tokens",
+            tuple(check_int("num_tokens entry", n, 1, MAX_STEP_TOKENS) for n in self.num_tokens),
+        )
         set_(self, "batch_kinds", tuple(self.batch_kinds))
         ladders = {
             name: None if sizes is None else tuple(sizes)
@@ -112,13 +127,18 @@ class SweepSpec:
                     f"sizes or use one of {sorted(ENGINE_LADDERS)}"
                 )
             return tuple(ENGINE_LADDERS[name](self.max_capture_size))
-        if not sizes or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes
-        ):
+        if not sizes or len(sizes) > _bounds.MAX_CAPTURE_SIZES:
             raise ValueError(
-                f"ladder {name!r}={list(sizes)!r} is invalid: give a list of integers >= 1"
+                f"ladder {name!r} has {len(sizes):_} sizes: give 1 to "
+                f"{_bounds.MAX_CAPTURE_SIZES:_} integers >= 1"
             )
-        return tuple(sorted(set(sizes)))
+        for s in sizes:
+            if _bounds.as_index(s) is None or s < 1:
+                raise ValueError(
+                    f"ladder {name!r} entry {s!r} is invalid: give a list of integers >= 1"
+                )
+            check_int(f"ladder {name!r} entry", s, 1, _bounds.MAX_CAPTURE_SIZE)
+        return tuple(sorted({int(s) for s in sizes}))
 
     @property
     def shapes(self) -> list[tuple[int, bool]]:
@@ -206,6 +226,12 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise ValueError(
             f"spec file {path} is not valid YAML or JSON ({' '.join(str(err).split())})"
         ) from None
+    except RecursionError:
+        raise ValueError(
+            f"spec file {path} nests deeper than a YAML reader can follow: a spec is a few "
+            "levels deep; check the file for a runaway structure"
+        ) from None
+    _bounds.check_nesting(f"spec file {path}", fields)
     known = {f.name for f in dataclasses.fields(SweepSpec)}
     if not isinstance(fields, dict):
         raise ValueError(

@@ -29,6 +29,7 @@ from ..core.engine import (
     make_graph_dispatcher,
 )
 from ..core.modes import CUDAGraphMode
+from ..core.validate import MAX_STEPS, check_int
 from .keys import keys_summary, keys_table, modes_table
 
 if TYPE_CHECKING:
@@ -266,6 +267,7 @@ def random_batches(
     """
     if not 0.0 <= decode_fraction <= 1.0:
         raise ValueError(f"decode_fraction={decode_fraction} is invalid: it must be in [0, 1]")
+    steps = check_int("steps", steps, 0, MAX_STEPS)
     rng = random.Random(seed)
     q, max_reqs, max_tokens = (
         config.uniform_decode_query_len,

@@ -22,10 +22,25 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
-from ..core.validate import MAX_REQUEST_TOKENS, MAX_STEPS, check_int
+from ..core.validate import (
+    MAX_BLOCK_SIZE,
+    MAX_LORAS,
+    MAX_MODEL_LEN,
+    MAX_NUM_SEQS,
+    MAX_REQUEST_TOKENS,
+    MAX_SPECULATIVE_TOKENS,
+    MAX_STEP_TOKENS,
+    MAX_STEPS,
+    check_bool,
+    check_int,
+)
 from .exact_run import AcceptFn, ExactRun
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
 from .vllm_rules import scheduler_rules
+
+# SchedulerLimits fields where None means "no limit" (or "the release's default")
+_OPTIONAL = frozenset({"max_loras", "max_model_len", "num_gpu_blocks"})
+
 
 __all__ = ["SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN"]
 
@@ -61,9 +76,20 @@ class SchedulerLimits:
     async_scheduling: bool | None = None  # None: the release's default (0.34: on)
 
     def __post_init__(self) -> None:
-        check_int("max_num_seqs", self.max_num_seqs, 1)
-        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        check_int("num_speculative_tokens", self.num_speculative_tokens, 0)
+        set_ = object.__setattr__
+        for name, minimum, bound in (
+            ("max_num_seqs", 1, MAX_NUM_SEQS),
+            ("max_num_batched_tokens", 1, MAX_STEP_TOKENS),
+            ("num_speculative_tokens", 0, MAX_SPECULATIVE_TOKENS),
+            ("long_prefill_token_threshold", 0, MAX_STEP_TOKENS),
+            ("block_size", 1, MAX_BLOCK_SIZE),
+            ("max_loras", 1, MAX_LORAS),
+            ("max_model_len", 2, MAX_MODEL_LEN),
+            ("num_gpu_blocks", 2, MAX_STEP_TOKENS),
+        ):
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                set_(self, name, check_int(name, value, minimum, bound))
         if self.q > self.max_num_batched_tokens:
             raise ValueError(
                 f"1 + num_speculative_tokens = {self.q} exceeds max_num_batched_tokens="
@@ -73,21 +99,13 @@ class SchedulerLimits:
             raise ValueError(
                 f"spec_acceptance_rate={self.spec_acceptance_rate} is invalid: it must be in [0, 1]"
             )
-        if self.max_loras is not None and (
-            isinstance(self.max_loras, bool)
-            or not isinstance(self.max_loras, int)
-            or self.max_loras < 1
-        ):
-            raise ValueError(
-                f"max_loras={self.max_loras!r} is invalid: it must be an integer >= 1, or None"
-            )
-
-        check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
-        check_int("block_size", self.block_size, 1)
-        if self.max_model_len is not None:
-            check_int("max_model_len", self.max_model_len, 2)
-        if self.num_gpu_blocks is not None:
-            check_int("num_gpu_blocks", self.num_gpu_blocks, 2)
+        set_(
+            self,
+            "enable_chunked_prefill",
+            check_bool("enable_chunked_prefill", self.enable_chunked_prefill),
+        )
+        if self.async_scheduling is not None:
+            set_(self, "async_scheduling", check_bool("async_scheduling", self.async_scheduling))
         if self.vllm_version is not None:
             scheduler_rules(self.vllm_version)  # ValueError naming the known releases
         elif self.exact_only_fields():

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..core.validate import MAX_LORAS, MAX_REQUESTS, check_int
+
 __all__ = ["LengthPreset", "LENGTH_PRESETS", "synthetic_requests"]
 
 
@@ -65,8 +67,8 @@ def synthetic_requests(
     ``lora_id`` column gives that share of requests one of ``num_loras`` adapters (uniform
     choice) and the others -1.
     """
-    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise ValueError(f"num_requests={num_requests!r} is invalid: it must be an integer >= 1")
+    num_requests = check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    num_loras = check_int("num_loras", num_loras, 0, MAX_LORAS)
     if isinstance(preset, str):
         if preset not in LENGTH_PRESETS:
             raise ValueError(
