@@ -101,6 +101,7 @@ _LAZY: dict[str, str] = {
     "modes_table": "views.keys",
     "keys_table": "views.keys",
     "keys_summary": "views.keys",
+    "check_notebook_parameters": "views.notebook_params",
     "explain_dispatch": "views.explain",
     "dispatch_table": "views.explain",
     "random_batches": "views.explain",

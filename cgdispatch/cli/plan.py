@@ -89,7 +89,7 @@ def run_plan(args: argparse.Namespace) -> int:
             max_num_batched_tokens=args.max_num_batched_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
             max_loras=args.max_loras,
-            progress=not args.json,
+            progress=sys.stderr.isatty(),  # on stderr, so --json output stays clean
         )
 
     trace, label = load(args.trace)
@@ -131,6 +131,9 @@ def run_plan(args: argparse.Namespace) -> int:
                 num_gpu_blocks=args.num_gpu_blocks,
             ),
         }
+    kinds = set(plan_on["uniform_decode"].map({True: "decode", False: "prefill"}))
+    # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
+    flags = export_plan(sizes, config, leave_default={"decode", "prefill"} - kinds)
     table = compare(test, ladders, config=config, cost_model=cost_model, **latency)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
     table["evaluated_on"] = evaluated_on
@@ -141,6 +144,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "objective": args.objective,
             "model": args.model,
             "ladders": records,
+            "flags": flags,
         }
         print(json.dumps(out, default=float))
         return 0
@@ -157,8 +161,11 @@ def run_plan(args: argparse.Namespace) -> int:
         print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"\nstep times, graph memory and capture time: {cost_model.source}, {args.model}")
     print("engine settings for the planned sizes:")
-    for engine, flags in export_plan(sizes, config).items():
-        print(f"  {engine}: {flags.strip()}")
+    for engine, text in flags.items():
+        if engine != "left_at_default":
+            print(f"  {engine}: {text.strip()}")
+    if "left_at_default" in flags:
+        print(f"left at the engines' defaults: {flags['left_at_default']}")
     return 0
 
 

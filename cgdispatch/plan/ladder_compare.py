@@ -12,6 +12,7 @@ sizes). Nothing here measures: times and memory come from the cost model given.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import pandas as pd
 import yaml
@@ -137,7 +138,9 @@ def compare(
     return pd.DataFrame(rows)
 
 
-def export_plan(sizes: Ladder, config: GraphConfig | None = None) -> dict[str, str]:
+def export_plan(
+    sizes: Ladder, config: GraphConfig | None = None, *, leave_default: Iterable[str] = ()
+) -> dict[str, str]:
     """The settings each engine takes for these capture sizes.
 
     ``vllm``: ``vllm serve`` flags (``--compilation-config`` JSON and scheduler limits);
@@ -151,42 +154,82 @@ def export_plan(sizes: Ladder, config: GraphConfig | None = None) -> dict[str, s
     (not the deprecated ``cudagraph_capture_sizes``; a token list is split as vLLM 0.34
     splits it), and SGLang / TensorRT-LLM take the decode request sizes (when none are
     planned, the prefill sizes divisible by q, divided by q, up to ``max_num_seqs``).
+
+    ``leave_default``: ``"decode"`` and/or ``"prefill"``, the kinds of step a trace did not
+    have (the prefill node of a disaggregated deployment sees no decodes). Their lists are
+    left out of the flags, so each engine keeps its default for them, and the entry
+    ``left_at_default`` says which and why; SGLang and TensorRT-LLM, which graph decodes
+    only, are then left out too.
     """
     config = GraphConfig() if config is None else config
+    leave = set(leave_default)
+    if leave - {"decode", "prefill"}:
+        raise ValueError(
+            f"leave_default={sorted(leave)!r} is invalid: give 'decode' and/or 'prefill'"
+        )
     cfg = ladder_config(config, sizes)
+    q = config.uniform_decode_query_len
+    dropped: list[str] = []
     if cfg.vllm_version == "0.34":
         cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
-        q = config.uniform_decode_query_len
         prefill = cfg.prefill_cudagraph_capture_token_sizes or []
         # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
         batch = list(cfg.decode_cudagraph_capture_request_sizes or []) or sorted(
             {s // q for s in prefill if s % q == 0 and s // q <= cfg.max_num_seqs}
         )
-        if not batch:
+        if "decode" in leave:
+            dropped += [
+                "decode_cudagraph_capture_request_sizes",
+                "max_decode_cudagraph_capture_requests",
+            ]
+        if "prefill" in leave:
+            dropped += [
+                "prefill_cudagraph_capture_token_sizes",
+                "max_prefill_cudagraph_capture_tokens",
+            ]
+        if not batch and "decode" not in leave:
             raise ValueError(
                 f"{sizes!r} gives no decode request sizes and no prefill size is a multiple "
                 f"of q={q}: SGLang and TensorRT-LLM graph decodes by request count"
             )
     else:
-        q = config.uniform_decode_query_len
         batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
-        if not batch:
+        if not batch and "decode" not in leave:
             raise ValueError(
                 f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}"
             )
-    trt = {
-        "cuda_graph_config": {
-            "enable_padding": True,
-            "batch_sizes": batch,
-            "max_batch_size": batch[-1],
+    compilation = cfg.to_vllm()
+    serve = cfg.to_vllm_args()
+    if dropped:
+        kept = {k: v for k, v in json.loads(compilation).items() if k not in dropped}
+        trimmed = json.dumps(kept, separators=(",", ":"))
+        serve = serve.replace(compilation, trimmed)
+        compilation = trimmed
+    out = {"vllm": serve, "vllm_compilation_config": compilation}
+    if "decode" not in leave:
+        trt = {
+            "cuda_graph_config": {
+                "enable_padding": True,
+                "batch_sizes": batch,
+                "max_batch_size": batch[-1],
+            }
         }
-    }
-    return {
-        "vllm": cfg.to_vllm_args(),
-        "vllm_compilation_config": cfg.to_vllm(),
-        "sglang": f"--cuda-graph-bs {' '.join(map(str, batch))} --cuda-graph-max-bs {batch[-1]}",
-        "trtllm": yaml.safe_dump(trt, default_flow_style=None, sort_keys=False),
-    }
+        out["sglang"] = (
+            f"--cuda-graph-bs {' '.join(map(str, batch))} --cuda-graph-max-bs {batch[-1]}"
+        )
+        out["trtllm"] = yaml.safe_dump(trt, default_flow_style=None, sort_keys=False)
+    notes = []
+    if "decode" in leave:
+        what = "vLLM's decode request sizes, " if cfg.vllm_version == "0.34" else ""
+        notes.append(
+            f"{what}SGLang's and TensorRT-LLM's batch sizes (the trace has no decode steps "
+            "to plan them on)"
+        )
+    if "prefill" in leave and cfg.vllm_version == "0.34":
+        notes.append("vLLM's prefill token sizes (the trace has no prefill or mixed steps)")
+    if notes:
+        out["left_at_default"] = "; ".join(notes)
+    return out
 
 
 def compare_json(table: pd.DataFrame) -> str:

@@ -22,11 +22,19 @@ __all__ = [
 ]
 
 
+STDIN = Path("-")  # a trace read from standard input (`--trace -`)
+_PIPED: dict[str, str] = {}  # text of each non-regular source read so far (stdin, pipes)
+
+
 def existing_file(source: str | Path) -> Path:
+    """``source`` as a path to read: ``-`` (standard input), a file, or a pipe or character
+    device such as ``/dev/stdin``; ValueError for a missing path or a directory."""
     path = Path(source)
+    if path == STDIN:
+        return STDIN
     if not path.exists():
         raise ValueError(f"trace file {str(path)!r} does not exist")
-    if not path.is_file():
+    if path.is_dir():
         raise ValueError(
             f"trace file {str(path)!r} is a directory, not a file: give the CSV or log inside it"
         )
@@ -94,14 +102,45 @@ def check_total_steps(total: int, where: str) -> None:
         )
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, *, progress: bool = False) -> str:
+    """The text of ``path``, read in 8 MiB chunks (a progress bar on stderr when
+    ``progress`` and the file is large). Standard input and pipes are read once and kept, so
+    that a second reader (latency after planning) sees the same text."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    key = str(path)
+    if key in _PIPED:
+        return _PIPED[key]
+    regular = path != STDIN and path.is_file()
+    size = path.stat().st_size if regular else None
+    chunks: list[bytes] = []
     try:
-        return path.read_text()
+        handle = sys.stdin.buffer if path == STDIN else open(path, "rb")  # noqa: SIM115
+        with tqdm(
+            total=size, desc=f"read {'stdin' if path == STDIN else path.name}", unit="B", unit_scale=True,
+            disable=not progress or (size is not None and size < _PROGRESS_BYTES),
+            file=sys.stderr, leave=False,
+        ) as bar:  # fmt: skip
+            while chunk := handle.read(_CHUNK_BYTES):
+                chunks.append(chunk)
+                bar.update(len(chunk))
+        if handle is not sys.stdin.buffer:
+            handle.close()
+        text = b"".join(chunks).decode()
     except UnicodeDecodeError:
         raise ValueError(
             f"trace file {str(path)!r} is not text: give a CSV of requests or steps, or a "
             "vLLM --cudagraph-metrics log"
         ) from None
+    if not regular:
+        _PIPED[key] = text
+    return text
+
+
+_CHUNK_BYTES = 8 << 20
+_PROGRESS_BYTES = 32 << 20  # files smaller than this read in well under a second
 
 
 def columns_shown(frame: pd.DataFrame) -> str:

@@ -112,7 +112,8 @@ def _read(source: str | Path | pd.DataFrame, **kwargs: object) -> pd.DataFrame:
     if isinstance(source, pd.DataFrame):
         return source
     path = existing_file(source)
-    frame = parse_csv(path, path, **kwargs)
+    regular = path.is_file() and path != Path("-")
+    frame = parse_csv(path, path if regular else io.StringIO(read_text(path)), **kwargs)
     frame.attrs["path"] = str(path)
     return frame
 
@@ -282,14 +283,18 @@ def _metrics_row(cells: list[str], where: str) -> tuple[int, int, str, int]:
 _METRICS_HEADER = re.compile(r"\|[^\n]*unpadded|unpadded[^\n]*\|", re.IGNORECASE)
 
 
-def load_trace(source: str | Path) -> tuple[Literal["requests", "steps"], pd.DataFrame]:
+def load_trace(
+    source: str | Path, *, progress: bool = False
+) -> tuple[Literal["requests", "steps"], pd.DataFrame]:
     """Read a file of requests or of steps, telling which it holds.
 
     A vLLM metrics log or a step-size CSV gives ``("steps", trace)``; a CSV with arrival,
     prompt and output columns gives ``("requests", table)`` (simulate it into steps).
+    ``source`` may be ``"-"`` (standard input) or a pipe; the file is read in chunks, with a
+    progress bar on stderr for a large one when ``progress``.
     """
     path = existing_file(source)
-    text = read_text(path)
+    text = read_text(path, progress=progress)
     # a metrics table anywhere in the log (engine logs put megabytes before the first one)
     if _METRICS_HEADER.search(text):
         return "steps", load_cudagraph_metrics(path)

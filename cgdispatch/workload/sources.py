@@ -52,17 +52,22 @@ def workload_trace(
         )
         return trace, label
     path = Path(workload)
-    if path.suffix.lower() not in (".csv", ".log", ".txt") and not path.exists():
+    if (
+        str(workload) != "-"
+        and path.suffix.lower() not in (".csv", ".log", ".txt")
+        and not path.exists()
+    ):
         raise ValueError(
             f"workload={str(workload)!r} is neither a preset ({sorted(LENGTH_PRESETS)}) nor a "
             "file: give a preset name or the path of a requests/steps CSV"
         )
-    kind, table = load_trace(path)
+    kind, table = load_trace(path, progress=progress)
+    name = "stdin" if str(path) == "-" else path.name
     if kind == "requests":
         return simulate_steps(
             table, seed=seed, **limits
-        ), f"requests from {path.name}, scheduler simulated"
-    return table, f"steps from {path.name}"
+        ), f"requests from {name}, scheduler simulated"
+    return table, f"steps from {name}"
 
 
 def workload_requests(
