@@ -241,7 +241,7 @@ class CudagraphDispatcher:
         if (
             type(num_tokens) is int
             and (uniform_decode is False or uniform_decode is True)
-            and not has_lora
+            and has_lora is False
             and not num_active_loras
             and valid_modes is None
             and invalid_modes is None
