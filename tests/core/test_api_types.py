@@ -10,6 +10,7 @@ JSON raising RecursionError.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -129,10 +130,8 @@ def test_wrong_types_in_graph_config_fields_are_value_errors() -> None:
                 )
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    try:
+                    with contextlib.suppress(ValueError):
                         GraphConfig(**kwargs)
-                    except ValueError:
-                        pass
 
 
 def _nested(depth: int) -> dict:
