@@ -132,6 +132,8 @@ def run_plan(args: argparse.Namespace) -> int:
             ),
         }
     kinds = set(plan_on["uniform_decode"].map({True: "decode", False: "prefill"}))
+    if not trace.attrs.get("step_kinds_known", True):
+        kinds = {"decode", "prefill"}  # a bare num_tokens column: a mixed step may be a decode
     # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
     flags = export_plan(sizes, config, leave_default={"decode", "prefill"} - kinds)
     table = compare(test, ladders, config=config, cost_model=cost_model, **latency)

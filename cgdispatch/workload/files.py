@@ -305,7 +305,12 @@ def load_trace(
     if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (
         len(frame.columns) == 1 and _is_int(frame.columns[0])
     ):
-        return "steps", check_trace(load_step_sizes(path if len(frame.columns) == 1 else frame))
+        trace = check_trace(load_step_sizes(path if len(frame.columns) == 1 else frame))
+        # without a uniform_decode column every step reads as mixed: say the kinds are unknown
+        trace.attrs["step_kinds_known"] = "uniform_decode" in _match(
+            list(frame.columns), STEP_ALIASES
+        )
+        return "steps", trace
     raise ValueError(
         f"{str(path)!r} holds neither requests (arrival, prompt and output token columns such "
         "as TIMESTAMP, ContextTokens, GeneratedTokens) nor steps (a num_tokens column, or a "
