@@ -31,6 +31,7 @@ def serve_name(model: str) -> str:
 
 def _check(args: argparse.Namespace) -> None:
     from ..models.registry import model_names
+    from ..workload.sources import PRODUCTION_TRACES
     from ..workload.synthetic import LENGTH_PRESETS
 
     for flag in (
@@ -54,10 +55,12 @@ def _check(args: argparse.Namespace) -> None:
     usable = [n for n in model_names() if not n.startswith("hf-")]
     if args.model not in usable:
         raise ValueError(f"--model {args.model!r} is unknown here: use one of {usable}")
-    if args.trace not in LENGTH_PRESETS and not Path(args.trace).exists():
+    known = [*LENGTH_PRESETS, *PRODUCTION_TRACES, "-"]
+    if args.trace not in known and not Path(args.trace).exists():
         raise ValueError(
-            f"--trace {args.trace}: no such file and not a preset ({sorted(LENGTH_PRESETS)}): "
-            "give a requests/steps CSV or a preset name"
+            f"--trace {args.trace}: no such file and not a synthetic preset "
+            f"({sorted(LENGTH_PRESETS)}) or production trace ({sorted(PRODUCTION_TRACES)}): "
+            "give a requests/steps CSV or one of those names"
         )
 
 

@@ -86,13 +86,16 @@ def _text(name: str, value: Any) -> str:
 
 
 def _workload(name: str, value: Any) -> str:
+    from ..workload.sources import PRODUCTION_TRACES
     from ..workload.synthetic import LENGTH_PRESETS
 
-    if isinstance(value, str) and (value in LENGTH_PRESETS or Path(value).is_file()):
+    names = [*LENGTH_PRESETS, *PRODUCTION_TRACES]
+    if isinstance(value, str) and (value in names or Path(value).is_file()):
         return value
     raise ValueError(
-        f"{name}={value!r} is neither a synthetic preset ({sorted(LENGTH_PRESETS)}) nor a "
-        "CSV file that exists: give a preset name or the path of a requests or steps CSV"
+        f"{name}={value!r} is neither a synthetic preset ({sorted(LENGTH_PRESETS)}), a "
+        f"production trace ({sorted(PRODUCTION_TRACES)}) nor a CSV file that exists: give one "
+        "of those names or the path of a requests or steps CSV"
     )
 
 

@@ -4,6 +4,7 @@ needs. It adapts; it decides nothing (the core does)."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from .scheduler import SchedulerLimits
 
 __all__ = ["ExactRun", "AcceptFn"]
+
+_BOOL_FIELDS = ("uniform_decode", "has_lora")
+_DTYPES = {"time_s": np.float64, **{f: np.bool_ for f in _BOOL_FIELDS}}
+_PY = {f: (float if f == "time_s" else bool if f in _BOOL_FIELDS else int) for f in STEP_FIELDS}
 
 
 def geometric_accept(rate: float, seed: int) -> AcceptFn:
@@ -45,6 +50,7 @@ class ExactRun:
         step_time_ms: Callable[[int, int], float],
         seed: int,
         accept_drafts: AcceptFn | None,
+        record_calls: bool = False,
     ) -> None:
         self.limits = lim = limits
         self.rows = requests.index.to_numpy()  # core index -> row of the caller's table
@@ -91,45 +97,51 @@ class ExactRun:
             max_loras=lim.max_loras,
             async_scheduling=lim.is_async,
             accept=lambda clock_s, i, d: accept(clock_s, int(rows[i]), d),
+            bulk=not record_calls,  # the bulk path lists only the requests it must
         )
+        self.record_calls = record_calls
         self.step_time_ms = step_time_ms
-        self.calls: list[ScheduleCall] = []  # every schedule call, kept for replay checks
-        self.steps: list[Step] = []
+        # every schedule call with its per-request lists (record_calls=True only)
+        self.calls: list[ScheduleCall] = []
+        # the step rows, one typed array per Step field (about 90 bytes a step)
+        self._cols = [array("d" if f == "time_s" else "q") for f in STEP_FIELDS]
         self._pending_preempted = 0
         self._ran = False
         self._next_row = 0
 
     def _on_call(self, call: ScheduleCall) -> None:
-        self.calls.append(call)
+        if self.record_calls:
+            self.calls.append(call)
         self._pending_preempted += len(call.preempted)
-        if not call.reqs:
+        num_reqs = call.num_reqs
+        if not num_reqs:
             return  # nothing ran: its preemptions go to the next step that runs
-        lim, lora = self.limits, self.core.lora
-        q = lim.q
-        num_tokens = sum(call.tokens)
-        num_reqs = len(call.reqs)
-        max_q = max(call.tokens)
-        ids = {lora[i] for i in call.reqs if lora[i] >= 0}
+        lora = self.core.lora
+        q = self.limits.q
+        num_tokens = call.num_tokens
+        bulk = call.n_bulk
+        max_q = max(max(call.tokens, default=0), 1 if bulk else 0)
+        ids = {lora[i] for i in call.reqs if lora[i] >= 0} | call.bulk_loras
         prefill = sum(n for n, dec in zip(call.tokens, call.decode) if not dec)
-        self.steps.append(
-            Step(
-                num_tokens,
-                num_reqs,
-                max_q == q and num_tokens == q * num_reqs,
-                bool(ids),
-                len(ids),
-                prefill,
-                call.clock_s,
-                self._pending_preempted,
-                max_q,
-                sum(call.decode),
-                call.kv_blocks_used,
-            )  # fmt: skip
-        )
+        row = (
+            num_tokens,
+            num_reqs,
+            max_q == q and num_tokens == q * num_reqs,
+            bool(ids),
+            len(ids),
+            prefill,
+            call.clock_s,
+            self._pending_preempted,
+            max_q,
+            sum(call.decode) + bulk,
+            call.kv_blocks_used,
+        )  # in STEP_FIELDS order
+        for col, value in zip(self._cols, row):
+            col.append(value)
         self._pending_preempted = 0
 
     def _step_time_s(self, call: ScheduleCall) -> float:
-        return self.step_time_ms(sum(call.tokens), len(call.reqs)) / 1e3
+        return self.step_time_ms(call.num_tokens, call.num_reqs) / 1e3
 
     def run(self) -> None:
         if self._ran:
@@ -141,22 +153,31 @@ class ExactRun:
         )
 
     @property
+    def num_steps(self) -> int:
+        return len(self._cols[0])
+
+    @property
     def done(self) -> bool:
-        return self._ran and self._next_row >= len(self.steps)
+        return self._ran and self._next_row >= self.num_steps
 
     def next_step(self) -> Step | None:
         self.run()
-        if self._next_row >= len(self.steps):
+        i = self._next_row
+        if i >= self.num_steps:
             return None
         self._next_row += 1
-        return self.steps[self._next_row - 1]
+        return Step(*(_PY[f](col[i]) for f, col in zip(STEP_FIELDS, self._cols)))
 
     def frame(self) -> pd.DataFrame:
         self.run()
-        rows = self.steps[self._next_row :]
-        self._next_row = len(self.steps)
-        return pd.DataFrame.from_records(
-            [tuple(getattr(s, f) for f in STEP_FIELDS) for s in rows], columns=list(STEP_FIELDS)
+        start, self._next_row = self._next_row, self.num_steps
+        return pd.DataFrame(
+            {
+                f: np.frombuffer(col, dtype=np.float64 if f == "time_s" else np.int64)[start:]
+                .copy()
+                .astype(_DTYPES.get(f, np.int64))
+                for f, col in zip(STEP_FIELDS, self._cols)
+            }
         )
 
     def request_times(self) -> pd.DataFrame:

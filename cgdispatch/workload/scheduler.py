@@ -153,15 +153,19 @@ class SchedulerSimulator:
         step_time_ms: Callable[[int, int], float] = default_step_time_ms,
         seed: int = 0,
         accept_drafts: AcceptFn | None = None,
+        record_calls: bool = False,
     ) -> None:
         """``accept_drafts(clock_s, row, num_drafts)``: drafts accepted for request ``row`` (its
         position in ``requests``) in the step scheduled at ``clock_s``; vLLM's own scheduler
-        only. Default: each accepted with ``spec_acceptance_rate`` until the first rejection."""
+        only. Default: each accepted with ``spec_acceptance_rate`` until the first rejection.
+        ``record_calls``: keep every schedule call with its per-request lists
+        (``exact.calls``, for replay checks); otherwise steady decodes run in bulk, which
+        gives the same steps and request times far faster."""
         self.limits = limits = limits or SchedulerLimits()
         req = check_requests(requests).sort_values("arrival_s", kind="stable")
         self._exact: ExactRun | None = None
         if limits.vllm_version is not None:
-            self._exact = ExactRun(req, limits, step_time_ms, seed, accept_drafts)
+            self._exact = ExactRun(req, limits, step_time_ms, seed, accept_drafts, record_calls)
         self._arrival = req["arrival_s"].to_numpy(dtype=np.float64)
         self._prompt_left = req["prompt_tokens"].to_numpy(dtype=np.int64).copy()
         self._out_left = req["output_tokens"].to_numpy(dtype=np.int64).copy()

@@ -14,7 +14,27 @@ from .files import load_trace
 from .synthetic import LENGTH_PRESETS, synthetic_requests
 from .trace import simulate_steps
 
-__all__ = ["workload_trace", "workload_requests", "split_holdout"]
+__all__ = [
+    "workload_trace",
+    "workload_requests",
+    "split_holdout",
+    "PRODUCTION_TRACES",
+    "trace_path",
+]
+
+_DATA = Path(__file__).resolve().parents[1] / "data"
+# production traces shipped in cgdispatch/data (CC-BY 4.0, see its README.md)
+PRODUCTION_TRACES = {
+    "azure-conv": "azure_llm_2023_conv.csv",  # Azure LLM inference 2023, conversation
+    "azure-code": "azure_llm_2023_code.csv",  # the same, code completion
+}
+
+
+def trace_path(workload: str | Path) -> str | Path:
+    """The file behind a shipped production trace's name (``azure-conv``), else ``workload``."""
+    if isinstance(workload, str) and workload in PRODUCTION_TRACES:
+        return _DATA / PRODUCTION_TRACES[workload]
+    return workload
 
 
 def workload_trace(
@@ -36,6 +56,7 @@ def workload_trace(
     same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log) is used as is. The CLI's
     ``plan`` and notebook 04 both read traces through this function. The label says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
     """
+    workload = trace_path(workload)
     limits = {
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
@@ -58,8 +79,9 @@ def workload_trace(
         and not path.exists()
     ):
         raise ValueError(
-            f"workload={str(workload)!r} is neither a preset ({sorted(LENGTH_PRESETS)}) nor a "
-            "file: give a preset name or the path of a requests/steps CSV"
+            f"workload={str(workload)!r} is neither a synthetic preset ({sorted(LENGTH_PRESETS)}), "
+            f"a production trace ({sorted(PRODUCTION_TRACES)}) nor a file: give one of those "
+            "names or the path of a requests/steps CSV"
         )
     kind, table = load_trace(path, progress=progress)
     name = "stdin" if str(path) == "-" else path.name
@@ -77,7 +99,7 @@ def workload_requests(
     or None when the workload is a file of steps (latency needs requests)."""
     if isinstance(workload, str) and workload in LENGTH_PRESETS:
         return synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
-    kind, table = load_trace(Path(workload))
+    kind, table = load_trace(Path(trace_path(workload)))
     return table if kind == "requests" else None
 
 

@@ -41,10 +41,18 @@ class ScheduleCall:
     kv_blocks_used: int  # blocks held right after the call
     sampled: list[int] = field(default_factory=list)  # tokens the stand-in model returns
     end_s: float = 0.0  # clock when the step's output is ready
+    # the bulk path: steady decodes scheduled one token each, not listed in reqs
+    n_bulk: int = 0
+    bulk_loras: frozenset[int] = frozenset()  # their adapter ids
+    tick: int = 0  # the schedule call's number
 
     @property
     def num_tokens(self) -> int:
-        return sum(self.tokens)
+        return sum(self.tokens) + self.n_bulk
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.reqs) + self.n_bulk
 
 
 class VllmSchedulerCore:
@@ -69,6 +77,7 @@ class VllmSchedulerCore:
         max_loras: int | None,
         async_scheduling: bool,
         accept: AcceptFn,
+        bulk: bool = False,
     ) -> None:
         n = len(prompt)
         self.prompt, self.max_tokens, self.lora = prompt, max_tokens, lora
@@ -98,6 +107,21 @@ class VllmSchedulerCore:
         self.preemptions_of = [0] * n  # times each request was preempted
         self.first_token_s = [float("nan")] * n
         self.finish_s = [float("nan")] * n
+        # the bulk path (no drafts): running requests in a steady decode (one token a step,
+        # nothing near their end) are kept implicitly: at the top of loop iteration ``tick``
+        # their computed tokens are ``tick + off[i]`` and every other field follows
+        self.bulk = bulk and num_speculative_tokens == 0
+        self.tick = 0
+        self.in_d = [False] * n
+        self.off = [0] * n
+        self.d_count = 0
+        self.phase_cnt = [0] * block_size  # steady decodes per (off mod block_size)
+        self.d_loras: dict[int, int] = {}  # adapter id -> steady decodes using it
+        self.d_due: dict[int, list[int]] = {}  # tick -> members that finish (sync) or leave
+        self.p_order: dict[int, None] = {}  # running requests not in the steady set
+        self.d_members: dict[int, None] = {}  # the steady set, in joining order
+        self.due = [0] * n  # the tick of each member's entry in d_due
+        self.joined = [0] * n  # the loop top at which each member joined
 
     def prompt_total(self) -> int:
         return sum(self.prompt)
@@ -107,6 +131,7 @@ class VllmSchedulerCore:
         return -(-min(tokens, self.mml) // self.bs)
 
     def _preempt(self, i: int) -> None:
+        self.p_order.pop(i, None)
         self.used -= self.held[i]
         self.held[i] = 0
         self.status[i] = _WAITING
@@ -216,6 +241,7 @@ class VllmSchedulerCore:
                     break
                 waiting.popleft()
                 running.append(i)
+                self.p_order[i] = None
                 if lo >= 0:
                     loras.add(lo)
                 self.status[i] = _RUNNING
@@ -243,7 +269,219 @@ class VllmSchedulerCore:
                     ph[i] += 1 + d
                     self.spec[i] = k
         self.finished_pending = False
-        return ScheduleCall(clock_s, reqs, tokens, drafts, decode, preempted, self.used, sampled)
+        self.tick += 1
+        return ScheduleCall(
+            clock_s, reqs, tokens, drafts, decode, preempted, self.used, sampled, tick=self.tick - 1
+        )
+
+    # ----- the bulk path --------------------------------------------------------------------
+    def _limit(self, i: int) -> int:
+        """Output tokens at which request ``i`` stops: max_tokens, or max_model_len first."""
+        return min(self.max_tokens[i], self.mml - self.prompt[i])
+
+    def _join(self, i: int) -> bool:
+        """Make running request ``i`` a steady decode if it is one (at a loop top)."""
+        computed, out, T = self.computed[i], self.out[i], self.tick
+        if (
+            self.stale[i]
+            or self.spec[i]
+            or self.prefill_chunk[i]
+            or out < 1
+            or self.held[i] != self._blocks(computed)
+        ):
+            return False
+        off = computed - T
+        if self.is_async:  # one token in flight: computed = prompt + out, one placeholder
+            if self.placeholders[i] != 1 or self.inflight[i] != 1:
+                return False
+            if computed != self.prompt[i] + out:
+                return False
+            # it leaves before the call that would find its last token already in flight
+            due = min(self.max_tokens[i] + self.prompt[i] - 1, self.mml - 1) - off
+            if due <= T:
+                return False
+        else:
+            if self.placeholders[i] or self.inflight[i] or computed != self.prompt[i] + out - 1:
+                return False
+            due = T + self._limit(i) - out - 1  # the call whose update gives its last token
+            if due < T:
+                return False
+        self.in_d[i] = True
+        self.joined[i] = T
+        self.off[i] = off
+        self.due[i] = due
+        self.d_due.setdefault(due, []).append(i)
+        self.d_count += 1
+        self.phase_cnt[off % self.bs] += 1
+        lo = self.lora[i]
+        if lo >= 0:
+            self.d_loras[lo] = self.d_loras.get(lo, 0) + 1
+        del self.p_order[i]
+        self.d_members[i] = None
+        return True
+
+    def _leave(self, i: int, tick: int) -> None:
+        """Write steady decode ``i``'s fields as they stand at the top of loop ``tick``."""
+        off = self.off[i]
+        computed = tick + off
+        self.computed[i] = computed
+        if self.is_async:
+            self.out[i] = computed - self.prompt[i]
+            self.placeholders[i] = 1
+            self.inflight[i] = 1
+        else:
+            self.out[i] = computed - self.prompt[i] + 1
+        self.held[i] = self._blocks(computed)
+        self.in_d[i] = False
+        self.d_count -= 1
+        self.phase_cnt[off % self.bs] -= 1
+        lo = self.lora[i]
+        if lo >= 0:
+            left = self.d_loras[lo] - 1
+            if left:
+                self.d_loras[lo] = left
+            else:
+                del self.d_loras[lo]
+        del self.d_members[i]
+        self.p_order[i] = None
+
+    def _leave_in_flight(self, i: int, call: ScheduleCall | None) -> None:
+        """Async: ``i`` leaves the steady set with its token of ``call`` still in flight, so
+        that call's update lists it."""
+        joined_before = self.joined[i] < self.tick  # else the call lists it already
+        self._leave(i, self.tick)
+        if call is not None and joined_before:
+            call.reqs.append(i)
+            call.tokens.append(1)
+            call.drafts.append(0)
+            call.decode.append(True)
+            call.sampled.append(1)
+
+    def _bulk_top(self, in_flight: ScheduleCall | None) -> None:
+        """At a loop top: async members whose end is near leave; steady requests join."""
+        if self.is_async:
+            for i in self.d_due.pop(self.tick, ()):
+                if self.in_d[i] and self.due[i] == self.tick:
+                    self._leave_in_flight(i, in_flight)
+        for i in [j for j in self.p_order if self.status[j] == _RUNNING]:
+            self._join(i)
+
+    def _materialize(self, in_flight: ScheduleCall | None) -> None:
+        """Every steady decode written out, for a call the bulk path cannot take."""
+        for i in list(self.d_members):
+            if self.is_async:
+                self._leave_in_flight(i, in_flight)
+            else:
+                self._leave(i, self.tick)
+
+    def schedule_bulk(self, clock_s: float) -> ScheduleCall | None:
+        """``schedule`` when every running request fits the token budget and the KV cache
+        (so neither order nor preemption matters); None, changing nothing, otherwise."""
+        prompt, out, computed, ph, held = (
+            self.prompt,
+            self.out,
+            self.computed,
+            self.placeholders,
+            self.held,
+        )
+        mml, T = self.mml, self.tick
+        running, waiting = self.running, self.waiting
+        eligible = len(running) + len(waiting)
+        lpt = self.lpt if eligible > 1 else 0
+        if self.rules.long_prefill_needs_chunked and not self.chunked:
+            lpt = 0
+        total = self.d_count
+        need = self.phase_cnt[-T % self.bs]  # steady decodes whose next token opens a block
+        plan = []
+        for i in self.p_order:
+            p = ph[i]
+            if p > 0 and computed[i] + 2 - p >= prompt[i] + self.max_tokens[i]:
+                continue
+            n = prompt[i] + out[i] + self.spec[i] + p - computed[i]
+            if 0 < lpt < n:
+                n = lpt
+            n = min(n, mml - computed[i] - 1)
+            if n <= 0:
+                continue
+            want = self._blocks(computed[i] + n)
+            if want > held[i]:
+                need += want - held[i]
+            plan.append((i, n, want))
+            total += n
+        budget = self.budget
+        if total > budget or need > self.usable - self.used:
+            return None
+        self.used += need
+        reqs, tokens, drafts, decode = [], [], [], []
+        for i, n, want in plan:
+            if want > held[i]:
+                held[i] = want
+            reqs.append(i)
+            tokens.append(n)
+            drafts.append(0)
+            decode.append(computed[i] >= prompt[i] + out[i] - 1)
+        budget -= total
+        if waiting and budget > 0 and len(running) < self.max_num_seqs:
+            loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
+            skipped: list[int] = []
+            while len(running) < self.max_num_seqs and budget > 0 and waiting:
+                i = waiting[0]
+                if self.stale[i] > 0:
+                    skipped.append(waiting.popleft())
+                    continue
+                lo = self.lora[i]
+                if (
+                    self.max_loras is not None
+                    and lo >= 0
+                    and len(loras) == self.max_loras
+                    and lo not in loras
+                ):
+                    skipped.append(waiting.popleft())
+                    continue
+                num_tokens = prompt[i] + out[i]
+                n = num_tokens
+                if 0 < lpt < n:
+                    n = lpt
+                if not self.chunked and n > budget:
+                    break
+                n = min(n, budget)
+                free = self.usable - self.used
+                want = self._blocks(n)
+                if self._blocks(num_tokens) > free or want > free:
+                    break
+                waiting.popleft()
+                running.append(i)
+                self.p_order[i] = None
+                if lo >= 0:
+                    loras.add(lo)
+                self.status[i] = _RUNNING
+                computed[i] = 0
+                held[i] = want
+                self.used += want
+                reqs.append(i)
+                tokens.append(n)
+                drafts.append(0)
+                decode.append(False)
+                budget -= n
+            waiting.extendleft(reversed(skipped))
+        sampled = []
+        for i, n in zip(reqs, tokens):
+            computed[i] += n
+            self.inflight[i] += n
+            chunk = computed[i] < prompt[i] + out[i] + ph[i]
+            self.prefill_chunk[i] = chunk
+            if chunk:
+                sampled.append(0)
+            else:
+                sampled.append(1)
+                if self.is_async:
+                    ph[i] += 1
+        self.finished_pending = False
+        self.tick += 1
+        return ScheduleCall(
+            clock_s, reqs, tokens, drafts, decode, [], self.used, sampled,
+            n_bulk=self.d_count, bulk_loras=frozenset(self.d_loras), tick=T,
+        )  # fmt: skip
 
     # ----- the model's output (update_from_output) ------------------------------------------
     def update(self, call: ScheduleCall) -> None:
@@ -254,9 +492,10 @@ class VllmSchedulerCore:
             self.placeholders,
             self.mml,
         )
+        in_d = self.in_d
         for i, n, d, g in zip(call.reqs, call.tokens, call.drafts, call.sampled):
-            if self.status[i] == _FINISHED:
-                continue
+            if self.status[i] == _FINISHED or in_d[i]:
+                continue  # a steady decode's update is implicit in its offset
             self.inflight[i] -= n
             stale = self.stale[i] > 0
             if stale:
@@ -283,6 +522,11 @@ class VllmSchedulerCore:
                 ph[i] -= g
             if stopped:
                 self._finish(i, call.end_s)
+        if self.bulk and not self.is_async:
+            for i in self.d_due.pop(call.tick, ()):
+                if in_d[i] and self.due[i] == call.tick:  # out reaches its limit now
+                    self._leave(i, call.tick + 1)
+                    self._finish(i, call.end_s)
         if self.k and not self.is_async and call.reqs:
             # update_draft_token_ids: k drafts for every live request that sampled a token
             for i, g in zip(call.reqs, call.sampled):
@@ -290,6 +534,7 @@ class VllmSchedulerCore:
                     self.spec[i] = 0 if self.prefill_chunk[i] else self.k
 
     def _finish(self, i: int, when_s: float) -> None:
+        self.p_order.pop(i, None)
         if self.status[i] == _RUNNING:
             self.running.remove(i)
         else:
@@ -322,13 +567,19 @@ class VllmSchedulerCore:
                 self.waiting.append(nxt)
                 self.num_unfinished += 1
                 nxt += 1
+            if self.bulk:
+                self._bulk_top(queue[0] if queue else None)
             if has_requests():
                 calls += 1
                 if calls > max_calls:
                     raise RuntimeError(
                         f"the scheduler ran {max_calls} steps without finishing: a bug"
                     )
-                call = self.schedule(now)
+                call = self.schedule_bulk(now) if self.bulk else None
+                if call is None:
+                    if self.d_count:
+                        self._materialize(queue[0] if queue else None)
+                    call = self.schedule(now)
                 now += step_time_s(call)
                 call.end_s = now
                 on_call(call)
@@ -336,7 +587,7 @@ class VllmSchedulerCore:
                     self.update(call)
                     continue
                 queue.appendleft(call)
-                if len(queue) < 2 and (call.reqs or has_requests()):
+                if len(queue) < 2 and (call.num_reqs or has_requests()):
                     continue
             elif not queue:
                 if nxt == total:

@@ -230,7 +230,7 @@ def test_workload_trace_from_presets_and_files(tmp_path):
     steps.write_text("num_tokens\n" + "\n".join(str(n) for n in [3, 9, 1, 40]) + "\n")
     trace, label = workload_trace(str(steps))
     assert trace["num_tokens"].tolist() == [3, 9, 1, 40] and label == "steps from steps.csv"
-    with pytest.raises(ValueError, match="neither a preset"):
+    with pytest.raises(ValueError, match="neither a synthetic preset"):
         workload_trace("sharegtp")
 
 

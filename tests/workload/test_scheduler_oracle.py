@@ -57,6 +57,7 @@ def replay(case: dict[str, Any], version: str) -> tuple[list[list[Any]], list[in
         limits,
         step_time_ms=lambda num_tokens, num_reqs: 1000.0,  # the oracle's clock: one per call
         accept_drafts=lambda clock_s, row, drafts: drafts if (int(clock_s) + row) % mod else 0,
+        record_calls=True,
     )
     frame = sim.run()
     run = sim.exact
