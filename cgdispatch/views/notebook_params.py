@@ -174,6 +174,8 @@ NOTEBOOK_PARAMETERS: dict[str, dict[str, Check]] = {
         "model": _choice(_model_names),
         "device": _choice(_device_presets),
         "holdout": _float(0.0, 1.0, open_low=True),
+        "kv_budget_gib": _float(0.0, 1e4, open_low=True),
+        "latency_rates": _list(_float(0.0, 1e6, open_low=True), most=64),
     },
     "05_bring_your_own_model": {
         "model_name": _choice(_model_names),

@@ -187,7 +187,7 @@ def test_the_bulk_path_agrees_with_the_replayed_path_on_every_oracle_input(versi
                 requests,
                 limits,
                 step_time_ms=lambda num_tokens, num_reqs: 1000.0,
-                accept_drafts=lambda clock_s, row, drafts: (
+                accept_drafts=lambda clock_s, row, drafts, mod=mod: (
                     drafts if (int(clock_s) + row) % mod else 0
                 ),
                 record_calls=record,
