@@ -71,7 +71,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from ..plan.tune import tune
     from ..views.model_cache import cached_cost_model
     from ..views.tune_verdict import verdict_text
-    from ..workload.sources import workload_trace
+    from ..workload.sources import workload_requests, workload_trace
 
     config = GraphConfig(
         vllm_version=args.vllm_version,
@@ -88,8 +88,12 @@ def run_tune(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         progress=not args.json and sys.stderr.isatty(),
     )
+    requests = workload_requests(
+        args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
+    )  # None for a file of steps: then no latency figures
     result = tune(
         trace,
+        requests=requests,
         config=config,
         cost_model=cached_cost_model(args.model, args.device, context_len=args.context_len),
         holdout=args.holdout,

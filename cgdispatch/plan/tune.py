@@ -33,7 +33,7 @@ from .choose import plan_ladder
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan
-from .tune_result import LOWER_IS_BETTER, TuneResult, ladder_figures
+from .tune_result import TuneResult, ladder_figures, losing_figures
 
 __all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS"]
 
@@ -78,6 +78,7 @@ def tune(
     trace_label: str = "trace",
     startup: StartupFn | None = None,
     replay: ReplayFn | None = None,
+    requests: pd.DataFrame | None = None,
 ) -> TuneResult:
     """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
 
@@ -87,9 +88,15 @@ def tune(
     budgets. Both ladders are replayed on the held-out part (``replay``, default
     :func:`compare`) and, for context, on the planning part. The recommendation is
     ``"planned"`` only when the plan's held-out mean step time is lower than the default's
-    and no latency column ``replay`` adds is worse; otherwise ``"vllm default"``.
+    and no latency column ``replay`` adds is worse by more than ``LATENCY_TOLERANCE``
+    (:func:`~cgdispatch.plan.tune_result.losing_figures`); otherwise ``"vllm default"``.
     ``kv_bytes_per_token`` turns the graph memory a plan frees into KV-cache tokens when
     ``startup`` gives no ``kv_cache_tokens``.
+
+    ``requests``: the request table behind ``trace`` (same clock). The requests arriving in
+    the held-out part then run through vLLM's own scheduler for each ladder, steps priced by
+    the ladder's dispatch, and p99 TPOT and output-token throughput join the verdict and the
+    win rule (neither may be worse for the plan to be recommended).
     """
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a resolved cgdispatch.GraphConfig")
@@ -114,6 +121,8 @@ def tune(
         "planned": planned,
         "vllm default": engine_ladders(config)["vllm"],
     }
+    if replay is None and requests is not None:
+        replay = _with_latency(_held_out_requests(trace, requests, holdout))
     replay = compare if replay is None else replay
     held = replay(test, ladders, config=config, cost_model=cost_model)
     in_sample = compare(train, ladders, config=config, cost_model=cost_model)
@@ -123,11 +132,7 @@ def tune(
     }
     held_out = {name: ladder_figures(held, name, costs[name]) for name in ladders}
     deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
-    wins = deltas["mean_step_ms"] < 0 and all(
-        deltas[k] <= 0 if lower else deltas[k] >= 0
-        for k, lower in LOWER_IS_BETTER.items()
-        if k in deltas and k != "mean_step_ms"
-    )
+    wins = not losing_figures(deltas, held_out["vllm default"])
     recommendation = "planned" if wins else "vllm default"
     return TuneResult(
         recommendation=recommendation,
@@ -144,6 +149,32 @@ def tune(
         steps_planned=len(train),
         steps_held_out=len(test),
     )
+
+
+def _held_out_requests(trace: pd.DataFrame, requests: pd.DataFrame, holdout: float) -> pd.DataFrame:
+    """The requests arriving in the trace's held-out part (the cut of ``split_holdout``),
+    their arrivals shifted to start at 0."""
+    if "time_s" not in trace.columns:
+        raise ValueError(
+            "requests need a trace with a time_s column (a simulated trace) to find the "
+            "held-out part; give a step file without requests, or simulate the requests"
+        )
+    t = trace["time_s"].to_numpy()
+    cut = t.min() + (1 - holdout) * (t.max() - t.min())
+    held = requests[requests["arrival_s"].to_numpy() >= cut].reset_index(drop=True)
+    if not len(held):
+        raise ValueError(f"no request arrives in the held-out last {holdout:g} of the trace")
+    return held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
+
+
+def _with_latency(requests: pd.DataFrame) -> ReplayFn:
+    """``compare`` plus vLLM's scheduler over ``requests``: p99 TPOT and throughput columns."""
+
+    def replay(trace: pd.DataFrame, ladders: dict, **kwargs) -> pd.DataFrame:
+        table = compare(trace, ladders, requests=requests, **kwargs)
+        return table.rename(columns={"tpot_p99_ms": "p99_tpot_ms"})
+
+    return replay
 
 
 def _deltas(

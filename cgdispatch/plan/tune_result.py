@@ -22,11 +22,37 @@ from .ladder_compare import Ladder
 if TYPE_CHECKING:
     from .tune import StartupCosts
 
-__all__ = ["TuneResult", "ladder_figures", "ladder_sizes", "LOWER_IS_BETTER", "RECOMMENDATIONS"]
+__all__ = [
+    "TuneResult",
+    "ladder_figures",
+    "ladder_sizes",
+    "losing_figures",
+    "LOWER_IS_BETTER",
+    "LATENCY_TOLERANCE",
+    "RECOMMENDATIONS",
+]
 
 RECOMMENDATIONS = ("planned", "vllm default")
 # figures the win rule reads when the held-out replay gives them: True = lower is better
 LOWER_IS_BETTER = {"mean_step_ms": True, "p99_tpot_ms": True, "throughput_tok_s": False}
+# the scheduler's figures lose only when worse by more than this share: below saturation
+# throughput is the arrival rate, and a p99 moves by one step's time
+LATENCY_TOLERANCE = 0.01
+
+
+def losing_figures(deltas: dict[str, float], default: dict[str, float]) -> list[str]:
+    """The figures on which the plan loses to vLLM's default held out: mean step time when
+    not strictly lower; p99 TPOT or throughput when worse by more than LATENCY_TOLERANCE."""
+    out = [] if deltas["mean_step_ms"] < 0 else ["mean_step_ms"]
+    for key, lower in LOWER_IS_BETTER.items():
+        if key == "mean_step_ms" or key not in deltas or not default.get(key):
+            continue
+        worse = deltas[key] / default[key] * (1 if lower else -1)
+        if worse > LATENCY_TOLERANCE:
+            out.append(key)
+    return out
+
+
 _FIGURES = (
     "num_graphs",
     "mean_step_ms",

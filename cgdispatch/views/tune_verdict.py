@@ -9,7 +9,7 @@ comes from. It decides nothing: the recommendation is the result's.
 
 from __future__ import annotations
 
-from ..plan.tune_result import TuneResult
+from ..plan.tune_result import TuneResult, losing_figures
 
 __all__ = ["verdict_lines", "verdict_text", "delta_rows", "MAX_VERDICT_LINES"]
 
@@ -100,10 +100,18 @@ def verdict_lines(
             f"recommendation: use the planned {planned['num_graphs']} sizes: "
             f"{-delta['mean_step_pct']:.2f}% faster mean step than vLLM's default held out"
         )
-    else:
+    elif "mean_step_ms" in losing_figures(delta, default):
         head = (
             f"recommendation: keep vLLM's default ({default['num_graphs']} sizes): the plan is "
             f"not faster held out ({delta['mean_step_pct']:+.2f}% mean step)"
+        )
+    else:
+        lost = losing_figures(delta, default)
+        names = {"p99_tpot_ms": "p99 TPOT", "throughput_tok_s": "throughput"}
+        worse = ", ".join(f"{names.get(k, k)} {100 * delta[k] / default[k]:+.1f}%" for k in lost)
+        head = (
+            f"recommendation: keep vLLM's default ({default['num_graphs']} sizes): the plan's "
+            f"steps are {-delta['mean_step_pct']:.2f}% faster but it loses held out on {worse}"
         )
     lines = [
         head,

@@ -167,3 +167,44 @@ def test_bad_arguments_name_the_fix(kwargs, match):
     args = {"config": _config("0.34"), "cost_model": MemoryAffine(), **kwargs}
     with pytest.raises(ValueError, match=match):
         tune(trace, **args)
+
+
+def test_requests_put_vllms_scheduler_into_the_held_out_verdict():
+    """With the request table, the held-out requests run through vLLM's scheduler per
+    ladder: p99 TPOT and throughput equal a direct ladder_latency run on those requests."""
+    from cgdispatch.plan.ladder_latency import ladder_latency
+    from cgdispatch.views.tune_verdict import verdict_lines
+    from cgdispatch.workload.sources import workload_requests
+
+    config = _config("0.34", seqs=24)
+    trace, label = workload_trace(
+        "sharegpt", num_requests=120, rate_per_s=6.0, seed=4,
+        max_num_seqs=24, max_num_batched_tokens=512,
+    )  # fmt: skip
+    requests = workload_requests("sharegpt", num_requests=120, rate_per_s=6.0, seed=4)
+    model = MemoryAffine(per_token_ms=0.02)
+    result = tune(trace, config=config, cost_model=model, max_graphs=6, requests=requests)
+    t = trace["time_s"].to_numpy()
+    cut = t.min() + 0.5 * (t.max() - t.min())
+    held = requests[requests["arrival_s"] >= cut].reset_index(drop=True)
+    held = held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
+    for name, ladder in (("planned", result.planned), ("vllm default", result.default)):
+        direct = ladder_latency(ladder_config(config, ladder), held, model)
+        assert result.held_out[name]["p99_tpot_ms"] == pytest.approx(direct["tpot_p99_ms"])
+        assert result.held_out[name]["throughput_tok_s"] == pytest.approx(
+            direct["throughput_tok_s"]
+        )
+    text = "\n".join(verdict_lines(result, model="m", device="d"))
+    assert "p99 TPOT" in text and "throughput" in text and len(text.splitlines()) <= 12
+
+
+def test_losing_figures_allow_noise_but_not_a_loss():
+    from cgdispatch.plan.tune_result import LATENCY_TOLERANCE, losing_figures
+
+    default = {"mean_step_ms": 10.0, "p99_tpot_ms": 20.0, "throughput_tok_s": 1000.0}
+    tiny = {"mean_step_ms": -0.1, "p99_tpot_ms": 0.1, "throughput_tok_s": -1.0}  # 0.5%, 0.1%
+    assert losing_figures(tiny, default) == []
+    worse = 2 * LATENCY_TOLERANCE
+    big = {"mean_step_ms": -0.1, "p99_tpot_ms": 20.0 * worse, "throughput_tok_s": -1000 * worse}
+    assert losing_figures(big, default) == ["p99_tpot_ms", "throughput_tok_s"]
+    assert losing_figures({"mean_step_ms": 0.0}, default) == ["mean_step_ms"]
