@@ -130,6 +130,7 @@ _LAZY: dict[str, str] = {
     "whatif_dashboard": "views.whatif_widgets",
     "workload_trace": "workload.sources",
     "split_holdout": "workload.sources",
+    "workload_requests": "workload.sources",
     "step_histogram_figure": "views.whatif_plots",
     "ladder_comparison_figure": "views.whatif_plots",
     "whatif_figure": "views.whatif_plots",

@@ -108,8 +108,12 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
-def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
-    """The metrics box for one what-if result, with the figures as ``data-*`` attributes."""
+def metrics_html(
+    result: WhatIfResult, trace_source: str = "trace", *, latency: dict | None = None
+) -> str:
+    """The metrics box for one what-if result, with the figures as ``data-*`` attributes;
+    ``latency`` (:func:`~cgdispatch.plan.ladder_latency.ladder_latency`'s columns) adds a row
+    of vLLM's scheduler's latencies."""
     e = html.escape
     s = result.summary
     cfg = result.config
@@ -164,6 +168,17 @@ def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
                 f"({e(str(s['source']))})",
             )
         )
+    if latency is not None:
+        rows.append(
+            (
+                "vLLM's scheduler",
+                f"TTFT p50 {latency['ttft_p50_ms']:.1f} / p99 "
+                f'<b data-testid="whatif-ttft-p99">{latency["ttft_p99_ms"]:.1f}</b> ms, TPOT '
+                f"p50 {latency['tpot_p50_ms']:.2f} / p99 {latency['tpot_p99_ms']:.2f} ms, "
+                f"{latency['throughput_tok_s']:,.0f} output tok/s, "
+                f"{int(latency['num_preemptions'])} preemptions ({e(str(s.get('source', 'model')))})",
+            )
+        )
     rows.append(("trace", f"{s['steps']} steps, {e(trace_source)}"))
     body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td>{v}</td></tr>" for k, v in rows)
     attrs = {
@@ -187,5 +202,7 @@ def metrics_html(result: WhatIfResult, trace_source: str = "trace") -> str:
         attrs["source"] = s["source"]
     if "graph_memory_bytes" in s:
         attrs["graph-memory-bytes"] = repr(float(s["graph_memory_bytes"]))
+    for key, value in (latency or {}).items():
+        attrs[key.replace("_", "-")] = repr(float(value))
     attr_text = " ".join(f'data-{k}="{e(str(v))}"' for k, v in attrs.items())
     return f"<div {attr_text}><table>{body}</table></div>"

@@ -30,6 +30,7 @@ import pandas as pd
 from ..core.config import GraphConfig
 from ..core.engine import NEWEST_VLLM_VERSION
 from ..plan.costs import CostModel, as_cost_model, cost_source
+from ..plan.ladder_latency import ladder_latency
 from ..plan.whatif import WhatIfResult
 from ..workload.trace import check_trace
 from .whatif_handlers import PlannedBoxes, metrics_html, plan_boxes, plan_for_box, whatif_for_box
@@ -66,6 +67,7 @@ class WhatIfDashboard(DispatchExplorer):
         trace_source: str = "trace",
         draw: bool = True,
         cost_models: dict[str, CostModel] | None = None,
+        requests: pd.DataFrame | None = None,
     ) -> None:
         # no config: the newest generation, as every tool that chooses for the user
         config = GraphConfig(vllm_version=NEWEST_VLLM_VERSION) if config is None else config
@@ -73,6 +75,7 @@ class WhatIfDashboard(DispatchExplorer):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
         self.trace = check_trace(trace)
         self.trace_source = trace_source
+        self.requests = requests  # with a cost model: vLLM's scheduler's latencies too
         if cost_models and cost_model is None:
             cost_model = next(iter(cost_models.values()))
         self.whatif_cost_model = as_cost_model(cost_model)
@@ -171,7 +174,10 @@ class WhatIfDashboard(DispatchExplorer):
             return
         if self.draw:  # the figure first: once the metrics show, the figure is on its way
             self.plot.value = whatif_figure(result, self.trace_source)._repr_png_()
-        self.metrics.value = metrics_html(result, self.trace_source)
+        latency = None
+        if self.requests is not None and self.whatif_cost_model is not None:
+            latency = ladder_latency(result.config, self.requests, self.whatif_cost_model)
+        self.metrics.value = metrics_html(result, self.trace_source, latency=latency)
 
 
 def whatif_dashboard(
@@ -182,6 +188,7 @@ def whatif_dashboard(
     num_tokens: int | None = None,
     trace_source: str = "trace",
     cost_models: dict[str, CostModel] | None = None,
+    requests: pd.DataFrame | None = None,
 ) -> WhatIfDashboard:
     """A dashboard to edit capture sizes and mode and see the what-if result on ``trace``.
 
@@ -195,7 +202,9 @@ def whatif_dashboard(
     trace in the figure and the table (say ``synthetic`` when it is). ``cost_models``
     (name -> model, e.g. ``{"llama-3.1-8b on H200": device_cost_model(...), "affine":
     AffineCostModel()}``) adds a model switch and a planner row (objective, max graphs,
-    "plan").
+    "plan"). ``requests`` (the request table behind ``trace``) adds vLLM's own scheduler's
+    p50/p99 TTFT and TPOT, throughput and preemptions for the sizes in the box, steps priced
+    by their dispatch (needs a cost model).
     """
     return WhatIfDashboard(
         trace,
@@ -204,4 +213,5 @@ def whatif_dashboard(
         num_tokens=num_tokens,
         trace_source=trace_source,
         cost_models=cost_models,
+        requests=requests,
     )

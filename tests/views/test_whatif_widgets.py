@@ -355,3 +355,30 @@ def test_gen2_dashboard_plans_both_boxes_and_toggles_generation():
     assert dash.decode_box.layout.display == "none"
     dash.version_box.value = "0.34"
     assert attrs(dash.metrics.value)["vllm-version"] == "0.34"
+
+
+def test_dashboard_with_requests_shows_vllms_scheduler_for_the_boxed_sizes():
+    """With the request table, the metrics carry p50/p99 TTFT and TPOT, throughput and
+    preemptions equal to a direct run of vLLM's scheduler with the box's ladder."""
+    from cgdispatch import ladder_config, synthetic_requests
+    from cgdispatch.plan.ladder_latency import ladder_latency
+    from cgdispatch.workload.trace import simulate_steps
+
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=16, max_num_batched_tokens=256)
+    requests = synthetic_requests(40, "sharegpt", rate_per_s=5.0, seed=2)
+    trace = simulate_steps(requests, max_num_seqs=16, max_num_batched_tokens=256)
+    model = AffineCostModel()
+    dash = whatif_dashboard(trace, config, model, requests=requests)
+    dash.draw = False
+    for text in ("1,2,4,8,16", "4,64,256"):
+        dash.sizes_box.value = text
+        head = dash.metrics.value.split(">", 1)[0]
+        shown = dict(re.findall(r'data-([a-z0-9-]+)="([^"]*)"', head))
+        sizes = [int(x) for x in text.split(",")]
+        direct = ladder_latency(ladder_config(config, sizes).resolve(), requests, model)
+        for key, value in direct.items():
+            assert float(shown[key.replace("_", "-")]) == pytest.approx(value), key
+        assert (
+            "vLLM&#x27;s scheduler" in dash.metrics.value
+            or "vLLM's scheduler" in dash.metrics.value
+        )
