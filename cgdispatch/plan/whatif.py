@@ -29,6 +29,7 @@ from ..core.engine import (
 from ..core.modes import CUDAGraphMode
 from ..workload.trace import check_trace
 from .costs import CostModel, as_cost_model, cost_source
+from .ladder_latency import ladder_latency
 
 __all__ = ["WhatIfResult", "evaluate", "dispatch_arrays", "MODE_CODES"]
 
@@ -163,6 +164,8 @@ def evaluate(
     config: GraphConfig | GraphDispatcher,
     trace: pd.DataFrame,
     cost_model: CostModel | None = None,
+    *,
+    requests: pd.DataFrame | None = None,
 ) -> WhatIfResult:
     """Replay ``trace`` through the dispatcher of ``config`` and report what it would do.
 
@@ -178,7 +181,10 @@ def evaluate(
     ``vllm_version``; with a cost
     model also ``mean_step_ms``, ``total_time_s``, ``source`` and, when the model has
     ``graph_memory_bytes``, ``graph_memory_bytes`` (sum over captured graphs: an upper
-    bound, pool reuse is not modelled).
+    bound, pool reuse is not modelled). With ``requests`` (the request table behind the
+    trace) also vLLM's own scheduler's latencies for this config, steps priced by its
+    dispatch (:func:`~cgdispatch.plan.ladder_latency.ladder_latency`): p50/p99 TTFT and
+    TPOT, throughput and preemptions.
     """
     dispatcher = make_graph_dispatcher(config, record_stats=False)
     trace = check_trace(trace)
@@ -200,6 +206,8 @@ def evaluate(
         step_ms = key_ms[index]
     by_size = _by_size(dispatcher, key_mode, key_pad, present % steps.width, count, key_ms)
     summary = _summary(dispatcher, by_size, len(trace), model)
+    if requests is not None:
+        summary.update(ladder_latency(dispatcher.config, requests, model))
     return WhatIfResult(
         dispatcher.config, key_mode[index], key_pad[index], step_ms, by_size, summary
     )

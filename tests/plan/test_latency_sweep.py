@@ -102,3 +102,18 @@ def test_preemption_onset_and_the_figure() -> None:
     assert labels == ["a (500 MiB graphs, 300 KV blocks)", "b (20 MiB graphs, 900 KV blocks)"]
     ys = {line.get_gid(): list(line.get_ydata()) for line in axes[2].lines if line.get_gid()}
     assert ys["latency-num_preemptions-a"] == [0, 3, 40]
+
+
+def test_evaluate_with_requests_adds_the_schedulers_latencies(config) -> None:
+    from cgdispatch.plan.ladder_latency import ladder_latency
+
+    model = MemoryModel()
+    requests = cg.synthetic_requests(50, "sharegpt", rate_per_s=4.0, seed=7)
+    trace = cg.simulate_steps(requests, max_num_seqs=32, max_num_batched_tokens=1024)
+    for sizes in ([1, 4, 16], [2, 32, 512]):
+        cfg = cg.ladder_config(config, sizes)
+        summary = cg.evaluate(cfg, trace, model, requests=requests).summary
+        direct = ladder_latency(cfg, requests, model)
+        for key, value in direct.items():
+            assert summary[key] == pytest.approx(value), key
+    assert "ttft_p99_ms" not in cg.evaluate(cfg, trace, model).summary
