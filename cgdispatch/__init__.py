@@ -104,6 +104,7 @@ _LAZY: dict[str, str] = {
     "keys_summary": "views.keys",
     "check_notebook_parameters": "views.notebook_params",
     "latency_by_rate_figure": "views.latency_figures",
+    "tradeoff_figure": "views.tune_figures",
     "preemption_onset": "views.latency_figures",
     "latency_by_rate": "plan.latency_sweep",
     "kv_blocks_within": "plan.latency_sweep",

@@ -79,6 +79,7 @@ def tune(
     startup: StartupFn | None = None,
     replay: ReplayFn | None = None,
     requests: pd.DataFrame | None = None,
+    ladders: dict[str, Ladder] | None = None,
 ) -> TuneResult:
     """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
 
@@ -97,6 +98,9 @@ def tune(
     the held-out part then run through vLLM's own scheduler for each ladder, steps priced by
     the ladder's dispatch, and p99 TPOT and output-token throughput join the verdict and the
     win rule (neither may be worse for the plan to be recommended).
+
+    ``ladders``: more ladders (e.g. ``engine_ladders(config)``) replayed beside the two, in
+    ``result.tables`` only (they do not enter the verdict).
     """
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a resolved cgdispatch.GraphConfig")
@@ -117,15 +121,14 @@ def tune(
         memory_budget_bytes=memory_budget_bytes,
         capture_budget_s=capture_budget_s,
     )
-    ladders: dict[str, Ladder] = {
-        "planned": planned,
-        "vllm default": engine_ladders(config)["vllm"],
-    }
+    extra = dict(ladders or {})
+    ladders = {"planned": planned, "vllm default": engine_ladders(config)["vllm"]}
     if replay is None and requests is not None:
         replay = _with_latency(_held_out_requests(trace, requests, holdout))
     replay = compare if replay is None else replay
-    held = replay(test, ladders, config=config, cost_model=cost_model)
-    in_sample = compare(train, ladders, config=config, cost_model=cost_model)
+    everything = {**ladders, **{k: v for k, v in extra.items() if k not in ladders}}
+    held = replay(test, everything, config=config, cost_model=cost_model)
+    in_sample = compare(train, everything, config=config, cost_model=cost_model)
     costs = {
         name: None if startup is None else startup(ladder_config(config, ladder))
         for name, ladder in ladders.items()
@@ -148,6 +151,7 @@ def tune(
         holdout=holdout,
         steps_planned=len(train),
         steps_held_out=len(test),
+        tables={"held out": held, "in sample": in_sample},
     )
 
 

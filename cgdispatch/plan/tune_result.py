@@ -10,7 +10,7 @@ out) and the ``vllm serve`` flags to paste. :meth:`TuneResult.as_dict` is the CL
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -116,6 +116,9 @@ class TuneResult:
     holdout: float
     steps_planned: int
     steps_held_out: int
+    # compare's rows for every ladder replayed ("held out", "in sample"): the plan, vLLM's
+    # default and any ladders tune was asked to replay beside them (not in --json)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.recommendation not in RECOMMENDATIONS:

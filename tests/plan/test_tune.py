@@ -208,3 +208,35 @@ def test_losing_figures_allow_noise_but_not_a_loss():
     big = {"mean_step_ms": -0.1, "p99_tpot_ms": 20.0 * worse, "throughput_tok_s": -1000 * worse}
     assert losing_figures(big, default) == ["p99_tpot_ms", "throughput_tok_s"]
     assert losing_figures({"mean_step_ms": 0.0}, default) == ["mean_step_ms"]
+
+
+def test_the_tradeoff_figure_plots_every_replayed_ladder_against_the_default():
+    from cgdispatch.views.sources import figure_source
+    from cgdispatch.views.tune_figures import tradeoff_figure
+
+    config = _config("0.34", seqs=24)
+    trace, label = workload_trace(
+        "sharegpt", num_requests=80, rate_per_s=5.0, seed=1,
+        max_num_seqs=24, max_num_batched_tokens=512,
+    )  # fmt: skip
+    extra = {k: v for k, v in engine_ladders(config).items() if k in ("pow2", "sglang")}
+    result = tune(trace, config=config, cost_model=MemoryAffine(), max_graphs=5, ladders=extra)
+    assert set(result.tables["held out"]["ladder"]) == {"planned", "vllm default", "pow2", "sglang"}
+    fig = tradeoff_figure(result)
+    assert figure_source(fig) == result.source
+    held = result.tables["held out"]
+    base = float(held.loc[held["ladder"] == "vllm default", "mean_step_ms"].iloc[0])
+    for name in held["ladder"]:
+        row = held[held["ladder"] == name].iloc[0]
+        points = [
+            c
+            for c in fig.axes[0].collections
+            if c.get_gid() == f"tradeoff-num_graphs-held out-{name}"
+        ]
+        ((x, y),) = points[0].get_offsets()
+        assert x == row["num_graphs"]
+        assert y == pytest.approx(100 * (row["mean_step_ms"] / base - 1))
+    with pytest.raises(ValueError, match="tables"):
+        from dataclasses import replace
+
+        tradeoff_figure(replace(result, tables={}))
