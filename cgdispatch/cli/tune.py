@@ -19,16 +19,6 @@ from .plan import DEVICES
 _MIB = 1 << 20
 
 
-def serve_name(model: str) -> str:
-    """The name ``vllm serve`` takes for a registry model: the Hugging Face id its
-    published shapes come from, else the registry name."""
-    from ..models.architectures import ARCHITECTURES
-
-    spec = ARCHITECTURES.get(model)
-    first = spec.source.split()[0] if spec is not None else ""
-    return first if "/" in first else model
-
-
 def _check(args: argparse.Namespace) -> None:
     from ..models.registry import model_names
     from ..workload.sources import PRODUCTION_TRACES
@@ -108,11 +98,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
         return 0
-    print(
-        verdict_text(
-            result, model=args.model, device=args.device, serve_model=serve_name(args.model)
-        )
-    )
+    print(verdict_text(result, model=args.model, device=args.device))
     return 0
 
 

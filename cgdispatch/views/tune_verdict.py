@@ -85,6 +85,16 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def serve_name(model: str) -> str:
+    """The name ``vllm serve`` takes for registry model ``model``: the Hugging Face id its
+    published shapes come from, else ``model`` itself."""
+    from ..models.architectures import ARCHITECTURES
+
+    spec = ARCHITECTURES.get(model)
+    first = spec.source.split()[0] if spec is not None else ""
+    return first if "/" in first else model
+
+
 def verdict_lines(
     result: TuneResult, *, model: str, device: str, serve_model: str = ""
 ) -> list[str]:
@@ -123,7 +133,7 @@ def verdict_lines(
         f"first {result.steps_planned})",
     ]
     lines += [f"{a:<16}{b:>16}{c:>16}{e:>12}" for a, b, c, e in delta_rows(result)]
-    lines.append(f"vllm serve {serve_model or model} {result.flags}")
+    lines.append(f"vllm serve {serve_model or serve_name(model)} {result.flags}")
     return lines[:MAX_VERDICT_LINES]
 
 
