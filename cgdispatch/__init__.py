@@ -106,6 +106,7 @@ _LAZY: dict[str, str] = {
     "latency_by_rate_figure": "views.latency_figures",
     "tradeoff_figure": "views.tune_figures",
     "dispatch_tour_conclusion": "views.conclusions",
+    "generation_line": "views.conclusions",
     "capture_conclusion": "views.conclusions",
     "sweep_conclusion": "views.conclusions",
     "byom_conclusion": "views.conclusions",

@@ -14,6 +14,7 @@ from ..core.config import GraphConfig
 from ..core.engine import capture_keys, generation_of
 
 __all__ = [
+    "generation_line",
     "dispatch_tour_conclusion",
     "capture_conclusion",
     "sweep_conclusion",
@@ -29,6 +30,21 @@ def _generation(config: GraphConfig) -> str:
     if generation_of(config) == "0.34":
         return "vLLM 0.34 (CudaGraphManager)"
     return "vLLM 0.33 (V1 CudagraphDispatcher)"
+
+
+def generation_line(vllm_version: str) -> str:
+    """The first line a notebook prints: which generation of vLLM's graph dispatch it models."""
+    from ..core.config_v2 import check_version
+    from ..core.engine import NEWEST_VLLM_VERSION
+
+    version = check_version(vllm_version)
+    if version == "0.34":
+        newest = ", the newest" if version == NEWEST_VLLM_VERSION else ""
+        return (
+            f"modelling vLLM 0.34 (CudaGraphManager{newest}): decode graphs keyed by request "
+            "count, prefill graphs by token count; -p vllm_version 0.33 for V1"
+        )
+    return "modelling vLLM 0.33 (V1 CudagraphDispatcher): one ladder of token sizes"
 
 
 def dispatch_tour_conclusion(config: GraphConfig, stats: pd.DataFrame, source: str) -> str:

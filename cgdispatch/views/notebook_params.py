@@ -139,6 +139,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict[str, Check]] = {
         "start_tokens": _TOKENS,
     },
     "02_capture_and_replay": {
+        "vllm_version": _version,
         "device": _device,
         "preset": _choice(_toy_presets),
         "capture_sizes": _list(_int(1, 4096)),
@@ -148,6 +149,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict[str, Check]] = {
         "cpu_threads": _int(1, bounds.MAX_PARALLEL),
     },
     "03_mode_sweep": {
+        "vllm_version": _version,
         "device": _optional(_device),
         "preset": _optional(_choice(_sweep_presets)),
         "modes": _optional(_list(_mode, most=5)),
@@ -178,6 +180,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict[str, Check]] = {
         "latency_rates": _list(_float(0.0, 1e6, open_low=True), most=64),
     },
     "05_bring_your_own_model": {
+        "vllm_version": _version,
         "model_name": _choice(_model_names),
         "device": _optional(_device),
         "dtype": _optional(_choice(("float32", "bfloat16", "float16"))),
