@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # notebook kernels, nbval and servers import this checkout's cgdispatch (editable install or not)
 NOTEBOOK_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
 NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
-DASHBOARD_NOTEBOOK ?= $(firstword $(wildcard notebooks/04_what_if.ipynb) notebooks/01_dispatch_tour.ipynb)
+DASHBOARD_NOTEBOOK ?= notebooks/dashboard.ipynb
 DASHBOARD_PORT ?= 8866
 LAB_PORT ?= 8888
 

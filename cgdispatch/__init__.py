@@ -105,6 +105,8 @@ _LAZY: dict[str, str] = {
     "check_notebook_parameters": "views.notebook_params",
     "latency_by_rate_figure": "views.latency_figures",
     "tradeoff_figure": "views.tune_figures",
+    "tune_dashboard": "views.tune_dashboard",
+    "TuneDashboard": "views.tune_dashboard",
     "dispatch_tour_conclusion": "views.conclusions",
     "generation_line": "views.conclusions",
     "capture_conclusion": "views.conclusions",
