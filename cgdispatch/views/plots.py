@@ -38,6 +38,7 @@ __all__ = [
     "ladder_figure",
     "hit_rate_figure",
     "speedup_figure",
+    "noise_floor",
     "step_time_figure",
 ]
 
@@ -262,12 +263,33 @@ def speedup_figure(
             gid=f"speedup-{name}",
         )
     ax.axhline(1.0, ls=":", color="0.5", lw=1)
+    floor = noise_floor(frame, by)
+    if floor is not None:
+        ax.axhspan(*floor[:2], color="0.5", alpha=0.15, lw=0, label=floor[2], gid="noise-floor")
     ax.set_xscale("log", base=2)
     ax.set_xlabel(f"{x} (tokens)")
-    ax.set_ylabel("speed-up (eager / graph, x)")
-    ax.set_title(f"step speed-up by {by}")
+    if label.startswith("measured (CPU)"):  # the CPU stand-in replays no GPU graph
+        ax.set_ylabel("eager / runner step time (x)")
+        ax.set_title(f"CPU runner overhead by {by} (CPU stand-in: not a GPU speed-up)")
+    else:
+        ax.set_ylabel("speed-up (eager / graph, x)")
+        ax.set_title(f"step speed-up by {by}")
     ax.legend(fontsize=8)
     return label_source(fig, label)
+
+
+def noise_floor(frame: pd.DataFrame, by: str = "mode") -> tuple[float, float, str] | None:
+    """The band of ratios a timing cannot tell from 1x: NONE's spread (it replays nothing,
+    so its ratio is noise), else the eager runs' p10-p90 spread; None when neither is there."""
+    if by in frame.columns and (frame[by].astype(str) == "NONE").any():
+        none = frame.loc[frame[by].astype(str) == "NONE", "speedup_x"].to_numpy(dtype=float)
+        return float(none.min()), float(none.max()), "noise floor (NONE's spread)"
+    if {"eager_p10_ms", "eager_p90_ms", "eager_ms"} <= set(frame.columns):
+        eager = frame["eager_ms"].to_numpy(dtype=float)
+        low = frame["eager_p10_ms"].to_numpy(dtype=float) / eager
+        high = frame["eager_p90_ms"].to_numpy(dtype=float) / eager
+        return float(np.nanmin(low)), float(np.nanmax(high)), "noise floor (eager p10-p90)"
+    return None
 
 
 def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure:
