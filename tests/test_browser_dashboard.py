@@ -111,3 +111,25 @@ def test_the_tune_dashboard_renders_and_follows_a_control(browser: Any, tmp_path
             screenshot(page, "voila_tune_dashboard_64")
     finally:
         context.close()
+
+
+def test_every_notebooks_conclusion_shows_in_a_browser(browser: Any, tmp_path: Path) -> None:
+    """The committed notebooks rendered to HTML (nbconvert, as the offline report does) show
+    their question first and their conclusion last, non-empty, in Chromium."""
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter()
+    context = browser.new_context()
+    block_other_hosts(context, [])
+    page = context.new_page()
+    try:
+        for path in sorted((REPO_ROOT / "notebooks").glob("0*.ipynb")):
+            body, _ = exporter.from_filename(str(path))
+            page.set_content(body, wait_until="domcontentloaded")  # offline: CDNs are blocked
+            assert page.get_by_text("The question:").first.is_visible(), path.stem
+            outputs = page.locator(".jp-OutputArea-output")
+            last = outputs.nth(outputs.count() - 1).inner_text().strip()
+            assert last.startswith(("Conclusion:", "recommendation:")), (path.stem, last[:200])
+            assert len(last) > 80
+    finally:
+        context.close()
