@@ -19,6 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,8 +42,27 @@ def to_html(notebook: Path, target: Path) -> None:
     import nbformat
 
     exporter = nbconvert.HTMLExporter()
-    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    node = nbformat.read(notebook, as_version=4)
+    offline_widgets(node)
+    body, _ = exporter.from_notebook_node(node)
     target.write_text(body, encoding="utf-8")
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def offline_widgets(node: Any) -> int:
+    """Show each widget's static snapshot (its ``text/html`` form, see
+    cgdispatch/views/snapshots.py) instead of a view that needs a widget manager from a CDN
+    and a live kernel; returns how many outputs changed."""
+    changed = 0
+    for cell in node.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "text/html" in data:
+                del data[WIDGET_VIEW]
+                changed += 1
+    return changed
 
 
 def write_index(report_dir: Path, rows: list[tuple[str, str, float]]) -> Path:

@@ -118,3 +118,48 @@ def test_every_committed_notebook_is_found_and_takes_parameters():
         cells = nbformat.read(path, as_version=4).cells
         tagged = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: papermill needs one cell tagged 'parameters'"
+
+
+def test_the_offline_report_shows_a_widgets_static_snapshot(tmp_path, monkeypatch):
+    """A dashboard in a notebook reaches the HTML report as its snapshot (its decision text
+    inline), not as a widget view that needs a CDN's widget manager and a kernel."""
+    monkeypatch.setenv("PYTHONPATH", "")
+    runner = load_runner()
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    write_notebook(
+        nbdir / "01_widget.ipynb",
+        [
+            "num_tokens = 5",
+            "import cgdispatch as cg\n"
+            "cg.dispatch_explorer(cg.GraphConfig(vllm_version='0.33', cudagraph_capture_sizes=[1, 2, 8]),"
+            " num_tokens=num_tokens)",
+        ],
+    )
+    out, report = tmp_path / "out", tmp_path / "report"
+    assert (
+        runner.main(["--notebook-dir", str(nbdir), "--out", str(out), "--report", str(report)]) == 0
+    )
+    executed = (out / "01_widget.ipynb").read_text()
+    assert runner.WIDGET_VIEW in executed and "static snapshot" in executed  # both forms kept
+    page = (report / "01_widget.html").read_text()
+    assert "static snapshot of an interactive widget" in page
+    assert 'data-testid="dispatch-decision"' in page and "data-padded-size=" in page
+    assert runner.WIDGET_VIEW not in page.split("<body", 1)[1]
+
+
+def test_static_html_renders_boxes_values_and_images():
+    import ipywidgets as w
+
+    from cgdispatch.views.snapshots import static_html
+
+    box = w.VBox(
+        [
+            w.HBox([w.IntSlider(value=7, description="num_tokens"), w.Button(description="plan")]),
+            w.HTML("<b id='m'>metrics</b>"),
+            w.Image(value=b"\x89PNG..", format="png"),
+        ]
+    )
+    text = static_html(box)
+    assert "num_tokens: <b>7</b>" in text and "<b id='m'>metrics</b>" in text
+    assert "data:image/png;base64,iVBORy4u" in text and "plan" not in text

@@ -25,6 +25,7 @@ from ..workload.sources import PRODUCTION_TRACES, workload_requests, workload_tr
 from ..workload.synthetic import LENGTH_PRESETS
 from .explorer_handlers import message_html
 from .model_cache import cached_cost_model
+from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
 from .tune_verdict import verdict_lines
 
@@ -33,7 +34,7 @@ __all__ = ["TuneDashboard", "tune_dashboard"]
 _TRACES = [*LENGTH_PRESETS, *PRODUCTION_TRACES]
 
 
-class TuneDashboard(w.VBox):
+class TuneDashboard(Snapshot, w.VBox):
     """Controls for what ``python -m cgdispatch tune`` takes, and its verdict, live.
 
     ``result`` holds the last :class:`~cgdispatch.plan.tune_result.TuneResult` (None after a

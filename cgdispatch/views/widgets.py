@@ -38,6 +38,7 @@ from .explorer_handlers import (
     parse_sizes_box,
     slider_max,
 )
+from .snapshots import Snapshot
 
 __all__ = [
     "parse_sizes_box",
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-class DispatchExplorer(w.VBox):
+class DispatchExplorer(Snapshot, w.VBox):
     """The dispatch explorer: batch controls in, the dispatcher's decision out.
 
     It asks a ``CudagraphDispatcher`` (V1) or ``CudaGraphManager`` (generation 2), rebuilt
