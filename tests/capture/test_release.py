@@ -15,13 +15,14 @@ TINY = PRESETS["toy-tiny"].replace(num_layers=1)
 MODES = ["FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "NONE"]
 
 
-def test_fifty_runners_created_and_released_leave_nothing_behind():
+def test_ten_runners_created_and_released_leave_nothing_behind():
+    """Two runners per mode, one with weak outputs and one without (i and i + 5)."""
     gc.collect()
     graphs0, pool0 = live_graph_count(), stand_in_pool_bytes()
     model = build_toy_model(TINY)
     batch = None
     gone = []
-    for i in range(50):
+    for i in range(10):
         mode = MODES[i % len(MODES)]
         config = GraphConfig(
             cudagraph_mode=mode, cudagraph_capture_sizes=[1, 2, 4], max_num_seqs=TINY.num_slots
