@@ -198,63 +198,81 @@ class VllmSchedulerCore:
             decode.append(computed[i] >= prompt[i] + out[i] - 1)
             budget -= n
             idx += 1
-        num_running_scheduled = len(reqs)
         if not preempted:
-            loras = {self.lora[j] for j in running if self.lora[j] >= 0}
-            skipped: list[int] = []
-            while len(running) < self.max_num_seqs and budget > 0 and waiting:
-                i = waiting[0]
-                if self.stale[i] > 0:  # its preempted step's output is still in flight
-                    skipped.append(waiting.popleft())
-                    continue
-                lo = self.lora[i]
-                if (
-                    self.max_loras is not None
-                    and lo >= 0
-                    and len(loras) == self.max_loras
-                    and lo not in loras
-                ):
-                    skipped.append(waiting.popleft())
-                    continue
-                num_tokens = prompt[i] + out[i]
-                n = num_tokens
-                pad = False
-                # vLLM pads a lone token to a uniform decode when the step has decodes
-                if (
-                    k
-                    and n == 1
-                    and not prefill_scheduled
-                    and num_running_scheduled
-                    and k + 2 <= mml
-                ):
-                    if 1 + k > budget:
-                        break
-                    n, pad = 1 + k, True
-                if 0 < lpt < n:
-                    n = lpt
-                if not self.chunked and n > budget:
+            # vLLM pads a lone token to a uniform decode when the step has decodes
+            pad = bool(k and not prefill_scheduled and reqs and k + 2 <= mml)
+            loras = None
+            if self.max_loras is not None:
+                loras = {self.lora[j] for j in running if self.lora[j] >= 0}
+            self._admit(budget, lpt, pad, loras, (reqs, tokens, drafts, decode))
+        return self._scheduled(clock_s, (reqs, tokens, drafts, decode), preempted)
+
+    def _admit(
+        self,
+        budget: int,
+        lpt: int,
+        pad: bool,
+        loras: set[int] | None,
+        lists: tuple[list[int], list[int], list[int], list[bool]],
+    ) -> None:
+        """Admit waiting requests in FCFS order while the step has room (``Scheduler.schedule``'s
+        waiting loop); ``loras``: adapters running (None without a LoRA limit); ``pad``: a
+        lone token may be padded to a uniform decode of 1 + k."""
+        prompt, out, k = self.prompt, self.out, self.k
+        running, waiting = self.running, self.waiting
+        reqs, tokens, drafts, decode = lists
+        skipped: list[int] = []
+        while len(running) < self.max_num_seqs and budget > 0 and waiting:
+            i = waiting[0]
+            if self.stale[i] > 0:  # its preempted step's output is still in flight
+                skipped.append(waiting.popleft())
+                continue
+            lo = self.lora[i]
+            if loras is not None and lo >= 0 and len(loras) == self.max_loras and lo not in loras:
+                skipped.append(waiting.popleft())
+                continue
+            num_tokens = prompt[i] + out[i]
+            n, padded = num_tokens, False
+            if pad and n == 1:
+                if 1 + k > budget:
                     break
-                n = min(n, budget)
-                free = self.usable - self.used
-                want = self._blocks(n)
-                if self._blocks(num_tokens) > free or want > free:  # the whole sequence must fit
-                    break
-                waiting.popleft()
-                running.append(i)
-                self.p_order[i] = None
-                if lo >= 0:
-                    loras.add(lo)
-                self.status[i] = _RUNNING
-                computed[i] = 0
-                self.held[i] = want
-                self.used += want
-                reqs.append(i)
-                tokens.append(n)
-                drafts.append(k if pad else 0)
-                decode.append(False)
-                budget -= n
-            waiting.extendleft(reversed(skipped))
-        # _update_after_schedule (and AsyncScheduler's)
+                n, padded = 1 + k, True
+            if 0 < lpt < n:
+                n = lpt
+            if not self.chunked and n > budget:
+                break
+            n = min(n, budget)
+            free = self.usable - self.used
+            want = self._blocks(n)
+            if self._blocks(num_tokens) > free or want > free:  # the whole sequence must fit
+                break
+            waiting.popleft()
+            running.append(i)
+            self.p_order[i] = None
+            if loras is not None and lo >= 0:
+                loras.add(lo)
+            self.status[i] = _RUNNING
+            self.computed[i] = 0
+            self.held[i] = want
+            self.used += want
+            reqs.append(i)
+            tokens.append(n)
+            drafts.append(k if padded else 0)
+            decode.append(False)
+            budget -= n
+        waiting.extendleft(reversed(skipped))
+
+    def _scheduled(
+        self,
+        clock_s: float,
+        lists: tuple[list[int], list[int], list[int], list[bool]],
+        preempted: list[int],
+        n_bulk: int = 0,
+        bulk_loras: frozenset[int] = frozenset(),
+    ) -> ScheduleCall:
+        """``_update_after_schedule`` (and AsyncScheduler's) for the listed requests; the call."""
+        prompt, out, computed, ph = self.prompt, self.out, self.computed, self.placeholders
+        reqs, tokens, drafts, decode = lists
         sampled = []
         for i, n, d in zip(reqs, tokens, drafts):
             computed[i] += n
@@ -267,12 +285,13 @@ class VllmSchedulerCore:
                 sampled.append(1 + (self.accept(clock_s, i, d) if d else 0))
                 if self.is_async:
                     ph[i] += 1 + d
-                    self.spec[i] = k
+                    self.spec[i] = self.k
         self.finished_pending = False
         self.tick += 1
         return ScheduleCall(
-            clock_s, reqs, tokens, drafts, decode, preempted, self.used, sampled, tick=self.tick - 1
-        )
+            clock_s, reqs, tokens, drafts, decode, preempted, self.used, sampled,
+            n_bulk=n_bulk, bulk_loras=bulk_loras, tick=self.tick - 1,
+        )  # fmt: skip
 
     # ----- the bulk path --------------------------------------------------------------------
     def _limit(self, i: int) -> int:
@@ -421,67 +440,12 @@ class VllmSchedulerCore:
             drafts.append(0)
             decode.append(computed[i] >= prompt[i] + out[i] - 1)
         budget -= total
-        if waiting and budget > 0 and len(running) < self.max_num_seqs:
+        loras = None
+        if self.max_loras is not None:
             loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
-            skipped: list[int] = []
-            while len(running) < self.max_num_seqs and budget > 0 and waiting:
-                i = waiting[0]
-                if self.stale[i] > 0:
-                    skipped.append(waiting.popleft())
-                    continue
-                lo = self.lora[i]
-                if (
-                    self.max_loras is not None
-                    and lo >= 0
-                    and len(loras) == self.max_loras
-                    and lo not in loras
-                ):
-                    skipped.append(waiting.popleft())
-                    continue
-                num_tokens = prompt[i] + out[i]
-                n = num_tokens
-                if 0 < lpt < n:
-                    n = lpt
-                if not self.chunked and n > budget:
-                    break
-                n = min(n, budget)
-                free = self.usable - self.used
-                want = self._blocks(n)
-                if self._blocks(num_tokens) > free or want > free:
-                    break
-                waiting.popleft()
-                running.append(i)
-                self.p_order[i] = None
-                if lo >= 0:
-                    loras.add(lo)
-                self.status[i] = _RUNNING
-                computed[i] = 0
-                held[i] = want
-                self.used += want
-                reqs.append(i)
-                tokens.append(n)
-                drafts.append(0)
-                decode.append(False)
-                budget -= n
-            waiting.extendleft(reversed(skipped))
-        sampled = []
-        for i, n in zip(reqs, tokens):
-            computed[i] += n
-            self.inflight[i] += n
-            chunk = computed[i] < prompt[i] + out[i] + ph[i]
-            self.prefill_chunk[i] = chunk
-            if chunk:
-                sampled.append(0)
-            else:
-                sampled.append(1)
-                if self.is_async:
-                    ph[i] += 1
-        self.finished_pending = False
-        self.tick += 1
-        return ScheduleCall(
-            clock_s, reqs, tokens, drafts, decode, [], self.used, sampled,
-            n_bulk=self.d_count, bulk_loras=frozenset(self.d_loras), tick=T,
-        )  # fmt: skip
+        lists = (reqs, tokens, drafts, decode)
+        self._admit(budget, lpt, False, loras, lists)
+        return self._scheduled(clock_s, lists, [], self.d_count, frozenset(self.d_loras))
 
     # ----- the model's output (update_from_output) ------------------------------------------
     def update(self, call: ScheduleCall) -> None:

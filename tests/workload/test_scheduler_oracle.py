@@ -26,8 +26,8 @@ def fixture(version: str) -> dict[str, Any]:
     return json.loads((DATA / f"scheduler-{version}.json").read_text())
 
 
-def replay(case: dict[str, Any], version: str) -> tuple[list[list[Any]], list[int]]:
-    """The simulator's answer in the fixture's shape (steps, finish clock per request)."""
+def simulator(case: dict[str, Any], version: str, record_calls: bool) -> SchedulerSimulator:
+    """The simulator for a fixture case: its requests, limits, clock and draft acceptance."""
     inp, cfg = case["inputs"], case["config"]
     reqs = inp["requests"]
     requests = pd.DataFrame(
@@ -52,13 +52,19 @@ def replay(case: dict[str, Any], version: str) -> tuple[list[list[Any]], list[in
         async_scheduling=cfg["async_scheduling"],
     )
     mod = inp["accept_mod"]
-    sim = SchedulerSimulator(
+    return SchedulerSimulator(
         requests,
         limits,
         step_time_ms=lambda num_tokens, num_reqs: 1000.0,  # the oracle's clock: one per call
         accept_drafts=lambda clock_s, row, drafts: drafts if (int(clock_s) + row) % mod else 0,
-        record_calls=True,
+        record_calls=record_calls,
     )
+
+
+def replay(case: dict[str, Any], version: str) -> tuple[list[list[Any]], list[int]]:
+    """The simulator's answer in the fixture's shape (steps, finish clock per request)."""
+    inp = case["inputs"]
+    sim = simulator(case, version, record_calls=True)
     frame = sim.run()
     run = sim.exact
     rows = run.rows
@@ -157,41 +163,9 @@ def test_the_bulk_path_agrees_with_the_replayed_path_on_every_oracle_input(versi
     request times as the per-request path that matched vLLM above."""
     differ = []
     for case in fixture(version)["cases"]:
-        inp, cfg = case["inputs"], case["config"]
-        reqs = inp["requests"]
-        requests = pd.DataFrame(
-            {
-                "arrival_s": [float(r[0]) for r in reqs],
-                "prompt_tokens": [r[1] for r in reqs],
-                "output_tokens": [r[2] for r in reqs],
-                "lora_id": [r[3] if r[3] else -1 for r in reqs],
-            }
-        )
-        limits = SchedulerLimits(
-            max_num_seqs=cfg["max_num_seqs"],
-            max_num_batched_tokens=cfg["max_num_batched_tokens"],
-            num_speculative_tokens=cfg["num_speculative_tokens"],
-            enable_chunked_prefill=cfg["enable_chunked_prefill"],
-            max_loras=cfg["max_loras"],
-            vllm_version=version[:4],
-            long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-            max_model_len=cfg["max_model_len"],
-            block_size=cfg["block_size"],
-            num_gpu_blocks=inp["num_gpu_blocks"],
-            async_scheduling=cfg["async_scheduling"],
-        )
-        mod = inp["accept_mod"]
         out = []
         for record in (True, False):
-            sim = SchedulerSimulator(
-                requests,
-                limits,
-                step_time_ms=lambda num_tokens, num_reqs: 1000.0,
-                accept_drafts=lambda clock_s, row, drafts, mod=mod: (
-                    drafts if (int(clock_s) + row) % mod else 0
-                ),
-                record_calls=record,
-            )
+            sim = simulator(case, version[:4], record_calls=record)
             out.append((sim.run(), sim.exact.request_times()))
         (a, ta), (b, tb) = out
         if not (a.equals(b) and ta.equals(tb)):
