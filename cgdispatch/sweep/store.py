@@ -445,7 +445,7 @@ def load_reference(
 ) -> pd.DataFrame | None:
     """GPU reference rows shipped in ``cgdispatch/data/reference_*.csv``, or None if none.
 
-    Each file holds sweep rows measured on a GPU plus a ``reference_date`` column; the
+    Each file of sweep rows (with a ``mode`` column; other reference files are left alone) holds rows measured on a GPU plus a ``reference_date`` column; the
     ``source`` becomes ``reference data (<device_name>, <date>)``. ``gpu`` keeps rows whose
     device name contains it (case-insensitive). No reference data is invented: when no
     file is shipped this returns None.
@@ -455,6 +455,8 @@ def load_reference(
     frames = []
     for file in files:
         frame = pd.read_csv(file)
+        if "mode" not in frame.columns:
+            continue  # reference data of another shape (e.g. vLLM start-ups), not sweep rows
         if "reference_date" not in frame or "device_name" not in frame:
             raise ValueError(
                 f"reference file {file} lacks reference_date or device_name columns: "
