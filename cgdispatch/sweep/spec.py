@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import validate as _bounds
+from ..core.config_v2 import VLLM_VERSIONS as _RELEASES
 from ..core.config_v2 import check_version
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
@@ -21,7 +22,7 @@ __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
 BATCH_KINDS = ("decode", "mixed")
 DTYPES = ("float32", "bfloat16", "float16")
-VLLM_VERSIONS = ("0.33", "0.34")
+VLLM_VERSIONS = tuple(_RELEASES)  # the releases cgdispatch models, oldest first
 MAX_REPEATS = _bounds.MAX_REPEATS
 # the upper bound of each count in a spec (cgdispatch.core.validate.BOUNDS)
 _COUNT_BOUNDS = {

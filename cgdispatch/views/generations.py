@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..core.config import GraphConfig
+from ..core.config_v2 import VLLM_VERSIONS as _RELEASES
 from ..core.engine import (
     dispatch_step,
     for_generation,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VLLM_VERSIONS", "generation_configs", "generations_table", "generations_figure"]
 
-VLLM_VERSIONS = ("0.33", "0.34")
+VLLM_VERSIONS = tuple(_RELEASES)  # the releases cgdispatch models, oldest first
 _COLORS = {"0.33": "#1f77b4", "0.34": "#d62728"}
 _WIDTHS = {"0.33": 3.5, "0.34": 1.3}  # V1 wide underneath: where both agree, both show
 SOURCE = "computed from the config (vLLM 0.33 and 0.34 dispatch rules)"

@@ -537,7 +537,9 @@ class VllmSchedulerCore:
                 calls += 1
                 if calls > max_calls:
                     raise RuntimeError(
-                        f"the scheduler ran {max_calls} steps without finishing: a bug"
+                        f"vLLM's scheduler made no progress in {max_calls} calls: requests keep "
+                        "preempting each other in a KV cache this small, or this is a bug; "
+                        "give more num_gpu_blocks (and report the trace if that does not help)"
                     )
                 call = self.schedule_bulk(now) if self.bulk else None
                 if call is None:
