@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     REPO_ROOT,
     SCREENSHOTS,
     block_other_hosts,
@@ -55,16 +52,6 @@ def expected_verdict(max_num_seqs: int) -> Any:
         trace_label=label,
         requests=workload_requests("sharegpt", num_requests=1000, rate_per_s=8.0),
     )
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def test_the_tune_dashboard_renders_and_follows_a_control(browser: Any, tmp_path: Path) -> None:

@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 from browser_support import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     REPO_ROOT,
     block_other_hosts,
     browser_skip_reason,
@@ -119,16 +117,6 @@ def answer(dispatcher: GraphDispatcher, n: int, uniform: bool = False) -> tuple[
 @pytest.fixture(scope="module")
 def expected() -> Expected:
     return Expected(notebook_parameters(NOTEBOOK))
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

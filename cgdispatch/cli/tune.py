@@ -21,7 +21,7 @@ _MIB = 1 << 20
 
 def _check(args: argparse.Namespace) -> None:
     from ..models.registry import model_names
-    from ..workload.sources import PRODUCTION_TRACES
+    from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
     from ..workload.synthetic import LENGTH_PRESETS
 
     for flag in (
@@ -45,8 +45,7 @@ def _check(args: argparse.Namespace) -> None:
     usable = [n for n in model_names() if not n.startswith("hf-")]
     if args.model not in usable:
         raise ValueError(f"--model {args.model!r} is unknown here: use one of {usable}")
-    known = [*LENGTH_PRESETS, *PRODUCTION_TRACES, "-"]
-    if args.trace not in known and not Path(args.trace).exists():
+    if args.trace not in (*TRACE_NAMES, "-") and not Path(args.trace).exists():
         raise ValueError(
             f"--trace {args.trace}: no such file and not a synthetic preset "
             f"({sorted(LENGTH_PRESETS)}) or production trace ({sorted(PRODUCTION_TRACES)}): "

@@ -25,7 +25,7 @@ from ..workload.synthetic import synthetic_requests
 from .costs import CostModel, cost_source
 from .gen2_ladder import Gen2Ladder, ladder_config
 from .ladder_latency import KvBlocksFn, ladder_latency
-from .whatif import _graph_costs
+from .whatif import graph_costs
 
 __all__ = ["graph_memory_of", "kv_blocks_within", "latency_by_rate"]
 
@@ -34,7 +34,7 @@ _MIB = 1 << 20
 
 def graph_memory_of(config: GraphConfig, cost_model: CostModel) -> float:
     """Modelled graph memory (bytes) of the graphs ``config`` captures: the shared pool."""
-    return float(_graph_costs(capture_keys(config), cost_model).get("graph_memory_bytes", 0.0))
+    return float(graph_costs(capture_keys(config), cost_model).get("graph_memory_bytes", 0.0))
 
 
 def kv_blocks_within(

@@ -31,7 +31,7 @@ from ..workload.trace import check_trace
 from .costs import CostModel, as_cost_model, cost_source
 from .ladder_latency import ladder_latency
 
-__all__ = ["WhatIfResult", "evaluate", "dispatch_arrays", "MODE_CODES"]
+__all__ = ["WhatIfResult", "evaluate", "dispatch_arrays", "graph_costs", "MODE_CODES"]
 
 # runtime mode <-> int8 code in per-step arrays (the enum values of the runtime modes)
 MODE_CODES: dict[CUDAGraphMode, int] = {
@@ -275,7 +275,7 @@ def _summary(
         out["mean_step_ms"] = total_ms / steps
         out["total_time_s"] = total_ms / 1e3
         out["source"] = cost_source(model)
-        out.update(_graph_costs(keys, model))
+        out.update(graph_costs(keys, model))
     return out
 
 
@@ -293,7 +293,7 @@ def _num_graphs(dispatcher: GraphDispatcher, keys: list[CaptureKey]) -> int:
     )
 
 
-def _graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:
+def graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:
     """Graph memory (weak-output pool: graphs are captured into one pool and vLLM keeps only
     weak references to their outputs, so the pool is the largest graph's) and capture time."""
     out: dict[str, float] = {}

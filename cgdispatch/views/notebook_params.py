@@ -86,11 +86,10 @@ def _text(name: str, value: Any) -> str:
 
 
 def _workload(name: str, value: Any) -> str:
-    from ..workload.sources import PRODUCTION_TRACES
+    from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
     from ..workload.synthetic import LENGTH_PRESETS
 
-    names = [*LENGTH_PRESETS, *PRODUCTION_TRACES]
-    if isinstance(value, str) and (value in names or Path(value).is_file()):
+    if isinstance(value, str) and (value in TRACE_NAMES or Path(value).is_file()):
         return value
     raise ValueError(
         f"{name}={value!r} is neither a synthetic preset ({sorted(LENGTH_PRESETS)}), a "

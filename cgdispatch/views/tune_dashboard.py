@@ -21,8 +21,7 @@ from ..estimate.kv_bytes import kv_bytes_per_token
 from ..models.architectures import ARCHITECTURES
 from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
-from ..workload.sources import PRODUCTION_TRACES, workload_requests, workload_trace
-from ..workload.synthetic import LENGTH_PRESETS
+from ..workload.sources import TRACE_NAMES, workload_requests, workload_trace
 from .explorer_handlers import message_html
 from .model_cache import cached_cost_model
 from .snapshots import Snapshot
@@ -30,8 +29,6 @@ from .tune_figures import tradeoff_figure
 from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]
-
-_TRACES = [*LENGTH_PRESETS, *PRODUCTION_TRACES]
 
 
 class TuneDashboard(Snapshot, w.VBox):
@@ -71,7 +68,7 @@ class TuneDashboard(Snapshot, w.VBox):
             options=sorted(DEVICE_PRESETS), value=device, description="device", style=style
         )
         self.trace_box = w.Combobox(
-            options=_TRACES, value=trace, description="traffic", ensure_option=False,
+            options=list(TRACE_NAMES), value=trace, description="traffic", ensure_option=False,
             placeholder="preset, production trace or CSV path", style=style,
         )  # fmt: skip
         self.seqs_box = w.BoundedIntText(

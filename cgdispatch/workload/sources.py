@@ -29,6 +29,9 @@ PRODUCTION_TRACES = {
     "azure-code": "azure_llm_2023_code.csv",  # the same, code completion
 }
 
+# every trace a name gives: the synthetic presets, then the shipped production traces
+TRACE_NAMES = (*LENGTH_PRESETS, *PRODUCTION_TRACES)
+
 
 def trace_path(workload: str | Path) -> str | Path:
     """The file behind a shipped production trace's name (``azure-conv``), else ``workload``."""

@@ -112,9 +112,7 @@ class VllmSchedulerCore:
         # their computed tokens are ``tick + off[i]`` and every other field follows
         self.bulk = bulk and num_speculative_tokens == 0
         self.tick = 0
-        self.in_d = [False] * n
         self.off = [0] * n
-        self.d_count = 0
         self.phase_cnt = [0] * block_size  # steady decodes per (off mod block_size)
         self.d_loras: dict[int, int] = {}  # adapter id -> steady decodes using it
         self.d_due: dict[int, list[int]] = {}  # tick -> members that finish (sync) or leave
@@ -122,6 +120,11 @@ class VllmSchedulerCore:
         self.d_members: dict[int, None] = {}  # the steady set, in joining order
         self.due = [0] * n  # the tick of each member's entry in d_due
         self.joined = [0] * n  # the loop top at which each member joined
+
+    @property
+    def d_count(self) -> int:
+        """Steady decodes held in bulk right now."""
+        return len(self.d_members)
 
     def prompt_total(self) -> int:
         return sum(self.prompt)
@@ -325,12 +328,10 @@ class VllmSchedulerCore:
             due = T + self._limit(i) - out - 1  # the call whose update gives its last token
             if due < T:
                 return False
-        self.in_d[i] = True
         self.joined[i] = T
         self.off[i] = off
         self.due[i] = due
         self.d_due.setdefault(due, []).append(i)
-        self.d_count += 1
         self.phase_cnt[off % self.bs] += 1
         lo = self.lora[i]
         if lo >= 0:
@@ -351,8 +352,6 @@ class VllmSchedulerCore:
         else:
             self.out[i] = computed - self.prompt[i] + 1
         self.held[i] = self._blocks(computed)
-        self.in_d[i] = False
-        self.d_count -= 1
         self.phase_cnt[off % self.bs] -= 1
         lo = self.lora[i]
         if lo >= 0:
@@ -380,7 +379,7 @@ class VllmSchedulerCore:
         """At a loop top: async members whose end is near leave; steady requests join."""
         if self.is_async:
             for i in self.d_due.pop(self.tick, ()):
-                if self.in_d[i] and self.due[i] == self.tick:
+                if i in self.d_members and self.due[i] == self.tick:
                     self._leave_in_flight(i, in_flight)
         for i in [j for j in self.p_order if self.status[j] == _RUNNING]:
             self._join(i)
@@ -456,9 +455,9 @@ class VllmSchedulerCore:
             self.placeholders,
             self.mml,
         )
-        in_d = self.in_d
+        members = self.d_members
         for i, n, d, g in zip(call.reqs, call.tokens, call.drafts, call.sampled):
-            if self.status[i] == _FINISHED or in_d[i]:
+            if self.status[i] == _FINISHED or i in members:
                 continue  # a steady decode's update is implicit in its offset
             self.inflight[i] -= n
             stale = self.stale[i] > 0
@@ -488,7 +487,7 @@ class VllmSchedulerCore:
                 self._finish(i, call.end_s)
         if self.bulk and not self.is_async:
             for i in self.d_due.pop(call.tick, ()):
-                if in_d[i] and self.due[i] == call.tick:  # out reaches its limit now
+                if i in members and self.due[i] == call.tick:  # out reaches its limit now
                     self._leave(i, call.tick + 1)
                     self._finish(i, call.end_s)
         if self.k and not self.is_async and call.reqs:
