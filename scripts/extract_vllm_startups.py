@@ -34,7 +34,8 @@ COLUMNS = [
     "piecewise_graphs", "piecewise_largest", "full_graphs", "full_largest",
     "cudagraph_capture_sizes", "capture_s", "graph_memory_gib",
     "graph_memory_gib_vllm_estimate", "weights_gib", "kv_cache_gib", "kv_cache_tokens",
-    "compile_s", "source",
+    "compile_s", "total_memory_gib", "activation_peak_gib", "non_torch_increase_gib",
+    "max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "source",
 ]  # fmt: skip
 
 _NUM = r"([0-9][0-9.,]*)"
@@ -68,6 +69,15 @@ def parse_log(run: str, text: str) -> dict[str, Any]:
     capture = _all(rf"Graph capturing finished in {_NUM} secs", text)
     device = re.search(r"--(h100|h200|a100|b200)-(\d+)gb--", run)
     utilization = _first(r"'gpu_memory_utilization': ([0-9.]+)", args_line)
+    kv_gib = _all(rf"Available KV cache memory: {_NUM} GiB", text)
+    # per rank: torch peak increase and non-torch increase of the profile run; keep the rank
+    # with the most non-KV memory (the one that bounds the KV cache)
+    ranks = re.findall(
+        rf"Total non KV cache memory: {_NUM}GiB; torch peak memory increase: {_NUM}GiB; "
+        rf"non-torch forward increase memory: {_NUM}GiB",
+        text,
+    )
+    binding = max(ranks, key=lambda r: float(r[0])) if ranks else None
 
     def num(pattern: str, where: str = text) -> float | None:
         value = _first(pattern, where)
@@ -96,9 +106,16 @@ def parse_log(run: str, text: str) -> dict[str, Any]:
         "graph_memory_gib": max(float(a) for a, _ in pools) if pools else None,
         "graph_memory_gib_vllm_estimate": max(float(e) for _, e in pools) if pools else None,
         "weights_gib": num(rf"Model loading took {_NUM} GiB memory"),
-        "kv_cache_gib": num(rf"Available KV cache memory: {_NUM} GiB"),
+        # the engine sizes the cache for the rank with the least room: the smallest figure
+        "kv_cache_gib": min(kv_gib) if kv_gib else None,
         "kv_cache_tokens": num(rf"GPU KV cache size: {_NUM} tokens"),
         "compile_s": num(rf"torch\.compile took {_NUM} s in total"),
+        "total_memory_gib": num(r"total_memory=([0-9.]+)GiB"),
+        "activation_peak_gib": float(binding[1]) if binding else None,
+        "non_torch_increase_gib": float(binding[2]) if binding else None,
+        "max_num_batched_tokens": num(r"max_num_batched_tokens=(\d+)"),
+        "max_num_seqs": num(r"Defaulting max_num_seqs to (\d+)") or num(r"'max_num_seqs': (\d+)"),
+        "num_gpu_blocks": num(r"num_gpu_blocks is: (\d+)"),
     }
 
 

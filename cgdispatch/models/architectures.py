@@ -44,16 +44,35 @@ class ArchSpec:
     dtype: str = "bfloat16"  # torch_dtype
     max_seq_len: int = 1024  # KV positions per slot in the stand-in cache (context length)
     num_slots: int = 256  # request slots in the stand-in cache (max_num_seqs)
+    # the fields below let published models other than Llama be traced (models/published.py);
+    # their defaults are the Llama block above
+    head_size: int = 0  # head_dim when it is not hidden_size // num_heads (0: derived)
+    qkv_bias: bool = False  # attention_bias / Qwen's qkv bias
+    gated_mlp: bool = True  # SwiGLU (gate, up, down); False: fc1, GELU, fc2 (phi-2)
+    norms_per_layer: int = 2  # RMSNorms per layer (Gemma 2/3: 4, sandwich norms)
+    qk_norm: bool = False  # RMSNorm on q and k heads (Qwen3, Gemma 3)
+    num_experts: int = 0  # routed experts (0: dense MLP)
+    experts_per_token: int = 0  # num_experts_per_tok
+    moe_intermediate_size: int = 0  # each expert's MLP size
+    shared_intermediate_size: int = 0  # shared experts' MLP size (0: none)
+    dense_layers: int = 0  # leading layers with a dense MLP in a mixture-of-experts model
+    kv_lora_rank: int = 0  # multi-head latent attention's KV rank (0: plain attention)
+    qk_rope_head_dim: int = 0  # latent attention: the rotary part of each head
+    layer_offset: int = 0  # index of the first layer (a pipeline stage after the first)
+    has_embedding: bool = True  # the first pipeline stage holds the token embedding
+    has_head: bool = True  # the last pipeline stage holds the final norm and LM head
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel_size
-        for name in ("num_heads", "num_kv_heads", "intermediate_size", "vocab_size"):
+        for name in ("num_heads", "intermediate_size", "vocab_size"):
             if getattr(self, name) % tp:
                 raise ValueError(
                     f"{name}={getattr(self, name)} is not divisible by tensor_parallel_size={tp}: "
                     "choose a TP size that divides heads, KV heads, intermediate and vocab"
                 )
-        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+        if self.num_heads % max(self.num_kv_heads, 1) or (
+            not self.head_size and self.hidden_size % self.num_heads
+        ):
             raise ValueError(
                 f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads="
                 f"{self.num_kv_heads} are invalid: hidden must divide by heads, heads by KV heads"
@@ -61,11 +80,13 @@ class ArchSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_size or self.hidden_size // self.num_heads
 
     def shard(self, name: str) -> int:
-        """A sharded dimension on one rank (``num_heads``, ``num_kv_heads``, ...)."""
-        return getattr(self, name) // self.tensor_parallel_size
+        """A sharded dimension on one rank (``num_heads``, ``num_kv_heads``, ...); KV heads
+        are replicated when there are fewer than ranks (at least one per rank)."""
+        value = getattr(self, name) // self.tensor_parallel_size
+        return max(value, 1) if name == "num_kv_heads" else value
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {
@@ -95,28 +116,91 @@ ARCHITECTURES: dict[str, ArchSpec] = {
 }
 
 
-class _Block(nn.Module):
+class _MoE(nn.Module):
+    """Routed experts as vLLM's fused MoE runs them: router GEMM, top-k, the tokens' chosen
+    experts as two grouped GEMMs around the activation, weighted sum (plus shared experts)."""
+
     def __init__(self, spec: ArchSpec) -> None:
         super().__init__()
+        tp, h = spec.tensor_parallel_size, spec.hidden_size
+        self.top_k = spec.experts_per_token
+        self.router = nn.Linear(h, spec.num_experts, bias=False)
+        inter = spec.moe_intermediate_size // tp
+        self.w13 = nn.Linear(h, 2 * inter, bias=False)  # one expert's shapes: the FLOPs per
+        self.w2 = nn.Linear(inter, h, bias=False)  # routed token are those of its expert
+        shared = spec.shared_intermediate_size // tp
+        self.shared = _Mlp(h, shared, gated=True) if shared else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = torch.topk(self.router(x).softmax(-1), self.top_k, dim=-1)
+        rows = x.index_select(0, chosen.flatten() % x.shape[0])  # tokens sorted by expert
+        gate, up = self.w13(rows).chunk(2, dim=-1)
+        out = self.w2(nn.functional.silu(gate) * up).view(x.shape[0], self.top_k, -1)
+        out = (out * weights.unsqueeze(-1).to(out.dtype)).sum(1)
+        return out + self.shared(x) if self.shared is not None else out
+
+
+class _Mlp(nn.Module):
+    def __init__(self, hidden: int, inter: int, *, gated: bool) -> None:
+        super().__init__()
+        self.gated = gated
+        self.up = nn.Linear(hidden, (2 if gated else 1) * inter, bias=not gated)
+        self.down = nn.Linear(inter, hidden, bias=not gated)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            return self.down(nn.functional.silu(gate) * up)
+        return self.down(nn.functional.gelu(self.up(x), approximate="tanh"))
+
+
+class _Block(nn.Module):
+    def __init__(self, spec: ArchSpec, index: int = 0) -> None:
+        super().__init__()
         heads, kv_heads, d = spec.shard("num_heads"), spec.shard("num_kv_heads"), spec.head_dim
+        self.mla = spec.kv_lora_rank > 0
+        if self.mla:  # latent attention: K and V come from one shared latent per token
+            kv_heads = heads
         self.heads, self.kv_heads, self.head_dim, self.tp = (
             heads,
             kv_heads,
             d,
             spec.tensor_parallel_size,
         )
-        self.attn_norm, self.mlp_norm = RMSNorm(spec.hidden_size), RMSNorm(spec.hidden_size)
-        self.qkv = nn.Linear(spec.hidden_size, (heads + 2 * kv_heads) * d, bias=False)
-        self.o_proj = nn.Linear(heads * d, spec.hidden_size, bias=False)
-        inter = spec.shard("intermediate_size")
-        self.gate_up = nn.Linear(spec.hidden_size, 2 * inter, bias=False)
-        self.down = nn.Linear(inter, spec.hidden_size, bias=False)
+        h = spec.hidden_size
+        self.norms = nn.ModuleList(RMSNorm(h) for _ in range(max(spec.norms_per_layer, 1)))
+        if self.mla:
+            rank = spec.kv_lora_rank
+            self.q_proj = nn.Linear(h, heads * d, bias=False)
+            self.kv_a = nn.Linear(h, rank + spec.qk_rope_head_dim, bias=False)  # latent, rope
+            self.kv_norm = RMSNorm(rank)
+            self.kv_b = nn.Linear(rank, 2 * heads * d, bias=False)
+            self.rank = rank
+        else:
+            self.qkv = nn.Linear(h, (heads + 2 * kv_heads) * d, bias=spec.qkv_bias)
+        self.q_norm = RMSNorm(d) if spec.qk_norm else None
+        self.k_norm = RMSNorm(d) if spec.qk_norm else None
+        self.o_proj = nn.Linear(heads * d, h, bias=False)
+        dense = spec.num_experts == 0 or spec.layer_offset + index < spec.dense_layers
+        self.mlp = (
+            _Mlp(h, spec.shard("intermediate_size"), gated=spec.gated_mlp) if dense else _MoE(spec)
+        )
         shape = (2, spec.num_slots + 1, spec.max_seq_len, kv_heads, d)
         self.register_buffer("kv_cache", torch.zeros(shape), persistent=False)
 
     def _all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         # one kernel moving the activation stands in for the TP all-reduce (module doc)
         return x.clone() if self.tp > 1 else x
+
+    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        t = x.shape[0]
+        if self.mla:
+            q = self.q_proj(x)
+            latent = self.kv_norm(self.kv_a(x)[:, : self.rank])
+            k, v = self.kv_b(latent).chunk(2, dim=-1)
+            return q, k, v
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return self.qkv(x).view(t, -1).split([q_size, kv_size, kv_size], dim=-1)
 
     def forward(
         self,
@@ -127,16 +211,23 @@ class _Block(nn.Module):
         slots: torch.Tensor,
     ) -> torch.Tensor:
         t = x.shape[0]
-        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.qkv(self.attn_norm(x)).split([q_size, kv_size, kv_size], dim=-1)
-        q = _rotate(q.view(t, self.heads, self.head_dim), cos, sin)
-        k = _rotate(k.view(t, self.kv_heads, self.head_dim), cos, sin)
-        v = v.view(t, self.kv_heads, self.head_dim)
+        q, k, v = self._qkv(self.norms[0](x))
+        q = q.reshape(t, self.heads, self.head_dim)
+        k = k.reshape(t, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        v = v.reshape(t, self.kv_heads, self.head_dim)
         scale = self.head_dim**-0.5
         out = torch.ops.cgdispatch.attention(q, k, v, self.kv_cache, positions, slots, scale)
-        x = x + self._all_reduce(self.o_proj(out.reshape(t, q_size)))
-        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
-        return x + self._all_reduce(self.down(nn.functional.silu(gate) * up))
+        attn = self._all_reduce(self.o_proj(out.reshape(t, self.heads * self.head_dim)))
+        if len(self.norms) == 4:  # sandwich norms: after attention and after the MLP too
+            attn = self.norms[2](attn)
+        x = x + attn
+        mlp = self._all_reduce(self.mlp(self.norms[min(1, len(self.norms) - 1)](x)))
+        if len(self.norms) == 4:
+            mlp = self.norms[3](mlp)
+        return x + mlp
 
 
 class ArchLM(nn.Module):
@@ -150,10 +241,12 @@ class ArchLM(nn.Module):
         super().__init__()
         self.spec = spec
         vocab = spec.shard("vocab_size")
-        self.embed = nn.Embedding(vocab, spec.hidden_size)
-        self.layers = nn.ModuleList(_Block(spec) for _ in range(spec.num_layers))
-        self.norm = RMSNorm(spec.hidden_size)
-        self.lm_head = nn.Linear(spec.hidden_size, vocab, bias=False)
+        self.embed = nn.Embedding(vocab, spec.hidden_size) if spec.has_embedding else None
+        self.layers = nn.ModuleList(_Block(spec, i) for i in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size) if spec.has_head else None
+        self.lm_head = nn.Linear(spec.hidden_size, vocab, bias=False) if spec.has_head else None
+        # a later pipeline stage receives the hidden states: a stand-in buffer holds them
+        self.register_buffer("stage_input", torch.zeros(1, spec.hidden_size), persistent=False)
         half = spec.head_dim // 2
         self.register_buffer("rope_cos", torch.zeros(spec.max_seq_len, half), persistent=False)
         self.register_buffer("rope_sin", torch.zeros(spec.max_seq_len, half), persistent=False)
@@ -172,16 +265,21 @@ class ArchLM(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.embed.weight.device
+        return self.rope_cos.device
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
     ) -> torch.Tensor:
         cos = self.rope_cos[positions].unsqueeze(1)  # [T, 1, D/2]
         sin = self.rope_sin[positions].unsqueeze(1)
-        x = self.embed(input_ids)  # [T, hidden]
+        if self.embed is not None:
+            x = self.embed(input_ids)  # [T, hidden]
+        else:  # a pipeline stage after the first: the previous stage's hidden states
+            x = self.stage_input.expand(input_ids.shape[0], -1).contiguous()
         for layer in self.layers:
             x = layer(x, cos, sin, positions, slots)
+        if self.lm_head is None:
+            return x  # hidden states for the next stage
         return self.lm_head(self.norm(x))  # [T, vocab / tp]
 
 

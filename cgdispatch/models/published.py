@@ -1,0 +1,352 @@
+"""Published configs of the models vLLM start-ups were logged for, and what they weigh per GPU.
+
+One row of ``cgdispatch/data/model_architectures.csv`` per Hugging Face id: the decoder's
+shapes from its ``config.json`` (layers, hidden size, heads, KV heads, head size, MLP size,
+vocabulary, tied embeddings, biases), mixture-of-experts fields (experts, experts per token,
+expert and shared-expert MLP sizes, leading dense layers), multi-head latent attention fields
+(KV LoRA rank, rotary and non-rotary head parts) and the parameters of a vision tower where
+the model has one, each row with its source. Quantized checkpoints share their base model's
+shapes; the quantization itself is a property of the run (vLLM's ``quantization``).
+
+From these numbers alone :class:`PublishedModel` gives what vLLM holds on one GPU of a
+``tensor_parallel_size`` x ``pipeline_parallel_size`` run: parameter bytes per rank
+(:meth:`~PublishedModel.weight_bytes`), KV-cache bytes per token
+(:meth:`~PublishedModel.kv_bytes_per_token`) and the per-rank decoder as an
+:class:`~cgdispatch.models.architectures.ArchSpec` whose kernels can be traced
+(:meth:`~PublishedModel.arch_spec`). vLLM pads the vocabulary to a multiple of 64 before
+sharding it and keeps at least one KV head per rank; both are followed here.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, fields
+from importlib import resources
+
+import pandas as pd
+
+from .architectures import ArchSpec
+
+__all__ = [
+    "arch_spec",
+    "PublishedModel",
+    "PUBLISHED_MODELS",
+    "published_model",
+    "QUANT_WEIGHT_BYTES",
+]
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# bytes per weight of a quantized linear layer (vLLM's ``quantization`` of the run):
+# 8-bit schemes keep one byte per weight (per-channel scales are negligible); GPTQ 4-bit keeps
+# half a byte plus a 16-bit scale per group of 128; MXFP4 (gpt-oss experts only) half a byte
+# plus an 8-bit scale per block of 32
+QUANT_WEIGHT_BYTES = {
+    "fp8": 1.0,
+    "compressed": 1.0,
+    "compressed-tensors": 1.0,
+    "gptq_marlin": 0.5 + 2 / 128,
+    "mxfp4": 0.5 + 1 / 32,
+}
+_VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """A published decoder's shapes (``config.json``), as listed in ``model_architectures.csv``."""
+
+    model: str
+    family: str
+    layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    qkv_bias: bool
+    gated_mlp: bool
+    norms_per_layer: int
+    qk_norm: bool
+    num_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
+    shared_intermediate_size: int
+    dense_layers: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    full_attention_every: int  # 1: every layer full attention; k: one in k (others sliding)
+    vision_params: int
+    dtype: str
+    source: str
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def _check_parallel(self, tp: int, pp: int) -> None:
+        for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
+        if self.num_heads % tp:
+            raise ValueError(
+                f"tensor_parallel_size={tp} does not divide {self.model}'s {self.num_heads} "
+                "attention heads: choose a TP size that divides them"
+            )
+        if pp > self.layers:
+            raise ValueError(
+                f"pipeline_parallel_size={pp} exceeds {self.model}'s {self.layers} layers: "
+                "use at most one stage per layer"
+            )
+
+    def layers_on_rank(self, pp: int, rank: int) -> int:
+        """Decoder layers on pipeline stage ``rank`` (vLLM's even split, remainder last)."""
+        base = self.layers // pp
+        return base + (self.layers - base * pp if rank == pp - 1 else 0)
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        return max(1, self.num_kv_heads // tp)
+
+    def padded_vocab(self, tp: int) -> int:
+        return math.ceil(self.vocab_size / (_VOCAB_PADDING * tp)) * _VOCAB_PADDING * tp
+
+    def _layer_params(self, tp: int, dense: bool) -> tuple[float, float, float]:
+        """(linear, expert, other) parameters of one decoder layer on one TP rank."""
+        h = self.hidden_size
+        if self.is_mla:
+            heads = self.num_heads / tp
+            q = h * heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)  # replicated
+            kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+            attn = q + kv_a + kv_b + heads * self.v_head_dim * h
+            other = self.kv_lora_rank
+        else:
+            q = self.num_heads * self.head_dim / tp
+            kv = self.kv_heads_per_rank(tp) * self.head_dim
+            attn = h * (q + 2 * kv) + q * h
+            other = (q + 2 * kv) if self.qkv_bias else 0.0
+        other += self.norms_per_layer * h + (2 * self.head_dim if self.qk_norm else 0)
+        experts = 0.0
+        if self.is_moe and not dense:
+            experts = self.num_experts * 3 * h * self.moe_intermediate_size / tp
+            mlp = 3 * h * self.shared_intermediate_size / tp
+            other += h * self.num_experts + (h if self.shared_intermediate_size else 0)
+        else:
+            mats = 3 if self.gated_mlp else 2
+            mlp = mats * h * self.intermediate_size / tp
+            if not self.gated_mlp:  # biased fc1/fc2 (phi-2)
+                other += self.intermediate_size / tp + h
+        return attn + mlp, experts, other
+
+    def weight_bytes(
+        self,
+        *,
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        rank: int | None = None,
+        dtype: str | None = None,
+        quantization: str | None = None,
+    ) -> float:
+        """Parameter bytes vLLM loads on one GPU: pipeline stage ``rank`` (default: the
+        largest stage), ``dtype`` (default the config's) and the run's ``quantization``."""
+        tp, pp = tensor_parallel_size, pipeline_parallel_size
+        self._check_parallel(tp, pp)
+        if rank is None:
+            return max(
+                self.weight_bytes(
+                    tensor_parallel_size=tp,
+                    pipeline_parallel_size=pp,
+                    rank=r,
+                    dtype=dtype,
+                    quantization=quantization,
+                )
+                for r in range(pp)
+            )
+        dtype = dtype or self.dtype
+        if dtype not in _DTYPE_BYTES:
+            raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPE_BYTES)}")
+        quant = None if quantization in (None, "", "None") or pd.isna(quantization) else quantization
+        if quant is not None and quant not in QUANT_WEIGHT_BYTES:
+            raise ValueError(
+                f"quantization={quantization!r} is unknown: use None or one of "
+                f"{sorted(QUANT_WEIGHT_BYTES)}"
+            )
+        elem = _DTYPE_BYTES[dtype]
+        linear_bytes = QUANT_WEIGHT_BYTES[quant] if quant and quant != "mxfp4" else elem
+        expert_bytes = QUANT_WEIGHT_BYTES[quant] if quant else linear_bytes
+        first = self.layers // pp * rank
+        linear = experts = other = 0.0
+        for layer in range(first, first + self.layers_on_rank(pp, rank)):
+            a, b, c = self._layer_params(tp, dense=layer < self.dense_layers)
+            linear, experts, other = linear + a, experts + b, other + c
+        table = self.padded_vocab(tp) * self.hidden_size / tp
+        if rank == 0:
+            other += table + self.vision_params / tp
+        if rank == pp - 1:
+            other += self.hidden_size  # final norm
+            if not self.tied_embeddings or pp > 1:
+                other += table
+        return linear * linear_bytes + experts * expert_bytes + other * elem
+
+    def kv_layer_slots(self, layers: int) -> int:
+        """Layers' worth of KV pages vLLM's hybrid allocator sets aside per token.
+
+        With sliding-window and full-attention layers mixed (``full_attention_every`` > 1),
+        vLLM groups layers of each kind in groups as large as the smaller kind and pads the
+        last group of each kind: Gemma 3's 62 layers (10 full, 52 sliding) take 7 groups
+        of 10, 70 slots. With one kind, the layer count itself.
+        """
+        every = self.full_attention_every
+        if every <= 1:
+            return layers
+        full = layers // every
+        sliding = layers - full
+        group = min(full, sliding) or max(full, sliding)
+        return sum(-(-n // group) * group for n in (full, sliding) if n)
+
+    def kv_bytes_per_token(
+        self,
+        *,
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        kv_cache_dtype: str | None = None,
+        dtype: str | None = None,
+    ) -> float:
+        """KV-cache bytes one token takes on the GPU with the most layers (MLA: one latent
+        vector of ``kv_lora_rank + qk_rope_head_dim`` per layer, not split by TP), with the
+        hybrid allocator's padding (:meth:`kv_layer_slots`). ``kv_cache_dtype`` "auto" (or
+        None) follows the run's ``dtype``."""
+        tp, pp = tensor_parallel_size, pipeline_parallel_size
+        self._check_parallel(tp, pp)
+        kv = kv_cache_dtype if kv_cache_dtype not in (None, "auto") else (dtype or self.dtype)
+        if kv not in _DTYPE_BYTES:
+            raise ValueError(
+                f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or one of "
+                f"{sorted(_DTYPE_BYTES)}"
+            )
+        layers = self.kv_layer_slots(self.layers_on_rank(pp, pp - 1))
+        if self.is_mla:
+            per_layer = self.kv_lora_rank + self.qk_rope_head_dim
+        else:
+            per_layer = 2 * self.kv_heads_per_rank(tp) * self.head_dim
+        return float(layers * per_layer * _DTYPE_BYTES[kv])
+
+
+def arch_spec(
+    model: PublishedModel,
+    *,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    rank: int | None = None,
+    layers: int | None = None,
+    dtype: str | None = None,
+) -> ArchSpec:
+    """The decoder one GPU runs, as a traceable :class:`ArchSpec`: pipeline stage ``rank``
+    (default the last, which holds the LM head), its layers (or the first ``layers`` of
+    them), this TP rank's share of heads, MLP and vocabulary."""
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    model._check_parallel(tp, pp)
+    rank = pp - 1 if rank is None else rank
+    on_rank = model.layers_on_rank(pp, rank)
+    mla = model.is_mla
+    head = model.qk_nope_head_dim + model.qk_rope_head_dim if mla else model.head_dim
+    return ArchSpec(
+        num_layers=on_rank if layers is None else min(layers, on_rank),
+        hidden_size=model.hidden_size,
+        num_heads=model.num_heads,
+        num_kv_heads=model.num_heads if mla else model.num_kv_heads,
+        intermediate_size=model.intermediate_size
+        if model.intermediate_size % tp == 0
+        else model.intermediate_size // tp * tp,
+        vocab_size=model.padded_vocab(tp),
+        source=model.source,
+        tensor_parallel_size=tp,
+        dtype=dtype or model.dtype,
+        head_size=head,
+        qkv_bias=model.qkv_bias,
+        gated_mlp=model.gated_mlp,
+        norms_per_layer=model.norms_per_layer,
+        qk_norm=model.qk_norm,
+        num_experts=model.num_experts,
+        experts_per_token=model.experts_per_token,
+        moe_intermediate_size=model.moe_intermediate_size,
+        shared_intermediate_size=model.shared_intermediate_size,
+        dense_layers=model.dense_layers,
+        kv_lora_rank=model.kv_lora_rank,
+        qk_rope_head_dim=model.qk_rope_head_dim,
+        layer_offset=model.layers // pp * rank,
+        has_embedding=rank == 0,
+        has_head=rank == pp - 1,
+        num_slots=8,
+        max_seq_len=16,
+    )
+
+
+def _as_model(row: pd.Series) -> PublishedModel:
+    values = {}
+    for f in fields(PublishedModel):
+        value = row[f.name]
+        if f.type in ("bool",):
+            value = bool(int(value))
+        elif f.type == "int":
+            value = int(value)
+        else:
+            value = str(value)
+        values[f.name] = value
+    return PublishedModel(**values)
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> dict[str, PublishedModel]:
+    with resources.files("cgdispatch.data").joinpath("model_architectures.csv").open() as f:
+        frame = pd.read_csv(f)
+    return {row.model.lower(): _as_model(row) for _, row in frame.iterrows()}
+
+
+class _Models(dict):
+    """Read-only view of the registry, keyed by lower-case Hugging Face id (loaded on use)."""
+
+    def _data(self) -> dict[str, PublishedModel]:
+        return _load()
+
+    def __getitem__(self, key: str) -> PublishedModel:
+        return self._data()[key.lower()]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key.lower() in self._data()
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def keys(self):  # noqa: ANN201
+        return self._data().keys()
+
+    def values(self):  # noqa: ANN201
+        return self._data().values()
+
+    def items(self):  # noqa: ANN201
+        return self._data().items()
+
+
+PUBLISHED_MODELS: dict[str, PublishedModel] = _Models()
+
+
+def published_model(name: str) -> PublishedModel:
+    """The published config of Hugging Face id ``name`` (case-insensitive)."""
+    if not isinstance(name, str) or name not in PUBLISHED_MODELS:
+        known = ", ".join(sorted(m.model for m in PUBLISHED_MODELS.values()))
+        raise ValueError(
+            f"model={name!r} has no published config in cgdispatch/data/"
+            f"model_architectures.csv: use one of {known}, or add its config.json numbers there"
+        )
+    return PUBLISHED_MODELS[name]
