@@ -172,7 +172,9 @@ class PublishedModel:
         dtype = dtype or self.dtype
         if dtype not in _DTYPE_BYTES:
             raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPE_BYTES)}")
-        quant = None if quantization in (None, "", "None") or pd.isna(quantization) else quantization
+        quant = (
+            None if quantization in (None, "", "None") or pd.isna(quantization) else quantization
+        )
         if quant is not None and quant not in QUANT_WEIGHT_BYTES:
             raise ValueError(
                 f"quantization={quantization!r} is unknown: use None or one of "

@@ -19,12 +19,19 @@ LOG = """\
 (EngineCore pid=283) INFO 04-22 15:13:03 [v1/worker/gpu_model_runner.py:4820] Model loading took 12.56 GiB memory and 38.074301 seconds
 (EngineCore pid=283) INFO 04-22 15:13:13 [compilation/monitor.py:48] torch.compile took 10.16 s in total
 (EngineCore pid=283) INFO 04-22 15:13:19 [v1/worker/gpu_model_runner.py:5876] Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)
-(EngineCore pid=283) INFO 04-22 15:13:20 [v1/worker/gpu_worker.py:436] Available KV cache memory: 61.66 GiB
+(APIServer pid=1) DEBUG 04-22 15:12:11 [engine/arg_utils.py:2242] Defaulting max_num_seqs to 1024 for OPENAI_API_SERVER usage context.
+(APIServer pid=1) INFO 04-22 15:12:11 [config/scheduler.py:238] Chunked prefill is enabled with max_num_batched_tokens=8192.
+(Worker_TP0 pid=300) DEBUG 04-22 15:12:24 [v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.68GiB, total_memory=79.19GiB, cuda_memory=0.51GiB
+(Worker_TP0 pid=300) DEBUG 04-22 15:13:20 [v1/worker/gpu_worker.py:435] Memory profiling takes 17.55 seconds. Total non KV cache memory: 13.57GiB; torch peak memory increase: 0.77GiB; non-torch forward increase memory: 0.25GiB; weights memory: 12.56GiB.
+(Worker_TP1 pid=301) DEBUG 04-22 15:13:20 [v1/worker/gpu_worker.py:435] Memory profiling takes 17.60 seconds. Total non KV cache memory: 13.61GiB; torch peak memory increase: 0.79GiB; non-torch forward increase memory: 0.26GiB; weights memory: 12.56GiB.
+(Worker_TP0 pid=300) INFO 04-22 15:13:20 [v1/worker/gpu_worker.py:436] Available KV cache memory: 61.66 GiB
+(Worker_TP1 pid=301) INFO 04-22 15:13:20 [v1/worker/gpu_worker.py:436] Available KV cache memory: 61.62 GiB
 (EngineCore pid=283) INFO 04-22 15:13:20 [v1/core/kv_cache_utils.py:1319] GPU KV cache size: 126,256 tokens
 (Worker_TP0 pid=300) INFO 04-22 15:13:24 [v1/worker/gpu_model_runner.py:6046] Graph capturing finished in 4 secs, took 0.89 GiB
 (Worker_TP1 pid=301) INFO 04-22 15:13:24 [v1/worker/gpu_model_runner.py:6046] Graph capturing finished in 5 secs, took 0.91 GiB
 (Worker_TP0 pid=300) INFO 04-22 15:13:24 [v1/worker/gpu_worker.py:597] CUDA graph pool memory: 0.89 GiB (actual), 0.84 GiB (estimated), difference: 0.05 GiB (5.5%).
 (Worker_TP1 pid=301) INFO 04-22 15:13:24 [v1/worker/gpu_worker.py:597] CUDA graph pool memory: 0.91 GiB (actual), 0.85 GiB (estimated), difference: 0.06 GiB (6.6%).
+(APIServer pid=1) DEBUG 04-22 15:13:25 [v1/metrics/loggers.py:273] Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 7891
 """
 
 
@@ -55,8 +62,13 @@ def test_a_startup_log_gives_its_settings_and_capture_figures() -> None:
     # two ranks: the larger pool and the longer capture bound the KV cache
     assert row["graph_memory_gib"] == 0.91 and row["graph_memory_gib_vllm_estimate"] == 0.85
     assert row["capture_s"] == 5
-    assert row["weights_gib"] == 12.56 and row["kv_cache_gib"] == 61.66
+    # the KV cache is sized for the rank with the least room: its memory, and the profile
+    # figures of the rank with the most non-KV memory
+    assert row["weights_gib"] == 12.56 and row["kv_cache_gib"] == 61.62
     assert row["kv_cache_tokens"] == 126_256 and row["compile_s"] == 10.16
+    assert (row["activation_peak_gib"], row["non_torch_increase_gib"]) == (0.79, 0.26)
+    assert row["total_memory_gib"] == 79.19 and row["num_gpu_blocks"] == 7891
+    assert (row["max_num_batched_tokens"], row["max_num_seqs"]) == (8192, 1024)
 
 
 def test_a_log_without_optional_lines_leaves_them_empty() -> None:
@@ -64,6 +76,9 @@ def test_a_log_without_optional_lines_leaves_them_empty() -> None:
     row = _script().parse_log("x--h100-80gb--tp1", "\n".join(lines))
     assert row["kv_cache_tokens"] is None and row["kv_cache_gib"] is None
     assert row["compile_s"] is None and row["graph_memory_gib"] == 0.91
+    lines = [line for line in LOG.splitlines() if "Memory profiling" not in line]
+    row = _script().parse_log("x--h100-80gb--tp1", "\n".join(lines))
+    assert row["activation_peak_gib"] is None and row["non_torch_increase_gib"] is None
 
 
 def test_the_shipped_csv_holds_every_successful_run_with_provenance() -> None:
@@ -72,7 +87,15 @@ def test_the_shipped_csv_holds_every_successful_run_with_provenance() -> None:
     assert not frame["run"].str.endswith(".FAILED").any()
     assert frame["source"].str.startswith("llm-d-incubation/llm-d-planner@d3121e059da8:").all()
     assert (frame["device"] == "H100").all() and (frame["vllm_version"] == "0.19.0").all()
-    for column in ("graph_memory_gib", "graph_memory_gib_vllm_estimate", "capture_s"):
+    for column in (
+        "graph_memory_gib",
+        "graph_memory_gib_vllm_estimate",
+        "capture_s",
+        "activation_peak_gib",
+        "non_torch_increase_gib",
+        "kv_cache_tokens",
+        "max_num_seqs",
+    ):
         assert frame[column].notna().all() and (frame[column] > 0).all(), column
     assert frame["graph_memory_gib"].between(0.05, 20).all()
     codellama = frame.set_index("run").loc["codellama-codellama-7b-h--h100-80gb--tp1pp1dp1--8192"]
