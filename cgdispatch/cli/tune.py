@@ -38,6 +38,11 @@ def _check(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and not value > 0:
             raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be > 0")
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ValueError(
+            f"--gpu-memory-utilization={args.gpu_memory_utilization} is invalid: give a "
+            "fraction in (0, 1], as vLLM's flag"
+        )
     if not args.rate > 0:
         raise ValueError(f"--rate={args.rate} is invalid: give requests per second > 0")
     if not 0 < args.holdout < 1:
@@ -57,6 +62,7 @@ def run_tune(args: argparse.Namespace) -> int:
     _check(args)
     from ..core.config import GraphConfig
     from ..estimate.kv_bytes import kv_bytes_per_token
+    from ..estimate.startup import startup_for
     from ..plan.tune import tune
     from ..views.model_cache import cached_cost_model
     from ..views.tune_verdict import verdict_text
@@ -93,6 +99,9 @@ def run_tune(args: argparse.Namespace) -> int:
         capture_budget_s=args.capture_budget_s,
         kv_bytes_per_token=kv_bytes_per_token(args.model),
         trace_label=label,
+        startup=startup_for(
+            args.model, args.device, gpu_memory_utilization=args.gpu_memory_utilization
+        ),
     )
     if args.json:
         print(result.to_json())
@@ -156,6 +165,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="held-out share of the trace (by time) the verdict is judged on (%(default)s)",
     )
     tune.add_argument("--context-len", type=int, default=512, help="KV positions per token")
+    tune.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="vLLM's share of device memory, for the KV-cache estimate (default %(default)s)",
+    )
     tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
     tune.add_argument("--json", action="store_true", help="print one JSON object")
     tune.set_defaults(func=run_tune)

@@ -163,12 +163,19 @@ class MemoryLine:
 class DeviceCostModel:
     """The analytic device model of one model on one device, as a ``CostModel``.
 
-    ``step_time_ms`` is :func:`step_times_ms`; ``graph_memory_bytes(mode, n)`` is the shared
-    pool one graph of that size needs with vLLM's weak outputs (the estimator's
-    ``keep_outputs=False``: the pool of a ladder is the largest of these);
-    ``capture_time_s(mode, n)`` is ``num_warmups + 1`` eager steps plus one
-    ``graph_instantiate_us`` per graph (one for FULL, one per piece for PIECEWISE).
-    Everything it returns is ``model (<device>)``; build it with :func:`device_cost_model`.
+    ``step_time_ms`` is :func:`step_times_ms`. Graph memory and capture time:
+
+    - for a model with a published config (``pricing``: the start-up model calibrated on
+      logged vLLM start-ups, :mod:`cgdispatch.estimate.startup`), ``graph_memory_bytes(mode,
+      n)`` and ``capture_time_s(mode, n)`` are what one key of that size *adds*; a ladder
+      costs ``graph_pool_base_bytes`` / ``capture_base_s`` plus the sum over its keys
+      (``graph_memory_additive`` is True);
+    - otherwise (toy models) ``graph_memory_bytes(mode, n)`` is the shared pool one graph of
+      that size needs with vLLM's weak outputs (fake-tensor estimator, ``keep_outputs=False``:
+      the pool of a ladder is the largest of these) and ``capture_time_s(mode, n)`` is
+      ``num_warmups + 1`` eager steps plus one ``graph_instantiate_us`` per graph.
+
+    Everything it returns is a model; build it with :func:`device_cost_model`.
     """
 
     model_name: str
@@ -176,10 +183,31 @@ class DeviceCostModel:
     profile: LinearProfile
     memory: Mapping[str, MemoryLine]  # "FULL" / "PIECEWISE" -> pool bytes per graph
     num_warmups: int = 1  # vLLM's compilation_config.cudagraph_num_of_warmups
+    pricing: Any = None  # estimate.startup.GraphPricing of the published model, if any
 
     @property
     def source(self) -> str:
         return f"model ({self.spec.name})"
+
+    @property
+    def graph_memory_additive(self) -> bool:
+        """True when a ladder's graph memory is a base plus a sum over its keys."""
+        return self.pricing is not None
+
+    @property
+    def graph_pool_base_bytes(self) -> float | None:
+        return None if self.pricing is None else self.pricing.base_memory_bytes
+
+    @property
+    def capture_base_s(self) -> float:
+        return 0.0 if self.pricing is None else self.pricing.base_capture_s
+
+    @property
+    def memory_source(self) -> str:
+        if self.pricing is None:
+            return f"model ({self.spec.name}, fake-tensor pool estimate)"
+        fitted = self.pricing.coefficients.fitted_on
+        return f"model ({self.pricing.device}, calibrated on {fitted} vLLM startups)"
 
     def step_time_ms(
         self, mode: CUDAGraphMode, num_tokens: np.ndarray, uniform_decode: bool = True
@@ -197,10 +225,15 @@ class DeviceCostModel:
         return name
 
     def graph_memory_bytes(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
-        return self.memory[self._graph_mode(mode)](num_tokens)
+        name = self._graph_mode(mode)
+        if self.pricing is not None:
+            return self.pricing.memory_bytes(name, num_tokens)
+        return self.memory[name](num_tokens)
 
     def capture_time_s(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
         name = self._graph_mode(mode)
+        if self.pricing is not None:
+            return self.pricing.capture_s(name, num_tokens, self.num_warmups)
         graphs = 1 if name == "FULL" else 1 + int(self.profile.splitting.sum())
         eager_s = self.step_time_ms(CUDAGraphMode.NONE, num_tokens) / 1e3
         return (self.num_warmups + 1) * eager_s + graphs * self.spec.graph_instantiate_us / 1e6
@@ -237,4 +270,12 @@ def device_cost_model(
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))
-    return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines)
+    pricing = None
+    published = getattr(getattr(net, "spec", None), "published", "")
+    if published:  # graph memory and capture time from the calibrated start-up model
+        from .startup import graph_pricing
+
+        pricing = graph_pricing(
+            published, device, tensor_parallel_size=net.spec.tensor_parallel_size
+        )
+    return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines, pricing=pricing)

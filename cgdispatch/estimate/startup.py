@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
@@ -59,6 +59,8 @@ from .kernels import LinearProfile, linear_profile
 from .step_time import fuse_pointwise, step_times_by_mode
 
 __all__ = [
+    "GraphPricing",
+    "graph_pricing",
     "StartupEstimate",
     "StartupCoefficients",
     "CALIBRATION",
@@ -71,6 +73,7 @@ __all__ = [
     "fit_startup_model",
     "calibration_table",
     "error_summary",
+    "startup_for",
 ]
 
 GIB = float(1 << 30)
@@ -222,6 +225,111 @@ def _check_run(
     return pm, dtype
 
 
+@dataclass(frozen=True)
+class GraphPricing:
+    """What each captured graph of one model on one GPU costs, from the calibrated model:
+    the per-key terms of the graph-memory and capture-time sums, and their fixed parts.
+
+    The one price list behind :func:`estimate_startup` (summed over a config's keys) and
+    :class:`~cgdispatch.estimate.device_model.DeviceCostModel`'s ``graph_memory_bytes`` /
+    ``capture_time_s`` (what the planner, ``compare``, the what-if and ``tune`` add up).
+    """
+
+    model: str
+    device: str
+    profile: LinearProfile  # fused kernels of the GPU's captured forward
+    moe_layers: int
+    boundary_bytes_per_token: float  # one layer's attention inputs, 16-bit elements
+    coefficients: StartupCoefficients
+
+    @property
+    def pieces(self) -> int:
+        return int(self.profile.splitting.sum()) + 1
+
+    def nodes(self, mode: CUDAGraphMode | str) -> int:
+        """Kernel nodes of one key's graphs: every kernel (FULL) or all but the splitting
+        ops, over ``pieces`` graphs (PIECEWISE)."""
+        name = CUDAGraphMode.parse(mode).name
+        if name == "FULL":
+            return self.profile.num_kernels
+        if name == "PIECEWISE":
+            return self.profile.num_kernels - int(self.profile.splitting.sum())
+        raise ValueError(f"mode={name} captures no graph: price FULL or PIECEWISE keys")
+
+    def graphs(self, mode: CUDAGraphMode | str) -> int:
+        self.nodes(mode)
+        return 1 if CUDAGraphMode.parse(mode).name == "FULL" else self.pieces
+
+    @property
+    def base_memory_bytes(self) -> float:
+        """The pool any capture has (paid once)."""
+        return self.coefficients.pool_base_gib * GIB
+
+    @property
+    def base_capture_s(self) -> float:
+        return self.coefficients.capture_base_s
+
+    def memory_bytes(self, mode: CUDAGraphMode | str, num_tokens: np.ndarray) -> np.ndarray:
+        """Pool bytes one key of each size adds: its nodes and its attention inputs."""
+        n = np.asarray(num_tokens, dtype=np.float64)
+        c = self.coefficients
+        gib = c.pool_per_node_gib * self.nodes(mode) + c.pool_per_boundary * n * (
+            self.boundary_bytes_per_token / GIB
+        )
+        return gib * GIB
+
+    def eager_s(self, num_tokens: np.ndarray) -> np.ndarray:
+        """One eager run of each size (device model), the warm-ups' and capture's unit."""
+        n = np.asarray(num_tokens, dtype=np.int64)
+        if not n.size:
+            return np.zeros(n.shape)
+        spec = DEVICE_PRESETS[self.device]
+        return step_times_by_mode(self.profile, "NONE", n, spec) / 1e3
+
+    def capture_s(
+        self, mode: CUDAGraphMode | str, num_tokens: np.ndarray, num_warmups: int = 1
+    ) -> np.ndarray:
+        """Seconds one key of each size adds to capture: instantiating its nodes, its
+        ``num_warmups`` + 1 runs, its MoE kernels' per-size set-up."""
+        c = self.coefficients
+        n = np.asarray(num_tokens, dtype=np.int64)
+        return (
+            c.capture_per_node_s * self.nodes(mode)
+            + c.capture_per_eager * (num_warmups + 1) * self.eager_s(n)
+            + c.capture_per_moe_key_s * self.moe_layers
+        )
+
+
+def graph_pricing(
+    model: str,
+    device: str,
+    *,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    dtype: str | None = None,
+    coefficients: StartupCoefficients | None = None,
+) -> GraphPricing:
+    """The calibrated per-graph costs of ``model`` (a published config) on ``device``, for
+    the GPU with the most layers (the last pipeline stage)."""
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    pm, dtype = _check_run(model, device, GraphConfig(), tp, pp, dtype)
+    rank = pp - 1
+    first = pm.layers // pp * rank
+    on_rank = range(first, first + pm.layers_on_rank(pp, rank))
+    return GraphPricing(
+        model=pm.model,
+        device=device,
+        profile=_stage_profile(pm.model, tp, pp, rank, dtype),
+        moe_layers=sum(layer >= pm.dense_layers for layer in on_rank) if pm.is_moe else 0,
+        # one layer's attention inputs per key token (the pieces reuse them layer by
+        # layer), counted in 16-bit elements whatever the dtype: the one float32 reference
+        # run has a smaller pool than the same model in bf16 (0.79 against 0.91 GiB), so
+        # bytes would double the term where the logs show no growth (docs/calibration.md)
+        boundary_bytes_per_token=_attention_input_bytes(pm, tp, 2),
+        coefficients=CALIBRATION if coefficients is None else coefficients,
+    )
+
+
 def startup_features(
     model: str,
     device: str,
@@ -231,39 +339,29 @@ def startup_features(
     pipeline_parallel_size: int = 1,
     dtype: str | None = None,
 ) -> dict[str, float]:
-    """The quantities the graph-memory and capture-time models are linear in, for the GPU
-    with the most layers (the last pipeline stage)."""
-    tp, pp = tensor_parallel_size, pipeline_parallel_size
-    pm, dtype = _check_run(model, device, config, tp, pp, dtype)
-    rank = pp - 1
-    profile = _stage_profile(pm.model, tp, pp, rank, dtype)
-    split = int(profile.splitting.sum())
-    all_nodes, piece_nodes, pieces = profile.num_kernels, profile.num_kernels - split, split + 1
+    """The quantities the graph-memory and capture-time models are linear in (the sums of
+    :class:`GraphPricing`'s per-key terms over ``config``'s keys)."""
+    _check_run(model, device, config, tensor_parallel_size, pipeline_parallel_size, dtype)
+    pricing = graph_pricing(
+        model,
+        device,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        dtype=dtype,
+    )
     keys = capture_keys(config)
-    modes = [CUDAGraphMode.parse(k.runtime_mode).name for k in keys]
-    tokens = np.array([k.key.num_tokens for k in keys], dtype=np.int64)
-    full = sum(m == "FULL" for m in modes)
-    piecewise = len(keys) - full
-    first = pm.layers // pp * rank
-    on_rank = range(first, first + pm.layers_on_rank(pp, rank))
-    moe_layers = sum(layer >= pm.dense_layers for layer in on_rank) if pm.is_moe else 0
-    spec = DEVICE_PRESETS[device]
-    eager_s = 0.0
-    if len(keys):
-        eager_s = float(step_times_by_mode(profile, "NONE", tokens, spec).sum()) / 1e3
+    out = {"keys": float(len(keys)), "graphs": 0.0, "nodes": 0.0, "boundary_gib": 0.0}
+    out.update(eager_s=0.0, moe_keys=float(len(keys) * pricing.moe_layers))
     runs = config.cudagraph_num_of_warmups + 1
-    return {
-        "keys": float(len(keys)),
-        "graphs": float(full + piecewise * pieces),
-        "nodes": float(full * all_nodes + piecewise * piece_nodes),
-        # one layer's attention inputs per key token (the pieces reuse them layer by layer),
-        # counted in 16-bit elements whatever the dtype: the one float32 reference run has
-        # a smaller pool than the same model in bf16 (0.79 against 0.91 GiB), so bytes
-        # would double the term where the logs show no growth (docs/calibration.md)
-        "boundary_gib": float(tokens.sum()) * _attention_input_bytes(pm, tp, 2) / GIB,
-        "eager_s": eager_s * runs,
-        "moe_keys": float(len(keys) * moe_layers),
-    }
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL):
+        tokens = np.array([k.num_tokens for k in keys if k.runtime_mode is mode], dtype=np.int64)
+        if not tokens.size:
+            continue
+        out["graphs"] += tokens.size * pricing.graphs(mode)
+        out["nodes"] += tokens.size * pricing.nodes(mode)
+        out["boundary_gib"] += float(tokens.sum()) * pricing.boundary_bytes_per_token / GIB
+        out["eager_s"] += runs * float(pricing.eager_s(tokens).sum())
+    return out
 
 
 def _activation_features(
@@ -640,3 +738,34 @@ def error_summary(table: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return pd.DataFrame(rows)
+
+
+def startup_for(
+    model: str,
+    device: str,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    **kwargs: Any,
+) -> Callable[[GraphConfig], StartupEstimate] | None:
+    """``tune``'s start-up seam for ``model``: a registry name with a published config
+    (``llama-3.1-8b``: its ``ArchSpec.published``, its TP size) or a Hugging Face id;
+    None for models with no published config (toy models). Each call estimates one
+    config's start-up (:func:`estimate_startup`)."""
+    from ..models.architectures import ARCHITECTURES
+    from ..models.published import PUBLISHED_MODELS
+
+    if model in ARCHITECTURES and ARCHITECTURES[model].published:
+        spec = ARCHITECTURES[model]
+        published, tp = spec.published, spec.tensor_parallel_size
+    elif model in PUBLISHED_MODELS:
+        published, tp = model, 1
+    else:
+        return None
+    kwargs.setdefault("tensor_parallel_size", tp)
+
+    def startup(config: GraphConfig) -> StartupEstimate:
+        return estimate_startup(
+            published, device, config, gpu_memory_utilization=gpu_memory_utilization, **kwargs
+        )
+
+    return startup

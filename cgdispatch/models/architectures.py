@@ -61,6 +61,7 @@ class ArchSpec:
     layer_offset: int = 0  # index of the first layer (a pipeline stage after the first)
     has_embedding: bool = True  # the first pipeline stage holds the token embedding
     has_head: bool = True  # the last pipeline stage holds the final norm and LM head
+    published: str = ""  # Hugging Face id in models/published.py: calibrated start-up costs
 
     def __post_init__(self) -> None:
         tp = self.tensor_parallel_size
@@ -91,7 +92,14 @@ class ArchSpec:
 
 ARCHITECTURES: dict[str, ArchSpec] = {
     "llama-3.1-8b": ArchSpec(
-        32, 4096, 32, 8, 14336, 128256, source="meta-llama/Llama-3.1-8B config.json"
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        128256,
+        source="meta-llama/Llama-3.1-8B config.json",
+        published="meta-llama/Llama-3.1-8B-Instruct",
     ),
     "qwen2.5-7b": ArchSpec(
         28,
@@ -102,6 +110,7 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         152064,
         source="Qwen/Qwen2.5-7B config.json",
         rope_theta=1_000_000.0,
+        published="Qwen/Qwen2.5-7B-Instruct",
     ),
     "llama-3.1-70b-tp8": ArchSpec(
         80,
@@ -112,6 +121,7 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         128256,
         source="meta-llama/Llama-3.1-70B config.json; tensor parallel 8",
         tensor_parallel_size=8,
+        published="meta-llama/Llama-3.1-70B-Instruct",
     ),
 }
 

@@ -8,8 +8,9 @@ counts and eager costs, ``W_r`` the per-step cost at size i). The plan's cost is
 and, unless the top is fixed, over the largest size ``i`` too. With every ``W_r``
 non-decreasing the costs are Monge, the leftmost optimal splits are monotone and each row is
 solved by divide and conquer, vectorised level by level (O(k m log m)); otherwise every split
-is tried (O(k m^2), chunked). Both are exact; the capture-time budget
-(:func:`solve_with_capture_budget`) is a Lagrangian heuristic.
+is tried (O(k m^2), chunked). Both are exact; the budgets (:func:`solve_with_budgets`:
+summed capture time, and summed graph memory when the cost model prices each graph) are a
+Lagrangian heuristic.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import numpy as np
 
 from .problem import PlanProblem
 
-__all__ = ["Solution", "solve", "solve_each_count", "solve_with_capture_budget"]
+__all__ = [
+    "Budgets",
+    "Solution",
+    "solve",
+    "solve_each_count",
+    "solve_with_budgets",
+    "solve_with_capture_budget",
+]
 
 Arr = np.ndarray
 
@@ -100,24 +108,78 @@ def solve_each_count(problem: PlanProblem, k: int, extra: Arr | None = None) -> 
     return out
 
 
-def solve_with_capture_budget(
-    problem: PlanProblem, k: int, capture_budget_s: float, rounds: int = 40
+@dataclass(frozen=True)
+class Budgets:
+    """Summed budgets over the chosen sizes: ``capture_s`` (seconds, of the problems'
+    ``capture_s``) and ``memory_bytes`` (bytes of their ``memory_bytes``: the part of an
+    additive graph-memory model above its fixed pool). None: no such budget."""
+
+    capture_s: float | None = None
+    memory_bytes: float | None = None
+
+    def __bool__(self) -> bool:
+        return self.capture_s is not None or self.memory_bytes is not None
+
+    def price(self, problem: PlanProblem) -> Arr:
+        """What a size uses, one number per candidate: capture seconds, plus memory scaled
+        so that a full memory budget weighs as much as a full capture budget."""
+        out = np.zeros(len(problem.sizes))
+        if self.capture_s is not None:
+            out = out + problem.capture_s
+        if self.memory_bytes is not None:
+            scale = (self.capture_s or 1.0) / max(self.memory_bytes, 1e-300)
+            out = out + problem.memory_bytes * scale
+        return out
+
+    def price_limit(self) -> float:
+        """The budget in :meth:`price`'s units (both budgets: the sum of the two)."""
+        return (self.capture_s or 0.0) + (
+            (self.capture_s or 1.0) if self.memory_bytes is not None else 0.0
+        )
+
+    def used(self, problems: list[PlanProblem], plans: list[list[int]]) -> tuple[float, float]:
+        capture = sum(float(p.capture_s[i].sum()) for p, i in zip(problems, plans))
+        memory = sum(float(p.memory_bytes[i].sum()) for p, i in zip(problems, plans))
+        return capture, memory
+
+    def fits(self, problems: list[PlanProblem], plans: list[list[int]]) -> bool:
+        capture, memory = self.used(problems, plans)
+        return (self.capture_s is None or capture <= self.capture_s) and (
+            self.memory_bytes is None or memory <= self.memory_bytes
+        )
+
+    def infeasible(self, floor_capture: float, floor_memory: float) -> ValueError:
+        """The error when even the sizes every plan keeps break a budget."""
+        if self.capture_s is not None and floor_capture > self.capture_s:
+            return ValueError(
+                f"capture_budget_s={self.capture_s} is below the capture time of any plan "
+                f"(the sizes every plan keeps take {floor_capture:.3g} s): raise the budget"
+            )
+        return ValueError(
+            f"the graph-memory budget leaves {self.memory_bytes:.0f} bytes above the fixed "
+            f"pool, below what any plan's graphs add ({floor_memory:.0f} bytes): raise "
+            "memory_budget_bytes or lower the limits"
+        )
+
+
+def solve_with_budgets(
+    problem: PlanProblem, k: int, budgets: Budgets, rounds: int = 40
 ) -> Solution:
-    """The best plan whose summed ``capture_s`` fits the budget, by Lagrangian relaxation:
-    price each size's capture time at ``lam`` (cost units per second) and bisect ``lam`` to
-    the cheapest price whose plan fits. A heuristic: a plan between two prices can be
-    missed (the tests measure the gap against brute force)."""
-    capture = problem.capture_s
-    budget = capture_budget_s
+    """The best plan whose summed use fits ``budgets``, by Lagrangian relaxation: price
+    each size's use (:meth:`Budgets.price`) at ``lam`` (cost units per unit) and bisect
+    ``lam`` to the cheapest price whose plan fits. A heuristic: a plan between two prices
+    can be missed (the tests measure the gap against brute force)."""
+    use = budgets.price(problem)
+    limit = budgets.price_limit()
 
     def priced(lam: float) -> tuple[Solution, float]:
         """The relaxed optimum at price ``lam`` and its bound: weak duality makes
-        ``cost + lam * (capture - budget)`` <= every budgeted plan's cost."""
-        sol = solve(problem, k, lam * capture)
-        return sol, sol.cost + lam * (float(capture[sol.indices].sum()) - budget)
+        ``cost + lam * (use - limit)`` <= every budgeted plan's cost (one budget)."""
+        sol = solve(problem, k, lam * use)
+        return sol, sol.cost + lam * (float(use[sol.indices].sum()) - limit)
 
     def fits(sol: Solution) -> bool:
-        return float(capture[sol.indices].sum()) <= budget
+        return budgets.fits([problem], [sol.indices])
 
     free, bound = priced(0.0)
     if fits(free):  # the budget does not bind: the unconstrained optimum, exact
@@ -127,10 +189,8 @@ def solve_with_capture_budget(
     while not fits(best):
         hi *= 4
         if hi > 1e15:
-            raise ValueError(
-                f"capture_budget_s={budget} is below the capture time of any plan "
-                f"(the cheapest size takes {capture.min():.3g} s): raise the budget"
-            )
+            keep = [len(problem.sizes) - 1] if problem.fixed_top else [int(np.argmin(use))]
+            raise budgets.infeasible(*budgets.used([problem], [keep]))
         best, hi_bound = priced(hi)
     bound = max(bound, hi_bound)
     for _ in range(rounds):
@@ -141,7 +201,17 @@ def solve_with_capture_budget(
             hi, best = mid, trial
         else:
             lo = mid
+    if budgets.capture_s is not None and budgets.memory_bytes is not None:
+        bound = None  # weak duality bounds one budget at a time
     return Solution(best.indices, best.cost, bound)
+
+
+def solve_with_capture_budget(
+    problem: PlanProblem, k: int, capture_budget_s: float, rounds: int = 40
+) -> Solution:
+    """The best plan whose summed ``capture_s`` fits the budget (:func:`solve_with_budgets`
+    with a capture budget alone)."""
+    return solve_with_budgets(problem, k, Budgets(capture_s=capture_budget_s), rounds)
 
 
 def _row_monotone(prev: Arr, t: _Tables, layer: int, m: int) -> tuple[Arr, Arr]:

@@ -18,7 +18,7 @@ from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from .costs import CostModel, as_cost_model
-from .dp import solve, solve_with_capture_budget
+from .dp import Budgets, solve, solve_with_budgets
 from .histogram import Steps, as_histogram, smooth_histogram
 from .problem import PlanProblem, V1Rules, v1_problem
 
@@ -114,16 +114,34 @@ def _problem(
     problem = v1_problem(hist, rules, cand, cost_model, **kw)
     if memory_budget_bytes is None:
         return problem
-    # weak-output pool = the largest graph's, so a size fits or not on its own (exact)
-    fits = problem.memory_bytes <= memory_budget_bytes
+    # weak-output pool = the largest graph's, so a size fits or not on its own (exact); a
+    # model that prices each graph: a size that alone breaks the budget is dropped, the sum
+    # is the solver's (memory_budget)
+    base = _pool_base(cost_model)
+    fits = base + problem.memory_bytes <= memory_budget_bytes
     if fixed_top and not fits[-1] or not fits.any():
-        smallest = problem.memory_bytes[-1] if fixed_top else problem.memory_bytes.min()
+        smallest = base + (problem.memory_bytes[-1] if fixed_top else problem.memory_bytes.min())
         raise ValueError(
             f"memory_budget_bytes={memory_budget_bytes:.0f} is below the graph memory of "
             f"{'the largest size' if fixed_top else 'every candidate size'} "
             f"({smallest:.0f} bytes): raise the budget or lower max_size"
         )
     return v1_problem(hist, rules, cand[fits], cost_model, **kw)
+
+
+def _pool_base(model: CostModel | None) -> float:
+    """The fixed pool of a model that prices each graph (0 for a largest-graph model)."""
+    if not getattr(model, "graph_memory_additive", False):
+        return 0.0
+    return float(model.graph_pool_base_bytes)
+
+
+def memory_budget(model: CostModel | None, memory_budget_bytes: float | None) -> float | None:
+    """The part of a memory budget the solver sums sizes against: with a model that prices
+    each graph, the budget less the fixed pool; else None (the per-size filter is exact)."""
+    if memory_budget_bytes is None or not getattr(model, "graph_memory_additive", False):
+        return None
+    return memory_budget_bytes - _pool_base(model)
 
 
 def _check_budget(name: str, value: float | None, needs: str, model: CostModel | None) -> None:
@@ -209,10 +227,10 @@ def plan_capture_sizes(
     problem = _problem(
         steps, kind, model, rules, max_size, multiple_of, memory_budget_bytes, budgets
     )
-    if capture_budget_s is None:
-        solution = solve(problem, max_graphs)
-    else:
-        solution = solve_with_capture_budget(problem, max_graphs, capture_budget_s)
+    limits = Budgets(capture_budget_s, memory_budget(model, memory_budget_bytes))
+    solution = (
+        solve_with_budgets(problem, max_graphs, limits) if limits else solve(problem, max_graphs)
+    )
     return [int(problem.sizes[i]) for i in solution.indices]
 
 

@@ -29,9 +29,10 @@ import pandas as pd
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
 from .costs import CostModel, as_cost_model
+from .dp import Budgets
 from .gen2_ladder import Gen2Ladder
 from .histogram import Steps, as_histogram, smooth_histogram
-from .planner import _check_budget, _check_int
+from .planner import _check_budget, _check_int, _pool_base, memory_budget
 from .problem import PlanProblem
 from .split import Ladder, solve_split
 
@@ -173,7 +174,9 @@ class _Pricing:
         memory, capture = np.zeros(len(sizes)), np.zeros(len(sizes))
         if self.memory_budget_bytes is not None:
             memory = np.asarray(self.model.graph_memory_bytes(mode, tokens), dtype=np.float64)
-            fits = memory <= self.memory_budget_bytes
+            # a model that prices each graph: the fixed pool plus this size's graph must fit
+            # (the solver bounds the sum); else the pool is the largest graph's (exact)
+            fits = _pool_base(self.model) + memory <= self.memory_budget_bytes
             if (top and not fits[-1]) or not fits.any():
                 raise ValueError(
                     f"memory_budget_bytes={self.memory_budget_bytes:.0f} is below the graph "
@@ -262,7 +265,8 @@ def plan_gen2_capture_sizes(
             f"max_graphs >= {len(problems)}"
         )
     ladders = [Ladder(p, not p.fixed_top and len(problems) == 2) for _, p in problems]
-    plans = solve_split(ladders, max_graphs, capture_budget_s)
+    limits = Budgets(capture_budget_s, memory_budget(model, memory_budget_bytes))
+    plans = solve_split(ladders, max_graphs, budgets=limits)
     chosen = {
         name: tuple(int(p.sizes[i]) for i in sol.indices) for (name, p), sol in zip(problems, plans)
     }

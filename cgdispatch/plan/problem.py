@@ -37,7 +37,9 @@ class PlanProblem:
     eager_flag: np.ndarray  # [C, m] 1.0 where such a step runs eagerly at its own size
     tail_cost: np.ndarray  # [m] cost of the steps above s_i, eager (if s_i were the largest)
     capture_s: np.ndarray  # [m] modelled capture seconds of s_i (0 without a model)
-    memory_bytes: np.ndarray  # [m] graph pool s_i needs alone (0 without a model)
+    # [m] graph pool s_i needs alone, or (a model that prices each graph) what its graphs
+    # add to the pool; 0 without a model
+    memory_bytes: np.ndarray
     fixed_top: bool
 
     @property
@@ -128,14 +130,15 @@ def v1_problem(
     # if s_i is the largest size, the steps of every later bucket run eagerly
     later = np.concatenate([np.cumsum(eager.sum(axis=0)[::-1])[::-1][1:], [0.0]])
     capture, memory = np.zeros(m), np.zeros(m)
+    additive = bool(getattr(cost_model, "graph_memory_additive", False))
     if budgets and cost_model is not None:
         for mode, mask in _graphs_per_size(rules, sizes):
             if mask.any() and callable(getattr(cost_model, "capture_time_s", None)):
                 capture[mask] += cost_model.capture_time_s(mode, sizes[mask])
             if mask.any() and callable(getattr(cost_model, "graph_memory_bytes", None)):
-                memory[mask] = np.maximum(
-                    memory[mask], cost_model.graph_memory_bytes(mode, sizes[mask])
-                )
+                graph = cost_model.graph_memory_bytes(mode, sizes[mask])
+                # priced per graph: a size's graphs add up; else one pool, the largest
+                memory[mask] = memory[mask] + graph if additive else np.maximum(memory[mask], graph)
     return PlanProblem(
         sizes, counts, eager, graph_cost, flag, later + constant, capture, memory, fixed_top
     )

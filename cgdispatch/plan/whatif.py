@@ -180,8 +180,7 @@ def evaluate(
     capture a graph), ``num_captured_graphs`` (keys, all modes and LoRA cases),
     ``vllm_version``; with a cost
     model also ``mean_step_ms``, ``total_time_s``, ``source`` and, when the model has
-    ``graph_memory_bytes``, ``graph_memory_bytes`` (sum over captured graphs: an upper
-    bound, pool reuse is not modelled). With ``requests`` (the request table behind the
+    ``graph_memory_bytes``, ``graph_memory_bytes`` and ``capture_s`` (:func:`graph_costs`). With ``requests`` (the request table behind the
     trace) also vLLM's own scheduler's latencies for this config, steps priced by its
     dispatch (:func:`~cgdispatch.plan.ladder_latency.ladder_latency`): p50/p99 TTFT and
     TPOT, throughput and preemptions.
@@ -294,18 +293,29 @@ def _num_graphs(dispatcher: GraphDispatcher, keys: list[CaptureKey]) -> int:
 
 
 def graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:
-    """Graph memory (weak-output pool: graphs are captured into one pool and vLLM keeps only
-    weak references to their outputs, so the pool is the largest graph's) and capture time."""
+    """Graph memory and capture time of capturing ``keys``.
+
+    A calibrated model (``graph_memory_additive``: the start-up model of
+    :mod:`cgdispatch.estimate.startup`) prices each key and adds a fixed part paid once; any
+    other model gives the pool one graph needs alone, and the ladder's pool is the largest
+    (graphs share one pool and vLLM keeps only weak references to their outputs)."""
     out: dict[str, float] = {}
     by_mode = []
     for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL):
         sizes = [k.num_tokens for k in keys if k.runtime_mode is mode]
         if sizes:
             by_mode.append((mode, np.array(sizes, dtype=np.int64)))
+    additive = bool(getattr(model, "graph_memory_additive", False))
     memory = getattr(model, "graph_memory_bytes", None)
     if callable(memory) and by_mode:
-        out["graph_memory_bytes"] = max(float(np.max(memory(m, n))) for m, n in by_mode)
+        if additive:
+            out["graph_memory_bytes"] = float(model.graph_pool_base_bytes) + sum(
+                float(np.sum(memory(m, n))) for m, n in by_mode
+            )
+        else:
+            out["graph_memory_bytes"] = max(float(np.max(memory(m, n))) for m, n in by_mode)
     capture = getattr(model, "capture_time_s", None)
     if callable(capture) and by_mode:
-        out["capture_s"] = sum(float(np.sum(capture(m, n))) for m, n in by_mode)
+        base = float(getattr(model, "capture_base_s", 0.0) or 0.0)
+        out["capture_s"] = base + sum(float(np.sum(capture(m, n))) for m, n in by_mode)
     return out

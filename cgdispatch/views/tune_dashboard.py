@@ -18,6 +18,7 @@ from ..core.config import GraphConfig
 from ..core.engine import NEWEST_VLLM_VERSION
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.kv_bytes import kv_bytes_per_token
+from ..estimate.startup import startup_for
 from ..models.architectures import ARCHITECTURES
 from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
@@ -152,6 +153,7 @@ class TuneDashboard(Snapshot, w.VBox):
             kv_bytes_per_token=kv_bytes_per_token(model),
             trace_label=label,
             requests=requests,
+            startup=startup_for(model, self.device_box.value),
         )
 
 

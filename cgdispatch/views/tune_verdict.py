@@ -81,7 +81,15 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
             )
         )
     if "kv_cache_tokens" in delta:
-        rows.append(("KV-cache tokens", "", "", f"{delta['kv_cache_tokens']:+,.0f}"))
+        both = p.get("kv_cache_tokens") is not None and d.get("kv_cache_tokens") is not None
+        rows.append(
+            (
+                "KV-cache tokens",
+                f"{p['kv_cache_tokens']:,.0f}" if both else "",
+                f"{d['kv_cache_tokens']:,.0f}" if both else "",
+                f"{delta['kv_cache_tokens']:+,.0f}",
+            )
+        )
     return rows
 
 

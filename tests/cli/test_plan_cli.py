@@ -171,7 +171,8 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
     path, _ = _requests_csv(tmp_path)
     args = ["plan", "--trace", str(path), "--max-graphs", "8", "--objective", "time"]
     args += ["--vllm-version", "0.33"]
-    assert main([*args, "--holdout", "0.5", "--memory-budget-mib", "100", "--json"]) == 0
+    # the calibrated pool of llama-3.1-8b: 244 MiB fixed plus a few MiB per graph
+    assert main([*args, "--holdout", "0.5", "--memory-budget-mib", "400", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in out["ladders"]}
     assert {"planned", "vllm", "sglang", "trtllm", "pow2", "every"} <= set(rows)
@@ -179,7 +180,7 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
         assert set(row) >= JSON_FIELDS and row["source"] == "model (H200 SXM)"
         assert row["evaluated_on"].startswith("held out: last 0.5")
     planned = rows["planned"]
-    assert planned["num_graphs"] <= 8 and planned["graph_memory_mib"] <= 100
+    assert planned["num_graphs"] <= 8 and planned["graph_memory_mib"] <= 400
     # independently: the same trace, split, plan and scoring through the library
     trace, _ = workload_trace(path)
     train, test = split_holdout(trace, 0.5)
@@ -187,7 +188,7 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
     cm = device_cost_model("llama-3.1-8b", "H200")
     config = GraphConfig().resolve()
     sizes = plan_capture_sizes(
-        train, 8, objective="time", cost_model=cm, config=config, memory_budget_bytes=100 * 2**20
+        train, 8, objective="time", cost_model=cm, config=config, memory_budget_bytes=400 * 2**20
     )
     assert planned["sizes"] == sizes
     want = compare(test, {"p": sizes}, config=config, cost_model=cm).iloc[0]
@@ -277,8 +278,8 @@ def test_plan_gen2_time_objective_with_budget_and_max_size(tmp_path, capsys):
 
     path, _ = _requests_csv(tmp_path, seed=7)
     args = ["plan", "--trace", str(path), "--max-graphs", "10", "--objective", "time"]
-    args += ["--max-size", "1024", "--memory-budget-mib", "300", "--holdout", "0.5", "--json"]
-    args += ["--capture-budget-s", "1.5"]
+    args += ["--max-size", "1024", "--memory-budget-mib", "330", "--holdout", "0.5", "--json"]
+    args += ["--capture-budget-s", "1.8"]
     assert main(args) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
     planned = rows["planned"]
@@ -291,10 +292,10 @@ def test_plan_gen2_time_objective_with_budget_and_max_size(tmp_path, capsys):
         cost_model=device_cost_model("llama-3.1-8b", "H200"),
         config=GraphConfig(vllm_version="0.34").resolve(),
         max_prefill_tokens=1024,
-        memory_budget_bytes=300 * 2**20,
-        capture_budget_s=1.5,
+        memory_budget_bytes=330 * 2**20,
+        capture_budget_s=1.8,
     )
     assert planned["prefill_sizes"] == list(ladder.prefill_token_sizes)
     assert planned["decode_sizes"] == list(ladder.decode_request_sizes)
-    assert planned["prefill_sizes"][-1] == 1024 and planned["graph_memory_mib"] <= 300
-    assert planned["capture_s"] <= 1.5 + 1e-9  # scored on the held-out half: same graphs
+    assert planned["prefill_sizes"][-1] == 1024 and planned["graph_memory_mib"] <= 330
+    assert planned["capture_s"] <= 1.8 + 1e-9  # scored on the held-out half: same graphs

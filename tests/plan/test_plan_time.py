@@ -7,6 +7,7 @@ model at the runtime mode and padded size it returns (eager rows at their own si
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -242,3 +243,70 @@ def test_time_plan_with_spec_decode_matches_brute_force(seed, k):
         for ladder in itertools.combinations(range(2, top + 1, 2), r):
             best = min(best, _dispatch_total(config, ladder, hist, costs)[0])
     assert got == pytest.approx(best)
+
+
+@dataclass(frozen=True)
+class PricedCosts(ArrayCosts):
+    """A model that prices each graph (as the calibrated start-up model does): a ladder's
+    pool is ``graph_pool_base_bytes`` plus the sum over its graphs."""
+
+    graph_pool_base_bytes: float = 3.0
+    graph_memory_additive: bool = True
+
+
+def _priced_pool(config, sizes, costs) -> float:  # noqa: ANN001
+    """Base plus every captured graph's price, by a loop over the dispatcher's keys."""
+    d = CudagraphDispatcher(config.replace(cudagraph_capture_sizes=list(sizes)))
+    d.initialize_cudagraph_keys()
+    descs = [(m, x.num_tokens) for m, xs in d.get_capture_descs() for x in xs]
+    graphs = sum(float(costs.graph_memory_bytes(m, np.array([s]))[0]) for m, s in descs)
+    return costs.graph_pool_base_bytes + graphs
+
+
+def test_a_summed_memory_budget_is_met_and_near_brute_force():
+    gaps = []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        base = _costs(rng)
+        costs = PricedCosts(*dataclasses.astuple(base)[:5], source="model")
+        trace, config = _random_trace(rng, 10), GraphConfig(max_num_seqs=4)
+        hist = as_histogram(trace)
+        budget = costs.graph_pool_base_bytes + 4.0 + 6.0 * rng.random()
+        best = np.inf
+        for r in range(1, 4):
+            for ladder in itertools.combinations(range(1, int(hist.index.max()) + 1), r):
+                if _priced_pool(config, ladder, costs) <= budget:
+                    best = min(best, _dispatch_total(config, ladder, hist, costs)[0])
+        kw = dict(objective="time", cost_model=costs, config=config, memory_budget_bytes=budget)
+        if best == np.inf:
+            with pytest.raises(ValueError, match="memory"):
+                plan_capture_sizes(trace, 3, **kw)
+            continue
+        sizes = plan_capture_sizes(trace, 3, **kw)
+        assert _priced_pool(config, sizes, costs) <= budget + 1e-9
+        got = _dispatch_total(config, sizes, hist, costs)[0]
+        assert got >= best - 1e-9
+        gaps.append(got / best - 1)
+    assert gaps and max(gaps) < 0.15
+
+
+def test_generation_2_plans_meet_a_summed_memory_budget():
+    from cgdispatch import capture_keys
+    from cgdispatch.plan.gen2_ladder import gen2_config
+    from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
+    from cgdispatch.plan.whatif import graph_costs
+
+    rng = np.random.default_rng(3)
+    base = _costs(rng, top=200)
+    costs = PricedCosts(*dataclasses.astuple(base)[:5], source="model")
+    trace = _random_trace(rng, 60, max_num_seqs=8)
+    config = GraphConfig(vllm_version="0.34", max_num_seqs=8).resolve()
+    free = plan_gen2_capture_sizes(trace, 8, objective="time", cost_model=costs, config=config)
+    used = graph_costs(capture_keys(gen2_config(config, free)), costs)["graph_memory_bytes"]
+    budget = costs.graph_pool_base_bytes + 0.5 * (used - costs.graph_pool_base_bytes)
+    tight = plan_gen2_capture_sizes(
+        trace, 8, objective="time", cost_model=costs, config=config, memory_budget_bytes=budget
+    )
+    assert (
+        graph_costs(capture_keys(gen2_config(config, tight)), costs)["graph_memory_bytes"] <= budget
+    )
