@@ -146,7 +146,7 @@ def tune(
         deltas=deltas,
         flags=_flags(planned if wins else None, config),
         config=config,
-        source=cost_source(cost_model),
+        source=_source(cost_model, costs.get("planned")),
         trace_label=trace_label,
         holdout=holdout,
         steps_planned=len(train),
@@ -179,6 +179,13 @@ def _with_latency(requests: pd.DataFrame) -> ReplayFn:
         return table.rename(columns={"tpot_p99_ms": "p99_tpot_ms"})
 
     return replay
+
+
+def _source(cost_model: CostModel, startup: StartupCosts | None) -> str:
+    """The step-time model's label, and the start-up estimate's when it has one."""
+    label = cost_source(cost_model)
+    extra = getattr(startup, "source", None)
+    return f"{label}; start-up: {extra}" if isinstance(extra, str) and extra else label
 
 
 def _deltas(
