@@ -10,8 +10,10 @@ attention for PIECEWISE) is :mod:`cgdispatch.estimate.step_time`, the one formul
 
 Every number this model produces is labelled ``model (<device>)``; it is not a
 measurement. Device presets come from datasheets (docs/references.md); the launch and gap
-constants are fitted on published step times (docs/step_time.md,
-:mod:`cgdispatch.estimate.step_calibration`); :func:`calibrate` fits them to measured sweep
+constants were set to match published step times (docs/calibration.md compares the model with
+them, :func:`~cgdispatch.views.calibration_figures.published_step_comparison`); graph memory and
+capture time of published models come from the start-up model calibrated on logged vLLM
+start-ups (:mod:`cgdispatch.estimate.startup`); :func:`calibrate` fits the constants to measured sweep
 rows instead.
 """
 
@@ -64,7 +66,7 @@ class DeviceSpec:
     bandwidth_bytes_per_s: float  # HBM bandwidth
     flop_efficiency: float = 0.6  # assumed share of peak a GEMM reaches
     bw_efficiency: float = 0.75  # assumed share of peak bandwidth a kernel reaches
-    # fitted on published step times (docs/step_time.md, scripts/step_time_table.py):
+    # set to match published step times (docs/calibration.md, "Step time by mode"):
     kernel_launch_us: float = 16.1  # host cost per eager launch (Python, dispatcher, driver)
     kernel_gap_us: float = 3.8  # device idle before each eagerly launched kernel
     piece_overhead_us: float = 15.4  # device idle per graph launch (one per piece)

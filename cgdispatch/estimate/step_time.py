@@ -19,7 +19,7 @@ Each issued item ``j`` has a host cost ``h_j``, a device gap ``g_j`` and device 
 so the step ends at ``max_j(issued_j + sum_{i>=j} (g_i + D_i))`` with
 ``issued_j = step_overhead_us + h_1 + ... + h_j``. It times; it does not count kernels
 (:mod:`~cgdispatch.estimate.kernels`) or fit constants
-(:mod:`~cgdispatch.estimate.step_calibration`).
+(the ``DeviceSpec`` constants, compared with published step times in docs/calibration.md).
 """
 
 from __future__ import annotations

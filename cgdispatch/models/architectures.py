@@ -112,6 +112,18 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         rope_theta=1_000_000.0,
         published="Qwen/Qwen2.5-7B-Instruct",
     ),
+    "qwen2.5-1.5b": ArchSpec(
+        28,
+        1536,
+        12,
+        2,
+        8960,
+        151936,
+        source="Qwen/Qwen2.5-1.5B-Instruct config.json",
+        rope_theta=1_000_000.0,
+        qkv_bias=True,
+        published="Qwen/Qwen2.5-1.5B-Instruct",
+    ),
     "llama-3.1-70b-tp8": ArchSpec(
         80,
         8192,

@@ -40,7 +40,7 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
         "Hugging Face causal LM (random weights) through HFDecodeLM: lock-step decode only",
     ),
     ModelFamily(
-        ("llama-3.1-8b", "qwen2.5-7b", "llama-3.1-70b-tp8"),
+        ("llama-3.1-8b", "qwen2.5-7b", "qwen2.5-1.5b", "llama-3.1-70b-tp8"),
         "cgdispatch.models.architectures:build_arch_model",
         (),
         "published architecture (config.json shapes, bf16, one TP rank) on meta tensors: "
