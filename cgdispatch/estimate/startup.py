@@ -405,7 +405,7 @@ def estimate_startup(
     (``H100``, ``H200``, ``A100``); ``config``: the graphs it captures (its
     ``max_num_seqs`` and ``max_num_batched_tokens`` size the profile run as vLLM's do).
     ``dtype``, ``quantization`` and ``kv_cache_dtype`` as vLLM's flags; None is the
-    model's dtype and no quantization.
+    checkpoint's dtype and quantization.
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     pm, dtype = _check_run(model, device, config, tp, pp, dtype)

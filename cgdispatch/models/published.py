@@ -81,6 +81,7 @@ class PublishedModel:
     full_attention_every: int  # 1: every layer full attention; k: one in k (others sliding)
     vision_params: int
     dtype: str
+    quantization: str  # the checkpoint's scheme as vLLM names it ("" for none)
     source: str
 
     @property
@@ -155,7 +156,8 @@ class PublishedModel:
         quantization: str | None = None,
     ) -> float:
         """Parameter bytes vLLM loads on one GPU: pipeline stage ``rank`` (default: the
-        largest stage), ``dtype`` (default the config's) and the run's ``quantization``."""
+        largest stage), ``dtype`` (default the config's) and the run's ``quantization``
+        (default the checkpoint's)."""
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self._check_parallel(tp, pp)
         if rank is None:
@@ -172,9 +174,9 @@ class PublishedModel:
         dtype = dtype or self.dtype
         if dtype not in _DTYPE_BYTES:
             raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPE_BYTES)}")
-        quant = (
-            None if quantization in (None, "", "None") or pd.isna(quantization) else quantization
-        )
+        if quantization is None:  # the checkpoint's own scheme
+            quantization = self.quantization
+        quant = None if quantization in ("", "None") or pd.isna(quantization) else quantization
         if quant is not None and quant not in QUANT_WEIGHT_BYTES:
             raise ValueError(
                 f"quantization={quantization!r} is unknown: use None or one of "
@@ -300,7 +302,7 @@ def _as_model(row: pd.Series) -> PublishedModel:
         elif f.type == "int":
             value = int(value)
         else:
-            value = str(value)
+            value = "" if pd.isna(value) else str(value)
         values[f.name] = value
     return PublishedModel(**values)
 
