@@ -11,19 +11,17 @@ entry. Neither runs a step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.modes import CUDAGraphMode
 from .pool import OutputLifetime
+from .runner_state import RunnerState
 from .wrapper import CUDAGraphWrapper
-
-if TYPE_CHECKING:
-    from .runner import GraphRunner
 
 __all__ = ["assemble_step", "release_step"]
 
 
-def assemble_step(runner: GraphRunner) -> Callable[..., Any]:
+def assemble_step(runner: RunnerState) -> Callable[..., Any]:
     """The model, compiled piecewise and/or FULL-wrapped; wrappers go to ``runner.wrappers``."""
     inner: Callable[..., Any] = runner.model
     if runner.cudagraph_mode.requires_piecewise_compilation():
@@ -36,7 +34,7 @@ def assemble_step(runner: GraphRunner) -> Callable[..., Any]:
 
 
 def _wrapper(
-    runner: GraphRunner,
+    runner: RunnerState,
     fn: Callable[..., Any],
     mode: CUDAGraphMode,
     name: str,
@@ -53,7 +51,7 @@ def _wrapper(
     )
 
 
-def _compile_piecewise(runner: GraphRunner, model: Callable[..., Any]) -> Callable[..., Any]:
+def _compile_piecewise(runner: RunnerState, model: Callable[..., Any]) -> Callable[..., Any]:
     """One ``torch.compile`` split at ``config.effective_splitting_ops``, pieces wrapped."""
     from .split_compile import compile_split
 
@@ -73,7 +71,7 @@ def _compile_piecewise(runner: GraphRunner, model: Callable[..., Any]) -> Callab
     return step
 
 
-def release_step(runner: GraphRunner) -> None:
+def release_step(runner: RunnerState) -> None:
     """Free the runner's graphs, pool and compiled pieces; its steps raise afterwards."""
     from .split_compile import forget_compiled
 

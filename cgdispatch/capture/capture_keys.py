@@ -17,11 +17,11 @@ from ..core.engine import GraphKey, capture_keys
 from ..core.modes import CUDAGraphMode
 from .context import set_forward_context
 from .graph_key import is_uniform_key, uniform_query_len
+from .runner_state import RunnerState
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .runner import GraphRunner
 
 __all__ = ["capture_every_key", "REPORT_COLUMNS"]
 
@@ -37,7 +37,7 @@ REPORT_COLUMNS = [
 ]
 
 
-def capture_every_key(runner: GraphRunner, *, progress: bool, lock: bool) -> pd.DataFrame:
+def capture_every_key(runner: RunnerState, *, progress: bool, lock: bool) -> pd.DataFrame:
     """The capture report of ``runner.capture_all`` (see there), one row per key."""
     import pandas as pd
     from tqdm.auto import tqdm
@@ -57,7 +57,7 @@ def capture_every_key(runner: GraphRunner, *, progress: bool, lock: bool) -> pd.
     return frame
 
 
-def _capture_one(runner: GraphRunner, mode: CUDAGraphMode, desc: GraphKey) -> dict[str, Any]:
+def _capture_one(runner: RunnerState, mode: CUDAGraphMode, desc: GraphKey) -> dict[str, Any]:
     backend = runner.backend
     n = desc.num_tokens
     graphs0, capture_s0, pool0 = (

@@ -28,7 +28,9 @@ from ..core.cudagraph_manager import CudaGraphManager
 from ..core.dispatcher import ready_dispatcher
 from ..core.engine import GraphDispatcher, GraphKey, dispatch_step
 from ..core.modes import CUDAGraphMode
+from .assemble import assemble_step, release_step
 from .backends import GraphBackend, get_backend
+from .capture_keys import capture_every_key
 from .context import ForwardContext, use_forward_context
 from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
@@ -130,8 +132,6 @@ class GraphRunner:
         around the whole model when the mode has FULL graphs; all share ``self.backend``
         and are kept in ``self.wrappers`` (``assemble.py``).
         """
-        from .assemble import assemble_step
-
         return assemble_step(self)
 
     # ----- one step ------------------------------------------------------------------------
@@ -314,8 +314,6 @@ class GraphRunner:
         step_s (the whole dummy step incl. warm-ups) and pool_bytes (CUDA; NaN on CPU,
         where ``backend.ledger`` holds the stand-in's pool model).
         """
-        from .capture_keys import capture_every_key
-
         self.capture_report_ = capture_every_key(self, progress=progress, lock=lock)
         return self.capture_report_
 
@@ -332,8 +330,6 @@ class GraphRunner:
         process does not grow. A result a step returned earlier keeps its memory on the CPU
         stand-in and points at freed pool memory on CUDA: copy what you keep first.
         """
-        from .assemble import release_step
-
         if not self.released:
             self.released = True
             self._steps.clear()

@@ -18,7 +18,12 @@ from typing import Any
 from . import config_v2 as _v2
 from . import validate as _bounds
 from .ladders import vllm_ladder
-from .modes import AttentionCGSupport, CUDAGraphMode, lower_for_attention_support
+from .modes import (
+    DEFAULT_SPLITTING_OPS,
+    AttentionCGSupport,
+    CUDAGraphMode,
+    lower_for_attention_support,
+)
 from .validate import as_index, check_bool, check_nesting, check_size_list
 from .validate import check_int as _check_int
 
@@ -26,11 +31,6 @@ __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
 
 # Ops the model is split at for piecewise graphs when splitting_ops is None: the toy
 # model's attention op and PyTorch's SDPA (as it appears in dynamo graphs).
-DEFAULT_SPLITTING_OPS: tuple[str, ...] = (
-    "cgdispatch::attention",
-    "cgdispatch::attention_uniform",
-    "aten::scaled_dot_product_attention",
-)
 
 # GraphConfig fields that live in vLLM's --compilation-config JSON; the rest are
 # scheduler / parallel / LoRA / speculative settings passed as separate engine args.

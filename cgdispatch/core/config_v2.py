@@ -13,9 +13,14 @@ import bisect
 import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .modes import AttentionCGSupport, CUDAGraphMode, lower_for_attention_support
+from .modes import (
+    DEFAULT_SPLITTING_OPS,
+    AttentionCGSupport,
+    CUDAGraphMode,
+    lower_for_attention_support,
+)
 from .validate import (
     MAX_CAPTURE_SIZE,
     MAX_CAPTURE_SIZES,
@@ -27,8 +32,9 @@ from .validate import (
     check_size_list,
 )
 
-if TYPE_CHECKING:
-    from .config import GraphConfig
+# core.config.GraphConfig, typed loosely here: config builds on this module, so importing
+# it back would make a cycle
+GraphConfig = Any
 
 __all__ = [
     "VLLM_VERSIONS",
@@ -579,8 +585,6 @@ def splitting_ops_contain_attention(config: GraphConfig) -> bool:
     """CompilationConfig.splitting_ops_contain_attention after set_splitting_ops_for_v1:
     None becomes the attention ops; a list must hold all of vLLM's attention ops (or one
     of cgdispatch's own attention ops, which stand for them in this package's models)."""
-    from .config import DEFAULT_SPLITTING_OPS
-
     ops = config.splitting_ops
     if ops is None:
         return True

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CUDAGraphMode", "AttentionCGSupport", "lower_for_attention_support"]
+__all__ = [
+    "CUDAGraphMode",
+    "AttentionCGSupport",
+    "lower_for_attention_support",
+    "DEFAULT_SPLITTING_OPS",
+]
 
 
 class CUDAGraphMode(enum.Enum):
@@ -142,3 +147,12 @@ def lower_for_attention_support(
     if mode.decode_mode() is M.FULL and uniform_decode_query_len > 1 and support < S.UNIFORM_BATCH:
         mode = M.PIECEWISE if attention_split else M.NONE
     return mode
+
+
+# the attention ops cgdispatch's models split at (PIECEWISE pieces end there), standing for
+# vLLM's attention ops in this package's models; GraphConfig.splitting_ops=None means these
+DEFAULT_SPLITTING_OPS: tuple[str, ...] = (
+    "cgdispatch::attention",
+    "cgdispatch::attention_uniform",
+    "aten::scaled_dot_product_attention",
+)

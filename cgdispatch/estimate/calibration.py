@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from .device_model import DeviceSpec, predict_step
+from .device_model import predict_step
+from .devices import DeviceSpec
 from .kernels import StepProfile, toy_profiles
 
 __all__ = ["calibrate", "calibrate_rows", "predict_config"]

@@ -19,17 +19,17 @@ rows instead.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..core.modes import CUDAGraphMode
+from .devices import DEVICE_PRESETS, DeviceSpec
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
+from .startup import GraphPricing, graph_pricing
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
 __all__ = [
@@ -44,50 +44,6 @@ __all__ = [
     "device_cost_model",
     "toy_profiles",
 ]
-# moved to estimate.calibration; still importable from here (module __getattr__ below)
-_MOVED = ("calibrate", "calibrate_rows", "predict_config")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from . import calibration
-
-        return getattr(calibration, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """Peak rates of a device and the host costs of launching work on it. All overridable."""
-
-    name: str
-    peak_flops: float  # dense bf16/fp16 tensor-core FLOP/s
-    peak_fp32_flops: float  # dense fp32 FLOP/s (kernels with no 16-bit operand)
-    bandwidth_bytes_per_s: float  # HBM bandwidth
-    flop_efficiency: float = 0.6  # assumed share of peak a GEMM reaches
-    bw_efficiency: float = 0.75  # assumed share of peak bandwidth a kernel reaches
-    # set to match published step times (docs/calibration.md, "Step time by mode"):
-    kernel_launch_us: float = 16.1  # host cost per eager launch (Python, dispatcher, driver)
-    kernel_gap_us: float = 3.8  # device idle before each eagerly launched kernel
-    piece_overhead_us: float = 15.4  # device idle per graph launch (one per piece)
-    step_overhead_us: float = 340.0  # host work per step in every mode (inputs, sampling)
-    graph_launch_us: float = 10.0  # host cost per graph replay (assumption)
-    kernel_min_us: float = 1.5  # floor of one kernel on the device (80 kernels in 70 us replay)
-    # assumption: instantiating one captured graph; with one warm-up run this gives vLLM's
-    # ~0.05 s per piecewise size for Llama-3.1-8B (docs/references.md)
-    graph_instantiate_us: float = 1000.0
-
-    def replace(self, **changes: Any) -> DeviceSpec:
-        return dataclasses.replace(self, **changes)
-
-
-# Datasheet figures as quoted in docs/references.md (NVIDIA H100/H200/A100 datasheets);
-# fp32 (non-tensor) rates: H100/H200 SXM 67 TFLOP/s, A100 19.5 TFLOP/s.
-DEVICE_PRESETS: dict[str, DeviceSpec] = {
-    "H100": DeviceSpec("H100 SXM", 989e12, 67e12, 3.35e12),
-    "H200": DeviceSpec("H200 SXM", 989e12, 67e12, 4.8e12),
-    "A100": DeviceSpec("A100 SXM 80GB", 312e12, 19.5e12, 2.0e12),
-}
 
 
 def predict_step(
@@ -185,7 +141,7 @@ class DeviceCostModel:
     profile: LinearProfile
     memory: Mapping[str, MemoryLine]  # "FULL" / "PIECEWISE" -> pool bytes per graph
     num_warmups: int = 1  # vLLM's compilation_config.cudagraph_num_of_warmups
-    pricing: Any = None  # estimate.startup.GraphPricing of the published model, if any
+    pricing: GraphPricing | None = None  # the calibrated per-graph costs, published models
 
     @property
     def source(self) -> str:
@@ -275,8 +231,6 @@ def device_cost_model(
     pricing = None
     published = getattr(getattr(net, "spec", None), "published", "")
     if published:  # graph memory and capture time from the calibrated start-up model
-        from .startup import graph_pricing
-
         pricing = graph_pricing(
             published, device, tensor_parallel_size=net.spec.tensor_parallel_size
         )

@@ -54,7 +54,7 @@ from ..core.engine import capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from ..models.architectures import ArchLM
 from ..models.published import PublishedModel, arch_spec, published_model
-from .device_model import DEVICE_PRESETS
+from .devices import DEVICE_PRESETS
 from .kernels import LinearProfile, linear_profile
 from .step_time import fuse_pointwise, step_times_by_mode
 

@@ -34,7 +34,7 @@ from ..core.modes import CUDAGraphMode
 from .kernels import LinearProfile
 
 if TYPE_CHECKING:
-    from .device_model import DeviceSpec
+    from .devices import DeviceSpec
 
 __all__ = [
     "TIMING_FIELDS",

@@ -22,7 +22,6 @@ Two seams for figures other issues supply:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 import pandas as pd
@@ -33,25 +32,11 @@ from .choose import plan_ladder
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan
-from .tune_result import TuneResult, ladder_figures, losing_figures
+from .tune_result import StartupCosts, TuneResult, ladder_figures, losing_figures
 
 __all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS"]
 
 DEFAULT_GRAPHS = 32  # the planner's size budget when none is given (vLLM 0.34's default: ~86)
-
-
-@dataclass(frozen=True)
-class StartupCosts:
-    """What capturing one ladder costs at engine start-up.
-
-    ``graph_memory_bytes``: the graph pool; ``capture_s``: capture time; ``kv_cache_tokens``:
-    KV-cache tokens left after weights, activations and graphs (None when the estimate has
-    no device memory: then only differences in graph memory are turned into tokens).
-    """
-
-    graph_memory_bytes: float
-    capture_s: float
-    kv_cache_tokens: float | None = None
 
 
 class StartupFn(Protocol):

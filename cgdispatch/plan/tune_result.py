@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -19,10 +19,8 @@ from ..core.config import GraphConfig
 from .gen2_ladder import Gen2Ladder
 from .ladder_compare import Ladder
 
-if TYPE_CHECKING:
-    from .tune import StartupCosts
-
 __all__ = [
+    "StartupCosts",
     "TuneResult",
     "ladder_figures",
     "ladder_sizes",
@@ -38,6 +36,20 @@ LOWER_IS_BETTER = {"mean_step_ms": True, "p99_tpot_ms": True, "throughput_tok_s"
 # the scheduler's figures lose only when worse by more than this share: below saturation
 # throughput is the arrival rate, and a p99 moves by one step's time
 LATENCY_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class StartupCosts:
+    """What capturing one ladder costs at engine start-up.
+
+    ``graph_memory_bytes``: the graph pool; ``capture_s``: capture time; ``kv_cache_tokens``:
+    KV-cache tokens left after weights, activations and graphs (None when the estimate has
+    no device memory: then only differences in graph memory are turned into tokens).
+    """
+
+    graph_memory_bytes: float
+    capture_s: float
+    kv_cache_tokens: float | None = None
 
 
 def losing_figures(deltas: dict[str, float], default: dict[str, float]) -> list[str]:

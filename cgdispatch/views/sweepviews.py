@@ -172,13 +172,14 @@ def modelled_speedup(
 ) -> pd.DataFrame:
     """Step speed-up the analytic device model predicts for each of ``spec``'s modes.
 
-    :func:`~cgdispatch.estimate.device_model.predict_config` for every (batch kind, mode) of
+    :func:`~cgdispatch.estimate.calibration.predict_config` for every (batch kind, mode) of
     the spec: each batch is dispatched as the runner would (runtime mode, padding to the
     ``ladder``, default the spec's first) and timed on the ``device`` preset. ``model``: a
     toy preset (default the spec's); ``num_tokens``: default 16 sizes from 1 to twice the
     largest capture size plus the spec's. Columns as ``predict_config`` plus mode, ladder,
     uniform_decode; source ``model (<device name>)``. Not a measurement."""
-    from ..estimate.device_model import DEVICE_PRESETS, predict_config
+    from ..estimate.calibration import predict_config
+    from ..estimate.devices import DEVICE_PRESETS
     from ..models.toy import PRESETS, build_toy_model
 
     name = spec.model if model is None else model

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..core.validate import MAX_STEPS
+from .limits import SchedulerLimits
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
 from .vllm_rules import scheduler_rules
 from .vllm_scheduler import AcceptFn, ScheduleCall, VllmSchedulerCore
-
-if TYPE_CHECKING:
-    from .scheduler import SchedulerLimits
 
 __all__ = ["ExactRun", "AcceptFn"]
 

@@ -13,11 +13,11 @@ from small_models import MLP
 from torch import nn
 
 from cgdispatch.core.modes import CUDAGraphMode
+from cgdispatch.estimate.calibration import calibrate
 from cgdispatch.estimate.device_model import (
     DEVICE_PRESETS,
     DeviceSpec,
     StepProfile,
-    calibrate,
     predict_frame,
     predict_step,
     profile_step,
@@ -217,7 +217,8 @@ def test_a_gather_reads_its_rows_not_the_whole_table() -> None:
 
 def test_predict_config_pads_and_dispatches_like_the_runner() -> None:
     from cgdispatch import CudagraphDispatcher, GraphConfig
-    from cgdispatch.estimate.device_model import predict_config, toy_profiles
+    from cgdispatch.estimate.calibration import predict_config
+    from cgdispatch.estimate.device_model import toy_profiles
     from cgdispatch.models.toy import build_toy_model
 
     model = build_toy_model("toy-tiny", device="meta")

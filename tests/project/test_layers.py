@@ -138,3 +138,78 @@ def test_sources_cite_the_repo_docs_not_outside_files():
             if "shared" + "/" in source or "design" + ".md" in source:
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> package modules it imports (every import statement: function-local and
+    ``TYPE_CHECKING`` ones too); ``from pkg import name`` counts as importing ``pkg``."""
+    modules = {_module_name(p, package): p for p in package.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, target in imports_of(path, package):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and target != package.name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, cycles = {}, {}, set(), [], []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_file_level_import_cycle():
+    """No two package files import each other, even through lazy or type-only imports."""
+    assert import_cycles(import_graph()) == []
+
+
+def test_cycle_checker_finds_a_lazy_cycle(tmp_path):
+    package = tmp_path / "cgdispatch"
+    (package / "core").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "core" / "__init__.py").write_text("")
+    (package / "core" / "a.py").write_text("from .b import x\n")
+    (package / "core" / "b.py").write_text("def f():\n    from . import c\n")
+    (package / "core" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import y\n"
+    )
+    (package / "core" / "d.py").write_text("from .a import y\n")
+    assert import_cycles(import_graph(package)) == [
+        ["cgdispatch.core.a", "cgdispatch.core.b", "cgdispatch.core.c"]
+    ]
