@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ..core.arith import round_up
+
 __all__ = ["map_tensors", "copy_into", "alias_tensors", "OutputArena"]
 
 ALIGN_BYTES = 512  # arena offsets: a CUDA block's alignment, and a multiple of every itemsize
@@ -135,7 +137,7 @@ class OutputArena:
 
 
 def _aligned(t: torch.Tensor) -> int:
-    return -(-t.numel() * t.element_size() // ALIGN_BYTES) * ALIGN_BYTES
+    return round_up(t.numel() * t.element_size(), ALIGN_BYTES)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:

@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..core.arith import round_up
+
 __all__ = [
     "OutputLifetime",
     "GraphMemory",
@@ -48,11 +50,6 @@ __all__ = [
 ]
 
 BLOCK_BYTES = 512  # the CUDA caching allocator rounds every block to 512 B
-
-
-def round_up(nbytes: int, granularity: int) -> int:
-    """``nbytes`` rounded up to a multiple of ``granularity`` (>= 1)."""
-    return -(-int(nbytes) // granularity) * granularity
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:

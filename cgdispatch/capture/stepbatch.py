@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..core.arith import cdiv
 from ..core.validate import check_int
 
 __all__ = ["StepBatch", "make_decode_batch", "make_mixed_batch"]
@@ -105,7 +106,7 @@ def make_mixed_batch(
     _check_count("num_tokens", num_tokens)
     max_reqs = min(model_cfg.num_slots, max_num_reqs or model_cfg.num_slots, num_tokens)
     seq = model_cfg.max_seq_len
-    min_reqs = -(-num_tokens // seq)
+    min_reqs = cdiv(num_tokens, seq)
     if min_reqs > max_reqs:
         raise ValueError(
             f"num_tokens={num_tokens} does not fit {max_reqs} requests of at most {seq} tokens: "
@@ -117,7 +118,7 @@ def make_mixed_batch(
     )
     # chunked requests: enough to hold the extra tokens, at least one
     extra = num_tokens - num_reqs
-    num_chunks = max(1 if extra else 0, -(-extra // (seq - 1)) if seq > 1 else 0)
+    num_chunks = max(1 if extra else 0, cdiv(extra, seq - 1) if seq > 1 else 0)
     num_chunks = rng.randint(num_chunks, num_reqs) if extra else 0
     lens = [1] * num_reqs
     chunk_idx = list(range(num_reqs - num_chunks, num_reqs))

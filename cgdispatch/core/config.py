@@ -17,6 +17,7 @@ from typing import Any
 
 from . import config_v2 as _v2
 from . import validate as _bounds
+from .arith import round_up
 from .ladders import vllm_ladder
 from .modes import (
     DEFAULT_SPLITTING_OPS,
@@ -453,7 +454,7 @@ class GraphConfig:
         )
         sizes, largest = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
         if mode.decode_mode() is CUDAGraphMode.FULL and q > 1 and sizes:
-            rounded = sorted({-(-s // q) * q for s in sizes if -(-s // q) * q <= largest})
+            rounded = sorted({round_up(s, q) for s in sizes if round_up(s, q) <= largest})
             if not rounded and q <= largest:
                 rounded = [q]
             if not rounded:

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .arith import cdiv
 from .modes import (
     DEFAULT_SPLITTING_OPS,
     AttentionCGSupport,
@@ -117,10 +118,6 @@ def check_version(version: Any) -> str | None:
 
 def is_gen2(config: GraphConfig) -> bool:
     return config.vllm_version == "0.34"
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # ----- grids (vllm/config/compilation.py) ----------------------------------------------
@@ -498,10 +495,10 @@ def _split_sizes(
     else:
         decode_sizes = sorted(
             {
-                min(_cdiv(s, q), max_num_seqs)
+                min(cdiv(s, q), max_num_seqs)
                 for s in shared_sizes
                 for q in target_query_lens
-                if _cdiv(s, q) * q <= shared_max
+                if cdiv(s, q) * q <= shared_max
             }
         )
     mode = config.cudagraph_mode

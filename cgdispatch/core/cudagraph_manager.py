@@ -19,6 +19,7 @@ from itertools import groupby, product
 from typing import Any
 
 from . import config_v2 as _v2
+from .arith import cdiv
 from .config import GraphConfig
 from .modes import CUDAGraphMode
 from .validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_int
@@ -343,7 +344,7 @@ class CudaGraphManager:
                 # an unknown query length (0 and text included) falls to the checked path
                 table = self._fast_decode.get(uniform_token_count)
                 if table is not None:
-                    n = -(-num_tokens // uniform_token_count)
+                    n = cdiv(num_tokens, uniform_token_count)
                     if n < len(table):
                         desc = table[n]
                         if desc.num_reqs >= num_reqs:
@@ -396,7 +397,7 @@ class CudaGraphManager:
             candidates = self._candidates_for(num_tokens, loras)
             if uniform_token_count is not None:
                 table = self._decode_descs.get((uniform_token_count, loras, num_ubatches), [])
-                n = -(-num_tokens // uniform_token_count)
+                n = cdiv(num_tokens, uniform_token_count)
                 if n < len(table):
                     candidates = [table[n], *candidates]
             for desc in candidates:

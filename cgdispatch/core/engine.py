@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from .arith import cdiv
 from .batch import BatchDescriptor
 from .config import GraphConfig
 from .config_v2 import GEN2_FIELDS, check_version
@@ -174,7 +175,7 @@ def default_num_reqs(config: GraphConfig, num_tokens: int, uniform_decode: bool)
         return 0
     if uniform_decode:
         q = config.uniform_decode_query_len
-        return -(-num_tokens // q)
+        return cdiv(num_tokens, q)
     return 1
 
 

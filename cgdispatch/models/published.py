@@ -26,6 +26,7 @@ from importlib import resources
 
 import pandas as pd
 
+from ..core.arith import round_up
 from .architectures import ArchSpec
 
 __all__ = [
@@ -213,7 +214,7 @@ class PublishedModel:
         full = layers // every
         sliding = layers - full
         group = min(full, sliding) or max(full, sliding)
-        return sum(-(-n // group) * group for n in (full, sliding) if n)
+        return sum(round_up(n, group) for n in (full, sliding) if n)
 
     def kv_bytes_per_token(
         self,

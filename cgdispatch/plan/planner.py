@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from ..core.arith import round_up
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
@@ -82,15 +83,15 @@ def _candidates(
     if max_size is not None and max_size % multiple_of:
         raise ValueError(
             f"max_size={max_size} is not a multiple of multiple_of={multiple_of}: "
-            f"use {-(-max_size // multiple_of) * multiple_of}"
+            f"use {round_up(max_size, multiple_of)}"
         )
-    rounded = -(-n // multiple_of) * multiple_of
+    rounded = round_up(n, multiple_of)
     if rules.mode.separate_routine() and rules.mode.decode_mode() is CUDAGraphMode.FULL:
         # above q * max_num_seqs a size has no FULL decode graph: its memory and capture
         # time drop there, so the first such size is a candidate (keeps the DP exact)
         edge = rules.q * rules.max_num_seqs + 1
         if edge <= rounded.max():
-            rounded = np.append(rounded, -(-edge // multiple_of) * multiple_of)
+            rounded = np.append(rounded, round_up(edge, multiple_of))
     rounded = np.unique(rounded)
     top = int(rounded[-1]) if max_size is None else max_size
     rounded = rounded[rounded <= top]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..core.arith import cdiv
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
 from .costs import CostModel, as_cost_model
@@ -112,7 +113,7 @@ def _split_steps(
     mix = hist["mixed"].to_numpy(np.float64)
     eager = np.zeros(len(t)) if kind == "padding" else model.step_time_ms(NONE, t)
     eager = np.asarray(eager, dtype=np.float64)
-    r = -(-t // rules.q)
+    r = cdiv(t, rules.q)
     to_decode = (r <= rules.decode_limit) & (dec > 0)
     token_count = mix + np.where(to_decode, 0.0, dec)  # decodes above: token-keyed graphs
     graphable = (rules.mixed_mode is not NONE) & (t <= rules.max_tokens) & (token_count > 0)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from ..core.arith import cdiv
 from ..core.validate import MAX_STEPS
 from .limits import SchedulerLimits
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
@@ -69,7 +70,7 @@ class ExactRun:
             longest = prompt + output
             if lim.max_model_len is not None:
                 longest = np.minimum(longest, lim.max_model_len)
-            need = int(-(-int(longest.max()) // lim.block_size))
+            need = int(cdiv(int(longest.max()), lim.block_size))
             if need > lim.num_gpu_blocks - 1:
                 raise ValueError(
                     f"num_gpu_blocks={lim.num_gpu_blocks} cannot hold one request of "

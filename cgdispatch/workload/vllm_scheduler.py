@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..core.arith import cdiv
 from .vllm_rules import SchedulerRules
 
 __all__ = ["VllmSchedulerCore", "ScheduleCall"]
@@ -131,7 +132,7 @@ class VllmSchedulerCore:
 
     # ----- the scheduler ------------------------------------------------------------------
     def _blocks(self, tokens: int) -> int:
-        return -(-min(tokens, self.mml) // self.bs)
+        return cdiv(min(tokens, self.mml), self.bs)
 
     def _preempt(self, i: int) -> None:
         self.p_order.pop(i, None)
