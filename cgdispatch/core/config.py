@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import json
 import shlex
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from .modes import (
 )
 from .validate import as_index, check_bool, check_nesting, check_size_list
 from .validate import check_int as _check_int
+from .warn import warn_user
 
 __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
 
@@ -268,19 +268,17 @@ class GraphConfig:
                 device_capability=self.device_capability,
             )
             if user_max is not None and sizes[-1] != user_max:
-                warnings.warn(
+                warn_user(
                     f"max_cudagraph_capture_size={user_max} is not on vLLM's ladder within "
-                    f"max_num_batched_tokens={tokens}: truncated to {sizes[-1]}",
-                    stacklevel=4,
+                    f"max_num_batched_tokens={tokens}: truncated to {sizes[-1]}"
                 )
         else:
             sizes = sorted(set(user_sizes))
             dropped = [s for s in sizes if s > tokens]
             if dropped:
-                warnings.warn(
+                warn_user(
                     f"capture sizes {dropped} exceed max_num_batched_tokens={tokens} "
-                    "and are dropped",
-                    stacklevel=4,
+                    "and are dropped"
                 )
             sizes = [s for s in sizes if s <= tokens]
         if self.sequence_parallel and self.tensor_parallel_size > 1:
@@ -289,10 +287,9 @@ class GraphConfig:
             tp = self.tensor_parallel_size
             bad = [s for s in sizes if s % tp]
             if bad:
-                warnings.warn(
+                warn_user(
                     f"capture sizes {bad} are not multiples of tensor_parallel_size={tp} and "
-                    "are dropped (sequence parallelism splits tokens evenly across ranks)",
-                    stacklevel=4,
+                    "are dropped (sequence parallelism splits tokens evenly across ranks)"
                 )
             sizes = [s for s in sizes if s % tp == 0]
             if not sizes:
@@ -310,10 +307,9 @@ class GraphConfig:
                 "make the max equal to the largest size"
             )
         if not sizes:
-            warnings.warn(
+            warn_user(
                 f"no capture size <= max_num_batched_tokens={tokens} is left: every batch "
-                "runs eagerly (as in vLLM, the mode is kept)",
-                stacklevel=4,
+                "runs eagerly (as in vLLM, the mode is kept)"
             )
         return sizes, largest
 
@@ -526,9 +522,7 @@ class GraphConfig:
             elif key in _COMPILATION_KEYS:
                 kwargs[key] = value
             elif key not in _IGNORED_VLLM_KEYS:
-                warnings.warn(
-                    f"vLLM compilation-config key {key!r} is not used by cgdispatch", stacklevel=2
-                )
+                warn_user(f"vLLM compilation-config key {key!r} is not used by cgdispatch")
         known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
         unknown = set(scheduler_fields) - known
         if unknown:

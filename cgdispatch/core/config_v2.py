@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ from .validate import (
     check_int,
     check_size_list,
 )
+from .warn import warn_user
 
 # core.config.GraphConfig, typed loosely here: config builds on this module, so importing
 # it back would make a cycle
@@ -312,7 +312,7 @@ def _uses_draft_decode_graphs(config: GraphConfig) -> bool:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, stacklevel=5)
+    warn_user(message)
 
 
 def derive_sizes(config: GraphConfig) -> dict[str, Any]:

@@ -28,7 +28,6 @@ import os
 import shutil
 import sqlite3
 import tempfile
-import warnings
 from collections.abc import Iterable
 from contextlib import closing, suppress
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.warn import warn_user
 from .database import (
     BACKUP_SUFFIX,
     DB_NAME,
@@ -421,11 +421,10 @@ def _read_db(db: Path, select: Any) -> pd.DataFrame | None:
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60.0)) as con:
             version = store_version(con)
             if version > SCHEMA_VERSION:
-                warnings.warn(
+                warn_user(
                     f"the store {db} was written by a newer cgdispatch (store schema version "
                     f"{version}; this one knows up to {SCHEMA_VERSION}): reading the columns "
-                    "it knows; upgrade cgdispatch to see the rest",
-                    stacklevel=3,
+                    "it knows; upgrade cgdispatch to see the rest"
                 )
             return select(con)
     except sqlite3.OperationalError as err:
@@ -436,7 +435,7 @@ def _read_db(db: Path, select: Any) -> pd.DataFrame | None:
         damage = err
     if not export.is_file():
         raise StoreError(explain(damage, db, None)) from damage
-    warnings.warn(explain(damage, db, export), stacklevel=3)
+    warn_user(explain(damage, db, export))
     return None
 
 
