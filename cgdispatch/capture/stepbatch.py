@@ -52,10 +52,6 @@ class StepBatch:
         return len(self.query_lens)
 
 
-def _check_count(name: str, value: Any) -> int:
-    return check_int(name, value, 1)
-
-
 def _build(
     model_cfg: Any, lens: list[int], rng: random.Random, gen: torch.Generator, uniform: bool
 ) -> StepBatch:
@@ -80,8 +76,8 @@ def make_decode_batch(
 
     Requests get distinct random slots and random positions; token ids are random.
     """
-    _check_count("num_tokens", num_tokens)
-    _check_count("query_len", query_len)
+    check_int("num_tokens", num_tokens, 1)
+    check_int("query_len", query_len, 1)
     if num_tokens % query_len:
         raise ValueError(
             f"num_tokens={num_tokens} is invalid for a uniform decode batch: it must be a "
@@ -103,7 +99,7 @@ def make_mixed_batch(
 ) -> StepBatch:
     """A batch of single-token decodes followed by prefill chunks (at least one when
     ``num_tokens`` >= 2), requests in distinct random slots at random positions."""
-    _check_count("num_tokens", num_tokens)
+    check_int("num_tokens", num_tokens, 1)
     max_reqs = min(model_cfg.num_slots, max_num_reqs or model_cfg.num_slots, num_tokens)
     seq = model_cfg.max_seq_len
     min_reqs = cdiv(num_tokens, seq)

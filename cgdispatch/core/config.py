@@ -24,8 +24,7 @@ from .modes import (
     CUDAGraphMode,
     lower_for_attention_support,
 )
-from .validate import as_index, check_bool, check_nesting, check_size_list
-from .validate import check_int as _check_int
+from .validate import as_index, check_bool, check_int, check_nesting, check_size_list
 from .warn import warn_user
 
 __all__ = ["GraphConfig", "DEFAULT_SPLITTING_OPS", "captured_lora_counts"]
@@ -169,7 +168,7 @@ class GraphConfig:
                     "integers, or the string 'cudagraph_capture_sizes' for all of them"
                 )
         for name, minimum, bound in _COUNTS:  # numpy ints become ints; each has its bound
-            set_(self, name, _check_int(name, getattr(self, name), minimum, bound))
+            set_(self, name, check_int(name, getattr(self, name), minimum, bound))
         for flag in ("sequence_parallel", "cudagraph_specialize_lora", "specialize_active_lora"):
             set_(self, flag, check_bool(flag, getattr(self, flag)))  # "no" is not False
         if self.splitting_ops is not None:
@@ -241,7 +240,7 @@ class GraphConfig:
         mode, tokens = self.cudagraph_mode, self.max_num_batched_tokens
         user_sizes, user_max = self.cudagraph_capture_sizes, self.max_cudagraph_capture_size
         if user_max is not None:
-            user_max = _check_int(
+            user_max = check_int(
                 "max_cudagraph_capture_size", user_max, 0, _bounds.MAX_CAPTURE_SIZE
             )
         if user_sizes is not None:
@@ -320,7 +319,7 @@ class GraphConfig:
             if s == "cudagraph_capture_sizes":
                 out.update(self.cudagraph_capture_sizes)
                 continue
-            out.add(_check_int(f"compile size {s!r}", s, 1, _bounds.MAX_STEP_TOKENS))
+            out.add(check_int(f"compile size {s!r}", s, 1, _bounds.MAX_STEP_TOKENS))
         object.__setattr__(self, "compile_sizes", tuple(sorted(out)))
 
     def check_compile_sizes(self, sizes: list[int] | None = None) -> None:

@@ -179,10 +179,6 @@ def default_num_reqs(config: GraphConfig, num_tokens: int, uniform_decode: bool)
     return 1
 
 
-def _check_count(name: str, value: object) -> int:
-    return check_int(name, value, 0, MAX_STEP_TOKENS)
-
-
 def dispatch_step(
     dispatcher: GraphDispatcher,
     num_tokens: int,
@@ -201,14 +197,14 @@ def dispatch_step(
     uniform decode batch (``get_uniform_decode_token_count``). ``num_reqs=None``:
     :func:`default_num_reqs`. ``use_cascade_attn`` (excludes FULL) exists in V1 only.
     """
-    num_tokens = _check_count("num_tokens", num_tokens)
-    num_active_loras = _check_count("num_active_loras", num_active_loras)
+    num_tokens = check_int("num_tokens", num_tokens, 0, MAX_STEP_TOKENS)
+    num_active_loras = check_int("num_active_loras", num_active_loras, 0, MAX_STEP_TOKENS)
     uniform_decode = check_bool("uniform_decode", uniform_decode)
     use_cascade_attn = check_bool("use_cascade_attn", use_cascade_attn)
     config = dispatcher.config
     if num_reqs is None:
         num_reqs = default_num_reqs(config, num_tokens, uniform_decode)
-    num_reqs = _check_count("num_reqs", num_reqs)
+    num_reqs = check_int("num_reqs", num_reqs, 0, MAX_STEP_TOKENS)
     if num_reqs > num_tokens:
         raise ValueError(
             f"num_reqs={num_reqs} is invalid with num_tokens={num_tokens}: every request "

@@ -93,10 +93,6 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def _check_count(name: str, value: Any, minimum: int) -> int:
-    return check_int(name, value, minimum)
-
-
 def time_step(
     step: Callable[[Any], Any],
     input_sets: Sequence[Any],
@@ -110,8 +106,8 @@ def time_step(
     Run ``i`` uses ``input_sets[i % len(input_sets)]``: give at least two random sets.
     Each timed run is synchronised before the next starts, so runs do not overlap.
     """
-    _check_count("warmup", warmup, 0)
-    _check_count("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
+    check_int("repeats", repeats, 1)
     if len(input_sets) < 1:
         raise ValueError(
             "input_sets is empty: give at least one (better several) random input sets"

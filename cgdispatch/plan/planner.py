@@ -9,7 +9,7 @@ them as engine flags is :mod:`cgdispatch.plan.ladder_compare`.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -39,11 +39,6 @@ _OBJECTIVES = {
     "time": "time",
     "step_time": "time",
 }
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    """As :func:`cgdispatch.core.validate.check_int`, numpy integers accepted too."""
-    return check_int(name, int(value) if isinstance(value, np.integer) else value, minimum)
 
 
 def plan_multiple_of(config: GraphConfig) -> int:
@@ -203,16 +198,16 @@ def plan_capture_sizes(
     +-10%): exact sizes seen once rarely recur, so a plan for held-out traffic generalises
     better (benchmarks/bench_planner.py measures both).
     """
-    _check_int("max_graphs", max_graphs, 1)
+    check_int("max_graphs", max_graphs, 1)
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective={objective!r} is unknown: use 'padding' or 'time'")
     kind = _OBJECTIVES[objective]
     rules = _rules(config, mode)
     if multiple_of is None:
         multiple_of = 1 if config is None else plan_multiple_of(config)
-    _check_int("multiple_of", multiple_of, 1)
+    check_int("multiple_of", multiple_of, 1)
     if max_size is not None:
-        _check_int("max_size", max_size, 1)
+        check_int("max_size", max_size, 1)
     model = as_cost_model(cost_model)
     if kind == "time" and model is None:
         raise ValueError(

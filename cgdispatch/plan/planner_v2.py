@@ -29,11 +29,12 @@ import pandas as pd
 from ..core.arith import cdiv
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
+from ..core.validate import check_int
 from .costs import CostModel, as_cost_model
 from .dp import Budgets
 from .gen2_ladder import Gen2Ladder
 from .histogram import Steps, as_histogram, smooth_histogram
-from .planner import _check_budget, _check_int, _pool_base, memory_budget
+from .planner import _check_budget, _pool_base, memory_budget
 from .problem import PlanProblem
 from .split import Ladder, solve_split
 
@@ -222,7 +223,7 @@ def plan_gen2_capture_sizes(
     (FULL and PIECEWISE: prefill only; FULL_DECODE_ONLY: decode only). Each used ladder
     gets at least one size; fewer sizes are returned when more would not help.
     """
-    _check_int("max_graphs", max_graphs, 1)
+    check_int("max_graphs", max_graphs, 1)
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective={objective!r} is unknown: use 'padding' or 'time'")
     config = _gen2(config)
@@ -234,7 +235,7 @@ def plan_gen2_capture_sizes(
             "'llama-3.1-8b', 'H200') or any CostModel (cgdispatch.plan.costs)"
         )
     if max_prefill_tokens is not None:
-        _check_int("max_prefill_tokens", max_prefill_tokens, 1)
+        check_int("max_prefill_tokens", max_prefill_tokens, 1)
         rules = Gen2Rules(
             rules.q, rules.decode_limit, rules.mixed_mode, min(rules.max_tokens, max_prefill_tokens)
         )
