@@ -10,7 +10,6 @@ here. Needs pandas for the tables (``explain_dispatch`` itself does not).
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ from ..core.engine import (
     make_graph_dispatcher,
 )
 from ..core.modes import CUDAGraphMode
-from ..core.validate import MAX_STEPS, check_int
+from ..workload.synthetic import random_batches
 from .keys import keys_summary, keys_table, modes_table
 
 if TYPE_CHECKING:
@@ -254,33 +253,6 @@ def dispatch_table(
     if cost_model is None:
         frame = frame.drop(columns=["predicted_ms"])
     return frame.astype({"num_reqs": "Int64"})
-
-
-def random_batches(
-    config: GraphConfig, steps: int, *, decode_fraction: float = 0.8, seed: int = 0
-) -> list[tuple[int, bool]]:
-    """Synthetic (num_tokens, uniform_decode) steps: uniform random, not a real workload.
-
-    A ``decode_fraction`` of steps are uniform decodes of 1..max_num_seqs requests (q tokens
-    each); the others are mixed batches of 1..max_num_batched_tokens tokens. Use the
-    workload module's traces for anything you want to draw conclusions from.
-    """
-    if not 0.0 <= decode_fraction <= 1.0:
-        raise ValueError(f"decode_fraction={decode_fraction} is invalid: it must be in [0, 1]")
-    steps = check_int("steps", steps, 0, MAX_STEPS)
-    rng = random.Random(seed)
-    q, max_reqs, max_tokens = (
-        config.uniform_decode_query_len,
-        config.max_num_seqs,
-        config.max_num_batched_tokens,
-    )
-    out = []
-    for _ in range(steps):
-        if rng.random() < decode_fraction:
-            out.append((min(rng.randint(1, max_reqs) * q, max_tokens), True))
-        else:
-            out.append((rng.randint(1, max_tokens), False))
-    return out
 
 
 def dispatch_stats(

@@ -8,14 +8,16 @@ and say nothing about those datasets beyond the means. Output follows
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..core.validate import MAX_LORAS, MAX_REQUESTS, check_int
+from ..core.config import GraphConfig
+from ..core.validate import MAX_LORAS, MAX_REQUESTS, MAX_STEPS, check_int
 
-__all__ = ["LengthPreset", "LENGTH_PRESETS", "synthetic_requests"]
+__all__ = ["LengthPreset", "LENGTH_PRESETS", "synthetic_requests", "random_batches"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,30 @@ def synthetic_requests(
         uses = rng.random(num_requests) < lora_fraction
         frame["lora_id"] = np.where(uses, rng.integers(0, num_loras, num_requests), -1)
     return frame
+
+
+def random_batches(
+    config: GraphConfig, steps: int, *, decode_fraction: float = 0.8, seed: int = 0
+) -> list[tuple[int, bool]]:
+    """Synthetic (num_tokens, uniform_decode) steps: uniform random, not a real workload.
+
+    A ``decode_fraction`` of steps are uniform decodes of 1..max_num_seqs requests (q tokens
+    each); the others are mixed batches of 1..max_num_batched_tokens tokens. Use the
+    workload module's traces for anything you want to draw conclusions from.
+    """
+    if not 0.0 <= decode_fraction <= 1.0:
+        raise ValueError(f"decode_fraction={decode_fraction} is invalid: it must be in [0, 1]")
+    steps = check_int("steps", steps, 0, MAX_STEPS)
+    rng = random.Random(seed)
+    q, max_reqs, max_tokens = (
+        config.uniform_decode_query_len,
+        config.max_num_seqs,
+        config.max_num_batched_tokens,
+    )
+    out = []
+    for _ in range(steps):
+        if rng.random() < decode_fraction:
+            out.append((min(rng.randint(1, max_reqs) * q, max_tokens), True))
+        else:
+            out.append((rng.randint(1, max_tokens), False))
+    return out
