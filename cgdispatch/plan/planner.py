@@ -182,8 +182,12 @@ def plan_capture_sizes(
 
     Budgets need a cost model with ``graph_memory_bytes`` / ``capture_time_s`` (e.g.
     :func:`~cgdispatch.estimate.device_model.device_cost_model`).
-    ``memory_budget_bytes``: graph pool as vLLM accounts it (weak outputs: the pool is the
-    largest graph's), so sizes whose graphs exceed it are dropped: exact.
+    ``memory_budget_bytes``: the graph pool. With a model that prices each graph (the
+    calibrated start-up model of published architectures: a fixed pool plus a cost per
+    graph) the summed pool must fit, by the same Lagrangian relaxation as the capture budget
+    (within 15% of brute force on random tiny instances, tests/plan); with a largest-graph
+    model (weak outputs: the pool is the largest graph's) sizes whose graphs exceed it are
+    dropped: exact.
     ``capture_budget_s``: summed modelled capture time, by Lagrangian relaxation: a
     heuristic (a knapsack in disguise); within 10% of brute force on random tiny instances
     (tests/plan), within 0.01% of its Lagrangian lower bound on the benchmark workloads

@@ -164,8 +164,7 @@ def metrics_html(
         rows.append(
             (
                 "graph memory",
-                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, one shared pool, weak outputs "
-                f"({e(str(s['source']))})",
+                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, one shared pool ({e(str(s['source']))})",
             )
         )
     if latency is not None:
