@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cgdispatch.capture.runner import GraphRunner  # noqa: E402
 from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
-from cgdispatch.core.engine import dispatch_step  # noqa: E402
+from cgdispatch.core.generation import dispatch_step  # noqa: E402
 from cgdispatch.core.ladders import ENGINE_LADDERS  # noqa: E402
 from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
 from cgdispatch.measure.replay_check import check_replay  # noqa: E402

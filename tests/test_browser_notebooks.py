@@ -4,7 +4,7 @@ Each test starts its own server on a copy of the notebook (so the committed one 
 rewritten), drives Debian's Chromium through Playwright, moves the num_tokens slider with the
 keyboard and checks every decision shown against the dispatcher of the notebook's vLLM
 generation (``vllm_version``: ``CudaGraphManager`` for 0.34, ``CudagraphDispatcher`` for 0.33,
-asked through ``cgdispatch.core.engine.dispatch_step``), then types new capture sizes (for 0.34
+asked through ``cgdispatch.core.generation.dispatch_step``), then types new capture sizes (for 0.34
 the prefill token sizes) and checks the what-if metrics shown against ``evaluate`` on the same
 trace, all computed here from the notebook's parameters cell. Screenshots go to
 build/screenshots/.
@@ -33,7 +33,7 @@ from browser_support import (
 )
 
 from cgdispatch import GraphConfig
-from cgdispatch.core.engine import GraphDispatcher, dispatch_step, make_graph_dispatcher
+from cgdispatch.core.generation import GraphDispatcher, dispatch_step, make_graph_dispatcher
 from cgdispatch.views.explorer_handlers import largest_size, slider_max
 
 _SKIP = browser_skip_reason()

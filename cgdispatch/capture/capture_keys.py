@@ -3,7 +3,7 @@
 ``GraphRunner.capture_all`` calls this; it runs one dummy step per key under the key's
 forward context, so the wrappers inside capture. It does not choose keys (the dispatcher
 does: V1's ``get_capture_descs`` or generation 2's ``capture_descs``, in their capture
-order, through ``core.engine.capture_keys``) and does not time replays (``measure/`` does).
+order, through ``core.generation.capture_keys``) and does not time replays (``measure/`` does).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..core.engine import GraphKey, capture_keys
+from ..core.generation import GraphKey, capture_keys
 from ..core.modes import CUDAGraphMode
 from .context import set_forward_context
 from .graph_key import is_uniform_key, uniform_query_len

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.engine import GraphKey
+from ..core.generation import GraphKey
 from ..core.modes import CUDAGraphMode
 from .graph_key import GRAPH_KEY_TYPES
 

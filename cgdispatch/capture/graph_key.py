@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
 from ..core.cudagraph_manager import BatchExecutionDescriptor
-from ..core.engine import GraphKey
+from ..core.generation import GraphKey
 
 __all__ = ["GraphKey", "GRAPH_KEY_TYPES", "uniform_query_len", "is_uniform_key"]
 

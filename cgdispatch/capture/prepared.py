@@ -13,7 +13,7 @@ import torch
 
 from ..core.cudagraph_manager import BatchExecutionDescriptor
 from ..core.dispatcher import DispatchResult
-from ..core.engine import GraphKey
+from ..core.generation import GraphKey
 from ..core.modes import CUDAGraphMode
 from .context import ForwardContext
 

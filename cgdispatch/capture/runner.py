@@ -26,7 +26,7 @@ import torch
 from ..core.config import GraphConfig
 from ..core.cudagraph_manager import CudaGraphManager
 from ..core.dispatcher import ready_dispatcher
-from ..core.engine import GraphDispatcher, GraphKey, dispatch_step
+from ..core.generation import GraphDispatcher, GraphKey, dispatch_step
 from ..core.modes import CUDAGraphMode
 from .assemble import assemble_step, release_step
 from .backends import GraphBackend, get_backend
@@ -161,7 +161,7 @@ class GraphRunner:
         contiguously (q = 1 + speculative tokens). ``num_reqs``: the step's request count,
         which generation 2 checks against each graph's (V1 does not read it); None means
         ``cdiv(num_tokens, q)`` for a uniform decode and 1 otherwise
-        (``core.engine.default_num_reqs``).
+        (``core.generation.default_num_reqs``).
 
         What the caller may keep: on a graph path the result is a view of a graph's
         output, not a tensor of its own. With weak outputs (the default, as vLLM) it is

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..core.engine import GraphKey
+from ..core.generation import GraphKey
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from . import context as _context

@@ -2,7 +2,7 @@
 
 Both take ``--vllm-version``: "0.34" (generation 2, ``CudaGraphManager``, the default: the
 newest release) or "0.33" (V1, ``CudagraphDispatcher``), and answer through
-:mod:`cgdispatch.core.engine`, so each prints its own generation's descriptor fields.
+:mod:`cgdispatch.core.generation`, so each prints its own generation's descriptor fields.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import random
 
 from ..core.config import GraphConfig
-from ..core.engine import (
+from ..core.generation import (
     NEWEST_VLLM_VERSION,
     GraphKey,
     capture_keys,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
-from ..core.engine import NEWEST_VLLM_VERSION
+from ..core.generation import NEWEST_VLLM_VERSION
 from ..core.modes import CUDAGraphMode
 
 DEVICES = ("H100", "H200", "A100")

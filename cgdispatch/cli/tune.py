@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.engine import NEWEST_VLLM_VERSION
+from ..core.generation import NEWEST_VLLM_VERSION
 from .plan import DEVICES
 
 _MIB = 1 << 20

@@ -17,7 +17,7 @@ CPU stand-in's ledger on the real capture path):
 - One shared pool captured in the dispatcher's order (PIECEWISE keys, then FULL keys, each
   largest first), every freed block reused perfectly (no fragmentation). The pool is the
   high-water mark of the bytes it holds. The keys and their order are the generation's
-  (``core.engine.capture_keys``): V1's ``BatchDescriptor`` s, or under
+  (``core.generation.capture_keys``): V1's ``BatchDescriptor`` s, or under
   ``vllm_version="0.34"`` the ``CudaGraphManager``'s ``BatchExecutionDescriptor`` s
   (FULL uniform-decode graphs sized by request count, token-keyed graphs on the prefill
   grid), exactly what ``GraphRunner.capture_all`` captures.
@@ -58,7 +58,7 @@ from ..capture.pool import (
 )
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.engine import capture_keys
+from ..core.generation import capture_keys
 from ..core.modes import CUDAGraphMode
 from .fake import fake_mode_for, is_splitting_op, split_step, toy_inputs
 

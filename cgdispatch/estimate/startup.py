@@ -5,7 +5,7 @@ Calibrated on the 59 vLLM start-ups of ``cgdispatch/data/reference_vllm_startups
 ``cgdispatch/data/model_architectures.csv`` holds. Each model is traced per GPU (one
 tensor-parallel rank of one pipeline stage, on meta tensors, pointwise kernels fused as
 torch.compile fuses them) and the capture keys come from the config's generation
-(:func:`~cgdispatch.core.engine.capture_keys`). From them:
+(:func:`~cgdispatch.core.generation.capture_keys`). From them:
 
 - **Graph memory** (the pool after capture): ``pool_base + per_node x kernel nodes of all
   graphs + per_boundary x sum over keys of num_tokens x attention-input bytes per token``.
@@ -50,7 +50,7 @@ import torch
 
 from ..core.config import GraphConfig
 from ..core.config_v2 import VLLM_VERSIONS
-from ..core.engine import capture_keys, generation_of
+from ..core.generation import capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from ..models.architectures import ArchLM
 from ..models.published import PublishedModel, arch_spec, published_model

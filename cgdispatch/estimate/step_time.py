@@ -11,7 +11,7 @@ One formula for every mode, timed from a kernel list (:mod:`cgdispatch.estimate.
   on the device each) and the splitting ops (attention) launched eagerly between them, as
   in NONE;
 - **FULL_DECODE_ONLY** and **FULL_AND_PIECEWISE** are not runtime modes: the dispatcher
-  (:mod:`cgdispatch.core.engine`, asked in :func:`routed_modes`) says which of the three a
+  (:mod:`cgdispatch.core.generation`, asked in :func:`routed_modes`) says which of the three a
   step of each size and batch kind gets, and that mode is timed.
 
 Each issued item ``j`` has a host cost ``h_j``, a device gap ``g_j`` and device work
@@ -169,7 +169,7 @@ def fuse_pointwise(profile: LinearProfile, *, at_tokens: int = 1024) -> LinearPr
 @functools.lru_cache(maxsize=64)
 def _routes(mode_name: str, sizes: tuple[int, ...], uniform_decode: bool) -> tuple[str, ...]:
     from ..core.config import GraphConfig
-    from ..core.engine import dispatch_step, make_graph_dispatcher
+    from ..core.generation import dispatch_step, make_graph_dispatcher
 
     top = max(sizes)
     config = GraphConfig(

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..core.config import GraphConfig
 from ..core.config_v2 import check_version
-from ..core.engine import dispatch_step
+from ..core.generation import dispatch_step
 from ..core.modes import CUDAGraphMode
 
 __all__ = [

@@ -63,7 +63,7 @@ def check_replay(
 
     from ..capture.graph_key import is_uniform_key
     from ..core.batch import BatchDescriptor
-    from ..core.engine import generation_of
+    from ..core.generation import generation_of
     from ..core.modes import CUDAGraphMode
 
     # generation 2 checks request counts against each graph's; V1 reads none

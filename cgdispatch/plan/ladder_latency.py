@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import NEWEST_VLLM_VERSION
+from ..core.generation import NEWEST_VLLM_VERSION
 from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
 from ..workload.scheduler import SchedulerLimits, default_step_time_ms
 from .costs import CostModel

@@ -18,7 +18,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ..core.config import GraphConfig
-from ..core.engine import capture_keys
+from ..core.generation import capture_keys
 from ..core.validate import MAX_REQUESTS, check_int
 from ..workload.latency import LATENCY_COLUMNS
 from ..workload.synthetic import synthetic_requests

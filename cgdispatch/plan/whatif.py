@@ -2,7 +2,7 @@
 
 Every step goes through the real dispatcher of the config's generation (V1
 ``CudagraphDispatcher`` for ``vllm_version="0.33"``, generation 2's ``CudaGraphManager`` for
-``"0.34"``, both through :mod:`cgdispatch.core.engine`): it is asked once per distinct step
+``"0.34"``, both through :mod:`cgdispatch.core.generation`): it is asked once per distinct step
 shape of the trace (num_tokens, uniform_decode, LoRA and, for generation 2, num_reqs) and
 the answers are mapped back to all steps with numpy, so the result equals a loop over
 ``dispatch()`` while costing a few array passes. It does not run or time a model: times come
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import (
+from ..core.generation import (
     CaptureKey,
     GraphDispatcher,
     capture_keys,

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import dispatch_step
+from ..core.generation import dispatch_step
 from .rows import CAPTURE_COLUMNS, CaptureRecord, SweepRow
 from .schema import normalise, point_ids
 from .spec import SWEEP_PRESETS, SweepSpec

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import capture_keys, generation_of
+from ..core.generation import capture_keys, generation_of
 
 __all__ = [
     "generation_line",
@@ -35,7 +35,7 @@ def _generation(config: GraphConfig) -> str:
 def generation_line(vllm_version: str) -> str:
     """The first line a notebook prints: which generation of vLLM's graph dispatch it models."""
     from ..core.config_v2 import check_version
-    from ..core.engine import NEWEST_VLLM_VERSION
+    from ..core.generation import NEWEST_VLLM_VERSION
 
     version = check_version(vllm_version)
     if version == "0.34":

@@ -1,7 +1,7 @@
 """Readable views of dispatch decisions, with the reason for each, for either generation of
 vLLM's graph dispatch (the config's ``vllm_version``: "0.33" V1, "0.34" generation 2).
 
-Everything here asks the dispatcher classes through :mod:`cgdispatch.core.engine` and
+Everything here asks the dispatcher classes through :mod:`cgdispatch.core.generation` and
 reformats their answers; nothing decides anything on its own, so these tables cannot
 drift from the dispatcher. The tables of what is captured (``modes_table``,
 ``keys_table``, ``keys_summary``) live in :mod:`cgdispatch.views.keys` and are re-exported
@@ -18,7 +18,7 @@ from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
 from ..core.cudagraph_manager import CudaGraphManager
 from ..core.dispatcher import CudagraphDispatcher
-from ..core.engine import (
+from ..core.generation import (
     GraphDispatcher,
     StepDispatch,
     capture_keys,
@@ -152,9 +152,9 @@ def explain_dispatch(
     """The dispatcher's decision for one batch, as a dict a person (or a widget) can show.
 
     Either generation: a config's ``vllm_version`` picks the class
-    (:func:`~cgdispatch.core.engine.make_graph_dispatcher`), or pass a dispatcher.
+    (:func:`~cgdispatch.core.generation.make_graph_dispatcher`), or pass a dispatcher.
     Keys: vllm_version, num_tokens, batch_reqs (the step's requests: ``num_reqs``, default
-    :func:`~cgdispatch.core.engine.default_num_reqs`; V1 does not read it),
+    :func:`~cgdispatch.core.generation.default_num_reqs`; V1 does not read it),
     uniform_decode, active_loras, cascade, runtime_mode (name), padded_size, num_reqs (the
     graph's; None = any count), padding_tokens, key (the descriptor's repr), reason, and
     predicted_ms (None without a cost model). Raises ``ValueError`` for a batch the
@@ -262,7 +262,7 @@ def dispatch_stats(
     """Dispatch every batch and count the answers, for either generation.
 
     A batch is ``(num_tokens, uniform_decode)`` or ``(num_tokens, uniform_decode,
-    num_reqs)`` (default request count: :func:`~cgdispatch.core.engine.default_num_reqs`).
+    num_reqs)`` (default request count: :func:`~cgdispatch.core.generation.default_num_reqs`).
     Columns (those of ``CudagraphDispatcher.stats_frame``): runtime_mode, padded_size,
     calls, real_tokens, padded_tokens, padding_tokens; FULL, PIECEWISE, NONE rows, each by
     padded size. Eager steps are counted at their own size.

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.config import GraphConfig
 from ..core.dispatcher import CudagraphDispatcher
-from ..core.engine import GraphDispatcher, capture_keys, generation_of, make_graph_dispatcher
+from ..core.generation import GraphDispatcher, capture_keys, generation_of, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
 
 __all__ = [

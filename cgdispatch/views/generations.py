@@ -2,9 +2,9 @@
 
 One set of engine settings (mode, scheduler limits, speculative decoding, LoRA) is built
 for vLLM 0.33 (V1, ``CudagraphDispatcher``) and vLLM 0.34 (generation 2,
-``CudaGraphManager``) with :func:`~cgdispatch.core.engine.for_generation`, each resolved
+``CudaGraphManager``) with :func:`~cgdispatch.core.generation.for_generation`, each resolved
 as its model runner resolves it, and every answer comes from the class itself through
-:mod:`cgdispatch.core.engine`. A table of chosen batches and a figure of padded tokens per
+:mod:`cgdispatch.core.generation`. A table of chosen batches and a figure of padded tokens per
 batch size; neither measures anything.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..core.config import GraphConfig
 from ..core.config_v2 import VLLM_VERSIONS as _RELEASES
-from ..core.engine import (
+from ..core.generation import (
     dispatch_step,
     for_generation,
     make_graph_dispatcher,
@@ -61,7 +61,7 @@ def generations_table(
     """One row per batch: each generation's runtime mode, padded tokens and graph requests.
 
     Uniform decode batches have ``cdiv(num_tokens, q)`` requests and other batches one
-    (:func:`~cgdispatch.core.engine.default_num_reqs`); ``same`` says whether both
+    (:func:`~cgdispatch.core.generation.default_num_reqs`); ``same`` says whether both
     generations run the batch in the same mode at the same padded size.
     """
     import pandas as pd

@@ -2,7 +2,7 @@
 capture order, and the graph counts of every mode, for either generation of vLLM's
 dispatch (V1 ``BatchDescriptor`` keys, generation 2 ``BatchExecutionDescriptor`` s).
 
-Every row comes from :func:`cgdispatch.core.engine.capture_keys` (the dispatcher classes'
+Every row comes from :func:`cgdispatch.core.generation.capture_keys` (the dispatcher classes'
 own lists), so these tables cannot drift from what is captured.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.engine import GraphDispatcher, GraphKey, capture_keys, generation_of
+from ..core.generation import GraphDispatcher, GraphKey, capture_keys, generation_of
 from ..core.modes import CUDAGraphMode
 
 if TYPE_CHECKING:

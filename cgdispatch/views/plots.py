@@ -17,7 +17,12 @@ from matplotlib.figure import Figure
 
 from ..core.config import GraphConfig
 from ..core.cudagraph_manager import CudaGraphManager
-from ..core.engine import GraphDispatcher, capture_keys, make_graph_dispatcher, padded_token_table
+from ..core.generation import (
+    GraphDispatcher,
+    capture_keys,
+    make_graph_dispatcher,
+    padded_token_table,
+)
 from ..core.modes import CUDAGraphMode
 from .sources import (
     MODE_COLORS,
@@ -56,7 +61,7 @@ def ladder_figure(
     batch runs eagerly at its own size, drawn dashed), with the capture sizes marked on the
     size axis. Bottom: padding waste, the share of the padded batch that is padding.
     ``max_num_tokens`` defaults to a quarter beyond the largest capture size, capped by
-    max_num_batched_tokens. Either generation (``core.engine``): under vLLM 0.34 both of
+    max_num_batched_tokens. Either generation (``core.generation``): under vLLM 0.34 both of
     generation 2's ladders are drawn, see :func:`_gen2_ladder_figure`.
     """
     dispatcher = make_graph_dispatcher(config, record_stats=False)

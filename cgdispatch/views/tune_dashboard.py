@@ -15,7 +15,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..core.config import GraphConfig
-from ..core.engine import NEWEST_VLLM_VERSION
+from ..core.generation import NEWEST_VLLM_VERSION
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.kv_bytes import kv_bytes_per_token
 from ..estimate.startup import startup_for

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import NEWEST_VLLM_VERSION, generation_of
+from ..core.generation import NEWEST_VLLM_VERSION, generation_of
 from ..core.modes import CUDAGraphMode
 from ..plan.choose import plan_ladder
 from ..plan.costs import CostModel, as_cost_model

@@ -28,7 +28,7 @@ import ipywidgets as w
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import NEWEST_VLLM_VERSION
+from ..core.generation import NEWEST_VLLM_VERSION
 from ..plan.costs import CostModel, as_cost_model, cost_source
 from ..plan.ladder_latency import ladder_latency
 from ..plan.whatif import WhatIfResult

@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..core.config import GraphConfig
-from ..core.engine import GraphDispatcher, for_generation, generation_of, make_graph_dispatcher
+from ..core.generation import GraphDispatcher, for_generation, generation_of, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
 from ..plan import costs
 from ..plan.costs import CostModel
@@ -58,7 +58,7 @@ class DispatchExplorer(Snapshot, w.VBox):
     It asks a ``CudagraphDispatcher`` (V1) or ``CudaGraphManager`` (generation 2), rebuilt
     when the generation, mode or sizes change, and shows its answer; it keeps no statistics
     and changes nothing outside itself. Switching generation keeps the engine settings
-    (:func:`~cgdispatch.core.engine.for_generation` of the config given, then ``resolve()``
+    (:func:`~cgdispatch.core.generation.for_generation` of the config given, then ``resolve()``
     as that generation's runner does) and shows that generation's sizes.
     """
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.engine import dispatch_step, make_graph_dispatcher
+from ..core.generation import dispatch_step, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
 from .scheduler import SchedulerLimits, SchedulerSimulator, default_step_time_ms
 

@@ -313,7 +313,7 @@ def test_vllm_version_as_a_float_is_its_release_string(number, text):
     from_text = GraphConfig(vllm_version=text, **fields)
     assert from_float.vllm_version == text and isinstance(from_float.vllm_version, str)
     assert from_float == from_text
-    from cgdispatch.core.engine import capture_keys
+    from cgdispatch.core.generation import capture_keys
 
     assert capture_keys(from_float) == capture_keys(from_text)
 

@@ -1,4 +1,4 @@
-"""The generation-neutral facade (cgdispatch.core.engine) against each class asked directly,
+"""The generation-neutral facade (cgdispatch.core.generation) against each class asked directly,
 on random configs and batches: spec decode, LoRA, every mode and attention support."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from cgdispatch import (
     CUDAGraphMode,
     GraphConfig,
 )
-from cgdispatch.core.engine import (
+from cgdispatch.core.generation import (
     NEWEST_VLLM_VERSION,
     CaptureKey,
     StepDispatch,
@@ -265,7 +265,7 @@ def test_public_names():
 
 
 def test_for_generation_takes_the_release_as_papermill_passes_it():
-    from cgdispatch.core.engine import for_generation, generation_of
+    from cgdispatch.core.generation import for_generation, generation_of
 
     v1 = GraphConfig(max_num_seqs=16)
     assert generation_of(for_generation(v1, 0.34)) == "0.34"

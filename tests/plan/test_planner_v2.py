@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cgdispatch import CudaGraphManager, GraphConfig
-from cgdispatch.core.engine import dispatch_step
+from cgdispatch.core.generation import dispatch_step
 from cgdispatch.plan.costs import FunctionCostModel
 from cgdispatch.plan.gen2_ladder import Gen2Ladder, gen2_config
 from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
