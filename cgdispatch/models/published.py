@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
 
@@ -315,35 +316,24 @@ def _load() -> dict[str, PublishedModel]:
     return {row.model.lower(): _as_model(row) for _, row in frame.iterrows()}
 
 
-class _Models(dict):
-    """Read-only view of the registry, keyed by lower-case Hugging Face id (loaded on use)."""
-
-    def _data(self) -> dict[str, PublishedModel]:
-        return _load()
+class _Models(Mapping[str, PublishedModel]):
+    """Read-only view of the registry, keyed by lower-case Hugging Face id (the CSV is read
+    on first use; any casing of an id finds it)."""
 
     def __getitem__(self, key: str) -> PublishedModel:
-        return self._data()[key.lower()]
+        return _load()[key.lower()]
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key.lower() in self._data()
+        return isinstance(key, str) and key.lower() in _load()
 
-    def __iter__(self):  # noqa: ANN204
-        return iter(self._data())
+    def __iter__(self) -> Iterator[str]:
+        return iter(_load())
 
     def __len__(self) -> int:
-        return len(self._data())
-
-    def keys(self):  # noqa: ANN201
-        return self._data().keys()
-
-    def values(self):  # noqa: ANN201
-        return self._data().values()
-
-    def items(self):  # noqa: ANN201
-        return self._data().items()
+        return len(_load())
 
 
-PUBLISHED_MODELS: dict[str, PublishedModel] = _Models()
+PUBLISHED_MODELS: Mapping[str, PublishedModel] = _Models()
 
 
 def published_model(name: str) -> PublishedModel:
