@@ -34,9 +34,9 @@ from .costs import CostModel, as_cost_model
 from .dp import Budgets
 from .gen2_ladder import Gen2Ladder
 from .histogram import Steps, as_histogram, smooth_histogram
+from .ladder_split import SplitLadder, solve_split
 from .planner import _check_budget, _pool_base, memory_budget
 from .problem import PlanProblem
-from .split import Ladder, solve_split
 
 __all__ = ["plan_gen2_capture_sizes", "Gen2Rules"]
 
@@ -217,7 +217,7 @@ def plan_gen2_capture_sizes(
     always reaches the largest decode step a decode graph can hold (module doc).
     ``memory_budget_bytes`` drops the sizes whose graph exceeds it (exact: one shared
     pool); ``capture_budget_s`` bounds the summed modelled capture time of both ladders
-    (a Lagrangian heuristic, :mod:`cgdispatch.plan.split`: within 15% of brute force on
+    (a Lagrangian heuristic, :mod:`cgdispatch.plan.ladder_split`: within 15% of brute force on
     random tiny instances, worst 13.8% of 82 measured). ``config``: a vLLM 0.34 config, resolved (default
     ``GraphConfig(vllm_version="0.34")``); its mode decides which ladders are used
     (FULL and PIECEWISE: prefill only; FULL_DECODE_ONLY: decode only). Each used ladder
@@ -266,7 +266,7 @@ def plan_gen2_capture_sizes(
             "decode request sizes and prefill token sizes need one size each; give "
             f"max_graphs >= {len(problems)}"
         )
-    ladders = [Ladder(p, not p.fixed_top and len(problems) == 2) for _, p in problems]
+    ladders = [SplitLadder(p, not p.fixed_top and len(problems) == 2) for _, p in problems]
     limits = Budgets(capture_budget_s, memory_budget(model, memory_budget_bytes))
     plans = solve_split(ladders, max_graphs, budgets=limits)
     chosen = {

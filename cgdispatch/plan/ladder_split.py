@@ -20,11 +20,11 @@ import numpy as np
 from .dp import Budgets, Solution, solve_each_count
 from .problem import PlanProblem
 
-__all__ = ["Ladder", "solve_split"]
+__all__ = ["SplitLadder", "solve_split"]
 
 
 @dataclass(frozen=True)
-class Ladder:
+class SplitLadder:
     """One ladder's problem; ``may_be_empty``: a plan may give it no size at all (its
     steps then run eagerly), else it gets at least one."""
 
@@ -32,17 +32,17 @@ class Ladder:
     may_be_empty: bool = False
 
 
-def _use(ladders: list[Ladder], plans: list[Solution], budgets: Budgets) -> float:
+def _use(ladders: list[SplitLadder], plans: list[Solution], budgets: Budgets) -> float:
     return sum(
         float(budgets.price(lad.problem)[sol.indices].sum()) for lad, sol in zip(ladders, plans)
     )
 
 
-def _fits(ladders: list[Ladder], plans: list[Solution], budgets: Budgets) -> bool:
+def _fits(ladders: list[SplitLadder], plans: list[Solution], budgets: Budgets) -> bool:
     return budgets.fits([lad.problem for lad in ladders], [sol.indices for sol in plans])
 
 
-def _pick(ladders: list[Ladder], k: int, lam: float, budgets: Budgets) -> list[Solution]:
+def _pick(ladders: list[SplitLadder], k: int, lam: float, budgets: Budgets) -> list[Solution]:
     """The best plan per ladder, sizes adding up to at most ``k``, use priced at ``lam``;
     among equal totals the fewest sizes win."""
     options = []
@@ -67,7 +67,7 @@ def _pick(ladders: list[Ladder], k: int, lam: float, budgets: Budgets) -> list[S
 
 
 def solve_split(
-    ladders: list[Ladder],
+    ladders: list[SplitLadder],
     k: int,
     capture_budget_s: float | None = None,
     rounds: int = 40,
