@@ -139,7 +139,8 @@ class DeviceCostModel:
     model_name: str
     spec: DeviceSpec
     profile: LinearProfile
-    memory: Mapping[str, MemoryLine]  # "FULL" / "PIECEWISE" -> pool bytes per graph
+    # "FULL" / "PIECEWISE" -> pool bytes per graph; empty when ``pricing`` prices the graphs
+    memory: Mapping[str, MemoryLine]
     num_warmups: int = 1  # vLLM's compilation_config.cudagraph_num_of_warmups
     pricing: GraphPricing | None = None  # the calibrated per-graph costs, published models
 
@@ -178,7 +179,7 @@ class DeviceCostModel:
 
     def _graph_mode(self, mode: CUDAGraphMode | str) -> str:
         name = CUDAGraphMode.parse(mode).name
-        if name not in self.memory:
+        if name not in ("FULL", "PIECEWISE"):
             raise ValueError(f"mode={name} captures no graph: ask for FULL or PIECEWISE")
         return name
 
@@ -204,7 +205,8 @@ def device_cost_model(
     """The device model of registry model ``model`` (built on meta) on preset ``device``.
 
     ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
-    output is about 500 tokens, docs/references.md). Two kernel profiles and four
+    output is about 500 tokens, docs/references.md). Two kernel profiles on fake tensors,
+    plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
     from ..core.config import GraphConfig
@@ -216,6 +218,14 @@ def device_cost_model(
     if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 1:
         raise ValueError(f"context_len={context_len!r} is invalid: it must be an integer >= 1")
     net = build_model(model, device="meta")
+    # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
+    profile = fuse_pointwise(linear_profile(net, context_len=context_len))
+    published = getattr(getattr(net, "spec", None), "published", "")
+    if published:  # graph memory and capture time from the calibrated start-up model
+        pricing = graph_pricing(
+            published, device, tensor_parallel_size=net.spec.tensor_parallel_size
+        )
+        return DeviceCostModel(model, DEVICE_PRESETS[device], profile, {}, pricing=pricing)
     anchors = (256, 512)
     lines = {}
     for mode in ("FULL", "PIECEWISE"):
@@ -226,12 +236,4 @@ def device_cost_model(
             pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
-    # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
-    profile = fuse_pointwise(linear_profile(net, context_len=context_len))
-    pricing = None
-    published = getattr(getattr(net, "spec", None), "published", "")
-    if published:  # graph memory and capture time from the calibrated start-up model
-        pricing = graph_pricing(
-            published, device, tensor_parallel_size=net.spec.tensor_parallel_size
-        )
-    return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines, pricing=pricing)
+    return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines)

@@ -208,17 +208,18 @@ def _attention_input_bytes(pm: PublishedModel, tp: int, dtype_bytes: int) -> flo
 _ELEM = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
+def _check_config(config: GraphConfig) -> None:
+    if not isinstance(config, GraphConfig):
+        raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+
+
 def _check_run(
-    model: str, device: str, config: GraphConfig, tp: int, pp: int, dtype: str | None
+    model: str, device: str, tp: int, pp: int, dtype: str | None
 ) -> tuple[PublishedModel, str]:
     pm = published_model(model)
     if device not in DEVICE_PRESETS:
         raise ValueError(f"device={device!r} is unknown: use one of {sorted(DEVICE_PRESETS)}")
-    if not isinstance(config, GraphConfig):
-        raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-    for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
+    pm.check_parallel(tp, pp)
     dtype = dtype or pm.dtype
     if dtype not in _ELEM:
         raise ValueError(f"dtype={dtype!r} is invalid: use one of {sorted(_ELEM)}")
@@ -312,7 +313,7 @@ def graph_pricing(
     """The calibrated per-graph costs of ``model`` (a published config) on ``device``, for
     the GPU with the most layers (the last pipeline stage)."""
     tp, pp = tensor_parallel_size, pipeline_parallel_size
-    pm, dtype = _check_run(model, device, GraphConfig(), tp, pp, dtype)
+    pm, dtype = _check_run(model, device, tp, pp, dtype)
     rank = pp - 1
     first = pm.layers // pp * rank
     on_rank = range(first, first + pm.layers_on_rank(pp, rank))
@@ -341,7 +342,7 @@ def startup_features(
 ) -> dict[str, float]:
     """The quantities the graph-memory and capture-time models are linear in (the sums of
     :class:`GraphPricing`'s per-key terms over ``config``'s keys)."""
-    _check_run(model, device, config, tensor_parallel_size, pipeline_parallel_size, dtype)
+    _check_config(config)
     pricing = graph_pricing(
         model,
         device,
@@ -408,7 +409,8 @@ def estimate_startup(
     checkpoint's dtype and quantization.
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
-    pm, dtype = _check_run(model, device, config, tp, pp, dtype)
+    _check_config(config)
+    pm, dtype = _check_run(model, device, tp, pp, dtype)
     if isinstance(gpu_memory_utilization, bool) or not (
         isinstance(gpu_memory_utilization, (int, float)) and 0 < gpu_memory_utilization <= 1
     ):
@@ -455,16 +457,12 @@ def estimate_startup(
             quantization=quantization,
         )
         free = budget - weights - (peak + non_torch + (graph_gib if subtract else 0.0)) * GIB
-        stage_layers = pm.layers_on_rank(pp, rank)
-        per_token = (
-            pm.kv_bytes_per_token(
-                tensor_parallel_size=tp,
-                pipeline_parallel_size=1,
-                kv_cache_dtype=kv_cache_dtype,
-                dtype=dtype,
-            )
-            * pm.kv_layer_slots(stage_layers)
-            / pm.kv_layer_slots(pm.layers)
+        per_token = pm.kv_bytes_per_token(
+            tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
+            kv_cache_dtype=kv_cache_dtype,
+            dtype=dtype,
+            rank=rank,
         )
         rank_blocks = max(int(free // (per_token * block_size)), 0)
         if blocks is None or rank_blocks < blocks:

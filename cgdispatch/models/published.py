@@ -94,7 +94,8 @@ class PublishedModel:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
-    def _check_parallel(self, tp: int, pp: int) -> None:
+    def check_parallel(self, tp: int, pp: int) -> None:
+        """ValueError unless TP and PP are integers >= 1 that fit this model's heads and layers."""
         for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
@@ -161,7 +162,7 @@ class PublishedModel:
         largest stage), ``dtype`` (default the config's) and the run's ``quantization``
         (default the checkpoint's)."""
         tp, pp = tensor_parallel_size, pipeline_parallel_size
-        self._check_parallel(tp, pp)
+        self.check_parallel(tp, pp)
         if rank is None:
             return max(
                 self.weight_bytes(
@@ -224,20 +225,22 @@ class PublishedModel:
         pipeline_parallel_size: int = 1,
         kv_cache_dtype: str | None = None,
         dtype: str | None = None,
+        rank: int | None = None,
     ) -> float:
-        """KV-cache bytes one token takes on the GPU with the most layers (MLA: one latent
+        """KV-cache bytes one token takes on pipeline stage ``rank`` (default the last, which
+        has the most layers) (MLA: one latent
         vector of ``kv_lora_rank + qk_rope_head_dim`` per layer, not split by TP), with the
         hybrid allocator's padding (:meth:`kv_layer_slots`). ``kv_cache_dtype`` "auto" (or
         None) follows the run's ``dtype``."""
         tp, pp = tensor_parallel_size, pipeline_parallel_size
-        self._check_parallel(tp, pp)
+        self.check_parallel(tp, pp)
         kv = kv_cache_dtype if kv_cache_dtype not in (None, "auto") else (dtype or self.dtype)
         if kv not in _DTYPE_BYTES:
             raise ValueError(
                 f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or one of "
                 f"{sorted(_DTYPE_BYTES)}"
             )
-        layers = self.kv_layer_slots(self.layers_on_rank(pp, pp - 1))
+        layers = self.kv_layer_slots(self.layers_on_rank(pp, pp - 1 if rank is None else rank))
         if self.is_mla:
             per_layer = self.kv_lora_rank + self.qk_rope_head_dim
         else:
@@ -258,7 +261,7 @@ def arch_spec(
     (default the last, which holds the LM head), its layers (or the first ``layers`` of
     them), this TP rank's share of heads, MLP and vocabulary."""
     tp, pp = tensor_parallel_size, pipeline_parallel_size
-    model._check_parallel(tp, pp)
+    model.check_parallel(tp, pp)
     rank = pp - 1 if rank is None else rank
     on_rank = model.layers_on_rank(pp, rank)
     mla = model.is_mla
