@@ -12,16 +12,16 @@ from typing import Any
 
 from .core.batch import BatchDescriptor
 from .core.config import GraphConfig
-from .core.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
-from .core.dispatcher import CudagraphDispatcher
 from .core.modes import AttentionCGSupport, CUDAGraphMode
+from .core.v1.dispatcher import CudagraphDispatcher
+from .core.v2.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it (imported lazily: these modules import torch or pandas)
 _LAZY: dict[str, str] = {
-    "ready_dispatcher": "core.dispatcher",
-    "DispatchResult": "core.dispatcher",
+    "ready_dispatcher": "core.v1.dispatcher",
+    "DispatchResult": "core.v1.dispatcher",
     # either generation through one facade (pure Python)
     "make_graph_dispatcher": "core.generation",
     "dispatch_step": "core.generation",
@@ -31,6 +31,15 @@ _LAZY: dict[str, str] = {
     "StepDispatch": "core.generation",
     "CaptureKey": "core.generation",
     "PaddingTable": "core.generation",
+    # the generation registry: one Generation per vLLM release
+    "Generation": "core.generation",
+    "GENERATIONS": "core.generation",
+    "NEWEST": "core.generation",
+    "VLLM_VERSIONS": "core.generation",
+    "register_generation": "core.generation",
+    "unregister_generation": "core.generation",
+    "generation_of": "core.generation",
+    "generation_for": "core.generation",
     "make_trace": "workload.trace",
     "check_trace": "workload.trace",
     "synthetic_requests": "workload.synthetic",
@@ -54,8 +63,8 @@ _LAZY: dict[str, str] = {
     "Gen2Ladder": "plan.gen2_ladder",
     "vllm_gen2_ladder": "plan.gen2_ladder",
     "ladder_config": "plan.gen2_ladder",
-    "plan_ladder": "plan.choose",
-    "largest_token_size": "plan.choose",
+    "plan_ladder": "plan.planner",
+    "largest_token_size": "plan.planner",
     "plan_cost": "plan.planner",
     "engine_ladders": "plan.ladder_compare",
     "powers_of_two_ladder": "core.ladders",

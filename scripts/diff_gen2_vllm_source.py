@@ -30,8 +30,8 @@ from types import SimpleNamespace as NS
 from cgdispatch import AttentionCGSupport as A
 from cgdispatch import CudaGraphManager, GraphConfig
 from cgdispatch import CUDAGraphMode as M
-from cgdispatch.core.config_v2 import VLLM_ATTENTION_OPS
 from cgdispatch.core.modes import CUDAGraphMode
+from cgdispatch.core.v2.config import VLLM_ATTENTION_OPS
 
 SRC = os.environ.get("VLLM034_SRC", "/tmp/gen2_vllm") + "/vllm"
 

@@ -60,7 +60,7 @@ class Expected:
 
     def __init__(self, params: dict[str, Any]) -> None:
         from cgdispatch import engine_ladders, ladder_config, plan_ladder, workload_trace
-        from cgdispatch.plan.choose import largest_token_size
+        from cgdispatch.plan.planner import largest_token_size
 
         self.params = params
         self.config = GraphConfig(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.cudagraph_manager import BatchExecutionDescriptor
 from ..core.generation import GraphKey
+from ..core.v2.cudagraph_manager import BatchExecutionDescriptor
 
 __all__ = ["GraphKey", "GRAPH_KEY_TYPES", "uniform_query_len", "is_uniform_key"]
 

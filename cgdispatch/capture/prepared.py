@@ -1,8 +1,8 @@
 """`PreparedStep`: what the runner builds once per dispatch answer and reuses every step.
 
-Either generation's answer (V1's ``DispatchResult``, generation 2's
-``BatchExecutionDescriptor``) becomes one; :func:`mode_and_key` reads both. Nothing here
-dispatches or runs a step (``runner.py`` does).
+Every generation's answer reaches the runner as a :class:`StepDispatch` (the registry's
+adapter of the dispatcher's own answer) and becomes one; :func:`mode_and_key` reads it.
+Nothing here dispatches or runs a step (``runner.py`` does).
 """
 
 from __future__ import annotations
@@ -11,17 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.cudagraph_manager import BatchExecutionDescriptor
-from ..core.dispatcher import DispatchResult
-from ..core.generation import GraphKey
+from ..core.generation import GraphKey, StepDispatch
 from ..core.modes import CUDAGraphMode
 from .context import ForwardContext
 
 __all__ = ["Answer", "PreparedStep", "mode_and_key"]
 
-# a dispatch answer as the dispatcher returns it: V1's DispatchResult (mode, key), or
-# generation 2's descriptor, which carries its mode (cg_mode)
-Answer = DispatchResult | BatchExecutionDescriptor
+# a dispatch answer: the runtime mode and the generation's own descriptor
+Answer = StepDispatch
 
 
 @dataclass(slots=True, eq=False)
@@ -32,7 +29,7 @@ class PreparedStep:
     (``benchmarks/bench_replay_overhead.py`` holds it under 2x a bare wrapper call).
     """
 
-    answer: Answer  # kept alive here, so that its id() keys the cache without clashes
+    answer: Answer  # its key kept alive here, so that the key's id() keys the cache
     num_tokens: int  # real tokens; the model runs on padded_tokens
     padded_tokens: int  # the key's num_tokens
     oversized: bool  # above the largest capture: eager on the caller's tensors
@@ -44,8 +41,5 @@ class PreparedStep:
 
 
 def mode_and_key(answer: Answer) -> tuple[CUDAGraphMode, GraphKey]:
-    """(runtime mode, graph key) of either generation's dispatch answer."""
-    if isinstance(answer, BatchExecutionDescriptor):
-        return answer.cg_mode, answer
-    mode, key = answer
-    return mode, key
+    """(runtime mode, graph key) of a dispatch answer."""
+    return answer.runtime_mode, answer.key

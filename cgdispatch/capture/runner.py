@@ -7,10 +7,11 @@ tokens. ``capture_all()`` captures every key largest first and reports the cost;
 ``release_graphs()`` (or leaving a ``with GraphRunner(...)`` block) frees graphs, pool and
 compiled pieces.
 
-Either generation of vLLM's dispatch (docs/semantics_v2.md): ``GraphConfig(vllm_version=
-"0.34")`` steps through a ``CudaGraphManager`` and keys graphs by its
-``BatchExecutionDescriptor`` s (uniform decode graphs sized by request count, token-keyed
-graphs on the prefill grid); any other config through V1's ``CudagraphDispatcher``.
+Any generation of vLLM's dispatch (docs/semantics_v2.md): the runner asks the registry for
+the config's dispatcher (``make_graph_dispatcher``) and keys graphs by its descriptors:
+generation 2's ``CudaGraphManager`` by ``BatchExecutionDescriptor`` (uniform decode graphs
+sized by request count, token-keyed graphs on the prefill grid), V1's
+``CudagraphDispatcher`` by ``BatchDescriptor``.
 
 The runner does not schedule requests or manage KV slots: callers give each token's slot
 and position. Inputs are not range-checked unless ``debug=True``.
@@ -24,9 +25,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..core.config import GraphConfig
-from ..core.cudagraph_manager import CudaGraphManager
-from ..core.dispatcher import ready_dispatcher
-from ..core.generation import GraphDispatcher, GraphKey, dispatch_step
+from ..core.generation import (
+    GraphDispatcher,
+    GraphKey,
+    capture_keys,
+    dispatch_step,
+    make_graph_dispatcher,
+)
 from ..core.modes import CUDAGraphMode
 from .assemble import assemble_step, release_step
 from .backends import GraphBackend, get_backend
@@ -60,9 +65,8 @@ class GraphRunner:
     ``GraphConfig(cudagraph_mode="FULL")``) is resolved against the model's attention
     support; ``cudagraph_mode`` is the mode actually used. Piecewise modes go through one
     ``torch.compile`` with the splitting backend of ``piecewise.py`` (``assemble.py``;
-    ``compile_pieces=True`` adds inductor). ``vllm_version="0.34"`` configs dispatch
-    through generation 2's ``CudaGraphManager`` (``self.dispatcher``); the persistent
-    buffers then cover its widest descriptor. Model
+    ``compile_pieces=True`` adds inductor). The config's generation builds the dispatcher
+    (``self.dispatcher``); the persistent buffers cover its widest descriptor. Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
     """
 
@@ -103,13 +107,11 @@ class GraphRunner:
         )
         self.released = False
         self._capture_enabled = True
-        self.dispatcher: GraphDispatcher
-        if self.config.vllm_version == "0.34":
-            self.dispatcher = CudaGraphManager(self.config)
-            largest = max((d.num_tokens for d in self.dispatcher.capture_order()), default=0)
-        else:
-            self.dispatcher = ready_dispatcher(self.config)
-            largest = self.dispatcher.max_capture_size
+        self.dispatcher: GraphDispatcher = make_graph_dispatcher(self.config)
+        largest = max(
+            (k.num_tokens for k in capture_keys(self.dispatcher)),
+            default=max(self.config.cudagraph_capture_sizes, default=0),
+        )
         # persistent inputs, sized for the largest capture (eager steps above it use their own):
         # one [3, max] buffer so that a packed batch is one copy; rows are ids, positions, slots
         self.max_num_tokens = max(largest, 1)
@@ -118,8 +120,8 @@ class GraphRunner:
         self.slots.fill_(model.dummy_slot)
         self._async_copy = self.device.type == "cuda"
         self._dirty = 0  # rows [0, _dirty) of `slots` may hold real slots from earlier steps
-        # id(dispatch answer) (generation 2: with the real token count) -> its prepared step
-        self._steps: dict[int | tuple[int, int], PreparedStep] = {}
+        # (id of the answer's descriptor, real token count) -> its prepared step
+        self._steps: dict[tuple[int, int], PreparedStep] = {}
         self.wrappers: list[CUDAGraphWrapper] = []
         self.model_callable = self.build_callable()
         self.capture_report_: pd.DataFrame | None = None
@@ -222,20 +224,14 @@ class GraphRunner:
     def _prepare(self, n: int, uniform_decode: bool, num_reqs: int | None) -> PreparedStep:
         """Dispatch, and the prepared step of the answer (built on its first use).
 
-        Both dispatchers hand back the same answer object for the same question, so its
-        id() finds the step built for it. V1 answers each token count with its own object;
-        one generation-2 descriptor answers every count that pads to it, so the real count
-        is part of the cache key there.
+        Every dispatcher hands back the same descriptor object for the same question, so
+        its id() with the real token count (one descriptor answers every count that pads
+        to it) finds the step built for it.
         """
-        cache_key: int | tuple[int, int]
-        if type(self.dispatcher) is CudaGraphManager:
-            answer: Answer = dispatch_step(self.dispatcher, n, num_reqs, uniform_decode).key
-            cache_key = (id(answer), n)
-        else:
-            answer = self.dispatcher.dispatch(n, uniform_decode)
-            cache_key = id(answer)
+        answer: Answer = dispatch_step(self.dispatcher, n, num_reqs, uniform_decode)
+        cache_key = (id(answer.key), n)
         step = self._steps.get(cache_key)
-        if step is None or step.answer is not answer:
+        if step is None or step.answer.key is not answer.key:
             step = self._make_step(n, answer, cache_key)
         return step
 
@@ -256,7 +252,7 @@ class GraphRunner:
                 step.out_slice = view
         return view
 
-    def _make_step(self, n: int, answer: Answer, cache_key: int | tuple[int, int]) -> PreparedStep:
+    def _make_step(self, n: int, answer: Answer, cache_key: tuple[int, int]) -> PreparedStep:
         if self.released:
             raise RuntimeError(
                 "this GraphRunner was released (release_graphs() or the end of its with-block): "

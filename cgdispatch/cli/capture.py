@@ -1,8 +1,8 @@
 """``python -m cgdispatch capture``: capture a registry model's graphs, optionally check
 replays (:func:`cgdispatch.measure.replay_check.check_replay`).
 
-``--vllm-version`` picks the generation the runner captures and dispatches with: "0.34"
-(generation 2, ``CudaGraphManager``; the default, the newest) or "0.33" (V1,
+``--vllm-version`` picks the generation the runner captures and dispatches with: 0.34
+(generation 2, ``CudaGraphManager``; the default, the newest) or 0.33 (V1,
 ``CudagraphDispatcher``). Under 0.34 the graphs are ``--prefill-sizes`` (token counts) and
 ``--decode-sizes`` (request counts); ``--sizes`` is vLLM's deprecated shared list, which
 0.34 still maps onto both (with vLLM's warning).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..core.generation import GENERATIONS, generation_for
 from ..core.validate import check_device
 from ..measure.replay_check import check_replay
 from .dispatch import add_generation_arguments, generation_line, parse_sizes
@@ -72,12 +73,15 @@ def _size_fields(args: argparse.Namespace) -> dict[str, list[int] | None]:
     ``sizes`` given is passed as the deprecated shared list, as a vLLM 0.34 user passing it
     would.
     """
-    if getattr(args, "vllm_version", None) != "0.34":
+    generation = generation_for(getattr(args, "vllm_version", None))
+    if not generation.splits_ladders:
+        two = [g.release for g in GENERATIONS.values() if g.splits_ladders]
         for flag in ("prefill_sizes", "decode_sizes"):
             if getattr(args, flag, None) is not None:
                 raise ValueError(
-                    f"--{flag.replace('_', '-')} with --vllm-version 0.33 is invalid: V1 has one "
-                    "shared size list; use --sizes, or --vllm-version 0.34"
+                    f"--{flag.replace('_', '-')} with --vllm-version {generation.release} is "
+                    f"invalid: {generation.name} has one shared size list; use --sizes, or "
+                    f"--vllm-version {two[-1]}"
                 )
         return {"cudagraph_capture_sizes": parse_sizes(args.sizes)}
     prefill, decode = parse_sizes(args.prefill_sizes), parse_sizes(args.decode_sizes)
@@ -140,7 +144,7 @@ def add_runner_arguments(
 def run_capture(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    if args.vllm_version != "0.34" and args.sizes is None:
+    if not generation_for(args.vllm_version).splits_ladders and args.sizes is None:
         args.sizes = _DEFAULT_SIZES  # a small V1 set; gen 2's defaults are in _size_fields
 
     runner = build_runner(args)

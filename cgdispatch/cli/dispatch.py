@@ -1,7 +1,7 @@
 """Dispatcher commands: ``demo`` (a tour of one config) and ``dispatch`` (one batch).
 
-Both take ``--vllm-version``: "0.34" (generation 2, ``CudaGraphManager``, the default: the
-newest release) or "0.33" (V1, ``CudagraphDispatcher``), and answer through
+Both take ``--vllm-version``: any registered release (generation 2's ``CudaGraphManager``
+by default, the newest; V1's ``CudagraphDispatcher``), and answer through
 :mod:`cgdispatch.core.generation`, so each prints its own generation's descriptor fields.
 """
 
@@ -13,7 +13,8 @@ import random
 
 from ..core.config import GraphConfig
 from ..core.generation import (
-    NEWEST_VLLM_VERSION,
+    GENERATIONS,
+    NEWEST,
     GraphKey,
     capture_keys,
     default_num_reqs,
@@ -59,10 +60,11 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     """``--vllm-version`` and generation 2's size lists (commands that dispatch)."""
     parser.add_argument(
         "--vllm-version",
-        choices=["0.33", "0.34"],
-        default=NEWEST_VLLM_VERSION,
-        help="vLLM release whose graph dispatch to model: 0.34 (generation 2, CudaGraphManager) "
-        "or 0.33 (V1, CudagraphDispatcher); default %(default)s, the newest",
+        choices=list(GENERATIONS),
+        default=NEWEST.release,
+        help="vLLM release whose graph dispatch to model: "
+        + ", ".join(g.describe() for g in reversed(GENERATIONS.values()))
+        + "; default %(default)s, the newest",
     )
     parser.add_argument(
         "--prefill-sizes",
@@ -96,12 +98,17 @@ def config_from_args(args: argparse.Namespace) -> GraphConfig:
 
 def generation_line(config: GraphConfig) -> str:
     """Which generation answers, and how to ask the other."""
-    if generation_of(config) == "0.34":
-        return (
-            "vLLM 0.34 (generation 2, CudaGraphManager; the newest, the default): "
-            "--vllm-version 0.33 for V1"
-        )
-    return "vLLM 0.33 (V1, CudagraphDispatcher): --vllm-version 0.34 for generation 2"
+    generation = generation_of(config)
+    newest = "; the newest, the default" if generation is NEWEST else ""
+    others = "; ".join(
+        f"--vllm-version {g.release} for {g.name}"
+        for g in GENERATIONS.values()
+        if g is not generation
+    )
+    return (
+        f"vLLM {generation.release} ({generation.name}, {generation.dispatcher_name}{newest}): "
+        f"{others}"
+    )
 
 
 def format_key(key: GraphKey) -> str:
@@ -155,7 +162,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _sizes_line(config: GraphConfig) -> str:
-    if generation_of(config) == "0.34":
+    if generation_of(config).splits_ladders:
         prefill = config.prefill_cudagraph_capture_token_sizes or []
         decode = config.decode_cudagraph_capture_request_sizes or []
         return (

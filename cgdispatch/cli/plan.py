@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST_VLLM_VERSION
+from ..core.generation import GENERATIONS, NEWEST, generation_for
 from ..core.modes import CUDAGraphMode
 
 DEVICES = ("H100", "H200", "A100")
@@ -41,11 +41,13 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
     if args.holdout is not None and args.evaluate_on is not None:
         raise ValueError("--holdout and --evaluate-on exclude each other: give one")
-    gen2 = args.vllm_version == "0.34"
+    generation = generation_for(args.vllm_version)
+    gen2 = generation.splits_ladders
     if gen2 and args.sequence_parallel:
+        v1 = [g.release for g in GENERATIONS.values() if not g.splits_ladders]
         raise ValueError(
-            "--sequence-parallel filters sizes in V1 only (vLLM 0.34 applies none): drop it, "
-            "or pass --vllm-version 0.33"
+            f"--sequence-parallel filters sizes in V1 only (vLLM {generation.release} applies "
+            f"none): drop it, or pass --vllm-version {v1[-1]}"
         )
     if gen2 and CUDAGraphMode.parse(args.mode) is CUDAGraphMode.NONE:
         raise ValueError("--mode NONE captures nothing: pick a graph mode")
@@ -64,12 +66,12 @@ def run_plan(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..estimate.device_model import device_cost_model
-    from ..plan.choose import plan_ladder
     from ..plan.ladder_compare import compare, engine_ladders, export_plan
+    from ..plan.planner import plan_ladder
     from ..workload.scheduler import SchedulerLimits
     from ..workload.sources import split_holdout, workload_requests, workload_trace
 
-    gen2 = args.vllm_version == "0.34"
+    gen2 = generation_for(args.vllm_version).splits_ladders
     config = GraphConfig(
         vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
@@ -173,13 +175,18 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def _generation_line(version: str) -> str:
     """The generation the plan is for, and how to pick the other."""
-    if version == "0.34":
-        newest = " (the newest; default)" if version == NEWEST_VLLM_VERSION else ""
-        return (
-            f"vLLM 0.34{newest}: CudaGraphManager, decode graphs by request count and "
-            "prefill graphs by token count (--vllm-version 0.33 for V1's CudagraphDispatcher)"
-        )
-    return "vLLM 0.33: V1 CudagraphDispatcher, one token ladder (--vllm-version 0.34: newest)"
+    generation = generation_for(version)
+    newest = " (the newest; default)" if generation is NEWEST else ""
+    others = ", ".join(
+        f"--vllm-version {g.release} for {g.name}'s {g.dispatcher_name}"
+        for g in GENERATIONS.values()
+        if g is not generation
+    )
+    if generation.splits_ladders:
+        what = "decode graphs by request count and prefill graphs by token count"
+    else:
+        what = "one token ladder"
+    return f"vLLM {generation.release}{newest}: {generation.dispatcher_name}, {what} ({others})"
 
 
 def _short(sizes: list[int]) -> str:
@@ -245,11 +252,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     plan.add_argument(
         "--vllm-version",
-        choices=("0.33", "0.34"),
-        default=NEWEST_VLLM_VERSION,
-        help="vLLM release whose graph dispatch to plan for: 0.33 (V1 CudagraphDispatcher, "
-        "one token ladder) or 0.34 (CudaGraphManager: decode request sizes and prefill "
-        "token sizes); default %(default)s, the newest",
+        choices=tuple(GENERATIONS),
+        default=NEWEST.release,
+        help="vLLM release whose graph dispatch to plan for: "
+        + ", ".join(g.describe() for g in GENERATIONS.values())
+        + "; default %(default)s, the newest",
     )
     plan.add_argument(
         "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"

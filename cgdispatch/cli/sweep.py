@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..core.generation import GENERATIONS
 from .dispatch import add_config_arguments, config_from_args
 
 __all__ = ["add_parser"]
@@ -50,7 +51,9 @@ def run_sweep_command(args: argparse.Namespace) -> int:
             "pass --resume to finish it "
             "(finished points are skipped) or choose another --out directory"
         )
-    other = "0.34 for generation 2" if spec.vllm_version == "0.33" else "0.33 for V1"
+    other = "; ".join(
+        f"{g.release} for {g.name}" for g in GENERATIONS.values() if g.release != spec.vllm_version
+    )
     chosen = "--vllm-version" if args.vllm_version is not None else "the spec's"
     print(f"vLLM {spec.vllm_version} graph dispatch ({chosen}; --vllm-version {other})")
     executor = None
@@ -171,11 +174,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument(
         "--vllm-version",
-        choices=["0.33", "0.34"],
+        choices=list(GENERATIONS),
         default=None,
-        help="vLLM release whose graph dispatch the runner follows: 0.33 (V1) or 0.34 "
-        "(generation 2); default: the spec's, 0.33 for the presets, so that their stored "
-        "results stay comparable",
+        help="vLLM release whose graph dispatch the runner follows: "
+        + ", ".join(f"{g.release} ({g.name})" for g in GENERATIONS.values())
+        + "; default: the spec's, V1 for the presets, so that their stored results stay "
+        "comparable",
     )
     sweep.add_argument("--no-progress", action="store_true")
     sweep.set_defaults(func=run_sweep_command)

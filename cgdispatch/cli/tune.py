@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.generation import NEWEST_VLLM_VERSION
+from ..core.generation import GENERATIONS, NEWEST
 from .plan import DEVICES
 
 _MIB = 1 << 20
@@ -143,8 +143,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     tune.add_argument(
         "--vllm-version",
-        choices=("0.33", "0.34"),
-        default=NEWEST_VLLM_VERSION,
+        choices=tuple(GENERATIONS),
+        default=NEWEST.release,
         help="vLLM release whose dispatch and defaults to use (default %(default)s, the newest)",
     )
     tune.add_argument("--max-num-seqs", type=int, default=256)

@@ -1,41 +1,52 @@
-"""One question, either generation: what does vLLM run a step with, and what does it capture?
+"""The generation registry, and one question for every release: what does vLLM run a step
+with, and what does it capture?
 
 vLLM has had two generations of graph dispatch (docs/semantics.md): V1's
-``CudagraphDispatcher`` (vLLM 0.33, :mod:`cgdispatch.core.dispatcher`) keyed on
-``BatchDescriptor`` and generation 2's ``CudaGraphManager`` (vLLM 0.34,
-:mod:`cgdispatch.core.cudagraph_manager`) keyed on ``BatchExecutionDescriptor``. Their
-``dispatch`` signatures differ (V1 takes no request count; generation 2 takes no
-``uniform_decode`` flag but a uniform token count). This module is the one place that maps
-a step onto either: :func:`make_graph_dispatcher` builds the class the config's
-``vllm_version`` names, :func:`dispatch_step` answers a :class:`StepDispatch`,
-:func:`capture_keys` lists what would be captured, :func:`padded_token_table` gives the
-answers per token count for vectorised code. It decides nothing itself: every answer is
-the underlying class's.
+``CudagraphDispatcher`` keyed on ``BatchDescriptor`` (:mod:`cgdispatch.core.v1`) and
+generation 2's ``CudaGraphManager`` keyed on ``BatchExecutionDescriptor``
+(:mod:`cgdispatch.core.v2`). Each release lives in its own package and describes itself
+with one :class:`Generation`: the config fields it owns, how it derives and resolves sizes,
+its dispatcher and the adapter of its answer to :class:`StepDispatch`, its capture keys and
+their table columns, its vLLM JSON, its scheduler rules and its planner. The package
+registers itself with :func:`register_generation` when ``cgdispatch.core`` is imported;
+everything else asks the registry (:func:`generation_of`, :func:`generation_for`,
+:data:`GENERATIONS`, :data:`NEWEST`) and never compares release strings.
+
+The facade below (:func:`make_graph_dispatcher`, :func:`dispatch_step`,
+:func:`capture_keys`, :func:`padded_token_table`) maps a step onto whichever generation a
+config names. It decides nothing itself: every answer is the generation's dispatcher's.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from .arith import cdiv
-from .batch import BatchDescriptor
-from .config import GraphConfig
-from .config_v2 import GEN2_FIELDS, check_version
-from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
-from .dispatcher import CudagraphDispatcher, ready_dispatcher
-from .modes import CUDAGraphMode
+from .modes import AttentionCGSupport, CUDAGraphMode
 from .validate import MAX_CAPTURE_SIZE, MAX_STEP_TOKENS, check_bool, check_int
 
 __all__ = [
+    "Generation",
+    "SchedulerRules",
+    "GENERATIONS",
+    "NEWEST",  # noqa: F822  (computed on access by __getattr__, after registration)
+    "VLLM_VERSIONS",  # noqa: F822
+    "register_generation",
+    "unregister_generation",
+    "generation_for",
+    "generation_of",
+    "check_version",
     "GraphDispatcher",
     "GraphKey",
     "StepDispatch",
     "CaptureKey",
     "PaddingTable",
-    "NEWEST_VLLM_VERSION",
     "make_graph_dispatcher",
-    "generation_of",
     "for_generation",
     "default_num_reqs",
     "dispatch_step",
@@ -43,21 +54,34 @@ __all__ = [
     "padded_token_table",
 ]
 
-GraphDispatcher: TypeAlias = CudagraphDispatcher | CudaGraphManager
-GraphKey: TypeAlias = BatchDescriptor | BatchExecutionDescriptor
-# the release tools that choose for the user default to (the issue: newest generation)
-NEWEST_VLLM_VERSION = "0.34"
 _M = CUDAGraphMode
+
+
+class GraphKey(Protocol):
+    """A generation's graph descriptor: V1 ``BatchDescriptor``, generation 2
+    ``BatchExecutionDescriptor``. Both carry the padded token and request counts."""
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def num_reqs(self) -> int | None: ...
+
+
+class GraphDispatcher(Protocol):
+    """A generation's dispatcher, built by :func:`make_graph_dispatcher`."""
+
+    config: Any
 
 
 @dataclass(frozen=True, slots=True)
 class StepDispatch:
-    """A dispatch answer in the same shape for both generations.
+    """A dispatch answer in the same shape for every generation.
 
     ``padded_tokens``: the tokens the step runs with (the graph's size; the batch's own
     count when eager). ``padded_reqs``: the request count the graph is built for, None when
     the graph takes any count (PIECEWISE) or the step runs eagerly. ``key``: the
-    generation's own descriptor (V1 ``BatchDescriptor`` or ``BatchExecutionDescriptor``).
+    generation's own descriptor.
     """
 
     runtime_mode: CUDAGraphMode  # NONE, PIECEWISE or FULL
@@ -96,75 +120,207 @@ class PaddingTable:
     padded_tokens: tuple[int, ...]
 
 
-def generation_of(target: GraphConfig | GraphDispatcher) -> str:
-    """``"0.33"`` (V1) or ``"0.34"`` (generation 2) for a config or a dispatcher.
+@dataclass(frozen=True, slots=True)
+class SchedulerRules:
+    """What one vLLM release's ``Scheduler`` does where releases differ."""
 
-    A config with ``vllm_version=None`` is V1: that is what ``CudagraphDispatcher`` (the
-    class every caller used before generation 2) does with it.
+    async_by_default: bool  # SchedulerConfig.async_scheduling when the user leaves it unset
+    # apply long_prefill_token_threshold only with chunked prefill on (0.34), or always (0.33)
+    long_prefill_needs_chunked: bool
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One vLLM release's graph dispatch, as the rest of cgdispatch sees it.
+
+    Callables take a ``GraphConfig`` (``config``) or the generation's dispatcher. The
+    flags at the end say what differs between releases in words the callers use, so that
+    no caller compares release strings.
     """
-    if isinstance(target, CudaGraphManager):
-        return "0.34"
-    if isinstance(target, CudagraphDispatcher):
-        return "0.33"
-    if isinstance(target, GraphConfig):
-        return "0.34" if target.vllm_version == "0.34" else "0.33"
+
+    release: str  # "0.34": the value of GraphConfig.vllm_version
+    name: str  # "generation 2": for prose
+    label: str  # "gen 2": for widget options and legends
+    dispatcher_class: type  # CudaGraphManager
+    # GraphConfig fields only this generation reads, with their defaults (set elsewhere: error)
+    own_fields: Mapping[str, Any]
+    # its own keys in vLLM's --compilation-config JSON (a JSON holding them names this release)
+    compilation_keys: tuple[str, ...]
+    # config -> normalised values of own_fields (ValueError on a bad one)
+    check_fields: Callable[[Any], dict[str, Any]]
+    # config -> every field vLLM derives when it builds its config (sizes, compile sizes, mode)
+    derive_sizes: Callable[[Any], dict[str, Any]]
+    # (config, support, piecewise_capture_available) -> the fields the model runner changes
+    resolve: Callable[[Any, AttentionCGSupport, bool], dict[str, Any]]
+    # config -> the active-LoRA counts that have graphs (0: no LoRA)
+    lora_cases: Callable[[Any], list[int]]
+    # config or None, record_stats -> a dispatcher ready to dispatch
+    make_dispatcher: Callable[[Any, bool], Any]
+    # (dispatcher, num_tokens, num_reqs, uniform_decode, num_active_loras, use_cascade_attn)
+    dispatch: Callable[[Any, int, int, bool, int, bool], StepDispatch]
+    capture_keys: Callable[[Any], list[CaptureKey]]  # dispatcher -> keys in capture order
+    key_columns: tuple[str, ...]  # keys table columns: runtime_mode, then descriptor fields
+    compilation_sizes: Callable[[Any], dict[str, Any]]  # config -> its size keys for the JSON
+    scheduler: SchedulerRules
+    planner: str  # "module:function" of its capture-size planner (plan layer, loaded lazily)
+    # two size lists, prefill tokens and decode requests (generation 2), or one token list
+    splits_ladders: bool
+    # graphs hold a request count that each batch's is checked against (V1 reads none)
+    keys_count_requests: bool
+    cascade_attention: bool  # the runner has cascade attention (excludes FULL)
+    # vLLM's memory profile subtracts its estimate of graph memory from the KV cache
+    profiles_graph_memory: bool
+    # legacy size fields (cudagraph_capture_sizes, max_cudagraph_capture_size) are deprecated
+    legacy_sizes_deprecated: bool
+
+    @property
+    def dispatcher_name(self) -> str:
+        return self.dispatcher_class.__name__
+
+    def describe(self) -> str:
+        """``"0.34 (generation 2, CudaGraphManager)"``"""
+        return f"{self.release} ({self.name}, {self.dispatcher_name})"
+
+    def plan_ladder(self, *args: Any, **kwargs: Any) -> Any:
+        """The generation's capture-size planner (``planner``), called with these arguments."""
+        module, _, function = self.planner.partition(":")
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+
+_REGISTRY: dict[str, Generation] = {}
+# release -> Generation, oldest first (a read-only live view of the registry)
+GENERATIONS: Mapping[str, Generation] = MappingProxyType(_REGISTRY)
+
+
+def _release_order(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", release))
+
+
+def register_generation(generation: Generation) -> Generation:
+    """Add a release to the registry (each release package does this once, on import).
+
+    ValueError when its release is registered already; returns the generation.
+    """
+    if not isinstance(generation, Generation):
+        raise ValueError(f"generation={generation!r} is invalid: pass a Generation")
+    if generation.release in _REGISTRY:
+        raise ValueError(
+            f"vLLM {generation.release} is registered already "
+            f"({_REGISTRY[generation.release].describe()}): unregister it first"
+        )
+    entries = sorted([*_REGISTRY.values(), generation], key=lambda g: _release_order(g.release))
+    _REGISTRY.clear()
+    _REGISTRY.update((g.release, g) for g in entries)
+    return generation
+
+
+def unregister_generation(release: str) -> Generation:
+    """Remove a release from the registry (tests register and remove their own)."""
+    if release not in _REGISTRY:
+        raise ValueError(f"vLLM {release!r} is not registered: registered are {list(_REGISTRY)}")
+    return _REGISTRY.pop(release)
+
+
+def _newest() -> Generation:
+    return next(reversed(_REGISTRY.values()))
+
+
+def _oldest() -> Generation:
+    return next(iter(_REGISTRY.values()))
+
+
+def __getattr__(name: str) -> Any:
+    # computed on access: the release packages register after this module is imported
+    if name == "NEWEST":  # the release tools that choose for the user default to
+        return _newest()
+    if name == "VLLM_VERSIONS":  # the releases cgdispatch models, oldest first
+        return tuple(_REGISTRY)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_version(version: Any) -> str | None:
+    """``version`` as the string of a registered release (or None), else ValueError.
+
+    A float naming one (``0.34``) is taken as its string: papermill's ``-p vllm_version
+    0.34`` and YAML hand the release over as a number. A patch release (``"0.34.0"``)
+    names its minor release.
+    """
+    if isinstance(version, float) and repr(version) in _REGISTRY:
+        return repr(version)
+    if isinstance(version, str) and version not in _REGISTRY and version.count(".") == 2:
+        minor = version.rsplit(".", 1)[0]
+        if minor in _REGISTRY:
+            return minor
+    if version is None or (isinstance(version, str) and version in _REGISTRY):
+        return version
+    known = ", ".join(f"'{g.release}' ({g.name}, {g.dispatcher_name})" for g in _REGISTRY.values())
     raise ValueError(
-        f"{target!r} is neither a GraphConfig nor a dispatcher: pass a cgdispatch.GraphConfig, "
-        "CudagraphDispatcher or CudaGraphManager"
+        f"vllm_version={version!r} is unknown: use {known} or None (each class's own generation)"
     )
 
 
-def make_graph_dispatcher(
-    config: GraphConfig | GraphDispatcher | None = None, *, record_stats: bool = True
-) -> GraphDispatcher:
+def generation_for(version: Any) -> Generation:
+    """The generation of a release string (a float or patch release is accepted).
+
+    None is the oldest generation: what a ``GraphConfig`` without a release has always
+    meant (V1), so that configs written before generation 2 keep their answers.
+    """
+    version = check_version(version)
+    return _oldest() if version is None else _REGISTRY[version]
+
+
+def generation_of(target: Any) -> Generation:
+    """The generation of a config or of a dispatcher (the release its config names)."""
+    if any(isinstance(target, g.dispatcher_class) for g in _REGISTRY.values()):
+        return generation_for(target.config.vllm_version)
+    if hasattr(target, "vllm_version") and hasattr(target, "cudagraph_capture_sizes"):
+        return generation_for(target.vllm_version)
+    names = ", ".join(sorted({g.dispatcher_name for g in _REGISTRY.values()}))
+    raise ValueError(
+        f"{target!r} is neither a GraphConfig nor a dispatcher: pass a cgdispatch.GraphConfig "
+        f"or a dispatcher ({names})"
+    )
+
+
+def make_graph_dispatcher(config: Any = None, *, record_stats: bool = True) -> GraphDispatcher:
     """The dispatcher the config's ``vllm_version`` names, ready to dispatch.
 
-    ``"0.34"``: a ``CudaGraphManager``. ``"0.33"`` or None: a ``CudagraphDispatcher`` with
-    its keys initialised (None stays V1 so that configs written before generation 2 keep
-    their answers); ``config=None`` means ``GraphConfig()``, also V1. A dispatcher passed
-    in is returned itself. ``record_stats`` applies to a new V1 dispatcher only
-    (generation 2 counts nothing). Resolve the config first (``config.resolve(support)``)
-    as the model runner does.
+    None as the release means the oldest generation (V1, so that configs written before
+    generation 2 keep their answers); ``config=None`` means ``GraphConfig()``. A
+    dispatcher passed in is returned itself (V1's keys initialised if they were not).
+    ``record_stats`` applies to a new V1 dispatcher only (generation 2 counts nothing).
+    Resolve the config first (``config.resolve(support)``) as the model runner does.
     """
-    if isinstance(config, CudaGraphManager):
-        return config
-    if config is not None and not isinstance(config, (GraphConfig, CudagraphDispatcher)):
-        raise ValueError(
-            f"config={config!r} is invalid: pass a cgdispatch.GraphConfig, "
-            "CudagraphDispatcher or CudaGraphManager"
-        )
-    if isinstance(config, GraphConfig) and config.vllm_version == "0.34":
-        return CudaGraphManager(config)
-    return ready_dispatcher(config, record_stats=record_stats)
+    if config is None:
+        return _oldest().make_dispatcher(None, record_stats)
+    return generation_of(config).make_dispatcher(config, record_stats)
 
 
-def for_generation(config: GraphConfig, vllm_version: str | None) -> GraphConfig:
-    """The same engine settings under the other generation's rules.
+def for_generation(config: Any, vllm_version: Any) -> Any:
+    """The same engine settings under another generation's rules.
 
     Mode, scheduler limits, speculative decoding, LoRA and the legacy size fields
-    (``cudagraph_capture_sizes``, ``max_cudagraph_capture_size``, which both releases
-    read) carry over; generation-2-only fields are dropped for V1, where vLLM 0.33 has no
-    such flags. Going to 0.34 with legacy sizes warns as vLLM 0.34 does (deprecated).
-    Pass the config before ``resolve()``: V1's resolution rounds sizes for speculative
-    decoding into the legacy fields, which would then reach 0.34 as user-given sizes.
+    (``cudagraph_capture_sizes``, ``max_cudagraph_capture_size``, which every release
+    reads) carry over as the user gave them; fields only the source generation owns are
+    dropped, fields both own keep the user's values. A release that deprecates the legacy
+    sizes warns as vLLM does. Pass the config before ``resolve()``: V1's resolution rounds
+    sizes for speculative decoding into the legacy fields, which would then reach the
+    other release as user-given sizes.
     """
-    vllm_version = check_version(vllm_version)  # "0.34", 0.34 (papermill) or None
-    if generation_of(config) == ("0.34" if vllm_version == "0.34" else "0.33"):
-        return (
-            config
-            if config.vllm_version == vllm_version
-            else config.replace(vllm_version=vllm_version)
-        )
-    if vllm_version == "0.34":
-        return config.replace(vllm_version="0.34")
-    # gen 2 -> V1: rebuild from the user's fields without the generation-2 ones
-    fields = {f: v for f, v in config._user_fields().items() if f not in GEN2_FIELDS}
+    vllm_version = check_version(vllm_version)  # a release, a float (papermill) or None
+    source, target = generation_of(config), generation_for(vllm_version)
+    if source is target:
+        if config.vllm_version == vllm_version:
+            return config
+        return config.replace(vllm_version=vllm_version)
+    fields = {f: v for f, v in config._user_fields().items() if f not in source.own_fields}
+    fields.update((f, v) for f, v in config._asked_own.items() if f in target.own_fields)
     fields["cudagraph_capture_sizes"], fields["max_cudagraph_capture_size"] = config._asked
     fields["vllm_version"] = vllm_version
-    return GraphConfig(**fields)
+    return type(config)(**fields)
 
 
-def default_num_reqs(config: GraphConfig, num_tokens: int, uniform_decode: bool) -> int:
+def default_num_reqs(config: Any, num_tokens: int, uniform_decode: bool) -> int:
     """The request count vLLM's scheduler gives a step when none is stated.
 
     A uniform decode has ``cdiv(num_tokens, q)`` requests (q = 1 + speculative tokens);
@@ -174,8 +330,7 @@ def default_num_reqs(config: GraphConfig, num_tokens: int, uniform_decode: bool)
     if num_tokens <= 0:
         return 0
     if uniform_decode:
-        q = config.uniform_decode_query_len
-        return cdiv(num_tokens, q)
+        return cdiv(num_tokens, config.uniform_decode_query_len)
     return 1
 
 
@@ -188,67 +343,56 @@ def dispatch_step(
     *,
     use_cascade_attn: bool = False,
 ) -> StepDispatch:
-    """Dispatch one step on either generation and answer in one shape.
+    """Dispatch one step on any generation and answer in one shape.
 
-    V1 is asked ``dispatch(num_tokens, uniform_decode, has_lora=num_active_loras > 0,
-    num_active_loras)`` (``num_reqs`` is not part of its question). Generation 2 is asked
-    ``dispatch(num_reqs, num_tokens, uniform_token_count=q if uniform_decode else None,
-    num_active_loras)``: vLLM 0.34's runner passes the common per-request token count of a
-    uniform decode batch (``get_uniform_decode_token_count``). ``num_reqs=None``:
-    :func:`default_num_reqs`. ``use_cascade_attn`` (excludes FULL) exists in V1 only.
+    The generation's adapter asks its dispatcher the question its release asks: V1
+    ``dispatch(num_tokens, uniform_decode, has_lora, num_active_loras)`` (no request
+    count), generation 2 ``dispatch(num_reqs, num_tokens, uniform_token_count,
+    num_active_loras)`` (vLLM 0.34's runner passes the common per-request token count of a
+    uniform decode batch). ``num_reqs=None``: :func:`default_num_reqs`.
+    ``use_cascade_attn`` (excludes FULL) exists only where the runner has cascade
+    attention.
     """
     num_tokens = check_int("num_tokens", num_tokens, 0, MAX_STEP_TOKENS)
     num_active_loras = check_int("num_active_loras", num_active_loras, 0, MAX_STEP_TOKENS)
     uniform_decode = check_bool("uniform_decode", uniform_decode)
     use_cascade_attn = check_bool("use_cascade_attn", use_cascade_attn)
-    config = dispatcher.config
+    generation = _dispatcher_generation(dispatcher)
     if num_reqs is None:
-        num_reqs = default_num_reqs(config, num_tokens, uniform_decode)
+        num_reqs = default_num_reqs(dispatcher.config, num_tokens, uniform_decode)
     num_reqs = check_int("num_reqs", num_reqs, 0, MAX_STEP_TOKENS)
     if num_reqs > num_tokens:
         raise ValueError(
             f"num_reqs={num_reqs} is invalid with num_tokens={num_tokens}: every request "
             "schedules at least one token; lower num_reqs or leave it None"
         )
-    if isinstance(dispatcher, CudaGraphManager):
-        if use_cascade_attn:
-            raise ValueError(
-                "use_cascade_attn=True is invalid for vLLM 0.34 (generation 2): its model "
-                "runner has no cascade attention; pass False, or use a vllm_version='0.33' config"
-            )
-        q = config.uniform_decode_query_len
-        desc = dispatcher.dispatch(
-            num_reqs, num_tokens, q if uniform_decode else None, num_active_loras
-        )
-        mode = desc.cg_mode
-        reqs = desc.num_reqs if mode is not _M.NONE else None
-        return StepDispatch(mode, desc.num_tokens, reqs, desc)
-    if not isinstance(dispatcher, CudagraphDispatcher):
+    if use_cascade_attn and not generation.cascade_attention:
         raise ValueError(
-            f"dispatcher={dispatcher!r} is invalid: pass a CudagraphDispatcher or a "
-            "CudaGraphManager (make_graph_dispatcher(config) builds either)"
+            f"use_cascade_attn=True is invalid for vLLM {generation.describe()}: its model "
+            "runner has no cascade attention; pass False, or use a release that has it"
         )
-    mode, desc = dispatcher.dispatch(
-        num_tokens,
-        uniform_decode=uniform_decode,
-        has_lora=num_active_loras > 0,
-        num_active_loras=num_active_loras,
-        use_cascade_attn=use_cascade_attn,
+    return generation.dispatch(
+        dispatcher, num_tokens, num_reqs, uniform_decode, num_active_loras, use_cascade_attn
     )
-    return StepDispatch(mode, desc.num_tokens, desc.num_reqs if mode is not _M.NONE else None, desc)
 
 
-def capture_keys(config: GraphConfig | GraphDispatcher) -> list[CaptureKey]:
+def _dispatcher_generation(dispatcher: Any) -> Generation:
+    if not any(isinstance(dispatcher, g.dispatcher_class) for g in _REGISTRY.values()):
+        names = " or ".join(sorted({g.dispatcher_name for g in _REGISTRY.values()}))
+        raise ValueError(
+            f"dispatcher={dispatcher!r} is invalid: pass a {names} "
+            "(make_graph_dispatcher(config) builds one)"
+        )
+    return generation_of(dispatcher)
+
+
+def capture_keys(config: Any) -> list[CaptureKey]:
     """Every graph the generation captures, in its capture order.
 
-    Both capture PIECEWISE before FULL, each widest first, into one pool: V1 from
-    ``get_capture_descs`` (``BatchDescriptor`` keys), generation 2 from ``capture_descs``
-    (``BatchExecutionDescriptor`` s, whose ``cg_mode`` is the mode).
+    Every release captures PIECEWISE before FULL, each widest first, into one pool.
     """
     dispatcher = make_graph_dispatcher(config, record_stats=False)
-    if isinstance(dispatcher, CudaGraphManager):
-        return [CaptureKey(d.cg_mode, d) for d in dispatcher.capture_order()]
-    return [CaptureKey(mode, d) for mode, descs in dispatcher.get_capture_descs() for d in descs]
+    return generation_of(dispatcher).capture_keys(dispatcher)
 
 
 def padded_token_table(

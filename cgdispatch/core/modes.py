@@ -13,6 +13,7 @@ __all__ = [
     "CUDAGraphMode",
     "AttentionCGSupport",
     "lower_for_attention_support",
+    "lower_without_splitting",
     "DEFAULT_SPLITTING_OPS",
 ]
 
@@ -147,6 +148,16 @@ def lower_for_attention_support(
     if mode.decode_mode() is M.FULL and uniform_decode_query_len > 1 and support < S.UNIFORM_BATCH:
         mode = M.PIECEWISE if attention_split else M.NONE
     return mode
+
+
+def lower_without_splitting(mode: CUDAGraphMode) -> CUDAGraphMode:
+    """The mode when ``splitting_ops == []``: nothing to split at, so no piecewise graphs.
+
+    vLLM ``CompilationConfig.set_splitting_ops_for_v1`` (0.33 and 0.34 alike): PIECEWISE
+    becomes NONE, FULL_AND_PIECEWISE becomes FULL, the other modes stay.
+    """
+    M = CUDAGraphMode
+    return {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
 
 
 # the attention ops cgdispatch's models split at (PIECEWISE pieces end there), standing for

@@ -3,7 +3,7 @@
 ``warnings.warn(stacklevel=N)`` needs the exact depth, which changes with every refactor
 (a dataclass ``__post_init__`` called from ``__init__`` called from ``replace``...).
 :func:`warn_user` counts it: the first frame outside this package is the line that gets
-the warning, so ``GraphConfig(vllm_version="0.34", cudagraph_capture_sizes=[...])`` warns at
+the warning, so ``GraphConfig(vllm_version=<generation 2>, cudagraph_capture_sizes=[...])`` warns at
 the user's own line.
 """
 

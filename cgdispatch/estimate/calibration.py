@@ -113,7 +113,7 @@ def predict_config(
 
     Columns: num_tokens, runtime_mode, padded_size, eager_ms, graph_ms, speedup_x, source.
     """
-    from ..core.dispatcher import ready_dispatcher
+    from ..core.v1.dispatcher import ready_dispatcher
 
     config = config.resolve(model.attention_cg_support)
     dispatcher = ready_dispatcher(config, record_stats=False)

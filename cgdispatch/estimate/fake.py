@@ -17,8 +17,8 @@ from ..capture.context import get_forward_context
 from ..capture.graph_key import GraphKey
 from ..capture.pool import AllocationTracker, OutputLifetime, tensors_in
 from ..core.config import GraphConfig
-from ..core.cudagraph_manager import BatchExecutionDescriptor
 from ..core.modes import CUDAGraphMode
+from ..core.v2.cudagraph_manager import BatchExecutionDescriptor
 
 __all__ = ["fake_mode_for", "toy_inputs", "is_splitting_op", "tensors_in", "split_step"]
 

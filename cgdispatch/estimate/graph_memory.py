@@ -18,7 +18,7 @@ CPU stand-in's ledger on the real capture path):
   largest first), every freed block reused perfectly (no fragmentation). The pool is the
   high-water mark of the bytes it holds. The keys and their order are the generation's
   (``core.generation.capture_keys``): V1's ``BatchDescriptor`` s, or under
-  ``vllm_version="0.34"`` the ``CudaGraphManager``'s ``BatchExecutionDescriptor`` s
+  vLLM 0.34 the ``CudaGraphManager``'s ``BatchExecutionDescriptor`` s
   (FULL uniform-decode graphs sized by request count, token-keyed graphs on the prefill
   grid), exactly what ``GraphRunner.capture_all`` captures.
 - Outputs as vLLM (``capture/pool.py``): with weak outputs (the default) the outputs of a

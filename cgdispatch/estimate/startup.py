@@ -49,7 +49,6 @@ import pandas as pd
 import torch
 
 from ..core.config import GraphConfig
-from ..core.config_v2 import VLLM_VERSIONS
 from ..core.generation import capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from ..models.architectures import ArchLM
@@ -444,7 +443,7 @@ def estimate_startup(
         + c.activation_moe_gib * a["moe"]
     )
     non_torch = _non_torch_gib(c, tp, pp)
-    subtract = VLLM_VERSIONS[generation_of(config)] >= 2
+    subtract = generation_of(config).profiles_graph_memory
     budget = DEVICE_MEMORY_BYTES[device] * gpu_memory_utilization
     kv_bytes, blocks = math.inf, None
     for rank in range(pp):

@@ -24,8 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.config_v2 import check_version
-from ..core.generation import dispatch_step
+from ..core.generation import check_version, dispatch_step, generation_for
 from ..core.modes import CUDAGraphMode
 
 __all__ = [
@@ -80,8 +79,8 @@ def capture_each_mode(
     ``dtype`` (so all modes hold the same weights and KV cache) and its own runner over
     ``sizes``; ``max_num_seqs`` defaults to the model's KV slots. A mode NONE runner has no
     graphs and is checked at ``sizes`` through the runner's eager path. ``vllm_version``:
-    None or ``"0.33"`` for V1 (the default, what notebooks 02 and 05 show), ``"0.34"`` for
-    generation 2 (:func:`tour_config` says how ``sizes`` map). Raises ``ValueError`` for an
+    None for V1 (the default, what notebooks 02 and 05 show) or any registered release
+    (:func:`tour_config` says how ``sizes`` map). Raises ``ValueError`` for an
     unknown model, mode or version, or empty ``sizes``.
     """
     from tqdm.auto import tqdm
@@ -145,15 +144,15 @@ def tour_config(
 ) -> GraphConfig:
     """The config of one mode of the tour, in either generation.
 
-    V1 (None or ``"0.33"``): ``sizes`` are the capture sizes. Generation 2 (``"0.34"``):
-    ``sizes`` are the prefill token sizes and those ``<= max_num_seqs`` the decode request
+    One token list (V1; None is V1): ``sizes`` are the capture sizes. A release that
+    splits ladders (generation 2): ``sizes`` are the prefill token sizes and those ``<= max_num_seqs`` the decode request
     sizes (a decode graph for more requests than the scheduler forms would never run;
     with none left, vLLM's default decode grid).
     """
-    if check_version(vllm_version) == "0.34":
+    if generation_for(vllm_version).splits_ladders:
         decode = [s for s in sizes if s <= max_num_seqs]
         return GraphConfig(
-            vllm_version="0.34",
+            vllm_version=check_version(vllm_version),
             cudagraph_mode=mode,
             max_num_seqs=max_num_seqs,
             prefill_cudagraph_capture_token_sizes=list(sizes),

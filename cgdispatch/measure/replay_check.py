@@ -66,8 +66,10 @@ def check_replay(
     from ..core.generation import generation_of
     from ..core.modes import CUDAGraphMode
 
-    # generation 2 checks request counts against each graph's; V1 reads none
-    max_reqs = runner.config.max_num_seqs if generation_of(runner.config) == "0.34" else None
+    # a generation whose graphs count requests checks each batch's against them
+    max_reqs = (
+        runner.config.max_num_seqs if generation_of(runner.config).keys_count_requests else None
+    )
 
     eager_only = runner.cudagraph_mode is CUDAGraphMode.NONE
     keys = (

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from numbers import Integral
 
 from ..core.config import GraphConfig
+from ..core.generation import GENERATIONS
 
 __all__ = ["Gen2Ladder", "gen2_config", "ladder_config", "resolved_ladder", "vllm_gen2_ladder"]
 
@@ -65,10 +66,12 @@ def _quiet_resolve(config: GraphConfig, **changes: object) -> GraphConfig:
 
 
 def _check_gen2(config: GraphConfig) -> None:
-    if config.vllm_version != "0.34":
+    if config.vllm_version is None or not config.generation.splits_ladders:
+        two = [g.release for g in GENERATIONS.values() if g.splits_ladders]
         raise ValueError(
-            f"config has vllm_version={config.vllm_version!r}: a Gen2Ladder is vLLM 0.34's; "
-            "build the config with vllm_version='0.34' (or give V1 a list of token sizes)"
+            f"config has vllm_version={config.vllm_version!r}: a Gen2Ladder is the two ladders "
+            f"of vLLM {', '.join(two)}; build the config with vllm_version={two[-1]!r} (or give "
+            "V1 a list of token sizes)"
         )
 
 
@@ -103,7 +106,7 @@ def ladder_config(config: GraphConfig, ladder: Gen2Ladder | list[int]) -> GraphC
     if isinstance(ladder, Gen2Ladder):
         return gen2_config(config, ladder)
     sizes = [int(s) for s in ladder]
-    if config.vllm_version == "0.34":
+    if config.generation.splits_ladders:
         return _quiet_resolve(
             config,
             cudagraph_capture_sizes=sizes,

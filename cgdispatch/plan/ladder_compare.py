@@ -55,7 +55,7 @@ _GEN2_COLUMNS = ["prefill_sizes", "decode_sizes"]
 def engine_ladders(config: GraphConfig | None = None) -> dict[str, Ladder]:
     """The engines' default ladders for ``config``'s scheduler limits, on a common max.
 
-    V1 (``vllm_version`` "0.33" or None): vLLM's ladder is the one it derives from
+    One token list (V1; ``vllm_version`` None is V1): vLLM's ladder is the one it derives from
     max_num_seqs, max_num_batched_tokens and the speculative tokens. vLLM 0.34: a
     :class:`Gen2Ladder` of its defaults (prefill token sizes and decode request sizes, as
     its config resolution gives them for this device and mode). SGLang's, TensorRT-LLM's,
@@ -64,7 +64,7 @@ def engine_ladders(config: GraphConfig | None = None) -> dict[str, Ladder]:
     """
     config = GraphConfig() if config is None else config
     vllm: Ladder
-    if config.vllm_version == "0.34":
+    if config.generation.splits_ladders:
         vllm = vllm_gen2_ladder(config)
         top = max(vllm.prefill_token_sizes, default=config.max_num_seqs)
     else:
@@ -125,7 +125,7 @@ def compare(
         row = {"ladder": name, "sizes": list(cfg.cudagraph_capture_sizes)}
         row.update({c: summary[c] for c in COMPARE_COLUMNS[2:]})
         row.update({c: summary[c] for c in _COST_COLUMNS if c in summary})
-        if cfg.vllm_version == "0.34":
+        if cfg.generation.splits_ladders:
             resolved = resolved_ladder(cfg)
             row["prefill_sizes"] = list(resolved.prefill_token_sizes)
             row["decode_sizes"] = list(resolved.decode_request_sizes)
@@ -149,7 +149,7 @@ def export_plan(
     TensorRT-LLM graph decode batches by request count, so their sizes are the token sizes
     divisible by q = 1 + speculative tokens, divided by q (plan on decode steps for them).
 
-    With a vLLM 0.34 config (``vllm_version="0.34"``) the vLLM flags carry
+    With a config of a release with two ladders (vLLM 0.34) the vLLM flags carry
     ``prefill_cudagraph_capture_token_sizes`` and ``decode_cudagraph_capture_request_sizes``
     (not the deprecated ``cudagraph_capture_sizes``; a token list is split as vLLM 0.34
     splits it), and SGLang / TensorRT-LLM take the decode request sizes (when none are
@@ -170,7 +170,7 @@ def export_plan(
     cfg = ladder_config(config, sizes)
     q = config.uniform_decode_query_len
     dropped: list[str] = []
-    if cfg.vllm_version == "0.34":
+    if cfg.generation.splits_ladders:
         cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
         prefill = cfg.prefill_cudagraph_capture_token_sizes or []
         # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
@@ -220,12 +220,12 @@ def export_plan(
         out["trtllm"] = yaml.safe_dump(trt, default_flow_style=None, sort_keys=False)
     notes = []
     if "decode" in leave:
-        what = "vLLM's decode request sizes, " if cfg.vllm_version == "0.34" else ""
+        what = "vLLM's decode request sizes, " if cfg.generation.splits_ladders else ""
         notes.append(
             f"{what}SGLang's and TensorRT-LLM's batch sizes (the trace has no decode steps "
             "to plan them on)"
         )
-    if "prefill" in leave and cfg.vllm_version == "0.34":
+    if "prefill" in leave and cfg.generation.splits_ladders:
         notes.append("vLLM's prefill token sizes (the trace has no prefill or mixed steps)")
     if notes:
         out["left_at_default"] = "; ".join(notes)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST_VLLM_VERSION
+from ..core.generation import NEWEST
 from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
 from ..workload.scheduler import SchedulerLimits, default_step_time_ms
 from .costs import CostModel
@@ -32,7 +32,7 @@ def scheduler_limits_for(config: GraphConfig) -> SchedulerLimits:
         max_num_batched_tokens=config.max_num_batched_tokens,
         num_speculative_tokens=config.num_speculative_tokens,
         max_loras=config.max_loras or None,
-        vllm_version=config.vllm_version or NEWEST_VLLM_VERSION,
+        vllm_version=config.vllm_version or NEWEST.release,
     )
 
 
@@ -51,7 +51,7 @@ def ladder_latency(
     (the same for every ladder)."""
     limits = limits or scheduler_limits_for(config)
     if limits.vllm_version is None:
-        limits = replace(limits, vllm_version=config.vllm_version or NEWEST_VLLM_VERSION)
+        limits = replace(limits, vllm_version=config.vllm_version or NEWEST.release)
     if kv_blocks is not None:
         limits = replace(limits, num_gpu_blocks=kv_blocks(config))
     step = default_step_time_ms if cost_model is None else dispatched_step_time(config, cost_model)

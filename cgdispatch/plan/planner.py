@@ -20,11 +20,14 @@ from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from .costs import CostModel, as_cost_model
 from .dp import Budgets, solve, solve_with_budgets
+from .gen2_ladder import Gen2Ladder
 from .histogram import Steps, as_histogram, smooth_histogram
 from .problem import PlanProblem, V1Rules, v1_problem
 
 __all__ = [
     "plan_capture_sizes",
+    "plan_ladder",
+    "largest_token_size",
     "plan_cost",
     "as_histogram",
     "smooth_histogram",
@@ -268,3 +271,43 @@ def plan_cost(
     inside = n <= cand[-1]
     real = hist["uniform_decode"].to_numpy() * (dec != 0) + hist["mixed"].to_numpy() * (mix != 0)
     return total - float(np.sum((real * n)[inside]))
+
+
+def plan_ladder(
+    steps: Steps,
+    max_graphs: int,
+    *,
+    config: GraphConfig,
+    objective: str = "padding",
+    cost_model: CostModel | None = None,
+    max_size: int | None = None,
+    memory_budget_bytes: float | None = None,
+    capture_budget_s: float | None = None,
+) -> list[int] | Gen2Ladder:
+    """The planned ladder for ``config``'s generation: its registered planner
+    (``Generation.planner``) plans a token list (V1, :func:`plan_capture_sizes`) or a
+    :class:`~cgdispatch.plan.gen2_ladder.Gen2Ladder` (two ladders,
+    :func:`~cgdispatch.plan.planner_v2.plan_gen2_capture_sizes`). ``max_size``: the largest
+    (prefill) token size, as each planner reads it."""
+    if not isinstance(config, GraphConfig):
+        raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+    return config.generation.plan_ladder(
+        steps,
+        max_graphs,
+        objective=objective,
+        cost_model=cost_model,
+        config=config,
+        max_size=max_size,
+        memory_budget_bytes=memory_budget_bytes,
+        capture_budget_s=capture_budget_s,
+    )
+
+
+def largest_token_size(ladder: list[int] | Gen2Ladder) -> int:
+    """The largest token size a ladder captures for non-decode steps: a token list's
+    largest size, a :class:`Gen2Ladder`'s largest prefill size (0 when it has none)."""
+    if isinstance(ladder, Gen2Ladder):
+        return max(ladder.prefill_token_sizes, default=0)
+    if not len(ladder):
+        raise ValueError("the ladder is empty: give at least one capture size")
+    return int(max(ladder))

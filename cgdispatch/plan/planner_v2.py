@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..core.arith import cdiv
 from ..core.config import GraphConfig
+from ..core.generation import GENERATIONS
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from .costs import CostModel, as_cost_model
@@ -38,7 +39,7 @@ from .ladder_split import SplitLadder, solve_split
 from .planner import _check_budget, _pool_base, memory_budget
 from .problem import PlanProblem
 
-__all__ = ["plan_gen2_capture_sizes", "Gen2Rules"]
+__all__ = ["plan_gen2_capture_sizes", "plan_two_ladders", "Gen2Rules"]
 
 NONE, FULL = CUDAGraphMode.NONE, CUDAGraphMode.FULL
 _OBJECTIVES = ("padding", "time")
@@ -77,18 +78,24 @@ class Gen2Rules:
         return cls(q, limit, mode.mixed_mode(), config.max_num_batched_tokens)
 
 
+def _two_ladder_release() -> str:
+    """The newest registered release with two ladders: the planner's default."""
+    return [g.release for g in GENERATIONS.values() if g.splits_ladders][-1]
+
+
 def _gen2(config: GraphConfig | None) -> GraphConfig:
     if config is None:
-        return GraphConfig(vllm_version="0.34").resolve()
+        return GraphConfig(vllm_version=_two_ladder_release()).resolve()
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig or None")
-    if config.vllm_version == "0.33":
-        raise ValueError(
-            "config has vllm_version='0.33' (V1): plan it with plan_capture_sizes, or build "
-            "it with vllm_version='0.34' to plan vLLM 0.34's two ladders"
-        )
     if config.vllm_version is None:
-        config = config.replace(vllm_version="0.34")
+        config = config.replace(vllm_version=_two_ladder_release())
+    if not config.generation.splits_ladders:
+        raise ValueError(
+            f"config has vllm_version={config.vllm_version!r} ({config.generation.name}, one "
+            "token ladder): plan it with plan_capture_sizes, or build it with "
+            f"vllm_version={_two_ladder_release()!r} to plan the two ladders"
+        )
     if config.cudagraph_mode is NONE:
         raise ValueError("cudagraph_mode is NONE: nothing is captured; pick a graph mode")
     return config
@@ -219,7 +226,7 @@ def plan_gen2_capture_sizes(
     pool); ``capture_budget_s`` bounds the summed modelled capture time of both ladders
     (a Lagrangian heuristic, :mod:`cgdispatch.plan.ladder_split`: within 15% of brute force on
     random tiny instances, worst 13.8% of 82 measured). ``config``: a vLLM 0.34 config, resolved (default
-    ``GraphConfig(vllm_version="0.34")``); its mode decides which ladders are used
+    ``GraphConfig`` of the newest release with two ladders); its mode decides which ladders are used
     (FULL and PIECEWISE: prefill only; FULL_DECODE_ONLY: decode only). Each used ladder
     gets at least one size; fewer sizes are returned when more would not help.
     """
@@ -273,3 +280,11 @@ def plan_gen2_capture_sizes(
         name: tuple(int(p.sizes[i]) for i in sol.indices) for (name, p), sol in zip(problems, plans)
     }
     return Gen2Ladder(chosen.get("prefill", ()), chosen.get("decode", ()))
+
+
+def plan_two_ladders(
+    steps: Steps, max_graphs: int, *, max_size: int | None = None, **options: object
+) -> Gen2Ladder:
+    """The planner entry of a release with two ladders (``Generation.planner``):
+    :func:`plan_gen2_capture_sizes` with ``max_size`` as the largest prefill size."""
+    return plan_gen2_capture_sizes(steps, max_graphs, max_prefill_tokens=max_size, **options)

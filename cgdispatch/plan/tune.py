@@ -28,10 +28,10 @@ import pandas as pd
 
 from ..core.config import GraphConfig
 from ..workload.sources import split_holdout
-from .choose import plan_ladder
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan
+from .planner import plan_ladder
 from .tune_result import StartupCosts, TuneResult, ladder_figures, losing_figures
 
 __all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS"]

@@ -1,8 +1,8 @@
 """What-if engine: a config and a step trace -> hit rates, padding waste, eager fallbacks, time.
 
-Every step goes through the real dispatcher of the config's generation (V1
-``CudagraphDispatcher`` for ``vllm_version="0.33"``, generation 2's ``CudaGraphManager`` for
-``"0.34"``, both through :mod:`cgdispatch.core.generation`): it is asked once per distinct step
+Every step goes through the real dispatcher of the config's generation (V1's
+``CudagraphDispatcher`` or generation 2's ``CudaGraphManager``, as the registry of
+:mod:`cgdispatch.core.generation` builds it): it is asked once per distinct step
 shape of the trace (num_tokens, uniform_decode, LoRA and, for generation 2, num_reqs) and
 the answers are mapped back to all steps with numpy, so the result equals a loop over
 ``dispatch()`` while costing a few array passes. It does not run or time a model: times come
@@ -128,7 +128,7 @@ def _answers(
     modes = np.zeros(len(keys), dtype=np.int8)
     padded = np.zeros(len(keys), dtype=np.int64)
     fields = [a.tolist() for a in steps.decode(keys)]
-    gen2 = generation_of(dispatcher) == "0.34"
+    gen2 = generation_of(dispatcher).keys_count_requests
     was_recording = getattr(dispatcher, "record_stats", False)
     if not gen2:
         dispatcher.record_stats = False
@@ -169,9 +169,9 @@ def evaluate(
 ) -> WhatIfResult:
     """Replay ``trace`` through the dispatcher of ``config`` and report what it would do.
 
-    The config's ``vllm_version`` picks the generation (``"0.34"``: ``CudaGraphManager``,
-    which also reads each step's ``num_reqs``; ``"0.33"`` or None: V1); a dispatcher of
-    either generation may be passed instead. Resolve the config first, as the engine does.
+    The config's ``vllm_version`` picks the generation (generation 2's
+    ``CudaGraphManager`` also reads each step's ``num_reqs``; None is V1); a dispatcher of
+    any generation may be passed instead. Resolve the config first, as the engine does.
 
     Summary keys: ``steps``, ``real_tokens``, ``graph_steps``, ``padding_tokens`` (added by
     padding), ``padded_token_ratio`` (padding tokens / real tokens over graph-replayed
@@ -189,7 +189,7 @@ def evaluate(
     trace = check_trace(trace)
     if len(trace) == 0:
         raise ValueError("the step trace is empty: give at least one step")
-    gen2 = generation_of(dispatcher) == "0.34"
+    gen2 = generation_of(dispatcher).keys_count_requests
     graph_reqs = [k.num_reqs for k in capture_keys(dispatcher) if k.num_reqs is not None]
     steps = _step_keys(trace, graph_reqs if gen2 else None)
     present, count, index = _group(steps.key)
@@ -268,7 +268,7 @@ def _summary(
         out[f"step_share_{mode}"] = float(per_mode.get(mode, 0)) / steps
     out["num_graphs"] = _num_graphs(dispatcher, keys)
     out["num_captured_graphs"] = len(keys)
-    out["vllm_version"] = generation_of(dispatcher)
+    out["vllm_version"] = generation_of(dispatcher).release
     if model is not None:
         total_ms = float(by_size["time_ms"].sum())
         out["mean_step_ms"] = total_ms / steps
@@ -282,7 +282,7 @@ def _num_graphs(dispatcher: GraphDispatcher, keys: list[CaptureKey]) -> int:
     """The sizes ``max_graphs`` counts: V1's capture sizes; generation 2's prefill token
     sizes and decode request sizes that capture a graph (LoRA cases and microbatch twins
     of one size count once)."""
-    if generation_of(dispatcher) == "0.33":
+    if not generation_of(dispatcher).splits_ladders:
         return len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
     return len(
         {

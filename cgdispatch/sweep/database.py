@@ -203,7 +203,7 @@ def create(con: sqlite3.Connection) -> None:
 def add_new_columns(con: sqlite3.Connection) -> None:
     """Add the columns a database made by an older cgdispatch lacks (``vllm_version``).
 
-    Old rows read NULL there, which ``normalise`` turns into their generation, "0.33".
+    Old rows read NULL there, which ``normalise`` turns into their generation, V1.
     Two processes may race here: the loser's duplicate column is simply there already.
     """
     for table, cols in COLUMNS.items():

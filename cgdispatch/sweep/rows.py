@@ -9,6 +9,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.generation import generation_for
+
+# the generation of a config that names no release (V1): sweeps default to it, and rows
+# stored before sweeps knew generation 2 read as it
+LEGACY_VERSION = generation_for(None).release
+
 __all__ = ["SweepRow", "CaptureRecord", "SWEEP_COLUMNS", "CAPTURE_COLUMNS", "POINT_COLUMNS"]
 
 # The stable row schema of sweeps (column -> meaning); plots and notebooks rely on it.
@@ -66,7 +72,7 @@ POINT_COLUMNS: tuple[str, ...] = (
     "dtype",
     "device",
     "mode",
-    "vllm_version",  # hashed only when not "0.33" (schema.point_ids): older ids stay valid
+    "vllm_version",  # hashed only when not V1's release (schema.point_ids): older ids stay valid
     "ladder",
     "capture_sizes",
     "max_num_seqs",
@@ -128,7 +134,7 @@ class SweepRow:
     status: str
     error: str = ""
     timestamp: float = 0.0
-    vllm_version: str = "0.33"
+    vllm_version: str = LEGACY_VERSION
     resolved_mode: str | None = None
     runtime_mode: str | None = None
     padded_size: int | None = None
@@ -175,7 +181,7 @@ class CaptureRecord:
     step_s: float | None
     pool_bytes: int | None
     source: str
-    vllm_version: str = "0.33"  # the unit's generation (0.34: keys are gen-2 descriptors)
+    vllm_version: str = LEGACY_VERSION  # the unit's generation (its keys are its descriptors)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import dispatch_step
+from ..core.generation import dispatch_step, generation_for
 from .rows import CAPTURE_COLUMNS, CaptureRecord, SweepRow
 from .schema import normalise, point_ids
 from .spec import SWEEP_PRESETS, SweepSpec
@@ -101,10 +101,10 @@ def unit_config(spec: SweepSpec, mode: str, sizes: Sequence[int]) -> GraphConfig
     ``decode_cudagraph_capture_request_sizes`` (a sweep's decode batches have one token per
     request, so a size is a token count and a request count alike).
     """
-    if spec.vllm_version == "0.34":
+    if generation_for(spec.vllm_version).splits_ladders:
         decode = [s for s in sizes if s <= spec.max_num_seqs]
         return GraphConfig(
-            vllm_version="0.34",
+            vllm_version=spec.vllm_version,
             cudagraph_mode=mode,
             max_num_seqs=spec.max_num_seqs,
             max_num_batched_tokens=max(MIN_BATCHED_TOKENS, *sizes),

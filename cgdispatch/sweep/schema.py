@@ -8,11 +8,11 @@ import json
 
 import pandas as pd
 
-from .rows import POINT_COLUMNS, SWEEP_COLUMNS
+from .rows import LEGACY_VERSION, POINT_COLUMNS, SWEEP_COLUMNS
 
 __all__ = ["normalise", "point_ids", "empty_rows", "V1_VERSION"]
 
-V1_VERSION = "0.33"  # the generation of every row stored before sweeps knew generation 2
+V1_VERSION = LEGACY_VERSION  # the generation of every row stored before generation 2
 
 _TEXT = {
     "sweep", "model", "dtype", "device", "device_name", "torch_version", "mode", "vllm_version",
@@ -56,7 +56,7 @@ def point_ids(frame: pd.DataFrame) -> list[str]:
     """A digest of each normalised row's :data:`POINT_COLUMNS` (missing values as null), so
     that equal points get equal ids however the row was typed.
 
-    ``vllm_version`` joins the digest only when it is not V1's "0.33": ids of rows stored
+    ``vllm_version`` joins the digest only when it is not V1's release: ids of rows stored
     before the column existed (all V1) stay what they were, so such stores still resume.
     """
     out = []

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from ..core import validate as _bounds
-from ..core.config_v2 import VLLM_VERSIONS as _RELEASES
-from ..core.config_v2 import check_version
+from ..core.generation import GENERATIONS, check_version
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_STEP_TOKENS, check_device, check_int
+from .rows import LEGACY_VERSION
 
 __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
 BATCH_KINDS = ("decode", "mixed")
 DTYPES = ("float32", "bfloat16", "float16")
-VLLM_VERSIONS = tuple(_RELEASES)  # the releases cgdispatch models, oldest first
+VLLM_VERSIONS = tuple(GENERATIONS)  # the releases cgdispatch models, oldest first
 MAX_REPEATS = _bounds.MAX_REPEATS
 # the upper bound of each count in a spec (cgdispatch.core.validate.BOUNDS)
 _COUNT_BOUNDS = {
@@ -55,11 +55,10 @@ class SweepSpec:
     warmup: int = 2
     input_sets: int = 3  # random batches rotated through the timed runs
     cpu_threads: int = 1  # intra-op threads on CPU: 1 keeps timings steady on shared machines
-    # vLLM release whose graph dispatch the runner follows: "0.33" (V1) or "0.34" (generation
-    # 2; each ladder gives the prefill token sizes and, up to max_num_seqs, the decode request
-    # sizes: decode batches have one token per request). "0.33" by default so that results
-    # stored before generation 2 stay comparable with new ones.
-    vllm_version: str = "0.33"
+    # vLLM release whose graph dispatch the runner follows (VLLM_VERSIONS). With a release
+    # that splits ladders (generation 2) each ladder gives the prefill token sizes and, up to
+    # max_num_seqs, the decode request sizes: decode batches have one token per request.
+    vllm_version: str = LEGACY_VERSION
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -79,13 +78,12 @@ class SweepSpec:
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
         check_device("device", self.device)
-        if isinstance(self.vllm_version, float):  # YAML's unquoted 0.34, as GraphConfig takes it
-            set_(self, "vllm_version", check_version(self.vllm_version))
-        if self.vllm_version not in VLLM_VERSIONS:
+        if self.vllm_version is None:
             raise ValueError(
-                f"vllm_version={self.vllm_version!r} is unknown: use '0.33' (V1, "
-                "CudagraphDispatcher) or '0.34' (generation 2, CudaGraphManager)"
+                f"vllm_version=None is invalid for a sweep: name a release, one of {VLLM_VERSIONS}"
             )
+        # YAML's unquoted 0.34 is a float, as GraphConfig takes it; unknown: ValueError
+        set_(self, "vllm_version", check_version(self.vllm_version))
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is invalid: use one of {list(DTYPES)}")
         set_(self, "warmup", check_int("warmup", self.warmup, 0, _bounds.MAX_WARMUPS))

@@ -27,24 +27,22 @@ def _pct(part: float, whole: float) -> str:
 
 
 def _generation(config: GraphConfig) -> str:
-    if generation_of(config) == "0.34":
-        return "vLLM 0.34 (CudaGraphManager)"
-    return "vLLM 0.33 (V1 CudagraphDispatcher)"
+    generation = generation_of(config)
+    return f"vLLM {generation.release} ({generation.name} {generation.dispatcher_name})"
 
 
 def generation_line(vllm_version: str) -> str:
     """The first line a notebook prints: which generation of vLLM's graph dispatch it models."""
-    from ..core.config_v2 import check_version
-    from ..core.generation import NEWEST_VLLM_VERSION
+    from ..core.generation import GENERATIONS, NEWEST, generation_for
 
-    version = check_version(vllm_version)
-    if version == "0.34":
-        newest = ", the newest" if version == NEWEST_VLLM_VERSION else ""
-        return (
-            f"modelling vLLM 0.34 (CudaGraphManager{newest}): decode graphs keyed by request "
-            "count, prefill graphs by token count; -p vllm_version 0.33 for V1"
-        )
-    return "modelling vLLM 0.33 (V1 CudagraphDispatcher): one ladder of token sizes"
+    generation = generation_for(vllm_version)
+    newest = ", the newest" if generation is NEWEST else ""
+    head = f"modelling vLLM {generation.release} ({generation.dispatcher_name}{newest})"
+    if not generation.splits_ladders:
+        return f"{head}: one ladder of token sizes"
+    one_ladder = [g.release for g in GENERATIONS.values() if not g.splits_ladders]
+    other = f"; -p vllm_version {one_ladder[-1]} for V1" if one_ladder else ""
+    return f"{head}: decode graphs keyed by request count, prefill graphs by token count{other}"
 
 
 def dispatch_tour_conclusion(config: GraphConfig, stats: pd.DataFrame, source: str) -> str:

@@ -1,5 +1,5 @@
 """Readable views of dispatch decisions, with the reason for each, for either generation of
-vLLM's graph dispatch (the config's ``vllm_version``: "0.33" V1, "0.34" generation 2).
+vLLM's graph dispatch (the config's ``vllm_version``: V1 or generation 2).
 
 Everything here asks the dispatcher classes through :mod:`cgdispatch.core.generation` and
 reformats their answers; nothing decides anything on its own, so these tables cannot
@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.cudagraph_manager import CudaGraphManager
-from ..core.dispatcher import CudagraphDispatcher
 from ..core.generation import (
     GraphDispatcher,
     StepDispatch,
@@ -28,6 +26,8 @@ from ..core.generation import (
     make_graph_dispatcher,
 )
 from ..core.modes import CUDAGraphMode
+from ..core.v1.dispatcher import CudagraphDispatcher
+from ..core.v2.cudagraph_manager import CudaGraphManager
 from ..workload.synthetic import random_batches
 from .keys import keys_summary, keys_table, modes_table
 
@@ -211,7 +211,7 @@ def explain_dispatch(
         else _predict_ms(cost_model, answer.runtime_mode, answer.padded_tokens)
     )
     return {
-        "vllm_version": generation_of(dispatcher),
+        "vllm_version": generation_of(dispatcher).release,
         "num_tokens": num_tokens,
         "batch_reqs": reqs,
         "uniform_decode": bool(uniform),

@@ -14,8 +14,13 @@ import warnings
 from typing import Any
 
 from ..core.config import GraphConfig
-from ..core.dispatcher import CudagraphDispatcher
-from ..core.generation import GraphDispatcher, capture_keys, generation_of, make_graph_dispatcher
+from ..core.generation import (
+    GraphDispatcher,
+    capture_keys,
+    generation_for,
+    generation_of,
+    make_graph_dispatcher,
+)
 from ..core.modes import CUDAGraphMode
 
 __all__ = [
@@ -84,7 +89,7 @@ def build_config(
     sizes, error = parse_sizes_box(sizes_text, base)
     if error:
         return None, [error]
-    gen2 = generation_of(base) == "0.34"
+    gen2 = generation_of(base).splits_ladders
     changes: dict[str, Any] = {"cudagraph_capture_sizes": sizes}
     if gen2:  # the boxes are the only size source: legacy fields would have to agree
         changes = {
@@ -115,9 +120,10 @@ def decision_html(decision: dict[str, Any], cost_source: str = "model") -> str:
         reqs = "n/a (eager: no graph key)"
     else:
         reqs = "any (PIECEWISE key)" if decision["num_reqs"] is None else decision["num_reqs"]
-    version = decision.get("vllm_version", "0.33")
+    generation = generation_for(decision.get("vllm_version"))
+    version = generation.release
     rows = [
-        ("vLLM", e(f"{version} ({'generation 2' if version == '0.34' else 'V1'})")),
+        ("vLLM", e(f"{version} ({generation.name})")),
         ("runtime mode", f'<b data-testid="decision-mode">{e(mode)}</b>'),
         (
             "padded size",
@@ -150,15 +156,16 @@ def message_html(messages: list[str], kind: str = "error") -> str:
 
 
 def largest_size(dispatcher: GraphDispatcher) -> int:
-    """V1: the largest capture size; generation 2: the widest graph (tokens)."""
-    if isinstance(dispatcher, CudagraphDispatcher):
-        return dispatcher.max_capture_size
-    return max((k.num_tokens for k in capture_keys(dispatcher)), default=0)
+    """The largest capture size (the token list's largest, or the widest graph)."""
+    widest = max((k.num_tokens for k in capture_keys(dispatcher)), default=0)
+    if generation_of(dispatcher).splits_ladders:
+        return widest
+    return max(dispatcher.config.cudagraph_capture_sizes, default=0)
 
 
 def box_sizes(config: GraphConfig) -> tuple[str, str]:
     """What the sizes boxes show for a config: (token sizes, decode request sizes)."""
-    if generation_of(config) == "0.34":
+    if generation_of(config).splits_ladders:
         return (
             format_sizes(config.prefill_cudagraph_capture_token_sizes or []),
             format_sizes(config.decode_cudagraph_capture_request_sizes or []),

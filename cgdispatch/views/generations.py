@@ -1,7 +1,7 @@
 """The same batches dispatched by both generations of vLLM's graph dispatch, side by side.
 
 One set of engine settings (mode, scheduler limits, speculative decoding, LoRA) is built
-for vLLM 0.33 (V1, ``CudagraphDispatcher``) and vLLM 0.34 (generation 2,
+for every registered release (V1's ``CudagraphDispatcher``, generation 2's
 ``CudaGraphManager``) with :func:`~cgdispatch.core.generation.for_generation`, each resolved
 as its model runner resolves it, and every answer comes from the class itself through
 :mod:`cgdispatch.core.generation`. A table of chosen batches and a figure of padded tokens per
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..core.config import GraphConfig
-from ..core.config_v2 import VLLM_VERSIONS as _RELEASES
 from ..core.generation import (
+    GENERATIONS,
     dispatch_step,
     for_generation,
     make_graph_dispatcher,
@@ -31,21 +31,32 @@ if TYPE_CHECKING:
 
 __all__ = ["VLLM_VERSIONS", "generation_configs", "generations_table", "generations_figure"]
 
-VLLM_VERSIONS = tuple(_RELEASES)  # the releases cgdispatch models, oldest first
-_COLORS = {"0.33": "#1f77b4", "0.34": "#d62728"}
-_WIDTHS = {"0.33": 3.5, "0.34": 1.3}  # V1 wide underneath: where both agree, both show
-SOURCE = "computed from the config (vLLM 0.33 and 0.34 dispatch rules)"
+VLLM_VERSIONS = tuple(GENERATIONS)  # the releases cgdispatch models, oldest first
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")  # by release, oldest first
+SOURCE = f"computed from the config (vLLM {' and '.join(VLLM_VERSIONS)} dispatch rules)"
+
+
+def _style(version: str) -> dict[str, float | str]:
+    """The oldest release drawn wide and faint underneath: where releases agree, all show."""
+    at = list(GENERATIONS).index(version)
+    oldest = at == 0
+    return {
+        "color": _COLORS[at % len(_COLORS)],
+        "lw": 3.5 if oldest else 1.3,
+        "graph_alpha": 0.55 if oldest else 1.0,
+        "eager_alpha": 0.4 if oldest else 0.8,
+    }
 
 
 def generation_configs(
     config: GraphConfig, attention_support: AttentionCGSupport = AttentionCGSupport.ALWAYS
 ) -> dict[str, GraphConfig]:
-    """``{"0.33": V1 config, "0.34": generation-2 config}``, each resolved for the backend.
+    """``{release: config}`` for every release (V1 first), each resolved for the backend.
 
     Pass the config before ``resolve()``: V1's resolution rounds sizes for speculative
-    decoding, and rounded sizes would reach 0.34 as (deprecated) legacy sizes. Legacy sizes
-    given by the user reach 0.34 that way on purpose, as the same flags would; its
-    deprecation warning is silenced here.
+    decoding, and rounded sizes would reach generation 2 as (deprecated) legacy sizes.
+    Legacy sizes given by the user reach it that way on purpose, as the same flags would;
+    its deprecation warning is silenced here.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -79,11 +90,7 @@ def generations_table(
                 row[f"mode_{v}"] = a.runtime_mode.name
                 row[f"padded_{v}"] = a.padded_tokens
                 row[f"graph_reqs_{v}"] = a.padded_reqs
-            first, second = answers.values()
-            row["same"] = (first.runtime_mode, first.padded_tokens) == (
-                second.runtime_mode,
-                second.padded_tokens,
-            )
+            row["same"] = len({(a.runtime_mode, a.padded_tokens) for a in answers.values()}) == 1
             rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.astype({f"graph_reqs_{v}": "Int64" for v in VLLM_VERSIONS})
@@ -119,13 +126,14 @@ def generations_figure(
             padded = np.array(table.padded_tokens)[n]
             graphed = np.array([table.runtime_modes[i] is not CUDAGraphMode.NONE for i in n])
             label = f"vLLM {version} ({cfg.cudagraph_mode})"
+            style = _style(version)
             ax.plot(
                 n,
                 np.where(graphed, padded, np.nan),
                 drawstyle="steps-post",
-                color=_COLORS[version],
-                lw=_WIDTHS[version],
-                alpha=0.55 if version == "0.33" else 1.0,
+                color=style["color"],
+                lw=style["lw"],
+                alpha=style["graph_alpha"],
                 label=f"{label}: graph",
                 gid=f"graph-{version}",
             )
@@ -134,9 +142,9 @@ def generations_figure(
                     n,
                     np.where(graphed, np.nan, padded),
                     ls="--",
-                    color=_COLORS[version],
-                    lw=_WIDTHS[version],
-                    alpha=0.4 if version == "0.33" else 0.8,
+                    color=style["color"],
+                    lw=style["lw"],
+                    alpha=style["eager_alpha"],
                     label=f"{label}: eager",
                     gid=f"eager-{version}",
                 )

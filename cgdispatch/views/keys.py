@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.generation import GraphDispatcher, GraphKey, capture_keys, generation_of
+from ..core.generation import GENERATIONS, GraphDispatcher, GraphKey, capture_keys, generation_of
 from ..core.modes import CUDAGraphMode
 
 if TYPE_CHECKING:
@@ -21,19 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["modes_table", "keys_table", "keys_summary", "KEY_COLUMNS"]
 
-# the columns of keys_table per generation: the descriptor's own fields
-KEY_COLUMNS: dict[str, list[str]] = {
-    "0.33": ["runtime_mode", "num_tokens", "num_reqs", "uniform", "has_lora", "num_active_loras"],
-    "0.34": [
-        "runtime_mode",
-        "num_tokens",
-        "num_reqs",
-        "uniform_token_count",
-        "max_query_len",
-        "num_active_loras",
-        "num_ubatches",
-    ],
-}
+# the columns of keys_table per release: the descriptor's own fields (Generation.key_columns)
+KEY_COLUMNS: dict[str, list[str]] = {r: list(g.key_columns) for r, g in GENERATIONS.items()}
 _OPTIONAL_INTS = ("num_reqs", "uniform_token_count", "max_query_len")  # None shows as <NA>
 
 
@@ -67,7 +56,7 @@ def keys_table(config: GraphConfig | GraphDispatcher) -> pd.DataFrame:
     """
     import pandas as pd
 
-    columns = KEY_COLUMNS[generation_of(config)]
+    columns = list(generation_of(config).key_columns)
     rows = [
         {"runtime_mode": k.runtime_mode.name, **{c: getattr(k.key, c) for c in columns[1:]}}
         for k in capture_keys(config)

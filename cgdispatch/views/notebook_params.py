@@ -4,7 +4,7 @@ Each notebook's first code cell after its parameters calls
 ``globals().update(cg.check_notebook_parameters("04_what_if", globals()))``: every parameter
 is checked against its rule at once, and one ``ValueError`` lists every bad one with the
 fix, instead of a traceback from cell 8 after 20 s of work. The returned values are the
-cleaned ones (``-p vllm_version 0.34`` arrives as a float and leaves as ``"0.34"``).
+cleaned ones (``-p vllm_version 0.34`` arrives as a float and leaves as the release string).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import validate as bounds
-from ..core.config_v2 import check_version
+from ..core.generation import GENERATIONS, check_version
 from ..core.modes import CUDAGraphMode
 
 __all__ = ["check_notebook_parameters", "NOTEBOOK_PARAMETERS"]
@@ -67,7 +67,8 @@ def _list(inner: Check, *, most: int = bounds.MAX_CAPTURE_SIZES) -> Check:
 def _version(name: str, value: Any) -> str:
     version = check_version(value)
     if version is None:
-        raise ValueError(f"{name}=None is invalid: use '0.33' (V1) or '0.34' (generation 2)")
+        known = ", ".join(f"{g.release!r} ({g.name})" for g in GENERATIONS.values())
+        raise ValueError(f"{name}=None is invalid: use one of {known}")
     return version
 
 

@@ -16,14 +16,15 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..core.config import GraphConfig
-from ..core.cudagraph_manager import CudaGraphManager
 from ..core.generation import (
     GraphDispatcher,
     capture_keys,
+    generation_of,
     make_graph_dispatcher,
     padded_token_table,
 )
 from ..core.modes import CUDAGraphMode
+from ..core.v2.cudagraph_manager import CudaGraphManager
 from .sources import (
     MODE_COLORS,
     SourcedFigure,
@@ -61,11 +62,11 @@ def ladder_figure(
     batch runs eagerly at its own size, drawn dashed), with the capture sizes marked on the
     size axis. Bottom: padding waste, the share of the padded batch that is padding.
     ``max_num_tokens`` defaults to a quarter beyond the largest capture size, capped by
-    max_num_batched_tokens. Either generation (``core.generation``): under vLLM 0.34 both of
-    generation 2's ladders are drawn, see :func:`_gen2_ladder_figure`.
+    max_num_batched_tokens. Any generation (``core.generation``): for a release with two
+    ladders (generation 2) both are drawn, see :func:`_gen2_ladder_figure`.
     """
     dispatcher = make_graph_dispatcher(config, record_stats=False)
-    if isinstance(dispatcher, CudaGraphManager):
+    if generation_of(dispatcher).splits_ladders:
         return _gen2_ladder_figure(dispatcher, max_num_tokens, source, log_x)
     cfg = dispatcher.config
     sizes = list(cfg.cudagraph_capture_sizes)

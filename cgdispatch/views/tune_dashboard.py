@@ -15,7 +15,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST_VLLM_VERSION
+from ..core.generation import GENERATIONS, NEWEST
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.kv_bytes import kv_bytes_per_token
 from ..estimate.startup import startup_for
@@ -47,7 +47,7 @@ class TuneDashboard(Snapshot, w.VBox):
         trace: str = "sharegpt",
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
-        vllm_version: str = NEWEST_VLLM_VERSION,
+        vllm_version: str = NEWEST.release,
         num_requests: int = 1000,
         rate_per_s: float = 8.0,
         holdout: float = 0.5,
@@ -80,7 +80,10 @@ class TuneDashboard(Snapshot, w.VBox):
             description="max_num_batched_tokens", style=style,
         )  # fmt: skip
         self.version_box = w.ToggleButtons(
-            options=["0.34", "0.33"], value=vllm_version, description="vLLM", style=style
+            options=list(reversed(GENERATIONS)),  # newest first
+            value=vllm_version,
+            description="vLLM",
+            style=style,
         )
         self.verdict = w.HTML()
         self.plot = w.Image(format="png", layout=w.Layout(max_width="1100px"))

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST_VLLM_VERSION, generation_of
+from ..core.generation import NEWEST, generation_for, generation_of
 from ..core.modes import CUDAGraphMode
-from ..plan.choose import plan_ladder
 from ..plan.costs import CostModel, as_cost_model
 from ..plan.gen2_ladder import Gen2Ladder
+from ..plan.planner import plan_ladder
 from ..plan.whatif import WhatIfResult, evaluate
 from .explorer_handlers import build_config
 
@@ -43,7 +43,7 @@ def whatif_for_box(
     Returns ``(result, notes)`` (notes: warnings raised while building the config), or
     ``(None, [message])`` for a bad entry or a failing cost model; it never raises.
     """
-    gen2 = generation_of(base) == "0.34"
+    gen2 = generation_of(base).splits_ladders
     dispatcher, notes = build_config(base, sizes_text, mode, decode_sizes_text if gen2 else None)
     if dispatcher is None:
         return None, notes
@@ -118,20 +118,19 @@ def metrics_html(
     s = result.summary
     cfg = result.config
     eager_steps = s["steps"] - s["graph_steps"]
-    gen2 = s["vllm_version"] == "0.34"
-    if gen2:
+    release = generation_for(s["vllm_version"])
+    generation = f"{release.release} ({release.dispatcher_name}, {release.name})"
+    if release.splits_ladders:
         sizes = cfg.prefill_cudagraph_capture_token_sizes or []
         decode = cfg.decode_cudagraph_capture_request_sizes or []
-        generation = "0.34 (CudaGraphManager, generation 2)"
         config_text = (
             f"{len(sizes)} prefill token sizes, {len(decode)} decode request sizes "
             f"({s['num_graphs']} that capture graphs)"
         )
     else:
         sizes = cfg.cudagraph_capture_sizes
-        generation = "0.33 (CudagraphDispatcher, V1)"
         config_text = f"{s['num_graphs']} capture sizes"
-    if s["vllm_version"] == NEWEST_VLLM_VERSION:
+    if release is NEWEST:
         generation += ", the newest"
     rows = [
         ("vLLM", e(generation)),
@@ -194,7 +193,7 @@ def metrics_html(
         "padded-token-ratio": repr(float(s["padded_token_ratio"])),
         "num-graphs": s["num_graphs"],
     }
-    if gen2:
+    if release.splits_ladders:
         attrs["decode-sizes"] = ",".join(str(x) for x in decode)
     if "mean_step_ms" in s:
         attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..core.generation import generation_for
 from .plots import hit_rate_figure
 from .sources import MODE_COLORS, SourcedFigure, label_source, rows_to_plot
 
@@ -76,8 +77,10 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
         table, ["ladder", "num_graphs", "eager_step_share"], "ladder_comparison_figure"
     )
     panels = [p for p in _PANELS if p[0] in table.columns]
-    if "vllm_version" in table.columns and (table["vllm_version"] == "0.34").all():
-        # vLLM 0.34 counts prefill token sizes and decode request sizes together
+    if "vllm_version" in table.columns and all(
+        generation_for(v).splits_ladders for v in table["vllm_version"]
+    ):
+        # a release with two ladders counts prefill token sizes and decode request sizes
         panels[0] = ("num_graphs", "sizes (prefill + decode)", 1.0)
     fig = SourcedFigure(figsize=(3.2 * len(panels), 3.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels)))

@@ -23,7 +23,13 @@ from typing import Any
 import ipywidgets as w
 
 from ..core.config import GraphConfig
-from ..core.generation import GraphDispatcher, for_generation, generation_of, make_graph_dispatcher
+from ..core.generation import (
+    GENERATIONS,
+    GraphDispatcher,
+    for_generation,
+    generation_of,
+    make_graph_dispatcher,
+)
 from ..core.modes import CUDAGraphMode
 from ..plan import costs
 from ..plan.costs import CostModel
@@ -74,7 +80,7 @@ class DispatchExplorer(Snapshot, w.VBox):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
         self.base_config, self.cost_model = config, costs.as_cost_model(cost_model)
         # the config per generation: the given one, the other made on the first switch
-        self._bases: dict[str, GraphConfig] = {generation_of(config): config}
+        self._bases: dict[str, GraphConfig] = {generation_of(config).release: config}
         self._origin = config  # the other generation is made from the config as given
         self._quiet = False  # True while the boxes are refilled on a generation switch
         # the label shown next to a predicted time: given, else the cost model's own source
@@ -84,8 +90,8 @@ class DispatchExplorer(Snapshot, w.VBox):
         start = min(top, largest_size(self.dispatcher) if num_tokens is None else num_tokens)
         style = {"description_width": "110px"}
         self.version_box = w.ToggleButtons(
-            options=[("0.33 (V1)", "0.33"), ("0.34 (gen 2)", "0.34")],
-            value=generation_of(config),
+            options=[(f"{g.release} ({g.label})", g.release) for g in GENERATIONS.values()],
+            value=generation_of(config).release,
             description="vLLM",
             style=style,
         )
@@ -147,20 +153,21 @@ class DispatchExplorer(Snapshot, w.VBox):
         self.refresh()
 
     def _show_generation_controls(self) -> None:
-        """Generation 2 has decode request sizes and no cascade attention."""
-        gen2 = generation_of(self.base_config) == "0.34"
+        """Two ladders show the decode request sizes box; no cascade attention, no toggle."""
+        generation = generation_of(self.base_config)
+        gen2 = generation.splits_ladders
         self.sizes_box.description = "prefill tokens" if gen2 else "capture sizes"
         self.decode_box.layout.display = None if gen2 else "none"
-        if gen2:
+        if not generation.cascade_attention:
             self.cascade.value = False
-        self.cascade.disabled = gen2
+        self.cascade.disabled = not generation.cascade_attention
 
     def _on_version(self, change: dict[str, Any]) -> None:
         version = change["new"]
         base = self._bases.get(version)
         if base is None:
             try:
-                with warnings.catch_warnings():  # legacy sizes carried to 0.34 warn there
+                with warnings.catch_warnings():  # legacy sizes carried to gen 2 warn there
                     warnings.simplefilter("ignore")
                     # resolved as that generation's runner would (V1 rounds sizes to q)
                     base = for_generation(self._origin, version).resolve()
@@ -180,7 +187,7 @@ class DispatchExplorer(Snapshot, w.VBox):
     def _on_config(self, _change: dict[str, Any]) -> None:
         if self._quiet:
             return
-        gen2 = generation_of(self.base_config) == "0.34"
+        gen2 = generation_of(self.base_config).splits_ladders
         dispatcher, notes = build_config(
             self.base_config,
             self.sizes_box.value,

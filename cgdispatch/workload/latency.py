@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import dispatch_step, make_graph_dispatcher
+from ..core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
 from .scheduler import SchedulerLimits, SchedulerSimulator, default_step_time_ms
 
@@ -112,8 +112,8 @@ def simulate_latencies(
     latencies. ``step_time_ms(num_tokens, num_reqs)``: e.g. :func:`dispatched_step_time`."""
     if limits.vllm_version is None:
         raise ValueError(
-            "simulate_latencies needs vLLM's own scheduler: set SchedulerLimits(vllm_version="
-            "'0.33' or '0.34')"
+            "simulate_latencies needs vLLM's own scheduler: set SchedulerLimits(vllm_version=...) "
+            f"to a release, one of {', '.join(GENERATIONS)}"
         )
     sim = SchedulerSimulator(requests, limits, step_time_ms=step_time_ms, seed=seed)
     steps = sim.run()

@@ -35,7 +35,7 @@ class SchedulerLimits:
     spec_acceptance_rate: float = 0.7  # each draft token accepted with this probability
     enable_chunked_prefill: bool = True  # prompts split to fit the step's token budget
     max_loras: int | None = None  # adapters per step (None: no limit)
-    # vLLM's own scheduler of this release ('0.33', '0.34'; vllm_rules.py holds what differs);
+    # vLLM's own scheduler of this release (a registered one; its Generation holds what differs);
     # None: the older vLLM-like model, which takes none of the fields below
     vllm_version: str | None = None
     long_prefill_token_threshold: int = 0  # prompt tokens per request per step (0: no cap)
@@ -82,7 +82,7 @@ class SchedulerLimits:
         elif self.exact_only_fields():
             raise ValueError(
                 f"{', '.join(self.exact_only_fields())} need vLLM's own scheduler: set "
-                "vllm_version ('0.33' or '0.34') as well"
+                "vllm_version (a release, e.g. cgdispatch.NEWEST.release) as well"
             )
 
     def exact_only_fields(self) -> list[str]:

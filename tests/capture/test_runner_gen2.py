@@ -8,7 +8,7 @@ from runner_checks import eager_then_runner
 from cgdispatch import CUDAGraphMode, GraphConfig
 from cgdispatch.capture.context import get_forward_context, set_forward_context
 from cgdispatch.capture.runner import GraphRunner
-from cgdispatch.core.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
+from cgdispatch.core.v2.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 from cgdispatch.measure.replay_check import check_replay
 from cgdispatch.models.toy import PRESETS, build_toy_model
 

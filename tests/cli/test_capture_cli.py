@@ -54,7 +54,7 @@ def report_rows(out):
 )
 def test_generation_2_is_the_default_and_its_check_passes_in_every_mode(mode, capsys):
     from cgdispatch import GraphConfig
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
     from cgdispatch.models.toy import PRESETS
 
     argv = ["capture", "--mode", mode, "--prefill-sizes", "2,6", "--decode-sizes", "1,3"]
@@ -200,7 +200,7 @@ def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):
     import pandas as pd
 
     from cgdispatch import GraphConfig
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
     from cgdispatch.models.toy import PRESETS
 
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")

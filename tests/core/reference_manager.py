@@ -74,7 +74,7 @@ class ReferenceManager:
         widest_q = max(self.query_lens)
         if mode.separate_routine() and mode.decode_mode() is not M.NONE:
             if cfg.enable_adaptive_verification:
-                from cgdispatch.core.config_v2 import varlen_decode_cudagraph_capture_grid
+                from cgdispatch.core.v2.config import varlen_decode_cudagraph_capture_grid
 
                 reqs = cfg.max_decode_cudagraph_capture_requests or 0
                 top = min(

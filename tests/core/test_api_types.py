@@ -28,9 +28,9 @@ from cgdispatch import (
     make_graph_dispatcher,
     ready_dispatcher,
 )
-from cgdispatch.core import config_v2
-from cgdispatch.core.config import _COMPILATION_KEYS
+from cgdispatch.core.v2 import config as config_v2
 from cgdispatch.core.validate import MAX_NESTING, check_int
+from cgdispatch.core.vllm_io import COMPILATION_KEYS as _COMPILATION_KEYS
 
 NOT_BOOLS = ["no", "yes", 1, 0, None, "False", 1.0]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from cgdispatch import CudaGraphManager, GraphConfig, ready_dispatcher
-from cgdispatch.core import cudagraph_manager as manager_module
-from cgdispatch.core import dispatcher as dispatcher_module
 from cgdispatch.core import validate as v
+from cgdispatch.core.v1 import dispatcher as dispatcher_module
+from cgdispatch.core.v2 import cudagraph_manager as manager_module
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))

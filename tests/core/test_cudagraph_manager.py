@@ -20,7 +20,7 @@ from cgdispatch import (
     CUDAGraphMode,
     GraphConfig,
 )
-from cgdispatch.core.config_v2 import (
+from cgdispatch.core.v2.config import (
     decode_cudagraph_capture_grid,
     decode_cudagraph_capture_shapes,
     get_lora_capture_cases,

@@ -247,7 +247,7 @@ def test_stats_survive_new_keys():
 
 def test_importing_dispatcher_does_not_import_torch_or_pandas():
     code = (
-        "import sys, cgdispatch, cgdispatch.core.dispatcher;"
+        "import sys, cgdispatch, cgdispatch.core.v1.dispatcher;"
         "d = cgdispatch.CudagraphDispatcher(); d.initialize_cudagraph_keys(); d.dispatch(5, True);"
         "print('torch' in sys.modules, 'pandas' in sys.modules)"
     )
@@ -267,7 +267,7 @@ def test_full_keys_match_exactly_never_relaxed():
 
 
 def test_dispatch_returns_a_named_result_that_unpacks_like_a_pair():
-    from cgdispatch.core.dispatcher import DispatchResult
+    from cgdispatch.core.v1.dispatcher import DispatchResult
 
     rng = random.Random(41)
     sizes = sorted(rng.sample(range(1, 64), 6))
@@ -283,7 +283,7 @@ def test_dispatch_returns_a_named_result_that_unpacks_like_a_pair():
 
 
 def test_ready_dispatcher_builds_initialised_dispatchers_and_passes_ready_ones_through():
-    from cgdispatch.core.dispatcher import ready_dispatcher
+    from cgdispatch.core.v1.dispatcher import ready_dispatcher
 
     rng = random.Random(42)
     sizes = sorted(rng.sample(range(1, 40), 5))

@@ -20,7 +20,8 @@ from cgdispatch import (
     GraphConfig,
 )
 from cgdispatch.core.generation import (
-    NEWEST_VLLM_VERSION,
+    GENERATIONS,
+    NEWEST,
     CaptureKey,
     StepDispatch,
     capture_keys,
@@ -181,8 +182,9 @@ def test_version_switch_and_none_is_v1():
     assert isinstance(make_graph_dispatcher(GraphConfig(vllm_version="0.33")), CudagraphDispatcher)
     manager = make_graph_dispatcher(GraphConfig(vllm_version="0.34"))
     assert isinstance(manager, CudaGraphManager) and make_graph_dispatcher(manager) is manager
-    assert generation_of(GraphConfig()) == "0.33" and generation_of(manager) == "0.34"
-    assert NEWEST_VLLM_VERSION == "0.34"
+    assert generation_of(GraphConfig()).release == "0.33"
+    assert generation_of(manager) is GENERATIONS["0.34"]
+    assert NEWEST is GENERATIONS["0.34"] and list(GENERATIONS) == ["0.33", "0.34"]
     with pytest.raises(ValueError, match="GraphConfig"):
         make_graph_dispatcher({"cudagraph_mode": "FULL"})
     with pytest.raises(ValueError, match="GraphConfig"):
@@ -268,7 +270,7 @@ def test_for_generation_takes_the_release_as_papermill_passes_it():
     from cgdispatch.core.generation import for_generation, generation_of
 
     v1 = GraphConfig(max_num_seqs=16)
-    assert generation_of(for_generation(v1, 0.34)) == "0.34"
-    assert generation_of(for_generation(v1, "0.34")) == "0.34"
+    assert generation_of(for_generation(v1, 0.34)).release == "0.34"
+    assert generation_of(for_generation(v1, "0.34")).release == "0.34"
     with pytest.raises(ValueError, match="unknown"):
         for_generation(v1, 0.35)

@@ -18,8 +18,8 @@ import pytest
 
 from cgdispatch.core.batch import BatchDescriptor
 from cgdispatch.core.config import GraphConfig
-from cgdispatch.core.dispatcher import CudagraphDispatcher
 from cgdispatch.core.modes import AttentionCGSupport, CUDAGraphMode
+from cgdispatch.core.v1.dispatcher import CudagraphDispatcher
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "vllm_oracle" / "vllm-0.33.0.json"
 STAGES = ("create_engine_config", "resolve", "dispatcher")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cgdispatch import AttentionCGSupport, CudaGraphManager, GraphConfig
-from cgdispatch.core.config_v2 import splitting_ops_contain_attention
+from cgdispatch.core.v2.config import splitting_ops_contain_attention
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "vllm_oracle" / "vllm-0.34.0.json"
 

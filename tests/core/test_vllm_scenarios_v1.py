@@ -15,8 +15,8 @@ import pytest
 
 from cgdispatch.core.batch import BatchDescriptor
 from cgdispatch.core.config import GraphConfig
-from cgdispatch.core.dispatcher import CudagraphDispatcher
 from cgdispatch.core.modes import CUDAGraphMode
+from cgdispatch.core.v1.dispatcher import CudagraphDispatcher
 
 M = CUDAGraphMode
 # vLLM's CompilationMode.NONE (attention not compiled piecewise): a list that does not

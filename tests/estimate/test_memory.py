@@ -274,7 +274,7 @@ def test_estimate_equals_the_stand_in_capture_per_key(version, mode, attention, 
 def test_generation_2_estimate_has_the_managers_keys() -> None:
     """Generation 2: FULL decode graphs sized by request count (num_tokens = q * num_reqs,
     uniform), token-keyed graphs on the prefill grid, in the manager's capture order."""
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
     from cgdispatch.models.toy import PRESETS, build_toy_model
 
     rng = random.Random(7)

@@ -110,7 +110,7 @@ def gen2_captures():
 
 
 def test_generation_2_tour_captures_the_managers_keys_and_replays_exactly(gen2_captures):
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
 
     sizes, result = gen2_captures
     summary = result.summary.set_index("config_mode")
@@ -160,7 +160,7 @@ def test_generation_2_step_time_rows_follow_the_manager(gen2_captures):
 
 
 def test_default_tour_stays_v1_and_versions_are_checked():
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
     from cgdispatch.measure.capture_tour import tour_config
 
     assert tour_config("FULL", [1, 4], 16).vllm_version is None  # notebooks 02 and 05

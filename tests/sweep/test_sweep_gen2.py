@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cgdispatch.capture.wrapper import CUDAGraphWrapper
-from cgdispatch.core.cudagraph_manager import CudaGraphManager
+from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
 from cgdispatch.sweep.run import SweepSpec, run_sweep, unit_config
 from cgdispatch.sweep.schema import normalise, point_ids
 from cgdispatch.sweep.store import load_captures

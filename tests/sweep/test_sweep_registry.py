@@ -7,7 +7,7 @@ import random
 import pytest
 
 from cgdispatch.core.config import GraphConfig
-from cgdispatch.core.dispatcher import CudagraphDispatcher
+from cgdispatch.core.v1.dispatcher import CudagraphDispatcher
 from cgdispatch.models.registry import model_names
 from cgdispatch.sweep.spec import SweepSpec
 

@@ -239,7 +239,7 @@ def test_generation_2_ladders_are_the_managers_padding(spec):
     """Under vLLM 0.34: the prefill (token) ladder and the decode (request) ladder, each
     step function equal to CudaGraphManager.dispatch and, for FULL_AND_PIECEWISE, to the
     smallest captured size at or above the batch, worked out by hand."""
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
 
     rng = random.Random(23 + spec)
     q = 1 + spec
@@ -275,7 +275,7 @@ def test_generation_2_ladders_are_the_managers_padding(spec):
 def test_generation_2_ladder_draws_every_mode_with_graphs():
     """Each mode's two step functions are the manager's answers; eager runs at its own size;
     FULL_DECODE_ONLY has no token-keyed graph, so every mixed batch is eager."""
-    from cgdispatch.core.cudagraph_manager import CudaGraphManager
+    from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
 
     rng = random.Random(24)
     for mode in ("FULL", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):

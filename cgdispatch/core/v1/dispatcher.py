@@ -14,10 +14,11 @@ import bisect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .batch import BatchDescriptor
-from .config import DEFAULT_SPLITTING_OPS, GraphConfig
-from .modes import CUDAGraphMode
-from .validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_bool, check_int
+from ..batch import BatchDescriptor
+from ..config import GraphConfig
+from ..modes import DEFAULT_SPLITTING_OPS, CUDAGraphMode
+from ..validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_bool, check_int
+from .config import RELEASE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,11 +91,12 @@ class CudagraphDispatcher:
         config = GraphConfig() if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-        if config.vllm_version == "0.34":
+        if config.generation.splits_ladders:
             raise ValueError(
-                "this GraphConfig has vllm_version='0.34' (generation 2): use "
-                "cgdispatch.CudaGraphManager for it, or build the config with "
-                "vllm_version='0.33' (or None) for CudagraphDispatcher"
+                f"this GraphConfig has vllm_version={config.vllm_version!r}, not V1: use "
+                f"cgdispatch.{config.generation.dispatcher_name} for it (make_graph_dispatcher("
+                "config) builds it), or build the config with "
+                f"vllm_version={RELEASE!r} (or None) for CudagraphDispatcher"
             )
         mode = config.cudagraph_mode
         if mode.requires_piecewise_compilation() and not config.splitting_ops_contain_attention():

@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from itertools import groupby, product
 from typing import Any
 
-from . import config_v2 as _v2
-from .arith import cdiv
-from .config import GraphConfig
-from .modes import CUDAGraphMode
-from .validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_int
+from ..arith import cdiv
+from ..config import GraphConfig
+from ..modes import CUDAGraphMode
+from ..validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_int
+from . import config as _v2
 
 __all__ = ["BatchExecutionDescriptor", "CudaGraphManager", "is_compatible"]
 
@@ -74,16 +74,18 @@ def is_compatible(
 
 def _gen2_config(config: GraphConfig | None) -> GraphConfig:
     if config is None:
-        return GraphConfig(vllm_version="0.34")
+        return GraphConfig(vllm_version=_v2.RELEASE)
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-    if config.vllm_version == "0.33":
-        raise ValueError(
-            "this GraphConfig has vllm_version='0.33' (V1): use cgdispatch.CudagraphDispatcher "
-            "for it, or build the config with vllm_version='0.34' for CudaGraphManager"
-        )
     if config.vllm_version is None:  # left unset: CudaGraphManager's own generation
-        config = config.replace(vllm_version="0.34")
+        return config.replace(vllm_version=_v2.RELEASE)
+    if not config.generation.splits_ladders:
+        raise ValueError(
+            f"this GraphConfig has vllm_version={config.vllm_version!r}, whose graphs are "
+            f"keyed on one token list: use cgdispatch.{config.generation.dispatcher_name} for it "
+            "(make_graph_dispatcher(config) builds it), "
+            f"or build the config with vllm_version={_v2.RELEASE!r} for CudaGraphManager"
+        )
     return config
 
 

@@ -14,14 +14,16 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .arith import cdiv
-from .modes import (
+from ..arith import cdiv
+from ..lora import captured_lora_counts
+from ..modes import (
     DEFAULT_SPLITTING_OPS,
     AttentionCGSupport,
     CUDAGraphMode,
     lower_for_attention_support,
+    lower_without_splitting,
 )
-from .validate import (
+from ..validate import (
     MAX_CAPTURE_SIZE,
     MAX_CAPTURE_SIZES,
     MAX_PARALLEL,
@@ -31,33 +33,34 @@ from .validate import (
     check_int,
     check_size_list,
 )
-from .warn import warn_user
+from ..warn import warn_user
 
-# core.config.GraphConfig, typed loosely here: config builds on this module, so importing
-# it back would make a cycle
+# core.config.GraphConfig, typed loosely here: the config reaches this module through the
+# registry, so importing it back would make a cycle
 GraphConfig = Any
 
 __all__ = [
-    "VLLM_VERSIONS",
+    "RELEASE",
     "GEN2_FIELDS",
-    "check_version",
-    "is_gen2",
+    "GEN2_COMPILATION_KEYS",
+    "check_fields",
     "prefill_cudagraph_capture_grid",
     "decode_cudagraph_capture_grid",
     "varlen_decode_cudagraph_capture_grid",
     "decode_cudagraph_capture_shapes",
     "decode_cudagraph_capture_max_tokens",
-    "get_captured_lora_counts",
     "get_lora_capture_cases",
+    "lora_cases",
     "derive_sizes",
+    "resolve",
     "resolve_mode",
+    "compilation_sizes",
     "splitting_ops_contain_attention",
 ]
 
 M = CUDAGraphMode
 
-# release -> generation: "0.33" is V1 (CudagraphDispatcher), "0.34" generation 2
-VLLM_VERSIONS = {"0.33": 1, "0.34": 2}
+RELEASE = "0.34"  # the value of GraphConfig.vllm_version for generation 2
 
 # GraphConfig fields that exist only in generation 2, with their defaults
 GEN2_FIELDS: dict[str, Any] = {
@@ -98,26 +101,6 @@ VLLM_ATTENTION_OPS = (
 )
 # speculative methods whose later draft steps decode one token (get_draft_decode_...)
 ONE_TOKEN_DRAFT_METHODS = ("eagle", "eagle3", "mtp", "draft_model")
-
-
-def check_version(version: Any) -> str | None:
-    """``version`` as the string of a modelled release (or None), else ValueError.
-
-    A float naming one (``0.34``) is taken as its string: papermill's ``-p vllm_version
-    0.34`` and YAML hand the release over as a number.
-    """
-    if isinstance(version, float) and repr(version) in VLLM_VERSIONS:
-        return repr(version)
-    if version is None or (isinstance(version, str) and version in VLLM_VERSIONS):
-        return version
-    raise ValueError(
-        f"vllm_version={version!r} is unknown: use '0.33' (V1, CudagraphDispatcher), "
-        "'0.34' (generation 2, CudaGraphManager) or None (each class's own generation)"
-    )
-
-
-def is_gen2(config: GraphConfig) -> bool:
-    return config.vllm_version == "0.34"
 
 
 # ----- grids (vllm/config/compilation.py) ----------------------------------------------
@@ -181,15 +164,6 @@ def decode_cudagraph_capture_max_tokens(config: GraphConfig) -> int:
 
 
 # ----- LoRA (vllm/lora/utils.py, vllm/v1/worker/gpu/lora_utils.py) ----------------------
-def get_captured_lora_counts(max_loras: int, specialize: bool) -> list[int]:
-    """Specialised: powers of two up to ``max_loras`` plus ``max_loras + 1``; else
-    ``[max_loras + 1]`` (counts include the no-adapter slot)."""
-    if not specialize:
-        return [max_loras + 1]
-    top = max_loras + 1
-    return [1 << k for k in range(top.bit_length()) if 1 << k < top] + [top]
-
-
 def get_lora_capture_cases(
     max_loras: int, specialize_active_lora: bool, cudagraph_specialize_lora: bool
 ) -> list[int]:
@@ -198,16 +172,21 @@ def get_lora_capture_cases(
     if max_loras <= 0:
         return [0]
     if cudagraph_specialize_lora:
-        captured = get_captured_lora_counts(max_loras, specialize_active_lora)
-        return [0] + [c for c in captured if c > 0]
+        return [0, *captured_lora_counts(max_loras, specialize_active_lora)]
     return [0, max_loras + 1]
 
 
+def lora_cases(config: GraphConfig) -> list[int]:
+    """vLLM 0.34 ``get_lora_capture_cases`` for the config (counts the no-adapter slot)."""
+    return get_lora_capture_cases(
+        config.max_loras, config.specialize_active_lora, config.cudagraph_specialize_lora
+    )
+
+
 # ----- validation of the gen-2 fields -----------------------------------------------------
-def _optional_int(config: GraphConfig, name: str, minimum: int) -> None:
+def _optional_int(config: GraphConfig, name: str, minimum: int) -> int | None:
     value = getattr(config, name)
-    if value is not None:
-        object.__setattr__(config, name, check_int(name, value, minimum, MAX_CAPTURE_SIZE))
+    return None if value is None else check_int(name, value, minimum, MAX_CAPTURE_SIZE)
 
 
 def _optional_list(config: GraphConfig, name: str) -> list[int] | None:
@@ -235,33 +214,34 @@ def _optional_list(config: GraphConfig, name: str) -> list[int] | None:
     return out
 
 
-def validate_fields(config: GraphConfig) -> None:
-    """Check the gen-2 fields, and that a V1 config sets none of them."""
-    set_ = object.__setattr__
-    version = check_version(config.vllm_version)
-    if version != "0.34":
-        changed = [f for f, d in GEN2_FIELDS.items() if getattr(config, f) != d]
-        if changed:
-            raise ValueError(
-                f"{', '.join(changed)} exist only in vLLM 0.34 (generation 2) but "
-                f"vllm_version={version!r}: pass vllm_version='0.34' or drop them"
-            )
-        return
+def check_fields(config: GraphConfig) -> dict[str, Any]:
+    """The gen-2 fields checked and normalised (lists of ints, ints, bools, a tuple)."""
     # the scheduler refusals (max_num_batched_tokens against max_num_seqs, LoRA with spec
-    # decode) are the same in both generations: GraphConfig._check_scheduler
-    for name in ("prefill_cudagraph_capture_token_sizes", "decode_cudagraph_capture_request_sizes"):
-        set_(config, name, _optional_list(config, name))
-    _optional_int(config, "max_prefill_cudagraph_capture_tokens", 0)
-    _optional_int(config, "max_decode_cudagraph_capture_requests", 0)
-    _optional_int(config, "max_decode_cudagraph_capture_tokens", 1)
+    # decode) are the same in both generations: GraphConfig checks them
+    out: dict[str, Any] = {
+        name: _optional_list(config, name)
+        for name in (
+            "prefill_cudagraph_capture_token_sizes",
+            "decode_cudagraph_capture_request_sizes",
+        )
+    }
+    out["max_prefill_cudagraph_capture_tokens"] = _optional_int(
+        config, "max_prefill_cudagraph_capture_tokens", 0
+    )
+    out["max_decode_cudagraph_capture_requests"] = _optional_int(
+        config, "max_decode_cudagraph_capture_requests", 0
+    )
+    out["max_decode_cudagraph_capture_tokens"] = _optional_int(
+        config, "max_decode_cudagraph_capture_tokens", 1
+    )
     for name, minimum, bound in (
         ("data_parallel_size", 1, MAX_PARALLEL),
         ("ubatch_size", 0, MAX_STEP_TOKENS),
         ("dbo_decode_token_threshold", 0, MAX_STEP_TOKENS),
     ):
-        set_(config, name, check_int(name, getattr(config, name), minimum, bound))
+        out[name] = check_int(name, getattr(config, name), minimum, bound)
     for flag in ("enable_dbo", "enable_adaptive_verification"):
-        set_(config, flag, check_bool(flag, getattr(config, flag)))
+        out[flag] = check_bool(flag, getattr(config, flag))
     if config.performance_mode not in PERFORMANCE_MODES:
         raise ValueError(
             f"performance_mode={config.performance_mode!r} is invalid: use one of "
@@ -278,8 +258,8 @@ def validate_fields(config: GraphConfig) -> None:
                 f"device_capability={cap!r} is invalid: give (major, minor), e.g. (9, 0) "
                 "for H100/H200 or (10, 0) for B200, or None"
             )
-        set_(config, "device_capability", tuple(cap))
-    if config.enable_adaptive_verification:
+        out["device_capability"] = tuple(cap)
+    if out["enable_adaptive_verification"]:
         # vllm/config/vllm.py VllmConfig._validate_adaptive_verification
         if config.num_speculative_tokens == 0:
             raise ValueError(
@@ -296,6 +276,7 @@ def validate_fields(config: GraphConfig) -> None:
                 "Adaptive verification requires full CUDA graphs. Use cudagraph mode FULL, "
                 "FULL_DECODE_ONLY, or FULL_AND_PIECEWISE, or disable adaptive verification."
             )
+    return out
 
 
 # ----- sizes (vllm/config/vllm.py) -------------------------------------------------------
@@ -335,7 +316,7 @@ def derive_sizes(config: GraphConfig) -> dict[str, Any]:
     out["compile_sizes"] = tuple(sorted(compile_sizes))
     mode = out.get("cudagraph_mode", config.cudagraph_mode)
     if config.splitting_ops == []:
-        lowered = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
+        lowered = lower_without_splitting(mode)
         if lowered is not mode:
             _warn(
                 f"Piecewise compilation with empty splitting_ops does not contain piecewise "
@@ -601,7 +582,7 @@ def resolve_mode(
     contain_attention = splitting_ops_contain_attention(config)
     # CompilationConfig.set_splitting_ops_for_v1: splitting_ops == [] (after sizes)
     if config.splitting_ops == []:
-        mode = {M.PIECEWISE: M.NONE, M.FULL_AND_PIECEWISE: M.FULL}.get(mode, mode)
+        mode = lower_without_splitting(mode)
     # GPUModelRunner: resolve_adaptive_cudagraph_mode before the backend check
     if config.enable_adaptive_verification and mode.has_full_cudagraphs():
         if mode is M.FULL_DECODE_ONLY or not piecewise_capture_available:
@@ -622,3 +603,22 @@ def resolve_mode(
             f"support {support}; please try cudagraph_mode=PIECEWISE"
         )
     return mode
+
+
+def resolve(
+    config: GraphConfig, support: AttentionCGSupport, piecewise_capture_available: bool
+) -> dict[str, Any]:
+    """Only the mode changes (:func:`resolve_mode`): sizes were resolved with the config."""
+    mode = resolve_mode(config, support, piecewise_capture_available)
+    return {} if mode is config.cudagraph_mode else {"cudagraph_mode": mode}
+
+
+def compilation_sizes(config: GraphConfig) -> dict[str, Any]:
+    """The size keys of vLLM 0.34's ``--compilation-config``: the prefill and decode lists
+    and their bounds (not the deprecated ``cudagraph_capture_sizes``)."""
+    out: dict[str, Any] = {}
+    for key in GEN2_COMPILATION_KEYS:
+        value = getattr(config, key)
+        if value is not None:
+            out[key] = list(value) if isinstance(value, list) else value
+    return out
