@@ -25,13 +25,9 @@ def uniform_query_len(key: GraphKey, config: GraphConfig) -> int | None:
     Generation 2 stores q in the key (``uniform_token_count``); a V1 key only says
     ``uniform``, and q is the config's ``1 + num_speculative_tokens``.
     """
-    if isinstance(key, BatchExecutionDescriptor):
-        return key.uniform_token_count
-    return config.uniform_decode_query_len if key.uniform else None
+    return key.query_len(config.uniform_decode_query_len)
 
 
 def is_uniform_key(key: GraphKey) -> bool:
     """Whether the key is a uniform-decode graph's (V1 ``uniform``; gen 2 a uniform count)."""
-    if isinstance(key, BatchExecutionDescriptor):
-        return key.uniform_token_count is not None
-    return key.uniform
+    return key.query_len(1) is not None

@@ -43,6 +43,22 @@ class BatchDescriptor:
         """Alias of :meth:`relax_for_mixed_batch_cudagraphs` (the name in vLLM's first V1 dispatcher)."""
         return self.relax_for_mixed_batch_cudagraphs()
 
+    # ----- what every generation's key answers (capture layer, estimates, tables) -----
+    def query_len(self, uniform_decode_query_len: int) -> int | None:
+        """q of a uniform-decode key, None otherwise: a V1 key only says ``uniform``, and q
+        is the config's ``1 + num_speculative_tokens`` (passed in)."""
+        return uniform_decode_query_len if self.uniform else None
+
+    @property
+    def decode_graph(self) -> bool:
+        """A graph for uniform decode batches."""
+        return self.uniform
+
+    @property
+    def lora_active(self) -> bool:
+        """The graph runs with LoRA adapters."""
+        return self.has_lora
+
 
 def _check_fields(desc: BatchDescriptor) -> None:
     """Convert integer-like sizes (numpy ints) to int; refuse negatives, bools and text."""

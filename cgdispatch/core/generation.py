@@ -59,13 +59,28 @@ _M = CUDAGraphMode
 
 class GraphKey(Protocol):
     """A generation's graph descriptor: V1 ``BatchDescriptor``, generation 2
-    ``BatchExecutionDescriptor``. Both carry the padded token and request counts."""
+    ``BatchExecutionDescriptor``. Every one answers what the capture layer, the estimates
+    and the tables read, so that none of them asks which generation made it."""
 
     @property
     def num_tokens(self) -> int: ...
 
     @property
     def num_reqs(self) -> int | None: ...
+
+    def query_len(self, uniform_decode_query_len: int) -> int | None:
+        """q of a uniform-decode key (V1 keys take the config's), None otherwise."""
+        ...
+
+    @property
+    def decode_graph(self) -> bool:
+        """A graph for uniform decode batches."""
+        ...
+
+    @property
+    def lora_active(self) -> bool:
+        """The graph runs with LoRA adapters."""
+        ...
 
 
 class GraphDispatcher(Protocol):

@@ -18,7 +18,6 @@ from ..capture.graph_key import GraphKey
 from ..capture.pool import AllocationTracker, OutputLifetime, tensors_in
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
-from ..core.v2.cudagraph_manager import BatchExecutionDescriptor
 
 __all__ = ["fake_mode_for", "toy_inputs", "is_splitting_op", "tensors_in", "split_step"]
 
@@ -54,10 +53,7 @@ def toy_inputs(model: Any, desc: GraphKey, q: int = 1) -> tuple[torch.Tensor, ..
     (``uniform_token_count``), as ``capture/graph_key.uniform_query_len`` reads it.
     """
     n, dev = desc.num_tokens, getattr(model, "device", "cpu")
-    if isinstance(desc, BatchExecutionDescriptor):
-        q = desc.uniform_token_count or 1
-    elif not desc.uniform:
-        q = 1
+    q = desc.query_len(q) or 1
     ids = torch.randint(0, model.config.vocab_size, (n,), device=dev)
     positions = torch.arange(n, device=dev) % q
     slots = torch.full((n,), model.dummy_slot, dtype=torch.long, device=dev)

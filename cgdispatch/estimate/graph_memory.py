@@ -56,7 +56,6 @@ from ..capture.pool import (
     PoolLedger,
     round_up,
 )
-from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
 from ..core.generation import capture_keys
 from ..core.modes import CUDAGraphMode
@@ -253,8 +252,7 @@ def _estimate_frame(
             desc.num_tokens,
             desc.num_reqs,
             is_uniform_key(desc),
-            # a generation-2 key has no has_lora field: any active LoRA is one
-            desc.has_lora if isinstance(desc, BatchDescriptor) else desc.num_active_loras > 0,
+            desc.lora_active,
             desc.num_active_loras,
         ]
         for piece in range(num_graphs):

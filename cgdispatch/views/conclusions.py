@@ -28,7 +28,7 @@ def _pct(part: float, whole: float) -> str:
 
 def _generation(config: GraphConfig) -> str:
     generation = generation_of(config)
-    return f"vLLM {generation.release} ({generation.name} {generation.dispatcher_name})"
+    return f"vLLM {generation.release} ({generation.dispatcher_name})"
 
 
 def generation_line(vllm_version: str) -> str:

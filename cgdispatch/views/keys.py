@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, GraphDispatcher, GraphKey, capture_keys, generation_of
 from ..core.modes import CUDAGraphMode
@@ -68,9 +67,7 @@ def keys_table(config: GraphConfig | GraphDispatcher) -> pd.DataFrame:
 def is_decode_key(key: GraphKey) -> bool:
     """A graph for uniform decode batches: V1 ``uniform``; generation 2 a uniform token
     count (decode graphs and microbatch twins) or a query-length bound (varlen decode)."""
-    if isinstance(key, BatchDescriptor):
-        return key.uniform
-    return key.uniform_token_count is not None or key.max_query_len is not None
+    return key.decode_graph
 
 
 def keys_summary(config: GraphConfig, modes: Iterable[CUDAGraphMode] | None = None) -> pd.DataFrame:

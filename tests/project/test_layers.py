@@ -7,6 +7,7 @@ so a lazy import cannot hide a dependency that points upwards.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cgdispatch"
@@ -213,3 +214,47 @@ def test_cycle_checker_finds_a_lazy_cycle(tmp_path):
     assert import_cycles(import_graph(package)) == [
         ["cgdispatch.core.a", "cgdispatch.core.b", "cgdispatch.core.c"]
     ]
+
+
+# the registry and the release packages: the only files that may name a release
+RELEASE_HOMES = ("core/generation.py", "core/v1/", "core/v2/")
+
+
+def release_string_lines(package: Path, releases: list[str]) -> list[str]:
+    """``path:line`` of every quoted release string (``"0.34"``, ``'0.33'``) outside the
+    release homes, and of every comparison of ``vllm_version`` with a literal."""
+    quoted = re.compile("|".join(rf"""["']{re.escape(r)}["']""" for r in releases))
+    compared = re.compile(r"""vllm_version\s*[!=]=\s*["']|["']\s*[!=]=\s*\S*vllm_version""")
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith(RELEASE_HOMES):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if quoted.search(line) or compared.search(line):
+                found.append(f"{rel}:{number}: {line.strip()}")
+    return found
+
+
+def test_release_strings_live_only_in_the_registry_and_the_release_packages():
+    """Every other module asks the Generation object (issue 17: one home per release)."""
+    from cgdispatch.core.generation import GENERATIONS
+
+    assert release_string_lines(PACKAGE, list(GENERATIONS)) == []
+
+
+def test_release_string_checker_finds_a_compare(tmp_path):
+    package = tmp_path / "cgdispatch"
+    (package / "core" / "v2").mkdir(parents=True)
+    (package / "core" / "v2" / "config.py").write_text('RELEASE = "0.34"\n')
+    (package / "views.py").write_text('if config.vllm_version == "0.9":\n    pass\n')
+    (package / "cli.py").write_text("choices = ('0.33', '0.34')\n")
+    found = release_string_lines(package, ["0.33", "0.34"])
+    assert [line.split(":")[0] for line in found] == ["cli.py", "views.py"]
+
+
+def test_graph_config_never_writes_into_an_instance():
+    """GraphConfig is a value: construction derives before the instance exists, and
+    resolve/replace build new ones (no object.__setattr__ in the config or its rules)."""
+    for rel in ("core/config.py", "core/v1/config.py", "core/v2/config.py", "core/vllm_io.py"):
+        assert "__setattr__" not in (PACKAGE / rel).read_text(), rel

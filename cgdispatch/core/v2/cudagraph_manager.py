@@ -48,6 +48,22 @@ class BatchExecutionDescriptor:
     num_active_loras: int = 0
     num_ubatches: int = 1
 
+    # ----- what every generation's key answers (capture layer, estimates, tables) -----
+    def query_len(self, uniform_decode_query_len: int) -> int | None:
+        """q of a uniform-decode key (stored in the key), None otherwise."""
+        return self.uniform_token_count
+
+    @property
+    def decode_graph(self) -> bool:
+        """A graph for uniform decode batches: a uniform token count (decode graphs and
+        microbatch twins) or a query-length bound (varlen decode)."""
+        return self.uniform_token_count is not None or self.max_query_len is not None
+
+    @property
+    def lora_active(self) -> bool:
+        """The graph runs with LoRA adapters (no has_lora field: any active LoRA is one)."""
+        return self.num_active_loras > 0
+
 
 def is_compatible(
     desc: BatchExecutionDescriptor,
