@@ -77,9 +77,7 @@ def _pair(**fields):
     """(0.34 config, test-release config) of the same fields, both resolved, quietly."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return tuple(
-            GraphConfig(vllm_version=v, **fields).resolve() for v in (BASE, TEST_RELEASE)
-        )
+        return tuple(GraphConfig(vllm_version=v, **fields).resolve() for v in (BASE, TEST_RELEASE))
 
 
 def _same_fields(a, b):
@@ -115,9 +113,13 @@ def test_config_and_resolve_follow_the_new_default_grid(release):
     assert config.generation is release and generation_of(config) is release
     assert config.prefill_cudagraph_capture_token_sizes == [1, 2, 4, 8, 16, 32, 64, 128, 256]
     base = GraphConfig(vllm_version=BASE, max_num_seqs=32, max_num_batched_tokens=300)
-    assert base.prefill_cudagraph_capture_token_sizes != config.prefill_cudagraph_capture_token_sizes
+    assert (
+        base.prefill_cudagraph_capture_token_sizes != config.prefill_cudagraph_capture_token_sizes
+    )
     # decode sizes are 0.34's default (the grid changed only for prefill)
-    assert config.decode_cudagraph_capture_request_sizes == base.decode_cudagraph_capture_request_sizes
+    assert (
+        config.decode_cudagraph_capture_request_sizes == base.decode_cudagraph_capture_request_sizes
+    )
     # replace re-derives from what was asked: the default grid again, for the new limit
     smaller = config.replace(max_num_batched_tokens=100)
     assert smaller.prefill_cudagraph_capture_token_sizes == [1, 2, 4, 8, 16, 32, 64]
@@ -132,7 +134,9 @@ def test_config_and_resolve_follow_the_new_default_grid(release):
         assert config.resolve(support).cudagraph_mode is a.cudagraph_mode
     # the vLLM JSON round-trips and names the release
     again = GraphConfig.from_vllm(config.to_vllm(), vllm_version=TEST_RELEASE)
-    assert again.prefill_cudagraph_capture_token_sizes == config.prefill_cudagraph_capture_token_sizes
+    assert (
+        again.prefill_cudagraph_capture_token_sizes == config.prefill_cudagraph_capture_token_sizes
+    )
 
 
 def test_given_sizes_give_0_34s_config(release):
@@ -212,7 +216,9 @@ def test_plan_compare_and_export_agree_with_0_34(release):
     ladders = {"planned": a, "tokens": [8, 32, 128, 256]}
     table_a = compare(trace, ladders, config=base)
     table_b = compare(trace, ladders, config=new)
-    assert (table_a["vllm_version"] == BASE).all() and (table_b["vllm_version"] == TEST_RELEASE).all()
+    assert (table_a["vllm_version"] == BASE).all() and (
+        table_b["vllm_version"] == TEST_RELEASE
+    ).all()
     cols = [c for c in table_a.columns if c != "vllm_version"]
     assert table_a[cols].astype(str).equals(table_b[cols].astype(str))
     flags_a, flags_b = export_plan(a, base), export_plan(a, new)
