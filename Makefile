@@ -11,6 +11,9 @@ STAMP := $(VENV)/.installed
 # notebook kernels, nbval and servers import this checkout's cgdispatch (editable install or not)
 NOTEBOOK_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
 NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+# one worker per core (at most 4), each test file on one worker: a notebook's cells run in
+# order in one kernel, and a file's module fixtures are built once
+XDIST_ARGS := -n auto --maxprocesses 4 --dist loadfile
 DASHBOARD_NOTEBOOK ?= notebooks/dashboard.ipynb
 DASHBOARD_PORT ?= 8866
 LAB_PORT ?= 8888
@@ -33,7 +36,7 @@ run: install
 
 # one pytest run: unit, CLI and browser tests in tests/, nbval on the committed notebooks
 test: install browser
-	$(NOTEBOOK_ENV) $(PY) -m pytest -q $(NBVAL_ARGS) tests notebooks
+	$(NOTEBOOK_ENV) $(PY) -m pytest -q $(XDIST_ARGS) $(NBVAL_ARGS) tests notebooks
 
 # Debian's Chromium for the real-browser tests (never `playwright install`); as root only,
 # elsewhere the browser tests skip and say why

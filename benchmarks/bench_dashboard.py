@@ -19,10 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from browser_support import (  # noqa: E402
+from browser_support import (  # beside this script
     CHROMIUM,
     CHROMIUM_ARGS,
     block_other_hosts,
@@ -31,6 +28,8 @@ from browser_support import (  # noqa: E402
     running_server,
     voila_argv,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TARGET_S = 10.0
 _IN_PROCESS = "import cgdispatch as cg; cg.tune_dashboard(draw=True)"

@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "core"))
+from reference_dispatchers import ReferenceManager  # beside this script
 
-from reference_manager import ReferenceManager  # noqa: E402
-
-from cgdispatch import AttentionCGSupport, CudaGraphManager, GraphConfig  # noqa: E402
+from cgdispatch import AttentionCGSupport, CudaGraphManager, GraphConfig
 
 
 def make_batches(n: int, max_num_seqs: int, max_tokens: int, seed: int) -> list[tuple]:

@@ -18,6 +18,10 @@ from .core.v2.cudagraph_manager import BatchExecutionDescriptor, CudaGraphManage
 
 __version__ = "0.1.0"
 
+# names computed from the generation registry on every access (a release registered later
+# changes them), never cached here
+_LIVE = frozenset({"NEWEST", "VLLM_VERSIONS"})
+
 # public name -> module that defines it (imported lazily: these modules import torch or pandas)
 _LAZY: dict[str, str] = {
     "ready_dispatcher": "core.v1.dispatcher",
@@ -252,7 +256,8 @@ def __getattr__(name: str) -> Any:
     # no public name equals a submodule's name: importing a submodule binds the package
     # attribute of that name to the module (tests/test_lazy_names.py checks)
     value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
+    if name not in _LIVE:
+        globals()[name] = value
     return value
 
 

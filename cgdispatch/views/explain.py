@@ -26,6 +26,7 @@ from ..core.generation import (
     make_graph_dispatcher,
 )
 from ..core.modes import CUDAGraphMode
+from ..core.stats import stats_table
 from ..core.v1.dispatcher import CudagraphDispatcher
 from ..core.v2.cudagraph_manager import CudaGraphManager
 from ..workload.synthetic import random_batches
@@ -267,32 +268,12 @@ def dispatch_stats(
     calls, real_tokens, padded_tokens, padding_tokens; FULL, PIECEWISE, NONE rows, each by
     padded size. Eager steps are counted at their own size.
     """
-    import pandas as pd
-
     dispatcher = make_graph_dispatcher(config, record_stats=False)
     # each distinct batch is dispatched once: a trace repeats its shapes many times
     seen = Counter((b[0], bool(b[1]), b[2] if len(b) > 2 else None) for b in batches)
-    totals: dict[tuple[str, int], list[int]] = {}
+    rows = []
     for (n, uniform, reqs), calls in seen.items():
         answer = dispatch_step(dispatcher, n, reqs, uniform)
-        row = totals.setdefault((answer.runtime_mode.name, answer.padded_tokens), [0, 0, 0])
-        row[0] += calls
-        row[1] += calls * n
-        row[2] += calls * answer.padded_tokens
-    order = {"FULL": 0, "PIECEWISE": 1, "NONE": 2}
-    rows = [
-        (mode, size, calls, real, padded, padded - real)
-        for (mode, size), (calls, real, padded) in sorted(
-            totals.items(), key=lambda item: (order[item[0][0]], item[0][1])
-        )
-    ]
-    columns = [
-        "runtime_mode",
-        "padded_size",
-        "calls",
-        "real_tokens",
-        "padded_tokens",
-        "padding_tokens",
-    ]
-    frame = pd.DataFrame(rows, columns=columns)
-    return frame.astype({c: "int64" for c in columns[1:]})
+        padded = answer.padded_tokens
+        rows.append((answer.runtime_mode.name, padded, calls, calls * n, calls * padded))
+    return stats_table(rows)

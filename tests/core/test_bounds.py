@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from reference_dispatchers import ReferenceManager, brute_dispatch, expected_keys
 
 from cgdispatch import CudaGraphManager, GraphConfig, ready_dispatcher
 from cgdispatch.core import validate as v
@@ -25,9 +26,6 @@ from cgdispatch.core.v1 import dispatcher as dispatcher_module
 from cgdispatch.core.v2 import cudagraph_manager as manager_module
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-from reference_dispatch import brute_dispatch, expected_keys  # noqa: E402
-from reference_manager import ReferenceManager  # noqa: E402
 
 CAP_BYTES = 3 << 30  # address-space cap of the subprocesses: numpy and pandas start well under
 

@@ -9,7 +9,7 @@ import warnings
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference_manager import ReferenceManager
+from reference_dispatchers import ReferenceManager
 
 import cgdispatch
 from cgdispatch import (
@@ -480,10 +480,6 @@ def test_dispatch_agrees_with_the_reference(kw, support, adaptive, batch_list, d
 
 
 def test_benchmark_runs_and_agrees():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from bench_dispatch_v2 import main
 
     assert main(n_batches=3000, repeats=1) > 1

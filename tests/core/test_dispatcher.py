@@ -7,7 +7,7 @@ import warnings
 import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
-from reference_dispatch import brute_dispatch, expected_keys
+from reference_dispatchers import brute_dispatch, expected_keys
 
 from cgdispatch import BatchDescriptor, CudagraphDispatcher, CUDAGraphMode, GraphConfig
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..batch import BatchDescriptor
 from ..config import GraphConfig
 from ..modes import DEFAULT_SPLITTING_OPS, CUDAGraphMode
+from ..stats import stats_table
 from ..validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_bool, check_int
 from .config import RELEASE
 
@@ -398,30 +399,9 @@ class CudagraphDispatcher:
 
     def stats_frame(self) -> pd.DataFrame:
         """Dispatch counts by (runtime_mode, padded_size): calls, real and padded tokens."""
-        import pandas as pd
-
         rows = self._carried_rows + self._stats_rows()
         rows += [(_NONE, n, c, c * n, c * n) for n, c in self._eager_calls.items()]
-        cols = ["runtime_mode", "padded_size", "calls", "real_tokens", "padded_tokens"]
-        frame = pd.DataFrame([(str(r[0]), *r[1:]) for r in rows], columns=cols)
-        frame = frame.groupby(["runtime_mode", "padded_size"], as_index=False, sort=False)[
-            cols[2:]
-        ].sum()
-        frame["padding_tokens"] = frame["padded_tokens"] - frame["real_tokens"]
-        order = {"FULL": 0, "PIECEWISE": 1, "NONE": 2}
-        frame = frame.sort_values(
-            ["runtime_mode", "padded_size"],
-            key=lambda c: c.map(order) if c.name == "runtime_mode" else c,
-        )
-        return frame.reset_index(drop=True).astype(
-            {
-                "padded_size": "int64",
-                "calls": "int64",
-                "real_tokens": "int64",
-                "padded_tokens": "int64",
-                "padding_tokens": "int64",
-            }
-        )
+        return stats_table(rows)
 
     def reset_stats(self) -> None:
         """Forget every dispatch counted so far."""

@@ -1,20 +1,98 @@
-"""A plain, slow generation-2 manager written straight from the rules in docs/semantics_v2.md.
+"""Plain, slow reference dispatchers, one per generation, shared by the tests and the
+benchmarks (both import this module; pytest finds it through ``pythonpath`` in
+pyproject.toml, a benchmark script because it sits beside it).
 
-It builds the same descriptors as vLLM 0.34's ``CudaGraphManager._init_candidates`` with
-plain loops and answers ``dispatch`` by scanning every descriptor: the baseline of
-benchmarks/bench_dispatch_v2.py and the judge of cgdispatch's fast ``CudaGraphManager``
-in the property tests. It shares only the resolved config (sizes, mode) with it.
+- V1: a dispatcher written straight from vLLM 0.33.0's ``vllm/v1/cudagraph_dispatcher.py``
+  (``expected_keys``, ``brute_dispatch``), which the table-driven ``CudagraphDispatcher`` is
+  checked against; docs/semantics_v1.md lists the rules.
+- Generation 2: ``ReferenceManager``, built straight from the rules in docs/semantics_v2.md.
+  It builds the same descriptors as vLLM 0.34's ``CudaGraphManager._init_candidates`` with
+  plain loops and answers ``dispatch`` by scanning every descriptor: the baseline of
+  benchmarks/bench_dispatch_v2.py and the judge of cgdispatch's fast ``CudaGraphManager``
+  in the property tests. It shares only the resolved config (sizes, mode) with it.
 """
 
 from __future__ import annotations
 
-from cgdispatch import BatchExecutionDescriptor, CUDAGraphMode, GraphConfig
+from cgdispatch import BatchDescriptor, BatchExecutionDescriptor, CUDAGraphMode, GraphConfig
 
 M = CUDAGraphMode
 D = BatchExecutionDescriptor
 
 
-def lora_cases(config: GraphConfig) -> list[int]:
+# ----- V1 (vLLM 0.33 CudagraphDispatcher) ----------------------------------------------
+def v1_lora_cases(config: GraphConfig) -> list[int]:
+    """``_get_lora_cases`` with ``vllm/lora/utils.py get_captured_lora_counts``."""
+    if config.max_loras == 0:
+        return [0]
+    top = config.max_loras + 1
+    if not config.cudagraph_specialize_lora:
+        return [top]
+    if config.specialize_active_lora:
+        counts = [n for n in range(1, top + 1) if n & (n - 1) == 0 or n == top]
+    else:
+        counts = [top]
+    return [0, *counts]
+
+
+def expected_keys(config: GraphConfig) -> dict[CUDAGraphMode, set[BatchDescriptor]]:
+    """The key sets docs/semantics.md prescribes for a config."""
+    mode, q, seqs = config.cudagraph_mode, config.uniform_decode_query_len, config.max_num_seqs
+    keys: dict[CUDAGraphMode, set[BatchDescriptor]] = {M.PIECEWISE: set(), M.FULL: set()}
+    if mode is M.NONE:
+        return keys
+    for lora in v1_lora_cases(config):
+        for s in config.cudagraph_capture_sizes:
+            if mode in (M.PIECEWISE, M.FULL_AND_PIECEWISE):
+                keys[M.PIECEWISE].add(BatchDescriptor(s, None, False, lora > 0, lora))
+            if mode is M.FULL:
+                keys[M.FULL].add(BatchDescriptor(s, min(s, seqs), False, lora > 0, lora))
+            if mode in (M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE) and q <= s <= q * seqs:
+                keys[M.FULL].add(BatchDescriptor(s, min(s // q, seqs), True, lora > 0, lora))
+    return keys
+
+
+def brute_dispatch(
+    config: GraphConfig,
+    keys: dict[CUDAGraphMode, set[BatchDescriptor]],
+    num_tokens: int,
+    uniform_decode: bool = False,
+    num_active_loras: int = 0,
+    exclude_full: bool = False,
+    exclude_piecewise: bool = False,
+) -> tuple[CUDAGraphMode, BatchDescriptor]:
+    sizes = config.cudagraph_capture_sizes
+    eager = (M.NONE, BatchDescriptor(num_tokens))
+    if config.cudagraph_mode is M.NONE or not sizes or num_tokens > max(sizes) or num_tokens == 0:
+        return eager
+    padded = min(s for s in sizes if s >= num_tokens)
+    has_lora = num_active_loras > 0
+    lora = num_active_loras
+    if config.max_loras == 0:
+        if has_lora:
+            return eager  # vLLM asserts a LoRA config here
+    elif has_lora:
+        if config.specialize_active_lora:
+            captured = [c for c in v1_lora_cases(config) if c]
+            lora = next((c for c in captured if c >= num_active_loras), num_active_loras)
+        else:
+            lora = config.max_loras + 1
+    q = config.uniform_decode_query_len
+    separate = config.cudagraph_mode in (M.FULL_DECODE_ONLY, M.FULL_AND_PIECEWISE)
+    if uniform_decode and separate and padded % q == 0:
+        desc = BatchDescriptor(padded, min(padded // q, config.max_num_seqs), True, has_lora, lora)
+    else:
+        desc = BatchDescriptor(padded, min(padded, config.max_num_seqs), False, has_lora, lora)
+    relaxed = BatchDescriptor(padded, None, False, has_lora, lora)
+    if not exclude_full and desc in keys[M.FULL]:
+        return M.FULL, desc
+    if not exclude_piecewise and relaxed in keys[M.PIECEWISE]:
+        return M.PIECEWISE, relaxed
+    return eager
+
+
+# ----- generation 2 (vLLM 0.34 CudaGraphManager) ----------------------------------------
+def manager_lora_cases(config: GraphConfig) -> list[int]:
     if config.max_loras == 0:
         return [0]
     top = config.max_loras + 1
@@ -46,7 +124,7 @@ class ReferenceManager:
         q = config.uniform_decode_query_len
         query_lens = decode_query_lens or {q: config.max_num_seqs}
         self.query_lens = {k: min(v, self.max_reqs) for k, v in sorted(query_lens.items())}
-        self.loras = lora_cases(config)
+        self.loras = manager_lora_cases(config)
         ubatching = config.enable_dbo or config.ubatch_size > 1
         self.ubatch = ubatching and config.data_parallel_size > 1
         self.num_ub = 2 if config.enable_dbo else config.ubatch_size
