@@ -1,24 +1,20 @@
 """`PreparedStep`: what the runner builds once per dispatch answer and reuses every step.
 
-Every generation's answer reaches the runner as a :class:`StepDispatch` (the registry's
-adapter of the dispatcher's own answer) and becomes one; :func:`mode_and_key` reads it.
+Every generation's answer reaches the runner through its ``Generation.step_dispatch``
+(the dispatcher's own answer object, its runtime mode and graph key) and becomes one.
 Nothing here dispatches or runs a step (``runner.py`` does).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ..core.generation import GraphKey, StepDispatch
-from ..core.modes import CUDAGraphMode
 from .context import ForwardContext
 
-__all__ = ["Answer", "PreparedStep", "mode_and_key"]
-
-# a dispatch answer: the runtime mode and the generation's own descriptor
-Answer = StepDispatch
+__all__ = ["PreparedStep"]
 
 
 @dataclass(slots=True, eq=False)
@@ -29,7 +25,7 @@ class PreparedStep:
     (``benchmarks/bench_replay_overhead.py`` holds it under 2x a bare wrapper call).
     """
 
-    answer: Answer  # its key kept alive here, so that the key's id() keys the cache
+    answer: Any  # the dispatcher's answer, kept alive here so that its id() keys the cache
     num_tokens: int  # real tokens; the model runs on padded_tokens
     padded_tokens: int  # the key's num_tokens
     oversized: bool  # above the largest capture: eager on the caller's tensors
@@ -38,8 +34,3 @@ class PreparedStep:
     packed_view: torch.Tensor | None = None  # the [3, n] block of all three, for packed inputs
     model_inputs: tuple[torch.Tensor, ...] = ()  # the buffers' padded rows, what the model reads
     out_slice: torch.Tensor | None = None  # cached out[:n] of a graph's persistent output
-
-
-def mode_and_key(answer: Answer) -> tuple[CUDAGraphMode, GraphKey]:
-    """(runtime mode, graph key) of a dispatch answer."""
-    return answer.runtime_mode, answer.key

@@ -29,7 +29,7 @@ from ..core.generation import (
     GraphDispatcher,
     GraphKey,
     capture_keys,
-    dispatch_step,
+    generation_of,
     make_graph_dispatcher,
 )
 from ..core.modes import CUDAGraphMode
@@ -39,7 +39,7 @@ from .capture_keys import capture_every_key
 from .context import ForwardContext, use_forward_context
 from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
-from .prepared import Answer, PreparedStep, mode_and_key
+from .prepared import PreparedStep
 from .stepbatch import StepBatch
 from .wrapper import CUDAGraphWrapper
 
@@ -108,6 +108,8 @@ class GraphRunner:
         self.released = False
         self._capture_enabled = True
         self.dispatcher: GraphDispatcher = make_graph_dispatcher(self.config)
+        # the generation's per-step question, without the facade's checks (the hot path)
+        self._dispatch = generation_of(self.dispatcher).step_dispatch(self.dispatcher)
         largest = max(
             (k.num_tokens for k in capture_keys(self.dispatcher)),
             default=max(self.config.cudagraph_capture_sizes, default=0),
@@ -121,7 +123,7 @@ class GraphRunner:
         self._async_copy = self.device.type == "cuda"
         self._dirty = 0  # rows [0, _dirty) of `slots` may hold real slots from earlier steps
         # (id of the answer's descriptor, real token count) -> its prepared step
-        self._steps: dict[tuple[int, int], PreparedStep] = {}
+        self._steps: dict[Any, PreparedStep] = {}
         self.wrappers: list[CUDAGraphWrapper] = []
         self.model_callable = self.build_callable()
         self.capture_report_: pd.DataFrame | None = None
@@ -186,7 +188,11 @@ class GraphRunner:
             )
         if self.debug:
             self.check_inputs(input_ids, positions, slots)
-        step = self._prepare(n, uniform_decode, num_reqs)
+        # _prepare inlined: the hot path (benchmarks/bench_replay_overhead.py)
+        cache_key, answer, mode, key = self._dispatch(n, num_reqs, uniform_decode)
+        step = self._steps.get(cache_key)
+        if step is None or step.answer is not answer:
+            step = self._make_step(n, answer, mode, key, cache_key)
         if step.oversized:
             return self._execute_large(step, input_ids, positions, slots)
         # one fused call for the three copies (host -> device copies are asynchronous on CUDA)
@@ -224,15 +230,13 @@ class GraphRunner:
     def _prepare(self, n: int, uniform_decode: bool, num_reqs: int | None) -> PreparedStep:
         """Dispatch, and the prepared step of the answer (built on its first use).
 
-        Every dispatcher hands back the same descriptor object for the same question, so
-        its id() with the real token count (one descriptor answers every count that pads
-        to it) finds the step built for it.
+        The generation's ``step_dispatch`` hands back the same answer object for the same
+        question and a cache key made from it, which finds the step built for it.
         """
-        answer: Answer = dispatch_step(self.dispatcher, n, num_reqs, uniform_decode)
-        cache_key = (id(answer.key), n)
+        cache_key, answer, mode, key = self._dispatch(n, num_reqs, uniform_decode)
         step = self._steps.get(cache_key)
-        if step is None or step.answer.key is not answer.key:
-            step = self._make_step(n, answer, cache_key)
+        if step is None or step.answer is not answer:
+            step = self._make_step(n, answer, mode, key, cache_key)
         return step
 
     def _run(self, step: PreparedStep) -> torch.Tensor:
@@ -252,13 +256,14 @@ class GraphRunner:
                 step.out_slice = view
         return view
 
-    def _make_step(self, n: int, answer: Answer, cache_key: tuple[int, int]) -> PreparedStep:
+    def _make_step(
+        self, n: int, answer: Any, mode: CUDAGraphMode, desc: GraphKey, cache_key: Any
+    ) -> PreparedStep:
         if self.released:
             raise RuntimeError(
                 "this GraphRunner was released (release_graphs() or the end of its with-block): "
                 "build a new runner to run more steps"
             )
-        mode, desc = mode_and_key(answer)
         context = ForwardContext(mode, desc, self._capture_enabled)
         padded = desc.num_tokens
         if padded > self.max_num_tokens:  # not cached: such answers may be built per call

@@ -174,6 +174,9 @@ class Generation:
     # (dispatcher, num_tokens, num_reqs, uniform_decode, num_active_loras, use_cascade_attn)
     dispatch: Callable[[Any, int, int, bool, int, bool], StepDispatch]
     capture_keys: Callable[[Any], list[CaptureKey]]  # dispatcher -> keys in capture order
+    # dispatcher -> the runner's per-step question (num_tokens, num_reqs or None, uniform)
+    # -> (cache key, answer to keep alive, runtime mode, graph key): the runner's hot path
+    step_dispatch: Callable[[Any], Callable[[int, int | None, bool], tuple[Any, Any, Any, Any]]]
     key_columns: tuple[str, ...]  # keys table columns: runtime_mode, then descriptor fields
     compilation_sizes: Callable[[Any], dict[str, Any]]  # config -> its size keys for the JSON
     scheduler: SchedulerRules

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..generation import CaptureKey, Generation, SchedulerRules, StepDispatch, register_generation
+from ..generation import (
+    CaptureKey,
+    Generation,
+    SchedulerRules,
+    StepDispatch,
+    dispatch_step,
+    register_generation,
+)
 from ..modes import CUDAGraphMode
 from .config import (
     GEN2_COMPILATION_KEYS,
@@ -48,6 +55,18 @@ def _capture_keys(manager: CudaGraphManager) -> list[CaptureKey]:
     return [CaptureKey(d.cg_mode, d) for d in manager.capture_order()]
 
 
+def _step_dispatch(manager: CudaGraphManager):  # noqa: ANN202
+    """The runner's per-step question, through the facade's checks (a request count above
+    the step's tokens is refused): one descriptor answers every count that pads to it, so
+    the real count is part of the cache key."""
+
+    def answer(num_tokens: int, num_reqs: int | None, uniform_decode: bool):  # noqa: ANN202
+        step = dispatch_step(manager, num_tokens, num_reqs, uniform_decode)
+        return (id(step.key), num_tokens), step.key, step.runtime_mode, step.key
+
+    return answer
+
+
 def _make_dispatcher(config: Any, record_stats: bool) -> CudaGraphManager:
     return config if isinstance(config, CudaGraphManager) else CudaGraphManager(config)
 
@@ -67,6 +86,7 @@ GENERATION = register_generation(
         make_dispatcher=_make_dispatcher,
         dispatch=_dispatch,
         capture_keys=_capture_keys,
+        step_dispatch=_step_dispatch,
         key_columns=(
             "runtime_mode",
             "num_tokens",
