@@ -15,6 +15,7 @@ from ..core.config import GraphConfig
 from ..core.generation import (
     GENERATIONS,
     NEWEST,
+    Generation,
     GraphKey,
     capture_keys,
     default_num_reqs,
@@ -96,15 +97,21 @@ def config_from_args(args: argparse.Namespace) -> GraphConfig:
     ).resolve()
 
 
+def other_releases(generation: Generation, template: str, separator: str) -> str:
+    """How to ask every other release: ``template`` filled with each one's ``release``,
+    ``name`` and ``dispatcher`` (its class name), joined by ``separator``."""
+    return separator.join(
+        template.format(release=g.release, name=g.name, dispatcher=g.dispatcher_name)
+        for g in GENERATIONS.values()
+        if g is not generation
+    )
+
+
 def generation_line(config: GraphConfig) -> str:
     """Which generation answers, and how to ask the other."""
     generation = generation_of(config)
     newest = "; the newest, the default" if generation is NEWEST else ""
-    others = "; ".join(
-        f"--vllm-version {g.release} for {g.name}"
-        for g in GENERATIONS.values()
-        if g is not generation
-    )
+    others = other_releases(generation, "--vllm-version {release} for {name}", "; ")
     return (
         f"vLLM {generation.release} ({generation.name}, {generation.dispatcher_name}{newest}): "
         f"{others}"

@@ -17,6 +17,7 @@ from typing import NoReturn
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, NEWEST, generation_for
 from ..core.modes import CUDAGraphMode
+from .dispatch import other_releases
 
 DEVICES = ("H100", "H200", "A100")
 _MIB = 1 << 20
@@ -177,11 +178,7 @@ def _generation_line(version: str) -> str:
     """The generation the plan is for, and how to pick the other."""
     generation = generation_for(version)
     newest = " (the newest; default)" if generation is NEWEST else ""
-    others = ", ".join(
-        f"--vllm-version {g.release} for {g.name}'s {g.dispatcher_name}"
-        for g in GENERATIONS.values()
-        if g is not generation
-    )
+    others = other_releases(generation, "--vllm-version {release} for {name}'s {dispatcher}", ", ")
     if generation.splits_ladders:
         what = "decode graphs by request count and prefill graphs by token count"
     else:

@@ -7,8 +7,10 @@ the rest of cgdispatch about them, registered on import.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
+from ..batch import BatchDescriptor
 from ..generation import CaptureKey, Generation, SchedulerRules, StepDispatch, register_generation
 from ..modes import CUDAGraphMode
 from .config import RELEASE, compilation_sizes, derive_sizes, lora_cases, resolve
@@ -74,14 +76,7 @@ GENERATION = register_generation(
         dispatch=_dispatch,
         capture_keys=_capture_keys,
         step_dispatch=_step_dispatch,
-        key_columns=(
-            "runtime_mode",
-            "num_tokens",
-            "num_reqs",
-            "uniform",
-            "has_lora",
-            "num_active_loras",
-        ),
+        key_columns=("runtime_mode", *(f.name for f in fields(BatchDescriptor))),
         compilation_sizes=compilation_sizes,
         scheduler=SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False),
         planner="cgdispatch.plan.planner:plan_capture_sizes",

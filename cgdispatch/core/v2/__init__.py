@@ -7,6 +7,7 @@ tells the rest of cgdispatch about them, registered on import.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from ..generation import (
@@ -28,7 +29,7 @@ from .config import (
     lora_cases,
     resolve,
 )
-from .cudagraph_manager import CudaGraphManager
+from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
 
 __all__ = ["GENERATION", "RELEASE"]
 
@@ -87,14 +88,10 @@ GENERATION = register_generation(
         dispatch=_dispatch,
         capture_keys=_capture_keys,
         step_dispatch=_step_dispatch,
+        # the descriptor's fields, its mode (cg_mode) as the first column
         key_columns=(
             "runtime_mode",
-            "num_tokens",
-            "num_reqs",
-            "uniform_token_count",
-            "max_query_len",
-            "num_active_loras",
-            "num_ubatches",
+            *(f.name for f in fields(BatchExecutionDescriptor) if f.name != "cg_mode"),
         ),
         compilation_sizes=compilation_sizes,
         scheduler=SchedulerRules(async_by_default=True, long_prefill_needs_chunked=True),
