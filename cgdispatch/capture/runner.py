@@ -180,12 +180,13 @@ class GraphRunner:
         the inputs afterwards, so do not refill a pinned input until the step's output
         has been read (or the stream synchronised).
         """
-        n = input_ids.shape[0]
-        if positions.shape[0] != n or slots.shape[0] != n or input_ids.dim() != 1:
+        shape = input_ids.shape
+        if positions.shape != shape or slots.shape != shape or len(shape) != 1:
             raise ValueError(
                 f"input_ids {tuple(input_ids.shape)}, positions {tuple(positions.shape)} and "
                 f"slots {tuple(slots.shape)} are invalid: pass three 1-D tensors of equal length"
             )
+        n = shape[0]
         if self.debug:
             self.check_inputs(input_ids, positions, slots)
         # _prepare inlined: the hot path (benchmarks/bench_replay_overhead.py)

@@ -19,11 +19,13 @@ config names. It decides nothing itself: every answer is the generation's dispat
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any, Protocol
 
 from .arith import cdiv
@@ -190,6 +192,20 @@ class Generation:
     profiles_graph_memory: bool
     # legacy size fields (cudagraph_capture_sizes, max_cudagraph_capture_size) are deprecated
     legacy_sizes_deprecated: bool
+
+    @classmethod
+    def from_module(cls, module: str | ModuleType) -> Generation:
+        """The Generation a release package describes: every field read from the module
+        attribute of the same name (``cgdispatch/core/v1/__init__.py`` is an example).
+        ValueError names the fields the module lacks."""
+        module = sys.modules[module] if isinstance(module, str) else module
+        missing = [f.name for f in dataclasses.fields(cls) if not hasattr(module, f.name)]
+        if missing:
+            raise ValueError(
+                f"release package {module.__name__} lacks {', '.join(missing)}: define every "
+                "Generation field at module level"
+            )
+        return cls(**{f.name: getattr(module, f.name) for f in dataclasses.fields(cls)})
 
     @property
     def dispatcher_name(self) -> str:

@@ -291,16 +291,9 @@ def plan_ladder(
     (prefill) token size, as each planner reads it."""
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-    return config.generation.plan_ladder(
-        steps,
-        max_graphs,
-        objective=objective,
-        cost_model=cost_model,
-        config=config,
-        max_size=max_size,
-        memory_budget_bytes=memory_budget_bytes,
-        capture_budget_s=capture_budget_s,
-    )
+    options = {"objective": objective, "cost_model": cost_model, "max_size": max_size}
+    budgets = {"memory_budget_bytes": memory_budget_bytes, "capture_budget_s": capture_budget_s}
+    return config.generation.plan_ladder(steps, max_graphs, config=config, **options, **budgets)
 
 
 def largest_token_size(ladder: list[int] | Gen2Ladder) -> int:
