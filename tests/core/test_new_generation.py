@@ -236,3 +236,23 @@ def test_the_keys_table_has_the_generations_columns_and_0_34s_rows(release):
     table_a, table_b = keys_table(base), keys_table(new)
     assert list(table_b.columns) == list(release.key_columns)
     assert table_a.astype(str).equals(table_b.astype(str)) and len(table_b) > 0
+
+
+def test_a_release_package_is_read_field_by_field():
+    """Generation.from_module: the built-in packages round-trip; a missing field is named."""
+    import types
+
+    from cgdispatch.core import v2
+    from cgdispatch.core.generation import Generation
+
+    assert Generation.from_module(v2) == GENERATIONS[BASE]
+    package = types.ModuleType("cgdispatch_test_release")
+    for field in dataclasses.fields(Generation):
+        setattr(package, field.name, getattr(GENERATIONS[BASE], field.name))
+    del package.planner, package.scheduler
+    with pytest.raises(ValueError, match="scheduler, planner"):
+        Generation.from_module(package)
+    with pytest.raises(ValueError, match="pass a Generation"):
+        register_generation(package)
+    with pytest.raises(ValueError, match="not registered"):
+        unregister_generation("0.98")
