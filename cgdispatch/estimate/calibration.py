@@ -113,11 +113,12 @@ def predict_config(
 
     Columns: num_tokens, runtime_mode, padded_size, eager_ms, graph_ms, speedup_x, source.
     """
-    from ..core.v1.dispatcher import ready_dispatcher
+    from ..core.generation import dispatch_step, make_graph_dispatcher
 
     config = config.resolve(model.attention_cg_support)
-    dispatcher = ready_dispatcher(config, record_stats=False)
-    plan = [(int(n), *dispatcher.dispatch(int(n), uniform_decode)) for n in num_tokens]
+    dispatcher = make_graph_dispatcher(config, record_stats=False)
+    answers = [dispatch_step(dispatcher, int(n), None, uniform_decode) for n in num_tokens]
+    plan = [(int(n), a.runtime_mode, a.key) for n, a in zip(num_tokens, answers)]
     q = config.uniform_decode_query_len if uniform_decode else 1
     sizes = {n for n, _, _ in plan} | {d.num_tokens for _, _, d in plan}
     profiles = toy_profiles(model, sorted(sizes), uniform=uniform_decode, q=q)
