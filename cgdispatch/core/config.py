@@ -11,6 +11,7 @@ It knows nothing about tensors or GPUs.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -372,3 +373,13 @@ class GraphConfig(metaclass=_BuiltFromRules):
     def to_vllm_args(self) -> str:
         """A ``vllm serve`` argument string: compilation config plus scheduler settings."""
         return vllm_io.serve_args(self)
+
+
+# help() and IDEs show the public fields, not the metaclass's (*args, **kwargs)
+GraphConfig.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        p
+        for name, p in inspect.signature(GraphConfig.__init__).parameters.items()
+        if name != "self" and not name.startswith("_")
+    ]
+)

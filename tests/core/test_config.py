@@ -322,3 +322,20 @@ def test_vllm_version_as_a_float_is_its_release_string(number, text):
 def test_other_vllm_versions_are_refused(bad):
     with pytest.raises(ValueError, match=r"vllm_version=.* is unknown: use '0.33'.*'0.34'"):
         GraphConfig(vllm_version=bad)
+
+
+def test_the_signature_lists_the_public_fields_and_construction_checks_them():
+    """GraphConfig is built through its rules (a metaclass), yet help() shows its fields,
+    and positional, unknown or repeated arguments behave as for a dataclass."""
+    import dataclasses
+    import inspect
+
+    public = [f.name for f in dataclasses.fields(GraphConfig) if not f.name.startswith("_")]
+    assert list(inspect.signature(GraphConfig).parameters) == public
+    assert GraphConfig("FULL").cudagraph_mode is GraphConfig(cudagraph_mode="FULL").cudagraph_mode
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sizes'"):
+        GraphConfig(sizes=[1, 2])
+    with pytest.raises(TypeError, match="_asked"):
+        GraphConfig(_asked=([1], 1))
+    with pytest.raises(TypeError, match="multiple values"):
+        GraphConfig("FULL", cudagraph_mode="NONE")
