@@ -180,6 +180,9 @@ class Generation:
     # -> (cache key, answer to keep alive, runtime mode, graph key): the runner's hot path
     step_dispatch: Callable[[Any], Callable[[int, int | None, bool], tuple[Any, Any, Any, Any]]]
     key_columns: tuple[str, ...]  # keys table columns: runtime_mode, then descriptor fields
+    # (dispatcher, num_tokens, num_reqs, uniform_decode, loras, cascade, StepDispatch) -> why,
+    # one line (explain_dispatch, the explorer)
+    explain: Callable[[Any, int, int, bool, int, bool, StepDispatch], str]
     compilation_sizes: Callable[[Any], dict[str, Any]]  # config -> its size keys for the JSON
     scheduler: SchedulerRules
     planner: str  # "module:function" of its capture-size planner (plan layer, loaded lazily)

@@ -14,12 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
 from ..core.generation import (
     GraphDispatcher,
-    StepDispatch,
-    capture_keys,
     default_num_reqs,
     dispatch_step,
     generation_of,
@@ -27,8 +24,6 @@ from ..core.generation import (
 )
 from ..core.modes import CUDAGraphMode
 from ..core.stats import stats_table
-from ..core.v1.dispatcher import CudagraphDispatcher
-from ..core.v2.cudagraph_manager import CudaGraphManager
 from ..workload.synthetic import random_batches
 from .keys import keys_summary, keys_table, modes_table
 
@@ -46,88 +41,6 @@ __all__ = [
     "random_batches",
     "dispatch_stats",
 ]
-
-
-def _reason(
-    dispatcher: CudagraphDispatcher,
-    num_tokens: int,
-    uniform: bool,
-    loras: int,
-    cascade: bool,
-    mode: CUDAGraphMode,
-    desc: BatchDescriptor,
-) -> str:
-    """One line saying why the V1 dispatcher answered (mode, desc)."""
-    config_mode = dispatcher.cudagraph_mode
-    if mode is CUDAGraphMode.FULL:
-        kind = "uniform-decode" if desc.uniform else "mixed-batch"
-        return f"FULL graph ({kind} key), {desc.num_tokens - num_tokens} padding tokens"
-    if mode is CUDAGraphMode.PIECEWISE:
-        why = (
-            " (cascade attention excludes FULL)"
-            if cascade and config_mode.has_full_cudagraphs()
-            else ""
-        )
-        if (
-            not why
-            and uniform
-            and config_mode.separate_routine()
-            and config_mode.has_full_cudagraphs()
-        ):
-            why = f" (no uniform-decode FULL graph for {desc.num_tokens} tokens)"
-        return f"PIECEWISE graph, attention runs eagerly between pieces{why}"
-    if config_mode is CUDAGraphMode.NONE:
-        return "cudagraph_mode is NONE: every step runs eagerly"
-    if num_tokens == 0:
-        return "empty batch: nothing to run"
-    if num_tokens > dispatcher.max_capture_size:
-        return f"{num_tokens} tokens exceed the largest capture size {dispatcher.max_capture_size}"
-    cfg = dispatcher.config
-    if cfg.lora_enabled and not cfg.cudagraph_specialize_lora and not loras:
-        return (
-            "without cudagraph_specialize_lora only LoRA graphs (max_loras + 1 adapters) are "
-            "captured: batches without LoRA run eagerly"
-        )
-    if loras and cfg.lora_enabled and dispatcher._lora_case(True, loras) not in cfg.lora_cases():
-        return f"no graphs were captured for {loras} active LoRAs"
-    if cascade and config_mode.has_full_cudagraphs() and not config_mode.has_piecewise_cudagraphs():
-        return f"cascade attention excludes FULL and {config_mode} has no PIECEWISE graphs"
-    if config_mode is CUDAGraphMode.FULL_DECODE_ONLY and not uniform:
-        return "FULL_DECODE_ONLY runs mixed batches eagerly"
-    return f"no key matches the batch padded to {dispatcher.padded_size(num_tokens)} tokens"
-
-
-def _reason_v2(
-    manager: CudaGraphManager, num_tokens: int, num_reqs: int, uniform: bool, answer: StepDispatch
-) -> str:
-    """One line saying why generation 2's manager answered ``answer`` (docs/semantics_v2.md
-    rules 32-35: a uniform decode tries its decode graph, then the token-keyed graphs)."""
-    config_mode, desc = manager.cudagraph_mode, answer.key
-    padding = answer.padded_tokens - num_tokens
-    decode_graphs = (
-        config_mode.separate_routine() and config_mode.decode_mode() is CUDAGraphMode.FULL
-    )
-    if answer.runtime_mode is CUDAGraphMode.FULL:
-        if desc.uniform_token_count is not None:
-            kind = f"decode graph: {desc.num_reqs} requests of {desc.uniform_token_count} tokens"
-        else:
-            kind = "token-keyed graph"
-        return f"FULL graph ({kind}), {padding} padding tokens"
-    if answer.runtime_mode is CUDAGraphMode.PIECEWISE:
-        why = ""
-        if uniform and decode_graphs:
-            why = f" (no compatible decode FULL graph for {num_reqs} requests)"
-        return f"PIECEWISE graph, attention runs eagerly between pieces{why}"
-    if config_mode is CUDAGraphMode.NONE:
-        return "cudagraph_mode is NONE: every step runs eagerly"
-    if num_tokens == 0:
-        return "empty batch: nothing to run"
-    widest = max((k.num_tokens for k in capture_keys(manager)), default=0)
-    if num_tokens > widest:
-        return f"{num_tokens} tokens exceed the widest graph ({widest} tokens)"
-    if config_mode is CUDAGraphMode.FULL_DECODE_ONLY and not uniform:
-        return "FULL_DECODE_ONLY runs mixed batches eagerly"
-    return f"no graph is compatible with {num_reqs} requests of {num_tokens} tokens"
 
 
 def _predict_ms(cost_model: Any, mode: CUDAGraphMode, padded_size: int) -> float:
@@ -194,18 +107,9 @@ def explain_dispatch(
     answer = dispatch_step(
         dispatcher, num_tokens, reqs, bool(uniform), loras, use_cascade_attn=bool(cascade)
     )
-    if isinstance(dispatcher, CudaGraphManager):
-        reason = _reason_v2(dispatcher, num_tokens, reqs, bool(uniform), answer)
-    else:
-        reason = _reason(
-            dispatcher,
-            num_tokens,
-            bool(uniform),
-            loras,
-            bool(cascade),
-            answer.runtime_mode,
-            answer.key,
-        )
+    reason = generation_of(dispatcher).explain(
+        dispatcher, num_tokens, reqs, bool(uniform), loras, bool(cascade), answer
+    )
     predicted_ms = (
         None
         if cost_model is None

@@ -22,6 +22,7 @@ from .config import derive_sizes as derive_sizes
 from .config import lora_cases as lora_cases
 from .config import resolve as resolve
 from .dispatcher import CudagraphDispatcher, ready_dispatcher
+from .explain import explain as explain
 
 __all__ = ["GENERATION", "RELEASE"]
 

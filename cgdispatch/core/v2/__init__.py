@@ -29,6 +29,7 @@ from .config import derive_sizes as derive_sizes
 from .config import lora_cases as lora_cases
 from .config import resolve as resolve
 from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
+from .explain import explain as explain
 
 __all__ = ["GENERATION", "RELEASE"]
 
