@@ -40,8 +40,12 @@ def generation_line(vllm_version: str) -> str:
     head = f"modelling vLLM {generation.release} ({generation.dispatcher_name}{newest})"
     if not generation.splits_ladders:
         return f"{head}: one ladder of token sizes"
-    one_ladder = [g.release for g in GENERATIONS.values() if not g.splits_ladders]
-    other = f"; -p vllm_version {one_ladder[-1]} for V1" if one_ladder else ""
+    one_ladder = [g for g in GENERATIONS.values() if not g.splits_ladders]
+    other = (
+        f"; -p vllm_version {one_ladder[-1].release} for {one_ladder[-1].name}"
+        if one_ladder
+        else ""
+    )
     return f"{head}: decode graphs keyed by request count, prefill graphs by token count{other}"
 
 
