@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import validate as _bounds
-from ..core.generation import GENERATIONS, check_version
+from ..core.generation import VLLM_VERSIONS, check_version
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_STEP_TOKENS, check_device, check_int
@@ -22,7 +22,6 @@ __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
 BATCH_KINDS = ("decode", "mixed")
 DTYPES = ("float32", "bfloat16", "float16")
-VLLM_VERSIONS = tuple(GENERATIONS)  # the releases cgdispatch models, oldest first
 MAX_REPEATS = _bounds.MAX_REPEATS
 # the upper bound of each count in a spec (cgdispatch.core.validate.BOUNDS)
 _COUNT_BOUNDS = {

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..core.config import GraphConfig
 from ..core.generation import (
     GENERATIONS,
+    VLLM_VERSIONS,
     dispatch_step,
     for_generation,
     make_graph_dispatcher,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["VLLM_VERSIONS", "generation_configs", "generations_table", "generations_figure"]
 
-VLLM_VERSIONS = tuple(GENERATIONS)  # the releases cgdispatch models, oldest first
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")  # by release, oldest first
 SOURCE = f"computed from the config (vLLM {' and '.join(VLLM_VERSIONS)} dispatch rules)"
 
