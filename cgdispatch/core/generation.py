@@ -193,8 +193,6 @@ class Generation:
     cascade_attention: bool  # the runner has cascade attention (excludes FULL)
     # vLLM's memory profile subtracts its estimate of graph memory from the KV cache
     profiles_graph_memory: bool
-    # legacy size fields (cudagraph_capture_sizes, max_cudagraph_capture_size) are deprecated
-    legacy_sizes_deprecated: bool
 
     @classmethod
     def from_module(cls, module: str | ModuleType) -> Generation:

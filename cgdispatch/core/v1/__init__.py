@@ -82,6 +82,5 @@ scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=Fa
 planner = "cgdispatch.plan.planner:plan_capture_sizes"
 splits_ladders = keys_count_requests = profiles_graph_memory = False
 cascade_attention = True  # the V1 runner has cascade attention (it excludes FULL)
-legacy_sizes_deprecated = False  # cudagraph_capture_sizes is V1's own size list
 
 GENERATION = register_generation(Generation.from_module(__name__))

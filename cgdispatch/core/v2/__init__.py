@@ -85,6 +85,5 @@ scheduler = SchedulerRules(async_by_default=True, long_prefill_needs_chunked=Tru
 planner = "cgdispatch.plan.planner_v2:plan_two_ladders"
 splits_ladders = keys_count_requests = profiles_graph_memory = True
 cascade_attention = False  # the gen-2 runner has no cascade attention
-legacy_sizes_deprecated = True  # cudagraph_capture_sizes warns (the two lists replace it)
 
 GENERATION = register_generation(Generation.from_module(__name__))
