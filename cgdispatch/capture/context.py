@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.generation import GraphKey
 from ..core.modes import CUDAGraphMode
-from .graph_key import GRAPH_KEY_TYPES
+from .graph_key import graph_key_types
 
 __all__ = ["ForwardContext", "set_forward_context", "use_forward_context", "get_forward_context"]
 
@@ -89,10 +89,10 @@ class set_forward_context(use_forward_context):  # noqa: N801 - used like a func
                 f"runtime_mode={runtime_mode!r} is not a runtime mode: the forward context "
                 "takes NONE, PIECEWISE or FULL (dispatch a batch to turn a config mode into one)"
             )
-        if batch_descriptor is not None and type(batch_descriptor) not in GRAPH_KEY_TYPES:
+        if batch_descriptor is not None and type(batch_descriptor) not in graph_key_types():
+            names = " or ".join(t.__name__ for t in graph_key_types())
             raise ValueError(
-                f"batch_descriptor={batch_descriptor!r} is invalid: pass a "
-                "cgdispatch.BatchDescriptor (V1) or BatchExecutionDescriptor (vLLM 0.34), "
+                f"batch_descriptor={batch_descriptor!r} is invalid: pass a cgdispatch {names}, "
                 "as the dispatcher returns it, or None"
             )
         super().__init__(ForwardContext(runtime_mode, batch_descriptor, allow_capture, metadata))

@@ -1,22 +1,23 @@
 """What the capture layer reads of a graph key, for either generation of vLLM's dispatch.
 
-V1 (vLLM 0.33) keys graphs by ``BatchDescriptor``; generation 2 (vLLM 0.34) by
-``BatchExecutionDescriptor`` (docs/semantics_v2.md). Wrappers key their graphs by either
-(both are frozen and hashable) and never ask which; the runner, the capture report and
-the replay check need two facts more, answered here in one place.
+Each release keys graphs by its own descriptor (``Generation.key_type``: V1's
+``BatchDescriptor``, generation 2's ``BatchExecutionDescriptor``). Wrappers key their
+graphs by any of them (all are frozen and hashable) and never ask which; the runner, the
+capture report and the replay check need two facts more, which every key answers.
 """
 
 from __future__ import annotations
 
-from ..core.batch import BatchDescriptor
 from ..core.config import GraphConfig
-from ..core.generation import GraphKey
-from ..core.v2.cudagraph_manager import BatchExecutionDescriptor
+from ..core.generation import GENERATIONS, GraphKey
 
-__all__ = ["GraphKey", "GRAPH_KEY_TYPES", "uniform_query_len", "is_uniform_key"]
+__all__ = ["GraphKey", "graph_key_types", "uniform_query_len", "is_uniform_key"]
 
-# the descriptor classes a forward context may carry (checked by set_forward_context)
-GRAPH_KEY_TYPES = (BatchDescriptor, BatchExecutionDescriptor)
+
+def graph_key_types() -> tuple[type, ...]:
+    """The descriptor classes a forward context may carry: every registered release's
+    ``Generation.key_type`` (checked by set_forward_context)."""
+    return tuple(dict.fromkeys(g.key_type for g in GENERATIONS.values()))
 
 
 def uniform_query_len(key: GraphKey, config: GraphConfig) -> int | None:

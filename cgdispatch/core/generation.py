@@ -159,6 +159,7 @@ class Generation:
     name: str  # "generation 2": for prose
     label: str  # "gen 2": for widget options and legends
     dispatcher_class: type  # CudaGraphManager
+    key_type: type  # its graph key, BatchExecutionDescriptor (a GraphKey)
     # GraphConfig fields only this generation reads, with their defaults (set elsewhere: error)
     own_fields: Mapping[str, Any]
     # its own keys in vLLM's --compilation-config JSON (a JSON holding them names this release)

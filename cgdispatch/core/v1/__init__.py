@@ -38,7 +38,7 @@ def check_fields(config: Any) -> dict[str, Any]:
 
 
 # ----- its dispatcher -----------------------------------------------------------------------
-dispatcher_class = CudagraphDispatcher
+dispatcher_class, key_type = CudagraphDispatcher, BatchDescriptor
 key_columns = ("runtime_mode", *(f.name for f in fields(BatchDescriptor)))
 
 

@@ -38,7 +38,7 @@ release, name, label = RELEASE, "generation 2", "gen 2"
 own_fields, compilation_keys = GEN2_FIELDS, GEN2_COMPILATION_KEYS
 
 # ----- its dispatcher -----------------------------------------------------------------------
-dispatcher_class = CudaGraphManager
+dispatcher_class, key_type = CudaGraphManager, BatchExecutionDescriptor
 # the descriptor's fields, its mode (cg_mode) as the first column
 key_columns = (
     "runtime_mode",
