@@ -16,7 +16,13 @@ from ..core.generation import GraphKey
 from ..core.modes import CUDAGraphMode
 from .graph_key import graph_key_types
 
-__all__ = ["ForwardContext", "set_forward_context", "use_forward_context", "get_forward_context"]
+__all__ = [
+    "ForwardContext",
+    "set_forward_context",
+    "use_forward_context",
+    "swap_forward_context",
+    "get_forward_context",
+]
 
 _RUNTIME_MODES = frozenset({CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL})
 
@@ -40,6 +46,14 @@ class ForwardContext:
 
 
 _current: ForwardContext | None = None
+
+
+def swap_forward_context(context: ForwardContext | None) -> ForwardContext | None:
+    """Make ``context`` current and return the one it replaces (the runner's hot path:
+    ``previous = swap(ctx)`` ... ``finally: swap(previous)``, no object per step)."""
+    global _current
+    previous, _current = _current, context
+    return previous
 
 
 class use_forward_context:  # noqa: N801 - used like a function

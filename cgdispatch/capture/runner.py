@@ -36,7 +36,7 @@ from ..core.modes import CUDAGraphMode
 from .assemble import assemble_step, release_step
 from .backends import GraphBackend, get_backend
 from .capture_keys import capture_every_key
-from .context import ForwardContext, use_forward_context
+from .context import ForwardContext, swap_forward_context, use_forward_context
 from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
 from .prepared import PreparedStep
@@ -246,8 +246,11 @@ class GraphRunner:
         if self._dirty > n:  # rows a larger earlier step left with real slots: padding -> dummy
             self.slots[n : self._dirty].fill_(self.model.dummy_slot)
         self._dirty = n
-        with use_forward_context(step.context):
+        previous = swap_forward_context(step.context)  # no context-manager object per step
+        try:
             out = self.model_callable(*step.model_inputs)
+        finally:
+            swap_forward_context(previous)
         if step.padded_tokens == n:
             return out
         view = step.out_slice

@@ -49,3 +49,37 @@ def test_config_level_or_foreign_modes_are_rejected(mode):
 def test_descriptor_must_be_a_batch_descriptor():
     with pytest.raises(ValueError, match="BatchDescriptor"):
         set_forward_context(M.FULL, (8, 8))
+
+
+def test_swap_returns_the_previous_context_and_a_runner_step_that_raises_restores_it():
+    """The runner's hot path swaps the context in and out (no context-manager object per
+    step); a model that raises inside a step leaves the caller's context in place."""
+    import torch
+
+    from cgdispatch import GraphConfig
+    from cgdispatch.capture.context import swap_forward_context
+    from cgdispatch.capture.runner import GraphRunner
+    from cgdispatch.models.toy import PRESETS, build_toy_model
+
+    ctx = ForwardContext(M.PIECEWISE, BatchDescriptor(4))
+    assert swap_forward_context(ctx) is None and get_forward_context() is ctx
+    assert swap_forward_context(None) is ctx and get_forward_context() is None
+
+    model = build_toy_model(PRESETS["toy-tiny"], seed=0)
+    config = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[4, 8], max_num_seqs=4)
+    runner = GraphRunner(model, config)
+    seen = []
+
+    def failing(*inputs):
+        seen.append(get_forward_context())
+        raise RuntimeError("model failed")
+
+    runner.model_callable = failing
+    ids = torch.randint(0, 10, (3,))
+    with set_forward_context(M.FULL, BatchDescriptor(8, 8)) as outer:
+        with pytest.raises(RuntimeError, match="model failed"):
+            runner.execute(ids, torch.arange(3), torch.zeros(3, dtype=torch.long))
+        # the step's own context was current: FULL, padded to 4 tokens (the swap in _run)
+        assert seen[0].runtime_mode is M.FULL and seen[0].batch_descriptor.num_tokens == 4
+        assert get_forward_context() is outer
+    assert get_forward_context() is None
