@@ -70,14 +70,11 @@ class use_forward_context:  # noqa: N801 - used like a function
         self._previous: ForwardContext | None = None
 
     def __enter__(self) -> ForwardContext:
-        global _current
-        self._previous = _current
-        _current = self.context
+        self._previous = swap_forward_context(self.context)
         return self.context
 
     def __exit__(self, *exc: object) -> None:
-        global _current
-        _current = self._previous
+        swap_forward_context(self._previous)
 
 
 class set_forward_context(use_forward_context):  # noqa: N801 - used like a function

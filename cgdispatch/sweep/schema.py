@@ -10,9 +10,8 @@ import pandas as pd
 
 from .rows import LEGACY_VERSION, POINT_COLUMNS, SWEEP_COLUMNS
 
-__all__ = ["normalise", "point_ids", "empty_rows", "V1_VERSION"]
+__all__ = ["normalise", "point_ids", "empty_rows"]
 
-V1_VERSION = LEGACY_VERSION  # the generation of every row stored before generation 2
 
 _TEXT = {
     "sweep", "model", "dtype", "device", "device_name", "torch_version", "mode", "vllm_version",
@@ -48,7 +47,7 @@ def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     for col in _TEXT - {"uniform_decode", "error"}:
         frame[col] = frame[col].map(lambda v: None if v is None or v != v else str(v))
     # rows written before sweeps knew generation 2 ran V1's dispatcher
-    frame["vllm_version"] = frame["vllm_version"].fillna(V1_VERSION)
+    frame["vllm_version"] = frame["vllm_version"].fillna(LEGACY_VERSION)
     return frame.reset_index(drop=True)
 
 
@@ -64,7 +63,7 @@ def point_ids(frame: pd.DataFrame) -> list[str]:
     for values in frame[list(POINT_COLUMNS)].itertuples(index=False):
         plain = [None if pd.isna(v) else (v if isinstance(v, (bool, str)) else int(v))
                  for v in values]  # fmt: skip
-        if plain[version_at] in (None, V1_VERSION):
+        if plain[version_at] in (None, LEGACY_VERSION):
             del plain[version_at]
         out.append(hashlib.sha256(json.dumps(plain).encode()).hexdigest()[:24])
     return out

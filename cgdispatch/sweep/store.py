@@ -58,8 +58,15 @@ from .database import (
 )
 from .exports import read_table, write_export
 from .failures import StoreError, explain, store_errors
-from .rows import CAPTURE_COLUMNS, POINT_COLUMNS, SWEEP_COLUMNS, CaptureRecord, SweepRow
-from .schema import V1_VERSION, normalise, point_ids
+from .rows import (
+    CAPTURE_COLUMNS,
+    LEGACY_VERSION,
+    POINT_COLUMNS,
+    SWEEP_COLUMNS,
+    CaptureRecord,
+    SweepRow,
+)
+from .schema import normalise, point_ids
 
 __all__ = [
     "SWEEP_COLUMNS",
@@ -80,7 +87,7 @@ def _unit_id(record: dict[str, Any]) -> str:
     """A unit's capture-report id; generation 2 units add their version (V1 ids as before)."""
     values = [str(record[c]) for c in _UNIT_COLUMNS]
     version = record.get("vllm_version")
-    if version not in (None, V1_VERSION) and version == version:
+    if version not in (None, LEGACY_VERSION) and version == version:
         values.append(str(version))
     return json.dumps(values)
 

@@ -292,10 +292,6 @@ def _uses_draft_decode_graphs(config: GraphConfig) -> bool:
     )
 
 
-def _warn(message: str) -> None:
-    warn_user(message)
-
-
 def derive_sizes(config: GraphConfig) -> dict[str, Any]:
     """Every size field resolved as vLLM 0.34's ``VllmConfig._set_cudagraph_sizes`` and
     ``_split_cudagraph_capture_sizes`` resolve them (warnings as Python warnings), then
@@ -318,7 +314,7 @@ def derive_sizes(config: GraphConfig) -> dict[str, Any]:
     if config.splitting_ops == []:
         lowered = lower_without_splitting(mode)
         if lowered is not mode:
-            _warn(
+            warn_user(
                 f"Piecewise compilation with empty splitting_ops does not contain piecewise "
                 f"cudagraph. Setting cudagraph_mode to {lowered}."
             )
@@ -400,16 +396,16 @@ def _derive_sizes(config: GraphConfig) -> dict[str, Any]:
                 f"with the max value of cudagraph_capture_sizes(={valid_max}): drop one of "
                 "them (with vLLM 0.34, set max_prefill_cudagraph_capture_tokens instead)"
             )
-        _warn(f"Truncating max_cudagraph_capture_size to {valid_max}")
+        warn_user(f"Truncating max_cudagraph_capture_size to {valid_max}")
     if user_sizes is not None and len(sizes) < len(user_sizes):
-        _warn(f"cudagraph_capture_sizes specified {user_sizes} is overridden by {sizes}")
+        warn_user(f"cudagraph_capture_sizes specified {user_sizes} is overridden by {sizes}")
     return _split_sizes(config, legacy, target_query_lens, sizes, valid_max, out)
 
 
 def _explicit(sizes: list[int], limit: int, cap: int | None, name: str, cap_name: str) -> list[int]:
     kept = sorted({s for s in sizes if 1 <= s <= limit})
     if len(kept) < len(set(sizes)):
-        _warn(f"Dropping {sorted(set(sizes) - set(kept))} from {name}: outside [1, {limit}].")
+        warn_user(f"Dropping {sorted(set(sizes) - set(kept))} from {name}: outside [1, {limit}].")
     if cap is not None and kept and kept[-1] > cap:
         raise ValueError(
             f"{name} holds {kept[-1]}, above {cap_name}={cap}: drop the larger sizes or "
@@ -436,7 +432,7 @@ def _split_sizes(
         for x in (prefill_sizes, max_prefill_tokens, decode_sizes, max_decode_requests)
     )
     if legacy and not uses_split:
-        _warn(
+        warn_user(
             "cudagraph_capture_sizes and max_cudagraph_capture_size are deprecated in vLLM "
             "0.34. Set the token counts of prefill CUDA graphs with "
             "prefill_cudagraph_capture_token_sizes or max_prefill_cudagraph_capture_tokens, "
