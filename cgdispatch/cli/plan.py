@@ -9,13 +9,13 @@ output): 0.34 plans decode request sizes and prefill token sizes
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, NEWEST, generation_for
+from ..core.jsonout import strict_json
 from ..core.modes import CUDAGraphMode
 from .dispatch import other_releases
 
@@ -67,10 +67,11 @@ def run_plan(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..estimate.device_model import device_cost_model
-    from ..plan.ladder_compare import compare, engine_ladders, export_plan
+    from ..plan.ladder_compare import compare, engine_ladders, export_plan, kinds_absent
     from ..plan.planner import plan_ladder
     from ..workload.scheduler import SchedulerLimits
     from ..workload.sources import split_holdout, workload_requests, workload_trace
+    from ..workload.trace import check_step_budget
 
     gen2 = generation_for(args.vllm_version).splits_ladders
     config = GraphConfig(
@@ -96,12 +97,14 @@ def run_plan(args: argparse.Namespace) -> int:
         )
 
     trace, label = load(args.trace)
+    check_step_budget(trace, args.max_num_batched_tokens, f"--trace {args.trace}")
     plan_on, evaluated_on, test = trace, f"in-sample ({label})", trace
     if args.holdout is not None:
         plan_on, test = split_holdout(trace, args.holdout)
         evaluated_on = f"held out: last {args.holdout:g} of {label}"
     elif args.evaluate_on is not None:
         test, other = load(args.evaluate_on)
+        check_step_budget(test, args.max_num_batched_tokens, f"--evaluate-on {args.evaluate_on}")
         evaluated_on = f"other trace: {other}"
     cost_model = device_cost_model(args.model, args.device, context_len=args.context_len)
     budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
@@ -134,11 +137,9 @@ def run_plan(args: argparse.Namespace) -> int:
                 num_gpu_blocks=args.num_gpu_blocks,
             ),
         }
-    kinds = set(plan_on["uniform_decode"].map({True: "decode", False: "prefill"}))
-    if not trace.attrs.get("step_kinds_known", True):
-        kinds = {"decode", "prefill"}  # a bare num_tokens column: a mixed step may be a decode
     # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
-    flags = export_plan(sizes, config, leave_default={"decode", "prefill"} - kinds)
+    plan_on.attrs["step_kinds_known"] = trace.attrs.get("step_kinds_known", True)
+    flags = export_plan(sizes, config, leave_default=kinds_absent(plan_on))
     table = compare(test, ladders, config=config, cost_model=cost_model, **latency)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
     table["evaluated_on"] = evaluated_on
@@ -151,7 +152,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "ladders": records,
             "flags": flags,
         }
-        print(json.dumps(out, default=float))
+        print(strict_json(out))
         return 0
     print(_generation_line(args.vllm_version))
     print(f"{len(plan_on)} steps planned on ({label}); {len(test)} evaluated: {evaluated_on}")

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.modes import CUDAGraphMode
+from ..core.validate import check_token_array
 from .devices import DEVICE_PRESETS, DeviceSpec
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
 from .startup import GraphPricing, graph_pricing
@@ -173,6 +174,7 @@ class DeviceCostModel:
     ) -> np.ndarray:
         """Step time (ms) per size in any mode; FULL_DECODE_ONLY and FULL_AND_PIECEWISE
         run what the dispatcher routes a step of that size and batch kind to."""
+        num_tokens = check_token_array("num_tokens", num_tokens)
         return step_times_by_mode(
             self.profile, mode, num_tokens, self.spec, uniform_decode=uniform_decode
         )
@@ -185,12 +187,14 @@ class DeviceCostModel:
 
     def graph_memory_bytes(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
         name = self._graph_mode(mode)
+        num_tokens = check_token_array("num_tokens", num_tokens)
         if self.pricing is not None:
             return self.pricing.memory_bytes(name, num_tokens)
         return self.memory[name](num_tokens)
 
     def capture_time_s(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
         name = self._graph_mode(mode)
+        num_tokens = check_token_array("num_tokens", num_tokens)
         if self.pricing is not None:
             return self.pricing.capture_s(name, num_tokens, self.num_warmups)
         graphs = 1 if name == "FULL" else 1 + int(self.profile.splitting.sum())

@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from ..core.config import GraphConfig
+from ..core.jsonout import strict_json
 from ..core.ladders import (
     every_size_ladder,
     powers_of_two_ladder,
@@ -138,6 +139,16 @@ def compare(
     return pd.DataFrame(rows)
 
 
+def kinds_absent(trace: pd.DataFrame) -> set[str]:
+    """``"decode"`` and/or ``"prefill"``: the kinds of step ``trace`` has none of (the
+    ``leave_default`` of :func:`export_plan`). A trace whose step kinds are unknown (a bare
+    num_tokens column: a mixed step may be a decode) lacks neither."""
+    if not trace.attrs.get("step_kinds_known", True):
+        return set()
+    kinds = set(trace["uniform_decode"].map({True: "decode", False: "prefill"}))
+    return {"decode", "prefill"} - kinds
+
+
 def export_plan(
     sizes: Ladder, config: GraphConfig | None = None, *, leave_default: Iterable[str] = ()
 ) -> dict[str, str]:
@@ -187,17 +198,8 @@ def export_plan(
                 "prefill_cudagraph_capture_token_sizes",
                 "max_prefill_cudagraph_capture_tokens",
             ]
-        if not batch and "decode" not in leave:
-            raise ValueError(
-                f"{sizes!r} gives no decode request sizes and no prefill size is a multiple "
-                f"of q={q}: SGLang and TensorRT-LLM graph decodes by request count"
-            )
     else:
         batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
-        if not batch and "decode" not in leave:
-            raise ValueError(
-                f"no size in {list(sizes)} is a multiple of q={q}: plan with multiple_of={q}"
-            )
     compilation = cfg.to_vllm()
     serve = cfg.to_vllm_args()
     if dropped:
@@ -206,7 +208,7 @@ def export_plan(
         serve = serve.replace(compilation, trimmed)
         compilation = trimmed
     out = {"vllm": serve, "vllm_compilation_config": compilation}
-    if "decode" not in leave:
+    if "decode" not in leave and batch:
         trt = {
             "cuda_graph_config": {
                 "enable_padding": True,
@@ -225,6 +227,11 @@ def export_plan(
             f"{what}SGLang's and TensorRT-LLM's batch sizes (the trace has no decode steps "
             "to plan them on)"
         )
+    elif not batch:  # a prefill-only plan: no size is a decode batch of q tokens a request
+        notes.append(
+            f"SGLang's and TensorRT-LLM's batch sizes (they graph decodes by request count, "
+            f"and no planned size is a decode batch of q={q} tokens a request)"
+        )
     if "prefill" in leave and cfg.generation.splits_ladders:
         notes.append("vLLM's prefill token sizes (the trace has no prefill or mixed steps)")
     if notes:
@@ -236,4 +243,4 @@ def compare_json(table: pd.DataFrame) -> str:
     """The CLI's ``--json`` form: ``{"ladders": [{name, sizes, num_graphs, padded_token_ratio,
     eager_step_share, ...}, ...]}``."""
     records = table.rename(columns={"ladder": "name"}).to_dict(orient="records")
-    return json.dumps({"ladders": records}, default=float)
+    return strict_json({"ladders": records})

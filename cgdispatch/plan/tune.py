@@ -27,10 +27,11 @@ from typing import Protocol
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..workload.sources import split_holdout
+from ..workload.sources import arrival_cut, split_holdout
+from ..workload.trace import check_step_budget
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
-from .ladder_compare import Ladder, compare, engine_ladders, export_plan
+from .ladder_compare import Ladder, compare, engine_ladders, export_plan, kinds_absent
 from .planner import plan_ladder
 from .tune_result import StartupCosts, TuneResult, ladder_figures, losing_figures
 
@@ -79,9 +80,10 @@ def tune(
     ``kv_bytes_per_token`` turns the graph memory a plan frees into KV-cache tokens when
     ``startup`` gives no ``kv_cache_tokens``.
 
-    ``requests``: the request table behind ``trace`` (same clock). The requests arriving in
-    the held-out part then run through vLLM's own scheduler for each ladder, steps priced by
-    the ladder's dispatch, and p99 TPOT and output-token throughput join the verdict and the
+    ``requests``: the request table behind ``trace`` (same clock). The cut is then at the
+    arrival of the first of the last ``holdout`` share of requests
+    (:func:`~cgdispatch.workload.sources.arrival_cut`); those requests run through vLLM's
+    own scheduler for each ladder, steps priced by the ladder's dispatch, and p99 TPOT and output-token throughput join the verdict and the
     win rule (neither may be worse for the plan to be recommended).
 
     ``ladders``: more ladders (e.g. ``engine_ladders(config)``) replayed beside the two, in
@@ -96,7 +98,14 @@ def tune(
         )
     if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
         raise ValueError(f"max_graphs={max_graphs!r} is invalid: give an integer >= 1")
-    train, test = split_holdout(trace, holdout)
+    # with the requests, the held-out part starts at an arrival: the last ``holdout`` of the
+    # requests (a burst the scheduler drains long after it arrived still has a held-out part)
+    cut_s = None
+    if requests is not None:
+        _need_time(trace)
+        cut_s = arrival_cut(requests["arrival_s"].to_numpy(), holdout)
+    check_step_budget(trace, config.max_num_batched_tokens)
+    train, test = split_holdout(trace, holdout, cut_s=cut_s)
     planned = plan_ladder(
         train,
         max_graphs,
@@ -109,7 +118,7 @@ def tune(
     extra = dict(ladders or {})
     ladders = {"planned": planned, "vllm default": engine_ladders(config)["vllm"]}
     if replay is None and requests is not None:
-        replay = _with_latency(_held_out_requests(trace, requests, holdout))
+        replay = _with_latency(_held_out_requests(requests, cut_s))
     replay = compare if replay is None else replay
     everything = {**ladders, **{k: v for k, v in extra.items() if k not in ladders}}
     held = replay(test, everything, config=config, cost_model=cost_model)
@@ -129,7 +138,7 @@ def tune(
         held_out=held_out,
         in_sample={name: ladder_figures(in_sample, name, costs[name]) for name in ladders},
         deltas=deltas,
-        flags=_flags(planned if wins else None, config),
+        flags=_flags(planned if wins else None, config, kinds_absent(train)),
         config=config,
         source=_source(cost_model, costs.get("planned")),
         trace_label=trace_label,
@@ -140,19 +149,17 @@ def tune(
     )
 
 
-def _held_out_requests(trace: pd.DataFrame, requests: pd.DataFrame, holdout: float) -> pd.DataFrame:
-    """The requests arriving in the trace's held-out part (the cut of ``split_holdout``),
-    their arrivals shifted to start at 0."""
+def _need_time(trace: pd.DataFrame) -> None:
     if "time_s" not in trace.columns:
         raise ValueError(
             "requests need a trace with a time_s column (a simulated trace) to find the "
             "held-out part; give a step file without requests, or simulate the requests"
         )
-    t = trace["time_s"].to_numpy()
-    cut = t.min() + (1 - holdout) * (t.max() - t.min())
-    held = requests[requests["arrival_s"].to_numpy() >= cut].reset_index(drop=True)
-    if not len(held):
-        raise ValueError(f"no request arrives in the held-out last {holdout:g} of the trace")
+
+
+def _held_out_requests(requests: pd.DataFrame, cut_s: float) -> pd.DataFrame:
+    """The requests arriving from ``cut_s`` on (the held-out part), arrivals shifted to 0."""
+    held = requests[requests["arrival_s"].to_numpy() >= cut_s].reset_index(drop=True)
     return held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
 
 
@@ -198,11 +205,12 @@ _DELTA_KEYS = (
 )
 
 
-def _flags(planned: Ladder | None, config: GraphConfig) -> str:
-    """``vllm serve`` flags: the plan's sizes, or (keeping the default) the settings alone,
-    from which vLLM derives its own ladder."""
+def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str:
+    """``vllm serve`` flags: the plan's sizes (a kind of step the trace lacks keeps vLLM's
+    default list), or (keeping the default) the settings alone, from which vLLM derives its
+    own ladder."""
     if planned is not None:
-        return export_plan(planned, config)["vllm"]
+        return export_plan(planned, config, leave_default=absent)["vllm"]
     mode = str(config.cudagraph_mode)
     flags = f"--max-num-seqs {config.max_num_seqs} --max-num-batched-tokens {config.max_num_batched_tokens}"
     if mode != "FULL_AND_PIECEWISE":  # vLLM's default mode needs no flag

@@ -9,13 +9,13 @@ out) and the ``vllm serve`` flags to paste. :meth:`TuneResult.as_dict` is the CL
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..core.jsonout import strict_json
 from .gen2_ladder import Gen2Ladder
 from .ladder_compare import Ladder
 
@@ -165,4 +165,4 @@ class TuneResult:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), default=float)
+        return strict_json(self.as_dict())

@@ -4,13 +4,14 @@ so a reader sees the old file or the new one, and nothing is written through a s
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from ..core.jsonout import strict_json
 
 __all__ = ["write_export", "read_table", "shared_mode"]
 
@@ -24,7 +25,7 @@ def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
         os.chmod(tmp, shared_mode())
         with os.fdopen(fd, "wb") as fh:
             if isinstance(data, dict):
-                fh.write(json.dumps(data, indent=1).encode())
+                fh.write(strict_json(data, indent=1).encode())
             elif path.suffix == ".parquet":
                 data.to_parquet(fh, index=False)
             else:

@@ -9,6 +9,8 @@ comes from. It decides nothing: the recommendation is the result's.
 
 from __future__ import annotations
 
+import math
+
 from ..plan.tune_result import TuneResult, losing_figures
 
 __all__ = ["verdict_lines", "verdict_text", "delta_rows", "MAX_VERDICT_LINES"]
@@ -19,7 +21,13 @@ _P, _D = "planned", "vllm default"
 
 
 def _pct(delta: float, base: float) -> str:
-    return f"{100 * delta / base:+.2f}%" if base else "n/a"
+    finite = math.isfinite(delta) and math.isfinite(base)
+    return f"{100 * delta / base:+.2f}%" if base and finite else "n/a"
+
+
+def _ms(value: float) -> str:
+    """``value`` in ms, or "n/a" where it is undefined (p99 TPOT of one-token requests)."""
+    return f"{value:.2f} ms" if math.isfinite(value) else "n/a"
 
 
 def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
@@ -37,8 +45,8 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
         rows.append(
             (
                 "p99 TPOT",
-                f"{p['p99_tpot_ms']:.2f} ms",
-                f"{d['p99_tpot_ms']:.2f} ms",
+                _ms(p["p99_tpot_ms"]),
+                _ms(d["p99_tpot_ms"]),
                 _pct(delta["p99_tpot_ms"], d["p99_tpot_ms"]),
             )
         )

@@ -29,6 +29,8 @@ __all__ = [
 # ----- reading user files and checking them cell by cell: every error is one line naming
 # the file, the row (from 1 after the header) and column, the value found and what is expected
 STDIN = Path("-")  # a trace read from standard input (`--trace -`)
+# trace.attrs key: False for a histogram or a metrics table, whose rows carry no time order
+TIME_ORDERED = "time_ordered"
 _PIPED: dict[str, str] = {}  # text of each non-regular source read so far (stdin, pipes)
 
 
@@ -325,7 +327,10 @@ def load_step_sizes(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         int_column(frame, found["num_reqs"], 0, MAX_STEP_TOKENS) if "num_reqs" in found else sizes
     )
     rep = lambda a: np.repeat(np.broadcast_to(a, sizes.shape), count)  # noqa: E731
-    return make_trace(rep(sizes), rep(uniform), num_reqs=rep(reqs))
+    trace = make_trace(rep(sizes), rep(uniform), num_reqs=rep(reqs))
+    if "count" in found:  # a histogram: its rows are sizes, not steps in time order
+        trace.attrs[TIME_ORDERED] = False
+    return trace
 
 
 def _is_int(text: object) -> bool:
@@ -378,6 +383,7 @@ def load_cudagraph_metrics(
     trace = make_trace(np.repeat(unpadded, count), np.repeat(np.isin(mode, uniform_modes), count))
     trace["logged_mode"] = np.repeat(mode, count)
     trace["logged_padded_tokens"] = np.repeat(padded, count).astype(np.int64)
+    trace.attrs[TIME_ORDERED] = False  # a table of counts: no step order to split by
     return trace
 
 
@@ -429,6 +435,7 @@ def load_trace(
         trace.attrs["step_kinds_known"] = "uniform_decode" in _match(
             list(frame.columns), STEP_ALIASES
         )
+        trace.attrs[TIME_ORDERED] = "count" not in _match(list(frame.columns), STEP_ALIASES)
         return "steps", trace
     raise ValueError(
         f"{str(path)!r} holds neither requests (arrival, prompt and output token columns such "

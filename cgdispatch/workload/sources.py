@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .files import load_trace
+from .files import TIME_ORDERED, load_trace
 from .synthetic import LENGTH_PRESETS, synthetic_requests
 from .trace import simulate_steps
 
@@ -18,6 +18,7 @@ __all__ = [
     "workload_trace",
     "workload_requests",
     "split_holdout",
+    "arrival_cut",
     "PRODUCTION_TRACES",
     "trace_path",
 ]
@@ -106,24 +107,59 @@ def workload_requests(
     return table if kind == "requests" else None
 
 
-def split_holdout(trace: pd.DataFrame, holdout: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_holdout(
+    trace: pd.DataFrame, holdout: float, *, cut_s: float | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(first part, last holdout share)`` of a step trace, in time order.
 
-    With a ``time_s`` column (simulated traces: step start on the model clock) the cut is at
-    ``(1 - holdout)`` of the time span, so the held-out part is later traffic; without one,
-    rows are taken in order. Raises ValueError when either part would be empty.
+    With ``cut_s`` the steps starting before it (``time_s``) are the first part (``tune``
+    cuts a simulated trace at an arrival: :func:`arrival_cut`). Otherwise, with a ``time_s``
+    column the cut is at ``(1 - holdout)`` of the time span; a histogram or a metrics table
+    (``trace.attrs["time_ordered"]`` False) has no time, so each distinct step is split by
+    its count, ``1 - holdout`` of it planned on, whatever the order of the rows; a plain step
+    list is taken in row order. Raises ValueError when either part would be empty.
     """
     if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
         raise ValueError(f"holdout={holdout!r} is invalid: give the held-out share, 0 < x < 1")
-    if "time_s" in trace.columns and len(trace):
+    if cut_s is not None:
+        first = trace["time_s"].to_numpy(dtype=np.float64) < cut_s
+    elif "time_s" in trace.columns and len(trace):
         t = trace["time_s"].to_numpy(dtype=np.float64)
         first = t < t.min() + (1 - holdout) * (t.max() - t.min())
+    elif not trace.attrs.get(TIME_ORDERED, True):
+        first = _split_counts(trace, holdout)
     else:
         first = np.arange(len(trace)) < round((1 - holdout) * len(trace))
     train, test = trace[first].reset_index(drop=True), trace[~first].reset_index(drop=True)
+    train.attrs, test.attrs = dict(trace.attrs), dict(trace.attrs)
     if not len(train) or not len(test):
         raise ValueError(
             f"holdout={holdout} leaves an empty part of a {len(trace)}-step trace: "
             "give a longer trace or a holdout nearer 0.5"
         )
     return train, test
+
+
+def _split_counts(trace: pd.DataFrame, holdout: float) -> np.ndarray:
+    """Rows of the first part of an orderless trace: of each distinct step (all columns
+    equal) ``round((1 - holdout) * count)`` rows, the same multiset in any row order."""
+    groups = trace.groupby(list(trace.columns), sort=False, dropna=False)
+    rank = groups.cumcount().to_numpy()
+    size = groups[trace.columns[0]].transform("size").to_numpy()
+    return rank < np.floor((1 - holdout) * size + 0.5)
+
+
+def arrival_cut(arrival_s: np.ndarray, holdout: float) -> float:
+    """The time at which the last ``holdout`` share of requests (by arrival order) starts
+    arriving: ``tune`` plans on the steps before it and replays those requests after it, so
+    a burst that the scheduler drains long after its last arrival still splits."""
+    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
+        raise ValueError(f"holdout={holdout!r} is invalid: give the held-out share, 0 < x < 1")
+    t = np.sort(np.asarray(arrival_s, dtype=np.float64))
+    first_held = min(len(t) - 1, int(np.ceil((1 - holdout) * len(t))))
+    if len(t) < 2 or t[first_held] <= t[0]:
+        raise ValueError(
+            f"holdout={holdout:g} leaves no request to plan on: the {len(t)} requests arrive "
+            "at the same time; give more requests or a trace whose arrivals are spread"
+        )
+    return float(t[first_held])

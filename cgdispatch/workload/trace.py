@@ -26,6 +26,7 @@ __all__ = [
     "check_trace",
     "simulate_steps",
     "step_histogram",
+    "check_step_budget",
 ]
 
 # Step-trace schema: column -> (dtype, meaning). Extra columns are allowed and kept.
@@ -90,6 +91,25 @@ def check_trace(trace: pd.DataFrame) -> pd.DataFrame:
         if len(trace) and int(trace[col].min()) < 0:
             raise ValueError(f"step trace has {col} < 0: counts must be >= 0")
     return trace
+
+
+def check_step_budget(
+    trace: pd.DataFrame, max_num_batched_tokens: int, what: str = "trace"
+) -> None:
+    """ValueError when a step of ``trace`` holds more tokens than ``max_num_batched_tokens``:
+    vLLM's scheduler never forms such a step, so planning for it answers a question about
+    another engine. The message names the largest step, how many exceed, and the fix."""
+    sizes = trace["num_tokens"].to_numpy()
+    over = sizes > max_num_batched_tokens
+    if len(sizes) and over.any():
+        row = int(np.argmax(sizes))
+        raise ValueError(
+            f"{what} has {int(over.sum()):,} steps over max_num_batched_tokens="
+            f"{max_num_batched_tokens:,} (the largest, step {row + 1}, has {int(sizes[row]):,} "
+            "tokens): vLLM never schedules a step above its token budget; set "
+            f"--max-num-batched-tokens {int(sizes[row])} (or more) if the engine ran with it, "
+            "or check the trace's num_tokens column"
+        )
 
 
 def simulate_steps(

@@ -9,6 +9,7 @@ held-out part must lose and keep vLLM's default.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -184,8 +185,9 @@ def test_requests_put_vllms_scheduler_into_the_held_out_verdict():
     requests = workload_requests("sharegpt", num_requests=120, rate_per_s=6.0, seed=4)
     model = MemoryAffine(per_token_ms=0.02)
     result = tune(trace, config=config, cost_model=model, max_graphs=6, requests=requests)
-    t = trace["time_s"].to_numpy()
-    cut = t.min() + 0.5 * (t.max() - t.min())
+    # the cut is at an arrival: the last half of the requests by arrival order are held out
+    cut = np.sort(requests["arrival_s"].to_numpy())[math.ceil(0.5 * len(requests))]
+    assert result.steps_planned == int((trace["time_s"] < cut).sum())
     held = requests[requests["arrival_s"] >= cut].reset_index(drop=True)
     held = held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
     for name, ladder in (("planned", result.planned), ("vllm default", result.default)):
