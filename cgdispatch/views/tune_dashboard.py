@@ -26,13 +26,12 @@ from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, NEWEST
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.kv_bytes import kv_bytes_per_token
-from ..estimate.startup import startup_for
 from ..models.architectures import ARCHITECTURES
 from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
 from ..workload.sources import TRACE_NAMES, workload_requests, workload_trace
 from .explorer_handlers import message_html
-from .model_cache import cached_cost_model
+from .model_cache import cached_cost_model, cached_startup
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
 from .tune_verdict import verdict_lines
@@ -194,7 +193,7 @@ class TuneDashboard(Snapshot, w.VBox):
             kv_bytes_per_token=kv_bytes_per_token(model),
             trace_label=label,
             requests=requests,
-            startup=startup_for(model, self.device_box.value),
+            startup=cached_startup(model, self.device_box.value),
         )
 
 
