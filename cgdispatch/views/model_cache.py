@@ -1,12 +1,16 @@
 """A disk cache of the device cost model, so that a dashboard or a CLI run does not trace an
-8B model on fake tensors (about 10 s on two cores) each time it starts.
+8B model on fake tensors (about 10 s on two cores) each time it starts, and of the start-up
+estimates (the stage profile behind them builds the model on the meta device: 2.4 s of the
+dashboard's 4.8 s first ``tune`` on a quiet machine, bench_dashboard's target is 10 s).
 
 :func:`cached_cost_model` returns :func:`~cgdispatch.estimate.device_model.device_cost_model`
 for (model, device, context_len), pickled under ``$CGDISPATCH_CACHE`` or
 ``~/.cache/cgdispatch``. The file name carries a fingerprint of the code that builds the
 model (the sources of core, capture, models and estimate, and torch's version), so an
-edit to that code builds a fresh one; a file that cannot be read is rebuilt. It caches; it
-computes nothing of its own.
+edit to that code builds a fresh one; a file that cannot be read is rebuilt.
+:func:`cached_startup` is :func:`~cgdispatch.estimate.startup.startup_for` with each
+config's estimate stored the same way (keyed by the config's repr and the shipped data
+files the architectures come from). It caches; it computes nothing of its own.
 """
 
 from __future__ import annotations
@@ -16,11 +20,17 @@ import hashlib
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
+from ..core.config import GraphConfig
 from ..estimate.device_model import DeviceCostModel, device_cost_model
+from ..estimate.startup import StartupEstimate, startup_for
 
-__all__ = ["cached_cost_model", "cache_dir", "cache_path"]
+__all__ = ["cached_cost_model", "cached_startup", "cache_dir", "cache_path"]
+
+T = TypeVar("T")
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 _SOURCES = ("estimate", "models", "capture", "core")  # what device_cost_model's figures depend on
@@ -61,14 +71,47 @@ def cached_cost_model(
     (read-only home) is skipped silently: the model is still returned.
     """
     path = cache_path(model, device, context_len)
+    return _load_or_build(
+        path, DeviceCostModel, lambda: device_cost_model(model, device, context_len=context_len)
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _data_fingerprint() -> str:
+    """The shipped CSVs (architectures, calibration runs) the start-up estimate reads."""
+    digest = hashlib.sha256()
+    for path in sorted((_PACKAGE / "data").glob("*.csv")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cached_startup(model: str, device: str) -> Callable[[GraphConfig], StartupEstimate] | None:
+    """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
+    cache when they are there (None for a model with no published config, as it)."""
+    estimate = startup_for(model, device)
+    if estimate is None:
+        return None
+
+    def startup(config: GraphConfig) -> StartupEstimate:
+        key = f"{model}|{device}|{config!r}|{_data_fingerprint()}"
+        name = hashlib.sha256(key.encode()).hexdigest()[:24]
+        path = cache_dir() / f"startup-{name}-{_fingerprint()}.pkl"
+        return _load_or_build(path, StartupEstimate, lambda: estimate(config))
+
+    return startup
+
+
+def _load_or_build(path: Path, kind: type[T], build: Callable[[], Any]) -> T:
+    """The ``kind`` pickled at ``path``, else ``build()`` stored there (when it can be)."""
     try:
         with path.open("rb") as f:
             cached = pickle.load(f)
-        if isinstance(cached, DeviceCostModel):
+        if isinstance(cached, kind):
             return cached
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
         pass  # missing or unreadable: build it below
-    built = device_cost_model(model, device, context_len=context_len)
+    built = build()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:

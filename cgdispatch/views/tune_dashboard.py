@@ -5,10 +5,18 @@ the flags to paste) and the trade-off figure follow each change.
 ``make dashboard`` serves it alone as a Voila app (``notebooks/dashboard.ipynb``). Every
 figure is a ``model`` figure (the device cost model of a published architecture); the
 traffic is a synthetic preset, a shipped production trace or a CSV path.
+
+A recompute takes from a fraction of a second to tens of seconds, so each shows a busy line
+(``data-testid="tune-busy"``, class ``cg-busy``) and dims the verdict until it is done; the
+traffic box recomputes on Enter or leaving the box, not per keystroke. A bad entry (a
+missing, unreadable or over-long traffic path, a file that is no trace, a limit below 1)
+shows its message where the verdict was and hides the figure: nothing raises out of a
+control's callback. Every recompute is counted in ``runs``, shown as ``data-run``.
 """
 
 from __future__ import annotations
 
+import errno
 import html
 from typing import Any
 
@@ -18,25 +26,29 @@ from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, NEWEST
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.kv_bytes import kv_bytes_per_token
-from ..estimate.startup import startup_for
 from ..models.architectures import ARCHITECTURES
 from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
 from ..workload.sources import TRACE_NAMES, workload_requests, workload_trace
 from .explorer_handlers import message_html
-from .model_cache import cached_cost_model
+from .model_cache import cached_cost_model, cached_startup
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
 from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]
 
+# the verdict's lines (the `vllm serve` one is ~300 characters) wrap instead of being clipped
+_VERDICT_STYLE = "font-family:monospace;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere"
+_STALE_CSS = "<style>.cg-stale{opacity:0.4}</style>"  # the verdict while it is recomputed
+
 
 class TuneDashboard(Snapshot, w.VBox):
     """Controls for what ``python -m cgdispatch tune`` takes, and its verdict, live.
 
     ``result`` holds the last :class:`~cgdispatch.plan.tune_result.TuneResult` (None after a
-    bad entry, whose message replaces the verdict). ``draw=False`` skips the figure.
+    bad entry, whose message replaces the verdict); ``runs`` counts the recomputes.
+    ``draw=False`` skips the figure.
     """
 
     def __init__(
@@ -61,6 +73,7 @@ class TuneDashboard(Snapshot, w.VBox):
             draw,
         )
         self.result: TuneResult | None = None
+        self.runs = 0  # recomputes so far, shown as data-run (the browser tests count them)
         style = {"description_width": "initial"}
         self.model_box = w.Dropdown(
             options=sorted(ARCHITECTURES), value=model, description="model", style=style
@@ -70,23 +83,24 @@ class TuneDashboard(Snapshot, w.VBox):
         )
         self.trace_box = w.Combobox(
             options=list(TRACE_NAMES), value=trace, description="traffic", ensure_option=False,
-            placeholder="preset, production trace or CSV path", style=style,
+            placeholder="preset, production trace or CSV path", continuous_update=False,
+            style=style,
         )  # fmt: skip
-        self.seqs_box = w.BoundedIntText(
-            value=max_num_seqs, min=1, max=65_536, description="max_num_seqs", style=style
+        # unbounded: a bounded box would turn 0 into 1 silently; GraphConfig says what is wrong
+        self.seqs_box = w.IntText(value=max_num_seqs, description="max_num_seqs", style=style)
+        self.tokens_box = w.IntText(
+            value=max_num_batched_tokens, description="max_num_batched_tokens", style=style
         )
-        self.tokens_box = w.BoundedIntText(
-            value=max_num_batched_tokens, min=1, max=2**31 - 1,
-            description="max_num_batched_tokens", style=style,
-        )  # fmt: skip
         self.version_box = w.ToggleButtons(
             options=list(reversed(GENERATIONS)),  # newest first
             value=vllm_version,
             description="vLLM",
             style=style,
         )
-        self.verdict = w.HTML()
-        self.plot = w.Image(format="png", layout=w.Layout(max_width="1100px"))
+        self.busy = w.HTML()
+        self.verdict = w.HTML(layout=w.Layout(width="100%"))
+        # hidden while it holds no figure: an empty Image shows a broken-image icon
+        self.plot = w.Image(format="png", layout=w.Layout(max_width="1100px", display="none"))
         self.message = w.HTML()
         for box in (self.model_box, self.device_box, self.seqs_box, self.tokens_box):
             box.observe(self._on_change, names="value")
@@ -95,6 +109,8 @@ class TuneDashboard(Snapshot, w.VBox):
         self.children = [
             w.HBox([self.model_box, self.device_box, self.version_box]),
             w.HBox([self.trace_box, self.seqs_box, self.tokens_box]),
+            w.HTML(_STALE_CSS),
+            self.busy,
             self.verdict,
             self.message,
             self.plot,
@@ -105,32 +121,53 @@ class TuneDashboard(Snapshot, w.VBox):
         self.update()
 
     def update(self) -> None:
-        """Re-run ``tune`` for the controls' values; show the verdict, or what is wrong."""
+        """Re-run ``tune`` for the controls' values; show the verdict, or what is wrong.
+
+        The busy line goes out to the browser before the work starts (each widget change is
+        sent as it is made) and is cleared after, whatever happened."""
+        self.runs += 1
+        self.busy.value = (
+            f'<div class="cg-busy" data-testid="tune-busy" data-run="{self.runs}" '
+            'style="color:#555;font-style:italic">computing\u2026 (the verdict below is for '
+            "the previous settings)</div>"
+        )
+        self.verdict.add_class("cg-stale")
         try:
-            self.result = self._tune()
-        except ValueError as err:
-            self.result = None
-            self.verdict.value, self.plot.value = "", b""
-            self.message.value = message_html([str(err)])
-            return
-        self.message.value = ""
-        lines = verdict_lines(self.result, model=self.model_box.value, device=self.device_box.value)
-        d = self.result.deltas
+            self._show(self._tune())
+        except (ValueError, OSError) as err:
+            self._show_error(_entry_message(err, str(self.trace_box.value).strip()))
+        except Exception as err:  # noqa: BLE001 - a callback must not leave a stale verdict
+            self._show_error(f"tune failed ({type(err).__name__}: {err}); please report it")
+        finally:
+            self.verdict.remove_class("cg-stale")
+            self.busy.value = ""
+
+    def _show(self, result: TuneResult) -> None:
+        png = tradeoff_figure(result)._repr_png_() if self.draw else b""
+        lines = verdict_lines(result, model=self.model_box.value, device=self.device_box.value)
+        d = result.deltas
         attrs = {
             "testid": "tune-verdict",
-            "recommendation": self.result.recommendation,
-            "vllm-version": self.result.config.vllm_version,
-            "max-num-seqs": self.result.config.max_num_seqs,
+            "run": self.runs,
+            "recommendation": result.recommendation,
+            "vllm-version": result.config.vllm_version,
+            "max-num-seqs": result.config.max_num_seqs,
             "mean-step-pct": repr(float(d["mean_step_pct"])),
-            "flags": self.result.flags,
+            "flags": result.flags,
         }
         text = " ".join(f'data-{k}="{html.escape(str(v))}"' for k, v in attrs.items())
         body = html.escape("\n".join(lines))
-        self.verdict.value = (
-            f"<pre {text} style='font-family:monospace;font-size:12px;white-space:pre'>{body}</pre>"
-        )
-        if self.draw:
-            self.plot.value = tradeoff_figure(self.result)._repr_png_()
+        self.result = result
+        self.message.value = ""
+        self.verdict.value = f"<pre {text} style='{_VERDICT_STYLE}'>{body}</pre>"
+        self.plot.value = png
+        self.plot.layout.display = None if png else "none"
+
+    def _show_error(self, text: str) -> None:
+        self.result = None
+        self.verdict.value, self.plot.value = "", b""
+        self.plot.layout.display = "none"
+        self.message.value = f'<div data-run="{self.runs}">{message_html([text])}</div>'
 
     def _tune(self) -> TuneResult:
         trace_name = str(self.trace_box.value).strip()
@@ -156,8 +193,23 @@ class TuneDashboard(Snapshot, w.VBox):
             kv_bytes_per_token=kv_bytes_per_token(model),
             trace_label=label,
             requests=requests,
-            startup=startup_for(model, self.device_box.value),
+            startup=cached_startup(model, self.device_box.value),
         )
+
+
+def _entry_message(err: ValueError | OSError, traffic: str) -> str:
+    """What the dashboard shows for ``err``: a ValueError's own message (it names the value
+    and the rule), an OSError's reason with the traffic path (shortened) and what to give."""
+    if not isinstance(err, OSError):
+        return str(err)
+    shown = traffic if len(traffic) <= 80 else f"{traffic[:40]}\u2026{traffic[-30:]}"
+    reason = err.strerror or str(err)
+    if err.errno == errno.ENAMETOOLONG:
+        reason += f": {len(traffic)} characters"
+    return (
+        f"traffic {shown!r} cannot be read ({reason}): give a "
+        f"preset or production trace ({', '.join(TRACE_NAMES)}) or the path of a CSV or log"
+    )
 
 
 def tune_dashboard(**settings: Any) -> TuneDashboard:

@@ -1,12 +1,15 @@
 """The disk cache of the device cost model: same figures as a fresh build, one file per
-(model, device, context) and code version, a damaged file rebuilt."""
+(model, device, context) and code version, a damaged file rebuilt; and of the start-up
+estimates, one file per (model, device, config)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from cgdispatch.core.config import GraphConfig
 from cgdispatch.core.modes import CUDAGraphMode
 from cgdispatch.estimate.device_model import device_cost_model
+from cgdispatch.estimate.startup import startup_for
 from cgdispatch.views import model_cache
 
 
@@ -36,3 +39,25 @@ def test_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
     model = model_cache.cached_cost_model("toy-tiny", "H100", context_len=32)
     assert model.source == "model (H100 SXM)"
     assert path.read_bytes() != b"not a pickle"
+
+
+def test_cached_startup_equals_the_estimate_and_is_read_back_per_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    assert model_cache.cached_startup("toy-tiny", "H200") is None  # no published config
+    cached = model_cache.cached_startup("llama-3.1-8b", "H200")
+    direct = startup_for("llama-3.1-8b", "H200")
+    configs = [
+        GraphConfig(vllm_version="0.34", max_num_seqs=seqs, max_num_batched_tokens=2048).resolve()
+        for seqs in (32, 64)
+    ]
+    firsts = [cached(config) for config in configs]
+    assert len(list(tmp_path.glob("startup-*.pkl"))) == 2
+    assert firsts == [direct(config) for config in configs]
+    assert firsts[0] != firsts[1]
+
+    def no_build(config):
+        raise AssertionError("estimated again instead of read from the cache")
+
+    monkeypatch.setattr(model_cache, "startup_for", lambda model, device: no_build)
+    again = model_cache.cached_startup("llama-3.1-8b", "H200")
+    assert [again(config) for config in configs] == firsts

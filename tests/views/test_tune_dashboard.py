@@ -62,3 +62,89 @@ def test_a_bad_entry_shows_a_message_and_clears_the_verdict() -> None:
     assert "does not exist" in dash.message.value
     dash.trace_box.value = "sharegpt"
     assert "tune-verdict" in dash.verdict.value and dash.message.value == ""
+
+
+@pytest.fixture(scope="module")
+def dash():
+    """One small dashboard shared by the bad-entry tests (each ends on a good entry)."""
+    return tune_dashboard(num_requests=100, draw=True, max_num_seqs=32, max_num_batched_tokens=1024)
+
+
+def assert_shows_error(dash, *needles: str) -> None:
+    assert dash.result is None and dash.verdict.value == ""
+    assert dash.plot.value == b"" and dash.plot.layout.display == "none"
+    assert 'data-testid="dispatch-message"' in dash.message.value
+    for needle in needles:
+        assert needle in html.unescape(dash.message.value), dash.message.value
+    assert dash.busy.value == "" and "cg-stale" not in dash.verdict._dom_classes
+
+
+def recovers(dash) -> None:
+    dash.trace_box.value = "alpaca"
+    assert "tune-verdict" in dash.verdict.value and dash.message.value == ""
+    assert dash.plot.value and dash.plot.layout.display is None
+
+
+def test_an_over_long_traffic_path_shows_a_message_not_an_exception(dash) -> None:
+    path = "/tmp/" + "/".join(["d" * 200] * 30) + ".csv"  # longer than PATH_MAX (4096)
+    dash.trace_box.value = path
+    assert_shows_error(dash, "cannot be read", "File name too long", f"{len(path)} characters")
+    recovers(dash)
+
+
+def test_an_unreadable_traffic_file_shows_a_message(dash, monkeypatch) -> None:
+    def refuse(path, **_):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr("cgdispatch.views.tune_dashboard.workload_trace", refuse)
+    dash.trace_box.value = "/srv/locked.csv"
+    assert_shows_error(dash, "'/srv/locked.csv' cannot be read (Permission denied)")
+    monkeypatch.undo()
+    recovers(dash)
+
+
+def test_a_directory_or_a_file_that_is_no_trace_shows_its_message(dash, tmp_path) -> None:
+    dash.trace_box.value = str(tmp_path)
+    assert_shows_error(dash, "is a directory")
+    recovers(dash)
+    (tmp_path / "notes.csv").write_text("hello,world\n1,2\n")
+    dash.trace_box.value = str(tmp_path / "notes.csv")
+    assert_shows_error(dash, "holds neither requests")
+    recovers(dash)
+
+
+def test_max_num_seqs_below_one_is_named_not_clamped(dash) -> None:
+    for bad in (0, -4):
+        dash.seqs_box.value = bad
+        assert dash.seqs_box.value == bad  # the box keeps what was typed
+        assert_shows_error(dash, f"max_num_seqs={bad} is invalid", ">= 1")
+    dash.tokens_box.value = 0
+    dash.seqs_box.value = 32
+    assert_shows_error(dash, "max_num_batched_tokens=0", ">= 1")
+    dash.tokens_box.value = 1024
+    assert "tune-verdict" in dash.verdict.value
+
+
+def test_a_recompute_is_announced_while_it_runs_and_cleared_after(dash, monkeypatch) -> None:
+    seen = []
+    real = dash._tune
+
+    def watched():
+        seen.append((dash.busy.value, list(dash.verdict._dom_classes), dash.verdict.value))
+        return real()
+
+    monkeypatch.setattr(dash, "_tune", watched)
+    runs = dash.runs
+    dash.seqs_box.value = 16
+    busy, classes, verdict_then = seen[0]
+    assert 'class="cg-busy"' in busy and "computing" in busy and f'data-run="{runs + 1}"' in busy
+    assert "cg-stale" in classes and 'data-max-num-seqs="32"' in verdict_then  # old, dimmed
+    assert dash.runs == runs + 1 and dash.busy.value == ""
+    assert "cg-stale" not in dash.verdict._dom_classes
+    assert f'data-run="{runs + 1}"' in dash.verdict.value
+    assert 'data-max-num-seqs="16"' in dash.verdict.value
+
+
+def test_the_traffic_box_waits_for_enter_and_the_verdict_lines_wrap(dash) -> None:
+    assert dash.trace_box.continuous_update is False
+    assert "white-space:pre-wrap" in dash.verdict.value  # the long `vllm serve` line wraps
