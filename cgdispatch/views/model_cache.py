@@ -4,10 +4,12 @@ estimates (the stage profile behind them builds the model on the meta device: 2.
 dashboard's 4.8 s first ``tune`` on a quiet machine, bench_dashboard's target is 10 s).
 
 :func:`cached_cost_model` returns :func:`~cgdispatch.estimate.device_model.device_cost_model`
-for (model, device, context_len), pickled under ``$CGDISPATCH_CACHE`` or
-``~/.cache/cgdispatch``. The file name carries a fingerprint of the code that builds the
-model (the sources of core, capture, models and estimate, and torch's version), so an
-edit to that code builds a fresh one; a file that cannot be read is rebuilt.
+for (model, device, context_len), stored under ``$CGDISPATCH_CACHE`` or
+``~/.cache/cgdispatch`` as JSON with a digest (:mod:`~cgdispatch.core.datafile`: reading
+one cannot run code, unlike a pickle, and rebuilds only the classes named here). The file
+name carries a fingerprint of the code that builds the model (the sources of core,
+capture, models and estimate, and torch's version), so an edit to that code builds a fresh
+one; a damaged file is rebuilt with a warning.
 :func:`cached_startup` is :func:`~cgdispatch.estimate.startup.startup_for` with each
 config's estimate stored the same way (keyed by the config's repr and the shipped data
 files the architectures come from). It caches; it computes nothing of its own.
@@ -15,18 +17,26 @@ files the architectures come from). It caches; it computes nothing of its own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
-import pickle
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.config import GraphConfig
-from ..estimate.device_model import DeviceCostModel, device_cost_model
-from ..estimate.startup import StartupEstimate, startup_for
+from ..core.datafile import DataFileError, dump_data, load_data
+from ..core.warn import warn_user
+from ..estimate.device_model import DeviceCostModel, MemoryLine, device_cost_model
+from ..estimate.devices import DeviceSpec
+from ..estimate.kernels import LinearProfile
+from ..estimate.startup import (
+    GraphPricing,
+    StartupCoefficients,
+    StartupEstimate,
+    startup_for,
+)
 
 __all__ = ["cached_cost_model", "cached_startup", "cache_dir", "cache_path"]
 
@@ -59,7 +69,7 @@ def cache_path(model: str, device: str, context_len: int = 512) -> Path:
     safe = "".join(
         c if c.isalnum() or c in "-._" else "_" for c in f"{model}-{device}-{context_len}"
     )
-    return cache_dir() / f"cost-model-{safe}-{_fingerprint()}.pkl"
+    return cache_dir() / f"cost-model-{safe}-{_fingerprint()}.json"
 
 
 def cached_cost_model(
@@ -96,27 +106,32 @@ def cached_startup(model: str, device: str) -> Callable[[GraphConfig], StartupEs
     def startup(config: GraphConfig) -> StartupEstimate:
         key = f"{model}|{device}|{config!r}|{_data_fingerprint()}"
         name = hashlib.sha256(key.encode()).hexdigest()[:24]
-        path = cache_dir() / f"startup-{name}-{_fingerprint()}.pkl"
+        path = cache_dir() / f"startup-{name}-{_fingerprint()}.json"
         return _load_or_build(path, StartupEstimate, lambda: estimate(config))
 
     return startup
 
 
+# the classes a cache file may hold: nothing else is rebuilt from one
+_CLASSES = (
+    DeviceCostModel, DeviceSpec, LinearProfile, MemoryLine, GraphPricing, StartupCoefficients,
+    StartupEstimate,
+)  # fmt: skip
+
+
 def _load_or_build(path: Path, kind: type[T], build: Callable[[], Any]) -> T:
-    """The ``kind`` pickled at ``path``, else ``build()`` stored there (when it can be)."""
+    """The ``kind`` stored at ``path``, else ``build()`` stored there (when it can be). A
+    damaged file (truncated, edited, of another kind) warns and is rebuilt."""
     try:
-        with path.open("rb") as f:
-            cached = pickle.load(f)
+        cached = load_data(path, kind=kind.__name__, classes=_CLASSES)
         if isinstance(cached, kind):
             return cached
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        pass  # missing or unreadable: build it below
-    built = build()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
-            pickle.dump(built, f)
-        os.replace(f.name, path)  # whole file or none: a concurrent reader never sees half
-    except OSError:
+        raise DataFileError(f"holds a {type(cached).__name__}, not a {kind.__name__}")
+    except FileNotFoundError:
         pass
+    except (OSError, DataFileError) as e:
+        warn_user(f"cache file {path} is damaged ({e}); rebuilding it")
+    built = build()
+    with contextlib.suppress(OSError):  # a read-only cache folder: the value is still returned
+        dump_data(built, path, kind=kind.__name__)
     return built

@@ -5,6 +5,7 @@ estimates, one file per (model, device, config)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from cgdispatch.core.config import GraphConfig
 from cgdispatch.core.modes import CUDAGraphMode
@@ -31,14 +32,56 @@ def test_cached_model_equals_a_fresh_build_and_is_read_back(tmp_path, monkeypatc
     assert model_cache.cache_path("toy-tiny", "H200", 64) != path
 
 
-def test_a_damaged_file_is_rebuilt(tmp_path, monkeypatch):
+def _damages(text: str) -> list[str]:
+    """Ways a cache file gets damaged: garbage, truncation, an edited number, a pickle."""
+    import pickle
+
+    head, _, body = text.partition("\n")
+    digit = next(i for i, c in enumerate(body) if c.isdigit())
+    edited = body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1 :]
+    return [
+        "not a cache file",
+        text[: len(text) // 2],
+        head + "\n" + edited,
+        pickle.dumps({"a": 1}).decode("latin-1"),
+        "",
+    ]
+
+
+def test_a_damaged_file_warns_and_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    model_cache.cached_cost_model("toy-tiny", "H100", context_len=32)
     path = model_cache.cache_path("toy-tiny", "H100", 32)
+    good = path.read_text()
+    for damaged in _damages(good):
+        path.write_text(damaged, encoding="latin-1")
+        with pytest.warns(UserWarning, match="damaged.*rebuilding it"):
+            model = model_cache.cached_cost_model("toy-tiny", "H100", context_len=32)
+        assert model.source == "model (H100 SXM)"
+        assert path.read_text() == good  # rebuilt: the next run reads it without a warning
+
+
+def test_a_crafted_file_cannot_run_code(tmp_path, monkeypatch):
+    """A file naming a class outside the cache's own (``os.system``'s module, say) is
+    refused before anything is built from it, even with a valid digest."""
+    import hashlib
+    import json
+
+    from cgdispatch.core.datafile import FORMAT
+
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    path = model_cache.cache_path("toy-tiny", "H100", 16)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"not a pickle")
-    model = model_cache.cached_cost_model("toy-tiny", "H100", context_len=32)
-    assert model.source == "model (H100 SXM)"
-    assert path.read_bytes() != b"not a pickle"
+    marker = tmp_path / "ran"
+    payload = json.dumps(
+        {"dataclass": "subprocess:Popen", "fields": {"args": ["touch", str(marker)]}}
+    )
+    head = {"format": FORMAT, "kind": "DeviceCostModel",
+            "sha256": hashlib.sha256(payload.encode()).hexdigest()}  # fmt: skip
+    path.write_text(json.dumps(head) + "\n" + payload + "\n")
+    with pytest.warns(UserWarning, match="not one this file may hold"):
+        model = model_cache.cached_cost_model("toy-tiny", "H100", context_len=16)
+    assert not marker.exists() and model.source == "model (H100 SXM)"
 
 
 def test_cached_startup_equals_the_estimate_and_is_read_back_per_config(tmp_path, monkeypatch):
@@ -51,7 +94,7 @@ def test_cached_startup_equals_the_estimate_and_is_read_back_per_config(tmp_path
         for seqs in (32, 64)
     ]
     firsts = [cached(config) for config in configs]
-    assert len(list(tmp_path.glob("startup-*.pkl"))) == 2
+    assert len(list(tmp_path.glob("startup-*.json"))) == 2
     assert firsts == [direct(config) for config in configs]
     assert firsts[0] != firsts[1]
 
