@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 # command name -> module defining ``add_parser(subparsers)``; each sets ``func`` on its parser
@@ -54,11 +55,19 @@ def user_error_line(err: BaseException) -> str | None:
     return None
 
 
+INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        if code == INTERRUPTED and argv is None:
+            # the command line, interrupted and cleaned up: a second Ctrl-C while the
+            # interpreter exits would end it with a traceback instead of this exit code
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return code
     except Exception as err:
         line = user_error_line(err)
         if line is None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..core.generation import GENERATIONS
@@ -18,6 +21,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from ..sweep.run import SWEEP_PRESETS, run_sweep
     from ..sweep.spec import MAX_REPEATS, load_spec
     from ..sweep.store import ResultStore
+    from ..sweep.workers import stop_workers, worker_pool
 
     if args.spec is not None:
         spec = load_spec(args.spec)
@@ -56,25 +60,37 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     )
     chosen = "--vllm-version" if args.vllm_version is not None else "the spec's"
     print(f"vLLM {spec.vllm_version} graph dispatch ({chosen}; --vllm-version {other})")
-    executor = None
-    if args.workers > 1:
-        import concurrent.futures as cf
-        import multiprocessing
-
-        executor = cf.ProcessPoolExecutor(
-            args.workers, mp_context=multiprocessing.get_context("spawn")
-        )
+    # workers ignore Ctrl-C and die with this process, even when it is killed (SIGKILL)
+    executor = worker_pool(args.workers) if args.workers > 1 else None
     try:
         rows = run_sweep(spec, store=store, executor=executor, progress=not args.no_progress)
     except KeyboardInterrupt:
-        print(_interrupted_line(args, spec.name, store), file=sys.stderr)
+        with _no_second_interrupt():  # a second Ctrl-C must not cut the clean-up short
+            if executor is not None:
+                stop_workers(executor)
+                executor = None
+            print(_interrupted_line(args, spec.name, store), file=sys.stderr)
         return 130
     finally:
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            stop_workers(executor)
     ok = int((rows["status"] == "ok").sum())
     print(f"sweep {spec.name}: {ok} ok, {len(rows) - ok} failed -> {store.path}")
     return 0
+
+
+@contextlib.contextmanager
+def _no_second_interrupt() -> Iterator[None]:
+    """SIGINT ignored inside (main thread only; elsewhere nothing changes)."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _interrupted_line(args: argparse.Namespace, sweep: str, store) -> str:
