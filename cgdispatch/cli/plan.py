@@ -23,17 +23,32 @@ DEVICES = ("H100", "H200", "A100")
 _MIB = 1 << 20
 
 
+def check_int_flags(args: argparse.Namespace) -> None:
+    """Every integer flag ``args`` has, in [least, bound] (``cgdispatch.core.validate``'s
+    bounds): ValueError naming the flag, its value and the rule, before any work."""
+    from ..core import validate as v
+
+    bounds = {
+        "max_graphs": (1, v.MAX_CAPTURE_SIZES),
+        "max_size": (1, v.MAX_CAPTURE_SIZE),
+        "max_num_seqs": (1, v.MAX_NUM_SEQS),
+        "max_num_batched_tokens": (1, v.MAX_STEP_TOKENS),
+        "context_len": (1, v.MAX_MODEL_LEN),
+        "num_requests": (1, v.MAX_REQUESTS),
+        "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
+        "max_loras": (0, v.MAX_LORAS),
+    }
+    for flag, (least, bound) in bounds.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            v.check_int(f"--{flag.replace('_', '-')}", value, least, bound)
+
+
 def _check(args: argparse.Namespace) -> None:
     """Every flag checked before any work, each failure one ValueError naming the fix."""
     from ..models.registry import model_names
 
-    for flag in ("max_graphs", "max_size", "max_num_seqs", "max_num_batched_tokens", "context_len"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be >= 1")
-    for flag in ("num_speculative_tokens", "max_loras"):
-        if getattr(args, flag) < 0:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 0")
+    check_int_flags(args)
     for flag in ("memory_budget_mib", "capture_budget_s"):
         value = getattr(args, flag)
         if value is not None and not value > 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.generation import GENERATIONS, NEWEST
-from .plan import DEVICES
+from .plan import DEVICES, check_int_flags
 
 _MIB = 1 << 20
 
@@ -24,16 +24,7 @@ def _check(args: argparse.Namespace) -> None:
     from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
     from ..workload.synthetic import LENGTH_PRESETS
 
-    for flag in (
-        "max_graphs",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "num_requests",
-        "context_len",
-    ):
-        value = getattr(args, flag)
-        if value < 1:
-            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be >= 1")
+    check_int_flags(args)
     for flag in ("memory_budget_mib", "capture_budget_s"):
         value = getattr(args, flag)
         if value is not None and not value > 0:
@@ -67,6 +58,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from ..views.model_cache import cached_cost_model
     from ..views.tune_verdict import verdict_text
     from ..workload.sources import workload_requests, workload_trace
+    from ..workload.trace import check_requests_fit
 
     config = GraphConfig(
         vllm_version=args.vllm_version,
@@ -74,6 +66,15 @@ def run_tune(args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
     ).resolve()
+    requests = workload_requests(
+        args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
+    )  # None for a file of steps: then no latency figures
+    startup = startup_for(
+        args.model, args.device, gpu_memory_utilization=args.gpu_memory_utilization
+    )
+    if requests is not None and startup is not None:  # before simulating them
+        kv = startup(config).kv_cache_tokens
+        check_requests_fit(requests, kv, f"{args.model} on {args.device}, model estimate")
     trace, label = workload_trace(
         args.trace,
         num_requests=args.num_requests,
@@ -83,9 +84,6 @@ def run_tune(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         progress=not args.json and sys.stderr.isatty(),
     )
-    requests = workload_requests(
-        args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
-    )  # None for a file of steps: then no latency figures
     result = tune(
         trace,
         requests=requests,
@@ -99,9 +97,7 @@ def run_tune(args: argparse.Namespace) -> int:
         capture_budget_s=args.capture_budget_s,
         kv_bytes_per_token=kv_bytes_per_token(args.model),
         trace_label=label,
-        startup=startup_for(
-            args.model, args.device, gpu_memory_utilization=args.gpu_memory_utilization
-        ),
+        startup=startup,
     )
     if args.json:
         print(result.to_json())

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.modes import CUDAGraphMode
-from ..core.validate import check_token_array
-from .devices import DEVICE_PRESETS, DeviceSpec
+from ..core.validate import MAX_MODEL_LEN, check_int, check_token_array
+from .devices import DEVICE_PRESETS, DeviceSpec, check_device_name
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
 from .startup import GraphPricing, graph_pricing
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
@@ -202,7 +202,6 @@ class DeviceCostModel:
         return (self.num_warmups + 1) * eager_s + graphs * self.spec.graph_instantiate_us / 1e6
 
 
-@functools.lru_cache(maxsize=16)
 def device_cost_model(
     model: str = "llama-3.1-8b", device: str = "H200", *, context_len: int = 512
 ) -> DeviceCostModel:
@@ -213,14 +212,19 @@ def device_cost_model(
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
+    if not isinstance(model, str):
+        raise ValueError(f"model={model!r} is invalid: give a registry model's name (a string)")
+    check_device_name(device)  # before the cache hashes the arguments (a list cannot be)
+    context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
+    return _device_cost_model(model, device, context_len)
+
+
+@functools.lru_cache(maxsize=16)
+def _device_cost_model(model: str, device: str, context_len: int) -> DeviceCostModel:
     from ..core.config import GraphConfig
     from ..models.registry import build_model
     from .graph_memory import estimate_graph_memory
 
-    if device not in DEVICE_PRESETS:
-        raise ValueError(f"device={device!r} is unknown: use one of {sorted(DEVICE_PRESETS)}")
-    if isinstance(context_len, bool) or not isinstance(context_len, int) or context_len < 1:
-        raise ValueError(f"context_len={context_len!r} is invalid: it must be an integer >= 1")
     net = build_model(model, device="meta")
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DeviceSpec", "DEVICE_PRESETS"]
+__all__ = ["DeviceSpec", "DEVICE_PRESETS", "check_device_name"]
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,13 @@ DEVICE_PRESETS: dict[str, DeviceSpec] = {
     "H200": DeviceSpec("H200 SXM", 989e12, 67e12, 4.8e12),
     "A100": DeviceSpec("A100 SXM 80GB", 312e12, 19.5e12, 2.0e12),
 }
+
+
+def check_device_name(device: object) -> str:
+    """``device`` if it names a preset of :data:`DEVICE_PRESETS`, else ValueError naming
+    the value and the presets (a list or None too, not a TypeError)."""
+    if not isinstance(device, str) or device not in DEVICE_PRESETS:
+        raise ValueError(
+            f"device={device!r} is unknown: give one preset name, one of {sorted(DEVICE_PRESETS)}"
+        )
+    return device

@@ -53,7 +53,7 @@ from ..core.generation import capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from ..models.architectures import ArchLM
 from ..models.published import PublishedModel, arch_spec, published_model
-from .devices import DEVICE_PRESETS
+from .devices import DEVICE_PRESETS, check_device_name
 from .kernels import LinearProfile, linear_profile
 from .step_time import fuse_pointwise, step_times_by_mode
 
@@ -216,8 +216,7 @@ def _check_run(
     model: str, device: str, tp: int, pp: int, dtype: str | None
 ) -> tuple[PublishedModel, str]:
     pm = published_model(model)
-    if device not in DEVICE_PRESETS:
-        raise ValueError(f"device={device!r} is unknown: use one of {sorted(DEVICE_PRESETS)}")
+    check_device_name(device)
     pm.check_parallel(tp, pp)
     dtype = dtype or pm.dtype
     if dtype not in _ELEM:
@@ -529,6 +528,11 @@ def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
     """The :class:`GraphConfig` that reproduces a reference run's capture: its mode, sizes,
     ``max_num_seqs`` and ``max_num_batched_tokens``; a run that logged no FULL graph had an
     attention backend without graph support, so its mode is lowered as vLLM lowered it."""
+    if not isinstance(row, (Mapping, pd.Series)):
+        raise ValueError(
+            f"row={row!r} is invalid: pass a row of cgdispatch.reference_startups() (a pandas "
+            "Series, e.g. reference_startups().iloc[0], or a dict with its columns)"
+        )
     sizes = [int(s) for s in str(_field(row, "cudagraph_capture_sizes")).split()]
     config = GraphConfig(
         cudagraph_mode=str(_field(row, "cudagraph_mode")),

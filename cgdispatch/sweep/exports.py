@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..core.jsonout import strict_json
 
-__all__ = ["write_export", "read_table", "shared_mode"]
+__all__ = ["write_export", "write_text_file", "read_table", "shared_mode"]
 
 
 def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
@@ -30,6 +30,23 @@ def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
                 data.to_parquet(fh, index=False)
             else:
                 fh.write(data.to_csv(index=False).encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """``text`` as UTF-8 at ``path``, replaced atomically: a name that is not UTF-8 (a
+    Latin-1 folder's ``caf\\xe9``, read by Python as a surrogate) is written escaped, so
+    the file is never left empty by an encoding error half-way."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, shared_mode())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8", errors="backslashreplace"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -26,13 +26,15 @@ def _int(minimum: int, maximum: int) -> Check:
     return lambda name, value: bounds.check_int(name, value, minimum, maximum)
 
 
-def _float(low: float, high: float, *, open_low: bool = False) -> Check:
+def _float(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> Check:
     def check(name: str, value: Any) -> float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok or not (low < value if open_low else low <= value) or not value <= high:
-            bracket = "(" if open_low else "["
+        above = ok and (low < value if open_low else low <= value)
+        below = ok and (value < high if open_high else value <= high)
+        if not above or not below:
+            left, right = "(" if open_low else "[", ")" if open_high else "]"
             raise ValueError(
-                f"{name}={value!r} is invalid: give a number in {bracket}{low}, {high}]"
+                f"{name}={value!r} is invalid: give a number in {left}{low}, {high}{right}"
             )
         return float(value)
 
@@ -175,7 +177,7 @@ NOTEBOOK_PARAMETERS: dict[str, dict[str, Check]] = {
         "start_tokens": _TOKENS,
         "model": _choice(_model_names),
         "device": _choice(_device_presets),
-        "holdout": _float(0.0, 1.0, open_low=True),
+        "holdout": _float(0.0, 1.0, open_low=True, open_high=True),  # as split_holdout
         "kv_budget_gib": _float(0.0, 1e4, open_low=True),
         "latency_rates": _list(_float(0.0, 1e6, open_low=True), most=64),
     },

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..sweep.exports import write_text_file
 from ..sweep.spec import SweepSpec
 from ..sweep.store import load_captures, load_reference, load_results
 from .capture_figures import (
@@ -227,5 +228,5 @@ def write_report(
         lines += [f"Reference rows plotted: {_sources(reference)}.", ""]
     path = out / "summary.md"
     refuse_link(path)
-    path.write_text("\n".join(lines))
+    write_text_file(path, "\n".join(lines))
     return path

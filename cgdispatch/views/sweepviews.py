@@ -179,7 +179,7 @@ def modelled_speedup(
     largest capture size plus the spec's. Columns as ``predict_config`` plus mode, ladder,
     uniform_decode; source ``model (<device name>)``. Not a measurement."""
     from ..estimate.calibration import predict_config
-    from ..estimate.devices import DEVICE_PRESETS
+    from ..estimate.devices import DEVICE_PRESETS, check_device_name
     from ..models.toy import PRESETS, build_toy_model
 
     name = spec.model if model is None else model
@@ -188,8 +188,7 @@ def modelled_speedup(
             f"model {name!r} is not a toy preset: the device model profiles toy LMs only; "
             f"pass model= one of {sorted(PRESETS)}"
         )
-    if device not in DEVICE_PRESETS:
-        raise ValueError(f"device {device!r} is unknown: use one of {sorted(DEVICE_PRESETS)}")
+    check_device_name(device)
     ladder = next(iter(spec.ladders)) if ladder is None else ladder
     if ladder not in spec.ladders:
         raise ValueError(f"ladder {ladder!r} is not in the spec: use one of {list(spec.ladders)}")

@@ -30,6 +30,7 @@ from ..models.architectures import ARCHITECTURES
 from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
 from ..workload.sources import TRACE_NAMES, workload_requests, workload_trace
+from ..workload.trace import check_requests_fit
 from .explorer_handlers import message_html
 from .model_cache import cached_cost_model, cached_startup
 from .snapshots import Snapshot
@@ -177,23 +178,27 @@ class TuneDashboard(Snapshot, w.VBox):
         config = GraphConfig(
             vllm_version=self.version_box.value, max_num_seqs=seqs, max_num_batched_tokens=tokens
         ).resolve()
+        model, device = self.model_box.value, self.device_box.value
+        requests = workload_requests(
+            trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s
+        )
+        startup = cached_startup(model, device)
+        if requests is not None and startup is not None:  # before simulating them
+            kv = startup(config).kv_cache_tokens
+            check_requests_fit(requests, kv, f"{model} on {device}, model estimate")
         trace, label = workload_trace(
             trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s,
             max_num_seqs=seqs, max_num_batched_tokens=tokens,
         )  # fmt: skip
-        requests = workload_requests(
-            trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s
-        )
-        model = self.model_box.value
         return tune(
             trace,
             config=config,
-            cost_model=cached_cost_model(model, self.device_box.value),
+            cost_model=cached_cost_model(model, device),
             holdout=self.holdout,
             kv_bytes_per_token=kv_bytes_per_token(model),
             trace_label=label,
             requests=requests,
-            startup=cached_startup(model, self.device_box.value),
+            startup=startup,
         )
 
 

@@ -6,15 +6,18 @@ trace) and raises ``ValueError`` naming the missing columns and the names it acc
 
 from __future__ import annotations
 
+import csv
 import io
+import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from ..core.validate import MAX_REQUEST_TOKENS, MAX_STEP_TOKENS, MAX_STEPS
+from ..core.validate import MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_STEP_TOKENS, MAX_STEPS
 from .trace import LORA_COLUMN, REQUEST_COLUMNS, check_trace, make_trace
 
 __all__ = [
@@ -50,9 +53,22 @@ def existing_file(source: str | Path) -> Path:
 
 
 def parse_csv(path: Path, source: Any, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_csv`` whose parse errors name the file and the expected format."""
+    """``pd.read_csv`` whose parse errors name the file and the expected format.
+
+    Rows with more fields than the header are an error naming the first of them: pandas
+    would take the extra leading fields as an index and read every value one column off.
+    """
     try:
-        return pd.read_csv(source, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(source, index_col=False, **kwargs)
+    except pd.errors.ParserWarning:
+        row, fields, header = _first_long_row(source)
+        raise ValueError(
+            f"trace file {str(path)!r}: row {row} has {fields} fields but the header names "
+            f"{header} columns, so every value would be read under the wrong column: add "
+            "the missing names to the header or remove the extra fields"
+        ) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         reason = " ".join(str(err).split())  # pandas' messages span lines: the CLI prints one
         raise ValueError(
@@ -60,6 +76,32 @@ def parse_csv(path: Path, source: Any, **kwargs: Any) -> pd.DataFrame:
             "with a header row (requests: arrival, prompt and output tokens; steps: "
             "num_tokens) or a vLLM --cudagraph-metrics log"
         ) from None
+
+
+def _first_long_row(source: Any) -> tuple[int, int, int]:
+    """(row counted from 1 after the header, its fields, the header's) of the first row of
+    a CSV with more fields than its header."""
+    if isinstance(source, io.StringIO):
+        source.seek(0)
+        lines = iter(source)
+    else:
+        lines = open(source, encoding="utf-8", errors="replace", newline="")  # noqa: SIM115
+    try:
+        reader = csv.reader(lines)
+        header = len(next(reader, []))
+        for row, fields in enumerate(reader, start=1):
+            if len(fields) > header:
+                return row, len(fields), header
+        return 0, header, header
+    finally:
+        if not isinstance(source, io.StringIO):
+            lines.close()
+
+
+def shown_name(name: str) -> str:
+    """``name`` fit to print and write anywhere: bytes that are not UTF-8 (Python reads a
+    Latin-1 ``caf\\xe9.csv`` as a lone surrogate) shown as ``\\xe9``."""
+    return os.fsencode(name).decode("utf-8", errors="backslashreplace")
 
 
 def source_name(frame: pd.DataFrame) -> str:
@@ -100,6 +142,31 @@ def cell(value: object) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "a blank"
     return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+MAX_ROWS = max(MAX_REQUESTS, MAX_STEPS)  # data rows of a trace CSV (one request or step each)
+
+
+def check_row_count(path: Path, text: str | None = None) -> None:
+    """ValueError before parsing when the CSV at ``path`` (or ``text``) has more data rows
+    than a trace may (:data:`MAX_ROWS`): a 10**7-row file parses for seconds and simulates
+    for minutes before any other check could refuse it."""
+    if text is not None:
+        lines = text.count("\n") + (not text.endswith("\n"))
+    else:
+        lines, tail = 0, b"\n"
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK_BYTES):
+                lines += chunk.count(b"\n")
+                tail = chunk[-1:]
+        lines += tail != b"\n"
+    if lines - 1 > MAX_ROWS:
+        raise ValueError(
+            f"trace file {str(path)!r} has {lines - 1:_} rows after its header: more than the "
+            f"{MAX_ROWS:_} requests or steps a trace may have (cgdispatch.core.validate."
+            f"BOUNDS); sample it (e.g. head -n {MAX_ROWS + 1} FILE) or give a histogram "
+            "(num_tokens,count)"
+        )
 
 
 def check_total_steps(total: int, where: str) -> None:
@@ -234,9 +301,31 @@ def _read(source: str | Path | pd.DataFrame, **kwargs: object) -> pd.DataFrame:
         return source
     path = existing_file(source)
     regular = path.is_file() and path != Path("-")
-    frame = parse_csv(path, path if regular else io.StringIO(read_text(path)), **kwargs)
+    text = None if regular else read_text(path)
+    check_row_count(path, text)
+    frame = parse_csv(path, path if regular else io.StringIO(text), **kwargs)
     frame.attrs["path"] = str(path)
+    check_repeated_header(frame)
     return frame
+
+
+def check_repeated_header(frame: pd.DataFrame) -> None:
+    """ValueError naming the first row that repeats the header (files concatenated with
+    ``cat``): without it, that row's text turns a number column into text and the error
+    would name another row, or dates would be guessed."""
+    text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if not text or not len(frame):
+        return
+    same = np.ones(len(frame), dtype=bool)
+    for c in frame.columns:
+        same &= frame[c].astype(str).str.strip().to_numpy() == str(c).strip()
+    if same.any():
+        row = int(np.flatnonzero(same)[0]) + 1
+        raise ValueError(
+            f"{source_name(frame)}, row {row} repeats the header "
+            f"({', '.join(map(str, frame.columns))}): files joined with their headers? "
+            "remove the repeated header rows (keep the first line only)"
+        )
 
 
 def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") -> pd.DataFrame:
@@ -266,7 +355,8 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
         arrival = stamps.to_numpy(dtype=np.float64) * scale
     else:
         try:
-            times = pd.to_datetime(stamps, errors="coerce", format="mixed")
+            # UTC offsets (a clock change mid-trace: +01:00 then +02:00) on one time line
+            times = pd.to_datetime(stamps, errors="coerce", format="mixed", utc=True)
         except (ValueError, TypeError, OverflowError):
             times = pd.Series(pd.NaT, index=stamps.index)
         arrival = (times - times.min()).dt.total_seconds().to_numpy(dtype=np.float64)
@@ -363,11 +453,17 @@ def load_cudagraph_metrics(
         if "|" not in line:
             current = None
             continue
-        cells = [c.strip() for c in line[line.index("|") :].strip().strip("|").split("|")]
+        row = line[line.index("|") :].strip()
+        cells = [c.strip() for c in row.strip("|").split("|")]
         if any("unpadded" in c.lower() for c in cells):
             current = []
             found.append(current)
-        elif current is not None and len(cells) >= 5 and _is_int(cells[0]):
+        elif current is not None and _is_int(cells[0]):
+            if len(cells) < 5 or not row.endswith("|"):  # a row's cells end with a bar
+                raise ValueError(
+                    f"{where}, line {number}: the table row {row!r} is cut short (5 cells "
+                    "ending in '|' expected): was the log truncated? copy the whole table"
+                )
             current.append(_metrics_row(cells, f"{where}, line {number}"))
     if not found:
         raise ValueError(
@@ -423,8 +519,10 @@ def load_trace(
     # a metrics table anywhere in the log (engine logs put megabytes before the first one)
     if _METRICS_HEADER.search(text):
         return "steps", load_cudagraph_metrics(path)
+    check_row_count(path, text)
     frame = parse_csv(path, io.StringIO(text))
     frame.attrs["path"] = str(path)
+    check_repeated_header(frame)
     if len(_match(list(frame.columns), REQUEST_ALIASES)) >= 2:  # a request file, maybe lacking one
         return "requests", load_requests(frame)
     if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .files import TIME_ORDERED, load_trace
+from .files import TIME_ORDERED, load_trace, shown_name
 from .synthetic import LENGTH_PRESETS, synthetic_requests
 from .trace import simulate_steps
 
@@ -88,7 +88,7 @@ def workload_trace(
             "names or the path of a requests/steps CSV"
         )
     kind, table = load_trace(path, progress=progress)
-    name = "stdin" if str(path) == "-" else path.name
+    name = "stdin" if str(path) == "-" else shown_name(path.name)
     if kind == "requests":
         return simulate_steps(
             table, seed=seed, **limits

@@ -27,6 +27,7 @@ __all__ = [
     "simulate_steps",
     "step_histogram",
     "check_step_budget",
+    "check_requests_fit",
 ]
 
 # Step-trace schema: column -> (dtype, meaning). Extra columns are allowed and kept.
@@ -109,6 +110,24 @@ def check_step_budget(
             "tokens): vLLM never schedules a step above its token budget; set "
             f"--max-num-batched-tokens {int(sizes[row])} (or more) if the engine ran with it, "
             "or check the trace's num_tokens column"
+        )
+
+
+def check_requests_fit(requests: pd.DataFrame, kv_cache_tokens: int, where: str) -> None:
+    """ValueError when a request needs more KV-cache tokens (prompt + output) than the cache
+    holds: vLLM refuses to start with a max_model_len its KV cache cannot hold, so no engine
+    would finish such a request, and simulating its millions of steps only looks like a
+    hang. ``where`` names the estimate (model, device)."""
+    need = requests["prompt_tokens"].to_numpy(np.int64) + requests["output_tokens"].to_numpy(
+        np.int64
+    )
+    if len(need) and int(need.max()) > kv_cache_tokens:
+        row = int(np.argmax(need))
+        raise ValueError(
+            f"request {row + 1} needs {int(need[row]):,} tokens of KV cache (prompt + output), "
+            f"more than the {int(kv_cache_tokens):,} the KV cache holds ({where}): vLLM could "
+            "not serve it (its max_model_len must fit in the KV cache); drop or shorten it, "
+            "or model a larger device"
         )
 
 

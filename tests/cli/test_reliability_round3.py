@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from cgdispatch.__main__ import main
+from cgdispatch.workload.synthetic import synthetic_requests
 
 SMALL = ("--model", "toy-tiny", "--num-requests", "120", "--max-num-seqs", "32")
 
@@ -175,3 +176,184 @@ def test_cost_model_refuses_impossible_step_sizes(bad):
     ):
         with pytest.raises(ValueError, match="step size must be a whole number"):
             call()
+
+
+def test_a_trace_over_the_row_bound_is_refused_before_parsing(tmp_path, capsys):
+    from cgdispatch.core.validate import MAX_REQUESTS, MAX_STEPS
+
+    path = tmp_path / "steps.csv"
+    rows = max(MAX_REQUESTS, MAX_STEPS) + 1
+    with open(path, "wb") as f:  # one column of sizes: 10**7 + 1 rows, about 20 MB
+        f.write(b"num_tokens\n" + b"1\n" * rows)
+    assert main(["tune", *SMALL, "--trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{rows:_} rows" in err and "10_000_000" in err
+
+
+def test_a_request_longer_than_the_kv_cache_is_refused_before_simulating(tmp_path, capsys):
+    rng = np.random.default_rng()
+    req = synthetic_requests(40, "sharegpt", rate_per_s=6, seed=int(rng.integers(1000)))
+    req.loc[int(rng.integers(40)), "output_tokens"] = 3_000_000
+    path = tmp_path / "long.csv"
+    req.rename(columns={"arrival_s": "timestamp"}).to_csv(path, index=False)
+    assert main(["tune", "--trace", str(path)]) == 2  # llama-3.1-8b on H200: ~0.9M tokens
+    err = capsys.readouterr().err
+    assert "3,000," in err and "KV cache" in err and "llama-3.1-8b on H200" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--context-len", "100000000000"), ("--num-requests", "10000000000"),
+     ("--max-num-seqs", "100000000"), ("--max-graphs", "100000000")],
+)  # fmt: skip
+def test_integer_flags_are_bounded(flag, value, capsys):
+    assert main(["tune", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag}={value}" in err and "at most" in err
+
+
+# 5. shifted columns ---------------------------------------------------------------------
+
+
+def test_rows_with_more_fields_than_the_header_are_refused(tmp_path, capsys):
+    rng = np.random.default_rng()
+    path = tmp_path / "shifted.csv"
+    rows = [f"{t:.3f},{p},{o},{x}" for t, p, o, x in zip(
+        np.cumsum(rng.exponential(0.1, 30)), rng.integers(10, 500, 30),
+        rng.integers(1, 300, 30), rng.integers(0, 9, 30))]  # fmt: skip
+    path.write_text("timestamp,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    assert main(["tune", *SMALL, "--trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "row 1 has 4 fields but the header names 3 columns" in err
+
+
+# 6. steps over the budget, prefill-only traces ------------------------------------------
+
+
+def test_steps_over_the_token_budget_are_refused(tmp_path, capsys):
+    path = _histogram([(100_000, 5, 0), (12, 50, 1)], tmp_path / "over.csv")
+    for command in (["tune", *SMALL], ["plan", "--model", "toy-tiny", "--max-graphs", "4"]):
+        assert main([*command, "--trace", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "5 steps over max_num_batched_tokens=8,192" in err and "100,000" in err
+
+
+def test_a_prefill_only_trace_plans_the_prefill_list(tmp_path, capsys):
+    from cgdispatch.plan.ladder_compare import export_plan
+
+    trace = _one_token_requests(tmp_path / "one.csv")
+    assert main(["tune", *SMALL, "--trace", str(trace), "--json"]) == 0
+    out = _strict_loads(capsys.readouterr().out)
+    assert out["sizes"]["planned"]["decode_cudagraph_capture_request_sizes"] == []
+    assert out["sizes"]["planned"]["prefill_cudagraph_capture_token_sizes"]
+    assert "decode_cudagraph_capture_request_sizes" not in out["flags"]
+    from cgdispatch import GraphConfig
+    from cgdispatch.plan.gen2_ladder import Gen2Ladder
+
+    config = GraphConfig(vllm_version="0.34").resolve()
+    flags = export_plan(Gen2Ladder((300, 600), ()), config)  # both above max_num_seqs
+    assert "sglang" not in flags and "no planned size is a decode batch" in flags["left_at_default"]
+
+
+# 9. encoding ----------------------------------------------------------------------------
+
+
+def test_a_latin1_file_name_prints_escaped(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = os.fsencode(tmp_path)
+    name = folder + b"/caf\xe9.csv"
+    req = synthetic_requests(80, "alpaca", rate_per_s=6, seed=3)
+    req.rename(columns={"arrival_s": "timestamp"}).to_csv(os.fsdecode(name), index=False)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(repo),
+           "CGDISPATCH_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    argv = [sys.executable, "-m", "cgdispatch", "tune", *SMALL, "--trace", os.fsdecode(name)]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]
+    assert "requests from caf\\xe9.csv" in done.stdout.decode()
+
+
+def test_report_into_a_latin1_folder_writes_the_whole_summary(tmp_path):
+    import os
+
+    from cgdispatch.sweep.exports import write_text_file
+
+    folder = tmp_path / os.fsdecode(b"r\xe9p")
+    folder.mkdir()
+    text = f"# report\n\nresults in {folder}\n" + "row\n" * 50
+    write_text_file(folder / "summary.md", text)
+    written = (folder / "summary.md").read_bytes().decode("utf-8")
+    assert written.startswith("# report") and written.count("row\n") == 50
+    assert "r\\xe9p" in written or "r\\udce9p" in written
+
+
+# 11. messages -----------------------------------------------------------------------------
+
+
+def test_utc_offsets_across_a_clock_change_are_read(tmp_path):
+    from cgdispatch.workload.files import load_requests
+
+    path = tmp_path / "tz.csv"
+    path.write_text(
+        "timestamp,prompt_tokens,output_tokens\n"
+        "2023-03-26T01:59:58+01:00,10,5\n"
+        "2023-03-26T03:00:01+02:00,20,6\n"
+        "2023-03-26T03:00:05+02:00,30,7\n"
+    )
+    assert load_requests(path)["arrival_s"].tolist() == [0.0, 3.0, 7.0]
+
+
+@pytest.mark.parametrize(
+    ("header", "row"),
+    [("timestamp,prompt_tokens,output_tokens", "0.{i},1{i},{i}"), ("num_tokens,count", "{i},3")],
+)
+def test_a_repeated_header_is_named_at_its_row(header, row, tmp_path, capsys):
+    rng = np.random.default_rng()
+    at = int(rng.integers(2, 6))
+    lines = [row.format(i=i + 1) for i in range(8)]
+    lines.insert(at, header)
+    path = tmp_path / "joined.csv"
+    path.write_text(header + "\n" + "\n".join(lines) + "\n")
+    assert main(["tune", *SMALL, "--trace", str(path)]) == 2
+    assert f"row {at + 1} repeats the header" in capsys.readouterr().err
+
+
+def test_a_truncated_metrics_table_is_refused(tmp_path, capsys):
+    path = tmp_path / "metrics.log"
+    path.write_text(
+        "| Unpadded Tokens | Padded Tokens | Num Paddings | Runtime Mode | Count |\n"
+        "|---|---|---|---|---|\n"
+        "| 3 | 4 | 1 | FULL | 20 |\n"
+        "| 100 | 104 | 4 | PIECEW"
+    )
+    assert main(["tune", *SMALL, "--trace", str(path)]) == 2
+    assert "line 4" in (err := capsys.readouterr().err) and "cut short" in err
+
+
+@pytest.mark.parametrize("bad", [None, ["H100"], 3])
+def test_wrong_types_are_value_errors_naming_the_value(bad):
+    import cgdispatch as cg
+
+    with pytest.raises(ValueError, match="is invalid|is unknown"):
+        cg.reference_config(bad)
+    with pytest.raises(ValueError, match="device=.* is unknown"):
+        cg.device_cost_model("toy-tiny", bad)
+    config = cg.GraphConfig().resolve()
+    with pytest.raises(ValueError, match="device=.* is unknown"):
+        cg.estimate_startup("meta-llama/Llama-3.1-8B-Instruct", bad, config)
+
+
+def test_notebook_checker_refuses_the_holdout_the_notebook_refuses():
+    from cgdispatch.views.notebook_params import NOTEBOOK_PARAMETERS, check_notebook_parameters
+
+    check = NOTEBOOK_PARAMETERS["04_what_if"]["holdout"]
+    with pytest.raises(ValueError, match=r"holdout=1.0 is invalid: give a number in \(0.0, 1.0\)"):
+        check("holdout", 1.0)
+    assert check("holdout", 0.99) == 0.99
+    defaults = {name: None for name in NOTEBOOK_PARAMETERS["04_what_if"]}
+    with pytest.raises(ValueError, match="holdout=1.0"):
+        check_notebook_parameters("04_what_if", {**defaults, "holdout": 1.0})
