@@ -140,13 +140,12 @@ def _data_points(ax) -> np.ndarray:
 def _legend_problems(fig: Figure, renderer, tolerance: float) -> list[str]:
     problems = []
     for legend in _legends(fig):
-        box = legend.get_window_extent(renderer)
-        x0, y0, x1, y1 = box.x0 + tolerance, box.y0 + tolerance, box.x1 - tolerance, box.y1 - tolerance
+        box = legend.get_window_extent(renderer).padded(-tolerance)
         axes = [legend.axes] if legend.axes is not None else fig.axes
         for ax in axes:
             points = _data_points(ax)
-            covered = (points[:, 0] > x0) & (points[:, 0] < x1)
-            covered &= (points[:, 1] > y0) & (points[:, 1] < y1)
+            covered = (points[:, 0] > box.x0) & (points[:, 0] < box.x1)
+            covered &= (points[:, 1] > box.y0) & (points[:, 1] < box.y1)
             if covered.any():
                 entries = ", ".join(t.get_text() for t in legend.get_texts()[:3])
                 problems.append(
