@@ -254,7 +254,7 @@ def speedup_figure(
     if split is None or split not in frame.columns or frame[split].nunique() < 2:
         frame, split = frame.assign(_split=""), "_split"  # one line per `by`
     mean = frame.groupby([by, split, x], sort=True)["speedup_x"].mean()
-    fig = SourcedFigure(figsize=(9, 4.5), layout="constrained")
+    fig = SourcedFigure(figsize=(10.5, 4.5), layout="constrained")
     ax = fig.subplots()
     for group in _coinciding(mean, list(dict.fromkeys(zip(frame[by], frame[split])))):
         key, part = group[0]
