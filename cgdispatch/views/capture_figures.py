@@ -51,7 +51,7 @@ def _bars_by_mode(
     keys = [by] + ([group] if group and group in frame.columns else [])
     table = frame.groupby(keys, sort=False)[value].agg(agg) / scale
     table = table.unstack(group) if len(keys) == 2 else table.to_frame(value)
-    fig = SourcedFigure(figsize=(8, 4), layout="constrained")
+    fig = SourcedFigure(figsize=(9, 4), layout="constrained")
     ax = fig.subplots()
     x = np.arange(len(table.index))
     width = 0.8 / max(len(table.columns), 1)
@@ -68,7 +68,7 @@ def _bars_by_mode(
     ax.set_ylabel(unit)
     ax.set_title(title)
     if len(table.columns) > 1:
-        ax.legend(title=group, fontsize=8)
+        legend_outside(ax, title=group)
     return label_source(fig, label)
 
 

@@ -4,7 +4,8 @@
 extents (display pixels) of every text it drew: titles, axis and tick labels, legend
 entries, annotations and figure texts. It also reports a legend whose box covers a plotted
 point, a bar or a scatter marker. It judges boxes, not glyphs: two rotated labels whose boxes
-overlap count as overlapping. It changes nothing in the figure.
+overlap count as overlapping. It changes nothing the figure shows; a figure without a
+canvas that can render gets an Agg one (pyplot is not involved).
 """
 
 from __future__ import annotations
