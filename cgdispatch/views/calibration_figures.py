@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from ..core.modes import CUDAGraphMode
 from ..estimate.device_model import DEVICE_PRESETS, device_cost_model
-from .sources import SourcedFigure, label_source
+from .sources import SourcedFigure, label_source, legend_outside
 
 __all__ = [
     "calibration_figure",
@@ -55,7 +55,7 @@ def calibration_figure(table: pd.DataFrame) -> Figure:
         raise ValueError(
             f"table lacks {missing}: pass cgdispatch.calibration_table() (cross_validate=True)"
         )
-    fig = SourcedFigure(figsize=(13, 4.2), layout="constrained")
+    fig = SourcedFigure(figsize=(14, 4.2), layout="constrained")
     axes = fig.subplots(1, len(_PANELS))
     for ax, (column, label, scale) in zip(axes, _PANELS):
         x = table[column].to_numpy(float) * scale
@@ -79,7 +79,7 @@ def calibration_figure(table: pd.DataFrame) -> Figure:
         med = err.median() * (1 if unit == "s" else 100)
         short = label.split(" (")[0]
         ax.set_title(f"{short}: median |error| {med:.1f} {unit}", fontsize=9)
-    axes[0].legend(fontsize=7, ncols=2)
+    legend_outside(axes[-1], *axes[0].get_legend_handles_labels(), fontsize=7)
     fig.suptitle(
         f"Calibrated start-up model against {len(table)} logged vLLM start-ups "
         "(each run predicted by constants fitted without its model family)",
@@ -146,35 +146,37 @@ def published_step_comparison(device_if_unstated: str = "H100") -> pd.DataFrame:
 
 
 def step_ratio_figure(comparison: pd.DataFrame) -> Figure:
-    """Published against modelled step-time ratios per pair (bars), the ±25% band around
-    each published ratio; pairs whose GPU is unstated are hatched."""
+    """Published against modelled step-time ratios per pair (horizontal bars, one row per
+    pair, named on one line), the ±25% band around each published ratio; pairs whose GPU
+    is unstated are hatched."""
     if comparison.empty:
         raise ValueError("no published pair to compare: the registry holds none of their models")
-    fig = SourcedFigure(figsize=(8, 4), layout="constrained")
+    fig = SourcedFigure(figsize=(9, 1.6 + 0.42 * len(comparison)), layout="constrained")
     ax = fig.subplots()
-    x = np.arange(len(comparison))
+    y = np.arange(len(comparison))
     pub = comparison["published"].to_numpy(float)
-    ax.bar(x - 0.2, pub, 0.4, color="0.6", label="published")
+    ax.barh(y - 0.2, pub, 0.4, color="0.6", label="published")
     for i, (value, stated) in enumerate(zip(comparison["model_ratio"], comparison["gpu_stated"])):
-        ax.bar(
+        ax.barh(
             i + 0.2, value, 0.4, color="tab:blue", hatch=None if stated else "//",
             label="model" if i == 0 else None,
         )  # fmt: skip
     ax.errorbar(
-        x - 0.2, pub, yerr=RATIO_TOLERANCE * pub, fmt="none", color="k", capsize=4,
+        pub, y - 0.2, xerr=RATIO_TOLERANCE * pub, fmt="none", color="k", capsize=3,
         label="published ±25%",
     )  # fmt: skip
-    ax.axhline(1.0, color="0.4", lw=0.8)
+    ax.axvline(1.0, color="0.4", lw=0.8)
     labels = [
-        f"{p}\n{r}\n{e}, bs {b}"
+        f"{p} {r}: {e}, bs {b}"
         for p, r, e, b in zip(
             comparison["pair"], comparison["ratio"], comparison["engine"], comparison["batch_size"]
         )
     ]
-    ax.set_xticks(x, labels, fontsize=7)
-    ax.set_ylabel("slower mode's step time / faster mode's")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()  # the first pair on top, as in the table
+    ax.set_xlabel("slower mode's step time / faster mode's")
     ax.set_title("Step-time ratios: device model against published pairs (hatched: GPU unstated)")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return label_source(fig, "model (H100) vs reference data (published, see the sources)")
 
 

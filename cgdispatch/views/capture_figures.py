@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from matplotlib.figure import Figure
 
-from .sources import SourcedFigure, frame_source, label_source, rows_to_plot
+from .sources import (
+    SourcedFigure,
+    category_ticks,
+    frame_source,
+    label_source,
+    legend_outside,
+    rows_to_plot,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +51,7 @@ def _bars_by_mode(
     keys = [by] + ([group] if group and group in frame.columns else [])
     table = frame.groupby(keys, sort=False)[value].agg(agg) / scale
     table = table.unstack(group) if len(keys) == 2 else table.to_frame(value)
-    fig = SourcedFigure(figsize=(8, 4), layout="constrained")
+    fig = SourcedFigure(figsize=(9, 4), layout="constrained")
     ax = fig.subplots()
     x = np.arange(len(table.index))
     width = 0.8 / max(len(table.columns), 1)
@@ -57,11 +64,11 @@ def _bars_by_mode(
             gid=f"bars-{col}",
         )
         ax.bar_label(bars, fmt="%.3g", fontsize=7)
-    ax.set_xticks(x, [str(i) for i in table.index])
+    category_ticks(ax, x, [str(i) for i in table.index], fontsize=9)
     ax.set_ylabel(unit)
     ax.set_title(title)
     if len(table.columns) > 1:
-        ax.legend(title=group, fontsize=8)
+        legend_outside(ax, title=group)
     return label_source(fig, label)
 
 
@@ -127,7 +134,7 @@ def capture_per_key_figure(captures: pd.DataFrame, *, source: str | None = None)
     cols = ["mode", "ladder", "runtime_mode", "num_tokens", "capture_s"]
     captures = rows_to_plot(captures, cols, "capture_per_key_figure")
     label = frame_source(captures, source)
-    fig = SourcedFigure(figsize=(7, 4.2), layout="constrained")
+    fig = SourcedFigure(figsize=(9, 4.2), layout="constrained")
     ax = fig.subplots()
     for (mode, ladder, kind), part in captures.groupby(cols[:3], sort=False):
         part = part.sort_values("num_tokens")
@@ -136,7 +143,7 @@ def capture_per_key_figure(captures: pd.DataFrame, *, source: str | None = None)
     ax.set_xlabel("num_tokens of the key (tokens)")
     ax.set_ylabel("graph capture (ms)")
     ax.set_title("capture time of each key (graph capture only)", fontsize=10)
-    ax.legend(fontsize=7)
+    legend_outside(ax, fontsize=7)
     return label_source(fig, label)
 
 
@@ -153,7 +160,7 @@ def memory_per_key_figure(captures: pd.DataFrame, per_key: pd.DataFrame) -> Figu
             "memory_per_key_figure: no key has both a measured pool size and an estimate; "
             "pass capture records from a CUDA sweep and the estimate of the same units"
         )
-    fig = SourcedFigure(figsize=(5.5, 5), layout="constrained")
+    fig = SourcedFigure(figsize=(7.5, 5), layout="constrained")
     ax = fig.subplots()
     for (mode, ladder), part in both.groupby(["mode", "ladder"], sort=False):
         ax.scatter(
@@ -166,6 +173,6 @@ def memory_per_key_figure(captures: pd.DataFrame, per_key: pd.DataFrame) -> Figu
     ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--")
     ax.set_xlabel("estimated pool growth per key (MiB) [model]")
     ax.set_ylabel(f"measured pool growth per key (MiB) [{frame_source(measured, None)}]")
-    ax.legend(fontsize=7)
+    legend_outside(ax, fontsize=7)
     ax.set_title("graph memory per key: estimate vs measurement", fontsize=10)
     return label_source(fig, f"{frame_source(measured, None)}; model")

@@ -112,8 +112,22 @@ def sweep_conclusion(units: pd.DataFrame, modelled: pd.DataFrame) -> str:
         f"Conclusion: the sweep timed {ran} points ({failed} failed) across "
         f"{units['mode'].nunique()} modes, {measured}. Modelled over eager for a "
         f"{int(smallest['num_tokens'].iloc[0])}-token decode ({source}): {ranking}; "
-        f"the fastest mode there is {best['mode'].iloc[0]}."
+        f"{_fastest(best)}."
     )
+
+
+TIE_RTOL = 0.01  # speed-ups within 1% of the best are a tie: the model is not that exact
+
+
+def _fastest(ranked: pd.DataFrame) -> str:
+    """The fastest mode of ``ranked`` (mode, speedup_x; best first), or every mode within
+    :data:`TIE_RTOL` of it when several are."""
+    top = float(ranked["speedup_x"].iloc[0])
+    tied = ranked.loc[ranked["speedup_x"] >= top * (1.0 - TIE_RTOL), "mode"].astype(str).tolist()
+    if len(tied) == 1:
+        return f"the fastest mode there is {tied[0]}"
+    names = ", ".join(tied[:-1]) + f" and {tied[-1]}"
+    return f"{names} tie as fastest there (within {100 * TIE_RTOL:g}% of {top:.2f}x)"
 
 
 def byom_conclusion(model_name: str, checks: pd.DataFrame, rows: pd.DataFrame) -> str:

@@ -31,6 +31,7 @@ from .sources import (
     figure_source,
     frame_source,
     label_source,
+    legend_outside,
     rows_to_plot,
 )
 
@@ -253,11 +254,13 @@ def speedup_figure(
     if split is None or split not in frame.columns or frame[split].nunique() < 2:
         frame, split = frame.assign(_split=""), "_split"  # one line per `by`
     mean = frame.groupby([by, split, x], sort=True)["speedup_x"].mean()
-    fig = SourcedFigure(figsize=(8, 4.5), layout="constrained")
+    fig = SourcedFigure(figsize=(10.5, 4.5), layout="constrained")
     ax = fig.subplots()
-    for key, part in dict.fromkeys(zip(frame[by], frame[split])):
+    for group in _coinciding(mean, list(dict.fromkeys(zip(frame[by], frame[split])))):
+        key, part = group[0]
         series = mean.loc[(key, part)]
-        name = str(key) if split == "_split" else f"{key} ({split}={part})"
+        names = " = ".join(str(k) for k, _ in group)
+        name = names if split == "_split" else f"{names} ({split}={part})"
         ax.plot(
             series.index.to_numpy(),
             series.to_numpy(),
@@ -280,8 +283,29 @@ def speedup_figure(
     else:
         ax.set_ylabel("speed-up (eager / graph, x)")
         ax.set_title(f"step speed-up by {by}")
-    ax.legend(fontsize=8)
+    legend_outside(ax, title=f"lines within {100 * SAME_LINE_RTOL:g}%: one line", title_fontsize=7)
     return label_source(fig, label)
+
+
+SAME_LINE_RTOL = 0.005  # series this close at every size look like one line: drawn as one
+
+
+def _coinciding(mean: pd.Series, series: list[tuple]) -> list[list[tuple]]:
+    """``series`` (keys of ``mean``'s first two levels) in groups whose speed-ups agree
+    within :data:`SAME_LINE_RTOL` at the same sizes, first-seen order; each group is drawn
+    as one line labelled ``A = B``, so that the reader can tell which modes it stands for."""
+    groups: list[list[tuple]] = []
+    for key in series:
+        values = mean.loc[key]
+        for group in groups:
+            first = mean.loc[group[0]]
+            same_sizes = key[1] == group[0][1] and first.index.equals(values.index)
+            if same_sizes and np.allclose(values, first, rtol=SAME_LINE_RTOL, atol=0.0):
+                group.append(key)
+                break
+        else:
+            groups.append([key])
+    return groups
 
 
 def noise_floor(frame: pd.DataFrame, by: str = "mode") -> tuple[float, float, str] | None:
@@ -306,7 +330,7 @@ def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure
     ok = rows_to_plot(rows, cols, "step_time_figure")
     label = frame_source(ok, source)
     kinds = [k for k in (True, False) if (ok["uniform_decode"] == k).any()]
-    fig = SourcedFigure(figsize=(5 + 3.5 * len(kinds), 4.2), layout="constrained")
+    fig = SourcedFigure(figsize=(6.5 + 3.5 * len(kinds), 4.2), layout="constrained")
     axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
     for ax, uniform in zip(axes, kinds):
         part = ok[ok["uniform_decode"] == uniform]
@@ -322,7 +346,7 @@ def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure
         ax.set_xscale("log", base=2)
         ax.set_xlabel("num_tokens (tokens)")
         ax.set_title("uniform decode" if uniform else "mixed batches", fontsize=10)
-        ax.legend(fontsize=7)
+    legend_outside(axes[-1], fontsize=7)  # the panels share modes and styles: one legend
     axes[0].set_ylabel("step time, median (ms)")
     fig.suptitle("step time: eager vs graphs")
     return label_source(fig, label)

@@ -16,6 +16,8 @@ from matplotlib.figure import Figure  # pyplot-free: no backend is touched, note
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.legend import Legend
 
 __all__ = [
     "SourcedFigure",
@@ -24,6 +26,8 @@ __all__ = [
     "figure_source",
     "frame_source",
     "rows_to_plot",
+    "legend_outside",
+    "category_ticks",
 ]
 
 SOURCE_GID = "cgdispatch-source"  # gid of the corner note that names the data source
@@ -94,3 +98,27 @@ def rows_to_plot(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.D
     if frame.empty:
         raise ValueError(f"{what}: the frame has no rows to plot (after dropping failed rows)")
     return frame
+
+
+def legend_outside(
+    ax: Axes, handles: list | None = None, labels: list | None = None, **kw
+) -> Legend:
+    """The legend of ``ax`` right of its axes, top-aligned, so that it never covers the data;
+    constrained layout narrows the axes to make room. ``kw`` go to ``Axes.legend``."""
+    kw = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), **kw}
+    if handles is None:
+        return ax.legend(borderaxespad=0.0, **kw)
+    return ax.legend(handles, labels, borderaxespad=0.0, **kw)
+
+
+_CHAR_WIDTH_EM = 0.62  # a typical glyph of the default sans-serif font, in font sizes
+
+
+def category_ticks(ax: Axes, x: Sequence[float], labels: Sequence[str], fontsize: float = 8):
+    """Tick labels of a bar chart's categories that do not run into each other: horizontal
+    when the longest line of a label fits the width of one category, else vertical."""
+    width_pt = ax.figure.get_figwidth() * 72.0 * ax.get_position().width
+    slot_pt = width_pt / max(len(labels), 1)
+    longest = max((len(line) for label in labels for line in str(label).split("\n")), default=0)
+    fits = longest * _CHAR_WIDTH_EM * fontsize < 0.85 * slot_pt
+    ax.set_xticks(x, labels, fontsize=fontsize, rotation=0 if fits else 90)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 from ..plan.tune_result import TuneResult
-from .sources import SourcedFigure, label_source
+from .sources import SourcedFigure, label_source, legend_outside
 
 __all__ = ["tradeoff_figure"]
 
@@ -58,19 +60,61 @@ def tradeoff_figure(result: TuneResult) -> Figure:
                 for name, xi, yi, e in zip(table["ladder"], x, y, share):
                     key = name in (_PLAN, _BASE)  # their eager share: the prefills no graph takes
                     text = f"{name}" + (f"\neager {100 * e:.1f}%" if key else "")
-                    ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(5, 4),
-                                fontsize=7, color="tab:red" if name == _PLAN else "0.25")  # fmt: skip
+                    ax.annotate(text, (xi, yi), textcoords="offset points", xytext=_OFFSETS[0],
+                                fontsize=7, color="tab:red" if name == _PLAN else "0.25",
+                                gid="tradeoff-label", in_layout=False)  # fmt: skip
         ax.axhline(0.0, color="0.6", linewidth=0.8)
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("Δ mean step time vs vLLM's default (%)")
     handles, labels = axes[0].get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    axes[0].legend(unique.values(), unique.keys(), fontsize=8, loc="best")
+    legend_outside(axes[-1], list(unique.values()), list(unique.keys()))
     verdict = "plan recommended" if result.recommendation == _PLAN else "vLLM's default kept"
     fig.suptitle(
         f"what each ladder costs and buys ({verdict}; held out: last {result.holdout:g} of "
         f"{result.trace_label})",
         fontsize=10,
     )
-    return label_source(fig, result.source)
+    label_source(fig, result.source)
+    _spread_labels(fig)
+    return fig
+
+
+# where a point's label may go, in points from the point: right-above first, then around it
+_OFFSETS = [(5, 4), (5, -12), (-5, 4), (-5, -12), (5, 14), (-5, 14), (5, -22), (-5, -22),
+            (5, 24), (-5, 24), (5, -32), (-5, -32)]  # fmt: skip
+
+
+_MARKER_RADIUS_PT = 3.5  # s=46 points²: a marker about 7 points across
+
+
+def _spread_labels(fig: Figure) -> None:
+    """Move each point label to the first place in :data:`_OFFSETS` where its box meets no
+    marker and no label placed before it and stays inside its axes (else leave it where it was first put).
+    Lays the figure out once to measure the boxes; the labels do not take part in the layout,
+    so the axes do not move afterwards."""
+    canvas = FigureCanvasAgg(fig)  # pyplot-free; Jupyter still shows the figure as PNG
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        area = ax.get_window_extent(renderer)
+        radius = renderer.points_to_pixels(_MARKER_RADIUS_PT)
+        placed = [  # the markers, so that no label hides a point
+            Bbox.from_extents(px - radius, py - radius, px + radius, py + radius)
+            for coll in ax.collections
+            for px, py in coll.get_offset_transform().transform(coll.get_offsets())
+        ]
+        for label in (t for t in ax.texts if t.get_gid() == "tradeoff-label"):
+            for dx, dy in _OFFSETS:
+                label.set_position((dx, dy))
+                label.set_horizontalalignment("left" if dx > 0 else "right")
+                box = label.get_window_extent(renderer)
+                inside = area.x0 <= box.x0 and box.x1 <= area.x1 and area.y0 <= box.y0
+                if inside and box.y1 <= area.y1 and not any(box.overlaps(p) for p in placed):
+                    break
+            else:
+                label.set_position(_OFFSETS[0])
+                label.set_horizontalalignment("left")
+                box = label.get_window_extent(renderer)
+            placed.append(box)

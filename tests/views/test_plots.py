@@ -295,3 +295,29 @@ def test_generation_2_ladder_draws_every_mode_with_graphs():
         if mode == "FULL_DECODE_ONLY":
             assert len(line(fig, "padded-size").get_xdata()) == 0
             assert len(line(fig, "capture-sizes").get_xdata()) == 0
+
+
+def test_speedup_lines_that_coincide_are_drawn_once_and_named_together():
+    rng = np.random.default_rng(30)
+    sizes = [1, 2, 4, 8, 16]
+    full = rng.uniform(1.5, 3.5, len(sizes))
+    series = {
+        "FULL": full,
+        "FULL_AND_PIECEWISE": full * (1 + rng.uniform(-1e-3, 1e-3, len(sizes))),  # within 0.5%
+        "PIECEWISE": full * 0.8,
+        "FULL_DECODE_ONLY": np.ones(len(sizes)),
+        "NONE": np.ones(len(sizes)),
+    }
+    frame = pd.DataFrame(
+        [
+            {"mode": mode, "num_tokens": n, "speedup_x": float(x), "source": "model"}
+            for mode, values in series.items()
+            for n, x in zip(sizes, values)
+        ]
+    )
+    fig = speedup_figure(frame)
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines() if ln.get_gid()]
+    assert labels == ["FULL = FULL_AND_PIECEWISE", "PIECEWISE", "FULL_DECODE_ONLY = NONE"]
+    assert list(line(fig, "speedup-FULL_DECODE_ONLY = NONE").get_ydata()) == [1.0] * len(sizes)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "FULL_DECODE_ONLY = NONE" in legend  # the reader sees which modes sit at 1x
