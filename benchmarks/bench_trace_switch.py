@@ -14,8 +14,9 @@ dashboard's kernel is. Every JSON answer must equal the ``off`` one (checked). T
 folder is a temporary one whose cost-model and start-up pickles are built by a small
 warm-up run first, so only the result cache differs between the rows.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_trace_switch.py [REPEATS]`` (REPEATS runs of
-each row, default 3; about 4 minutes per repeat on 2 busy cores). Prints min and median.
+Run: ``PYTHONPATH=. python benchmarks/bench_trace_switch.py [WARM_RUNS [SLOW_RUNS]]``: warm
+and in-process rows WARM_RUNS times (default 3), off and cold SLOW_RUNS times (default 1;
+each is 20-40 s on 2 busy cores). Prints min and median.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def summary(name: str, times: list[float]) -> str:
 
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    slow_repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     with tempfile.TemporaryDirectory() as folder:
         cache = Path(folder)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "CGDISPATCH_CACHE": folder}
@@ -94,15 +96,18 @@ def main() -> None:
         for version in VERSIONS:
             rows: dict[str, list[float]] = {"off (baseline)": [], "cold": [], "warm": []}
             answers = set()
-            for _ in range(repeats):
+            for _ in range(slow_repeats):
                 seconds, out = run(tune_cmd(version), off_env)
                 rows["off (baseline)"].append(seconds)
                 answers.add(out)
                 clear_results(cache)
-                for row in ("cold", "warm"):
-                    seconds, out = run(tune_cmd(version), env)
-                    rows[row].append(seconds)
-                    answers.add(out)
+                seconds, out = run(tune_cmd(version), env)
+                rows["cold"].append(seconds)
+                answers.add(out)
+            for _ in range(repeats):
+                seconds, out = run(tune_cmd(version), env)
+                rows["warm"].append(seconds)
+                answers.add(out)
             inproc = [
                 float(run([sys.executable, "-c", IN_PROCESS, version], env)[1])
                 for _ in range(repeats)
