@@ -4,7 +4,8 @@
     python scripts/run_notebooks.py -p mode FULL -p max_num_seqs 32 notebooks/01_dispatch_tour.ipynb
 
 Executed notebooks go to ``build/notebooks/`` and HTML pages plus an ``index.html`` to
-``build/report/``; each is written as soon as its notebook finishes, so a failure late in
+``build/report/`` (each notebook's question and printed conclusion, the tune verdict, and a
+link to the sweep report ``--sweep-report``); each is written as soon as its notebook finishes, so a failure late in
 the run keeps the earlier results. A notebook that fails still gets its executed copy and
 page (papermill marks the failing cell); the exit status is 1 if any failed. The kernel
 imports this checkout's ``cgdispatch`` (the repository root is put on PYTHONPATH).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import html
 import os
 import sys
 import time
@@ -65,20 +65,23 @@ def offline_widgets(node: Any) -> int:
     return changed
 
 
-def write_index(report_dir: Path, rows: list[tuple[str, str, float]]) -> Path:
-    """``index.html``: one line per notebook with its status and run time."""
-    items = "\n".join(
-        f'<tr><td><a href="{html.escape(name)}.html">{html.escape(name)}</a></td>'
-        f"<td>{html.escape(status)}</td><td>{seconds:.1f} s</td></tr>"
+def write_index(
+    report_dir: Path,
+    rows: list[tuple[str, str, float]],
+    executed_dir: Path | None = None,
+    sweep_index: Path | None = None,
+) -> Path:
+    """``index.html``: per notebook its title, question, conclusion (read from its executed
+    copy in ``executed_dir``), status and run time; the tune verdict; the sweep report's link."""
+    from cgdispatch.views.notebook_index import index_html, summarise_notebook
+
+    folder = executed_dir if executed_dir is not None else report_dir
+    summaries = [
+        summarise_notebook(folder / f"{name}.ipynb", name, status, seconds)
         for name, status, seconds in rows
-    )
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>cgdispatch notebooks</title></head>"
-        "<body><h1>cgdispatch notebooks</h1><table><tr><th>notebook</th><th>status</th>"
-        f"<th>wall time</th></tr>\n{items}\n</table></body></html>"
-    )
+    ]
     index = report_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
+    index.write_text(index_html(summaries, report_dir, sweep_index), encoding="utf-8")
     return index
 
 
@@ -89,6 +92,7 @@ def run_notebooks(
     parameters: dict[str, object],
     kernel_name: str | None = None,
     timeout_s: int = 600,
+    sweep_index: Path | None = None,
 ) -> list[tuple[str, str, float]]:
     """Run each notebook; returns (name, "ok" | "failed: ...", seconds) per notebook."""
     import papermill
@@ -123,7 +127,7 @@ def run_notebooks(
         if target.exists():
             to_html(target, report_dir / f"{nb.stem}.html")
         rows.append((nb.stem, status, seconds))
-        write_index(report_dir, rows)
+        write_index(report_dir, rows, out_dir, sweep_index)
     return rows
 
 
@@ -144,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("NAME", "VALUE"),
         help="papermill parameter for every notebook (a Python literal or a string)",
     )
+    parser.add_argument(
+        "--sweep-report",
+        type=Path,
+        default=REPO_ROOT / "build" / "smoke" / "report" / "summary.md",
+        help="the sweep report to link (python -m cgdispatch report writes summary.md)",
+    )
     parser.add_argument("--kernel", default=None, help="kernel name (default: the notebook's)")
     parser.add_argument("--timeout-s", type=int, default=600, help="per-cell timeout")
     args = parser.parse_args(argv)
@@ -156,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: notebooks not found: {missing}", file=sys.stderr)
         return 2
     params = {name: parse_value(value) for name, value in args.parameter}
-    rows = run_notebooks(notebooks, args.out, args.report, params, args.kernel, args.timeout_s)
+    rows = run_notebooks(
+        notebooks, args.out, args.report, params, args.kernel, args.timeout_s, args.sweep_report
+    )
     for name, status, seconds in rows:
         print(f"{name:<32} {status:<10} {seconds:6.1f} s")
     print(f"report: {args.report / 'index.html'}")

@@ -163,3 +163,42 @@ def test_static_html_renders_boxes_values_and_images():
     text = static_html(box)
     assert "num_tokens: <b>7</b>" in text and "<b id='m'>metrics</b>" in text
     assert "data:image/png;base64,iVBORy4u" in text and "plan" not in text
+
+
+def _executed(path: Path, heading: str, question: str, printed: str) -> None:
+    """A small fake executed notebook: a markdown heading and question, a printing cell."""
+    from nbformat.v4 import new_markdown_cell, new_output
+
+    cell = new_code_cell("print(conclusion)")
+    cell.outputs = [new_output("stream", name="stdout", text=printed + "\n")]
+    intro = new_markdown_cell(f"# {heading}\n\n**The question:** {question}\n\nMore text.")
+    nbformat.write(new_notebook(cells=[intro, new_code_cell("x = 1"), cell]), path)
+
+
+def test_the_index_shows_questions_conclusions_the_verdict_and_the_sweep_link(tmp_path):
+    runner = load_runner()
+    executed, report = tmp_path / "build" / "notebooks", tmp_path / "build" / "report"
+    executed.mkdir(parents=True)
+    report.mkdir()
+    _executed(executed / "01_tour.ipynb", "01 · Tour <i>", "which steps run as <graphs> & why?",
+              "Conclusion: 27 graphs, padding 3.5% <b>")  # fmt: skip
+    _executed(executed / "04_what_if.ipynb", "04 · What if", "which sizes?",
+              "recommendation: keep vLLM's default (30 sizes)\nflags: --max-num-seqs 64")  # fmt: skip
+    rows = [("01_tour", "ok", 3.25), ("04_what_if", "ok", 20.0), ("05_gone", "failed: boom", 1.0)]
+    sweep = tmp_path / "build" / "smoke" / "report" / "summary.md"
+    page = runner.write_index(report, rows, executed, sweep).read_text()
+    assert "sweep report: not built" in page and "summary.md" in page
+    assert "01 · Tour &lt;i&gt;" in page and "<i>" not in page
+    assert "which steps run as &lt;graphs&gt; &amp; why?" in page
+    assert "Conclusion: 27 graphs, padding 3.5% &lt;b&gt;" in page and "<b>" not in page
+    assert '<a href="01_tour.html">' in page and "3.2 s" in page
+    assert "failed: boom" in page and "no conclusion printed" in page  # no executed copy
+    verdict = page.split("<h2>tune verdict</h2>")[1]
+    assert (
+        "recommendation: keep vLLM&#x27;s default (30 sizes)\nflags: --max-num-seqs 64" in verdict
+    )
+    sweep.parent.mkdir(parents=True)
+    sweep.write_text("# sweep\n")
+    page = runner.write_index(report, rows, executed, sweep).read_text()
+    assert '<a href="../smoke/report/summary.md">' in page and "not built" not in page
+    assert (report / "../smoke/report/summary.md").resolve() == sweep.resolve()

@@ -16,7 +16,14 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .scheduler import LORA_COLUMN, SchedulerLimits, SchedulerSimulator, default_step_time_ms
+from . import result_cache
+from .scheduler import (
+    LORA_COLUMN,
+    SchedulerLimits,
+    SchedulerSimulator,
+    check_requests,
+    default_step_time_ms,
+)
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -158,8 +165,27 @@ def simulate_steps(
         enable_chunked_prefill=enable_chunked_prefill,
         max_loras=max_loras,
     )
-    sim = SchedulerSimulator(requests, limits, step_time_ms=step_time_ms, seed=seed)
-    return check_trace(sim.run(progress=progress))[[*TRACE_COLUMNS, "num_prefill_tokens", "time_s"]]
+    columns = [*TRACE_COLUMNS, "num_prefill_tokens", "time_s"]
+
+    def build() -> dict[str, np.ndarray]:
+        sim = SchedulerSimulator(requests, limits, step_time_ms=step_time_ms, seed=seed)
+        trace = check_trace(sim.run(progress=progress))
+        return {c: trace[c].to_numpy() for c in columns}
+
+    if step_time_ms is not default_step_time_ms:  # another clock has no key: always simulate
+        return pd.DataFrame(build(), columns=columns)
+    # the azure-conv trace takes 20-40 s to simulate on two cores (bench_trace_switch.py);
+    # its steps are a pure function of this key
+    table = check_requests(requests)
+    key = result_cache.digest(
+        "simulate_steps",
+        result_cache.code_fingerprint(),
+        repr(limits),
+        str(seed),
+        *(table[c].to_numpy() for c in table.columns),
+        *table.columns,
+    )
+    return pd.DataFrame(result_cache.cached_arrays("steps", key, build), columns=columns)
 
 
 def step_histogram(trace: pd.DataFrame) -> pd.DataFrame:
