@@ -202,7 +202,7 @@ _LAZY: dict[str, str] = {
     "error_summary": "estimate.startup",
     "startup_for": "estimate.startup",
     "calibration_figure": "views.calibration_figures",
-    "published_step_comparison": "views.calibration_figures",
+    "published_step_comparison": "estimate.published_steps",
     "step_ratio_figure": "views.calibration_figures",
     "mode_step_figure": "views.calibration_figures",
     "graph_pricing": "estimate.startup",

@@ -13,8 +13,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 __all__ = ["strict_json", "json_ready", "NULL_REASONS_KEY"]
 
 NULL_REASONS_KEY = "null_reasons"
@@ -46,14 +44,16 @@ def json_ready(value: Any, path: str = "") -> tuple[Any, dict[str, str]]:
             return {str(k): walk(x, f"{where}.{k}" if where else str(k)) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             return [walk(x, f"{where}[{i}]") for i, x in enumerate(v)]
-        if isinstance(v, np.ndarray):
-            return walk(v.tolist(), where)
-        if isinstance(v, (bool, np.bool_)):
-            return bool(v)
-        if isinstance(v, (int, np.integer)):
-            return int(v)
-        if isinstance(v, (float, np.floating)):
-            f = float(v)
+        if type(v).__module__ == "numpy":  # arrays and scalars, without importing numpy here
+            v = v.tolist()
+            if isinstance(v, list):
+                return walk(v, where)
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float):
+            f = v
             if math.isfinite(f):
                 return f
             key = where.rsplit(".", 1)[-1].split("[", 1)[0]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 __all__ = [
     "check_int",
     "check_bool",
@@ -19,7 +17,6 @@ __all__ = [
     "check_size_list",
     "as_index",
     "BOUNDS",
-    "check_token_array",
     "MAX_STEP_TOKENS",
     "MAX_REQUEST_TOKENS",
     "MAX_STEPS",
@@ -151,24 +148,6 @@ def check_nesting(name: str, value: Any, limit: int = MAX_NESTING) -> Any:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return value
-
-
-def check_token_array(name: str, num_tokens: Any) -> np.ndarray:
-    """``num_tokens`` (a size or an array of them) as an int64 array whose every entry is a
-    whole number in [1, MAX_STEP_TOKENS], else ValueError naming the first bad entry: a cost
-    model prices real steps, not 10**12-token or negative ones."""
-    array = np.asarray(num_tokens)
-    if array.dtype == bool or array.dtype.kind not in "iuf":
-        raise ValueError(f"{name}={num_tokens!r} is invalid: give step sizes as integers >= 1")
-    if array.size:
-        bad = (array < 1) | (array > MAX_STEP_TOKENS) | (array != np.floor(array))
-        if bad.any():
-            first = array.flat[int(np.flatnonzero(bad.ravel())[0])].item()
-            raise ValueError(
-                f"{name} holds {first!r}: a step size must be a whole number of tokens from 1 "
-                f"to {MAX_STEP_TOKENS:_} (GPU kernels index a step's tokens with int32)"
-            )
-    return array.astype(np.int64, copy=False)
 
 
 def check_size_list(name: str, sizes: Any) -> list[int]:

@@ -11,7 +11,7 @@ attention for PIECEWISE) is :mod:`cgdispatch.estimate.step_time`, the one formul
 Every number this model produces is labelled ``model (<device>)``; it is not a
 measurement. Device presets come from datasheets (docs/references.md); the launch and gap
 constants were set to match published step times (docs/calibration.md compares the model with
-them, :func:`~cgdispatch.views.calibration_figures.published_step_comparison`); graph memory and
+them, :func:`~cgdispatch.estimate.published_steps.published_step_comparison`); graph memory and
 capture time of published models come from the start-up model calibrated on logged vLLM
 start-ups (:mod:`cgdispatch.estimate.startup`); :func:`calibrate` fits the constants to measured sweep
 rows instead.
@@ -22,12 +22,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..core.modes import CUDAGraphMode
-from ..core.validate import MAX_MODEL_LEN, check_int, check_token_array
+from ..core.validate import MAX_MODEL_LEN, MAX_STEP_TOKENS, check_int
 from .devices import DEVICE_PRESETS, DeviceSpec, check_device_name
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
 from .startup import GraphPricing, graph_pricing
@@ -45,6 +46,24 @@ __all__ = [
     "device_cost_model",
     "toy_profiles",
 ]
+
+
+def check_token_array(name: str, num_tokens: Any) -> np.ndarray:
+    """``num_tokens`` (a size or an array of them) as an int64 array whose every entry is a
+    whole number in [1, MAX_STEP_TOKENS], else ValueError naming the first bad entry: a cost
+    model prices real steps, not 10**12-token or negative ones."""
+    array = np.asarray(num_tokens)
+    if array.dtype == bool or array.dtype.kind not in "iuf":
+        raise ValueError(f"{name}={num_tokens!r} is invalid: give step sizes as integers >= 1")
+    if array.size:
+        bad = (array < 1) | (array > MAX_STEP_TOKENS) | (array != np.floor(array))
+        if bad.any():
+            first = array.flat[int(np.flatnonzero(bad.ravel())[0])].item()
+            raise ValueError(
+                f"{name} holds {first!r}: a step size must be a whole number of tokens from 1 "
+                f"to {MAX_STEP_TOKENS:_} (GPU kernels index a step's tokens with int32)"
+            )
+    return array.astype(np.int64, copy=False)
 
 
 def predict_step(

@@ -4,7 +4,7 @@
   KV-cache tokens for every reference vLLM start-up (leave-one-family-out predictions, each
   run predicted by constants fitted without its family), vLLM's own graph-memory estimate
   beside them;
-- :func:`published_step_comparison` / :func:`step_ratio_figure`: the device model's step-time
+- :func:`step_ratio_figure` (of :func:`~cgdispatch.estimate.published_steps.published_step_comparison`): the device model's step-time
   ratios (eager over graphs, PIECEWISE over FULL) against published pairs measured on one
   model in both modes (``cgdispatch/data/published_step_times.csv``);
 - :func:`mode_step_figure`: step time by mode of one model on one device, as the
@@ -13,25 +13,21 @@
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from ..core.modes import CUDAGraphMode
-from ..estimate.device_model import DEVICE_PRESETS, device_cost_model
+from ..estimate.device_model import device_cost_model
+from ..estimate.published_steps import RATIO_TOLERANCE
 from .sources import SourcedFigure, label_source, legend_outside
 
 __all__ = [
     "calibration_figure",
-    "published_step_comparison",
     "step_ratio_figure",
     "mode_step_figure",
-    "RATIO_TOLERANCE",
 ]
 
-RATIO_TOLERANCE = 0.25  # issue 18: published ratios reproduced within +-25%
 _REFERENCE = "reference data (H100 80GB, 2026-04-22)"
 _ERRORS = {
     "graph_memory_gib": "graph_memory_error_cv",
@@ -86,63 +82,6 @@ def calibration_figure(table: pd.DataFrame) -> Figure:
         fontsize=10,
     )
     return label_source(fig, f"model (H100) vs {_REFERENCE}")
-
-
-def _published() -> pd.DataFrame:
-    with resources.files("cgdispatch.data").joinpath("published_step_times.csv").open() as f:
-        return pd.read_csv(f)
-
-
-def published_step_comparison(device_if_unstated: str = "H100") -> pd.DataFrame:
-    """One row per published pair of the same model in two modes whose model the registry
-    has (a set of three modes: each slower one against the fastest): the published ratio
-    (slower over faster: eager over graphs, PIECEWISE over FULL) and the device model's at
-    the same batch size, on the pair's GPU (or
-    ``device_if_unstated`` when the source does not say, flagged). Throughputs are turned
-    into times per step (1 / throughput) before dividing."""
-    rows = []
-    data = _published()
-    data = data[data["cgdispatch_model"].notna()]
-    for pair, part in data.groupby("pair", sort=True):
-        if len(part) < 2:
-            continue
-        first = part.iloc[0]
-        model = str(first["cgdispatch_model"])
-        try:
-            cm = device_cost_model(
-                model, first["gpu"] if first["gpu"] in DEVICE_PRESETS else device_if_unstated
-            )
-        except ValueError:
-            continue  # a model the registry does not hold
-        batch = int(first["batch_size"])
-        times = {}
-        for _, r in part.iterrows():
-            value = float(r["value"])
-            times[r["mode"]] = 1.0 / value if r["metric"].endswith("per_s") else value
-        modelled = {
-            m: float(cm.step_time_ms(CUDAGraphMode.parse(m), np.array([batch]))[0]) for m in times
-        }
-        fast = min(times, key=times.get)  # every other mode of the pair against the fastest
-        for slow in sorted((m for m in times if m != fast), key=times.get, reverse=True):
-            published_ratio = times[slow] / times[fast]
-            model_ratio = modelled[slow] / modelled[fast]
-            rows.append(
-                {
-                    "pair": pair,
-                    "model": first["model"],
-                    "engine": first["engine"],
-                    "gpu": first["gpu"],
-                    "gpu_stated": bool(first["gpu_stated"]),
-                    "batch_size": batch,
-                    "ratio": f"{slow} / {fast}",
-                    "published": published_ratio,
-                    "model_ratio": model_ratio,
-                    "error": model_ratio / published_ratio - 1,
-                    "within_25pct": abs(model_ratio / published_ratio - 1) <= RATIO_TOLERANCE,
-                    "source": first["source"],
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 def step_ratio_figure(comparison: pd.DataFrame) -> Figure:

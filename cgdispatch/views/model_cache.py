@@ -5,7 +5,7 @@ dashboard's 4.8 s first ``tune`` on a quiet machine, bench_dashboard's target is
 
 :func:`cached_cost_model` returns :func:`~cgdispatch.estimate.device_model.device_cost_model`
 for (model, device, context_len), stored under ``$CGDISPATCH_CACHE`` or
-``~/.cache/cgdispatch`` as JSON with a digest (:mod:`~cgdispatch.core.datafile`: reading
+``~/.cache/cgdispatch`` as JSON with a digest (:mod:`~cgdispatch.estimate.datafile`: reading
 one cannot run code, unlike a pickle, and rebuilds only the classes named here). The file
 name carries a fingerprint of the code that builds the model (the sources of core,
 capture, models and estimate, and torch's version), so an edit to that code builds a fresh
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.config import GraphConfig
-from ..core.datafile import DataFileError, dump_data, load_data
 from ..core.warn import warn_user
+from ..estimate.datafile import DataFileError, dump_data, load_data
 from ..estimate.device_model import DeviceCostModel, MemoryLine, device_cost_model
 from ..estimate.devices import DeviceSpec
 from ..estimate.kernels import LinearProfile

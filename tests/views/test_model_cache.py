@@ -67,7 +67,7 @@ def test_a_crafted_file_cannot_run_code(tmp_path, monkeypatch):
     import hashlib
     import json
 
-    from cgdispatch.core.datafile import FORMAT
+    from cgdispatch.estimate.datafile import FORMAT
 
     monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
     path = model_cache.cache_path("toy-tiny", "H100", 16)

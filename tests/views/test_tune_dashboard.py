@@ -96,7 +96,8 @@ def test_an_unreadable_traffic_file_shows_a_message(dash, monkeypatch) -> None:
     def refuse(path, **_):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr("cgdispatch.views.tune_dashboard.workload_trace", refuse)
+    for reader in ("workload_requests", "workload_trace"):  # both open the file
+        monkeypatch.setattr(f"cgdispatch.views.tune_dashboard.{reader}", refuse)
     dash.trace_box.value = "/srv/locked.csv"
     assert_shows_error(dash, "'/srv/locked.csv' cannot be read (Permission denied)")
     monkeypatch.undo()
