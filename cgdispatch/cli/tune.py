@@ -98,6 +98,7 @@ def run_tune(args: argparse.Namespace) -> int:
         kv_bytes_per_token=kv_bytes_per_token(args.model),
         trace_label=label,
         startup=startup,
+        objective=args.objective,
     )
     if args.json:
         print(result.to_json())
@@ -113,6 +114,7 @@ def _one_line_error(message: str) -> NoReturn:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
+    from ..plan.tune_result import OBJECTIVES
 
     tune = subparsers.add_parser(
         "tune",
@@ -166,6 +168,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=0.9,
         help="vLLM's share of device memory, for the KV-cache estimate (default %(default)s)",
+    )
+    tune.add_argument(
+        "--objective",
+        choices=tuple(OBJECTIVES),
+        default=None,
+        help="the figure the plan must beat vLLM's default on, outside the band of model "
+        "error and noise: p99-ttft (default with requests: what a server's users see "
+        "first), step (mean step time; default for a trace of steps), throughput, "
+        "startup (capture time), kv (KV-cache tokens)",
     )
     tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
     tune.add_argument("--json", action="store_true", help="print one JSON object")

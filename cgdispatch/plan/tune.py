@@ -22,22 +22,34 @@ Two seams for figures other issues supply:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors
 from ..workload.sources import arrival_cut, split_holdout
 from ..workload.trace import check_step_budget
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan, kinds_absent
+from .ladder_latency import ladder_latency
 from .planner import plan_ladder
-from .tune_result import StartupCosts, TuneResult, ladder_figures, losing_figures
+from .tune_bands import ScaledCostModel, StepBand, pareto_set, step_band
+from .tune_result import (
+    LATENCY_KEYS,
+    LATENCY_TOLERANCE,
+    OBJECTIVES,
+    StartupCosts,
+    TuneResult,
+    ladder_figures,
+)
 
-__all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS"]
+__all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS", "OBJECTIVES"]
 
 DEFAULT_GRAPHS = 32  # the planner's size budget when none is given (vLLM 0.34's default: ~86)
+KV_BLOCK_TOKENS = 16  # vLLM's default block_size
 
 
 class StartupFn(Protocol):
@@ -66,6 +78,9 @@ def tune(
     replay: ReplayFn | None = None,
     requests: pd.DataFrame | None = None,
     ladders: dict[str, Ladder] | None = None,
+    objective: str | None = None,
+    errors: ModelErrors = MODEL_ERRORS,
+    budgets: tuple[int, ...] = (8, 16),
 ) -> TuneResult:
     """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
 
@@ -117,22 +132,38 @@ def tune(
     )
     extra = dict(ladders or {})
     ladders = {"planned": planned, "vllm default": engine_ladders(config)["vllm"]}
+    configs = {name: ladder_config(config, ladder) for name, ladder in ladders.items()}
+    costs = {name: None if startup is None else startup(cfg) for name, cfg in configs.items()}
+    kv_blocks = _kv_blocks(startup, costs)
+    held_requests = None
     if replay is None and requests is not None:
-        replay = _with_latency(_held_out_requests(requests, cut_s))
+        held_requests = _held_out_requests(requests, cut_s)
+        replay = _with_latency(held_requests, kv_blocks)
     replay = compare if replay is None else replay
     everything = {**ladders, **{k: v for k, v in extra.items() if k not in ladders}}
     held = replay(test, everything, config=config, cost_model=cost_model)
     in_sample = compare(train, everything, config=config, cost_model=cost_model)
-    costs = {
-        name: None if startup is None else startup(ladder_config(config, ladder))
-        for name, ladder in ladders.items()
-    }
     held_out = {name: ladder_figures(held, name, costs[name]) for name in ladders}
     deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
-    wins = not losing_figures(deltas, held_out["vllm default"])
-    recommendation = "planned" if wins else "vllm default"
+    objective = _objective(objective, "p99_ttft_ms" in held_out["planned"])
+    steps = step_band(test, configs["planned"], configs["vllm default"], cost_model,
+                      errors.step_time)  # fmt: skip
+    gain, band = _gain_and_band(
+        objective, held_out, deltas, steps, errors,
+        pessimistic=lambda factor, fewer_tokens: _pessimistic_latency(
+            configs["planned"], held_requests, cost_model, kv_blocks, factor, fewer_tokens
+        ),
+    )  # fmt: skip
+    wins = gain > band
+    if wins:
+        reason = "measurable gain"
+    elif gain >= -band:
+        reason = "no measurable difference"
+    else:
+        reason = "the plan is worse"
+    pareto = _pareto(test, train, max_graphs, config, cost_model, held_out, startup, budgets)
     return TuneResult(
-        recommendation=recommendation,
+        recommendation="planned" if wins else "vllm default",
         planned=planned,
         default=ladders["vllm default"],
         held_out=held_out,
@@ -146,7 +177,131 @@ def tune(
         steps_planned=len(train),
         steps_held_out=len(test),
         tables={"held out": held, "in sample": in_sample},
+        objective=objective,
+        gain=gain,
+        band=band,
+        reason=reason,
+        errors=errors,
+        step_band=steps,
+        pareto=pareto,
     )
+
+
+def _objective(objective: str | None, has_latency: bool) -> str:
+    """The objective asked for, or the default: p99 TTFT when the replay gives latencies
+    (what a server's users see first and SLOs are written on), else mean step time."""
+    if objective is None:
+        return "p99-ttft" if has_latency else "step"
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r} is unknown: use one of {list(OBJECTIVES)}")
+    if OBJECTIVES[objective][0] in LATENCY_KEYS and not has_latency:
+        raise ValueError(
+            f"objective={objective!r} needs latencies, which a trace of steps cannot give: "
+            "give requests (a requests CSV or a preset), or use objective 'step'"
+        )
+    return objective
+
+
+def _gain_and_band(
+    objective: str,
+    held_out: dict[str, dict[str, Any]],
+    deltas: dict[str, float],
+    steps: StepBand,
+    errors: ModelErrors,
+    pessimistic: Callable[[float, float], dict[str, Any] | None],
+) -> tuple[float, float]:
+    """(gain, band) on the objective's figure: gain > 0 when the plan is better held out;
+    band how large a gain the models' errors and the held-out noise could make alone."""
+    key, lower = OBJECTIVES[objective]
+    plan, base = held_out["planned"], held_out["vllm default"]
+    if key not in plan or key not in base:
+        raise ValueError(
+            f"objective={objective!r} needs {key}, which this run does not give (a start-up "
+            "estimate gives KV-cache tokens: a model with a published config)"
+        )
+    sign = 1.0 if lower else -1.0
+    gain = sign * (base[key] - plan[key])
+    if objective == "step":
+        return gain, steps.band_ms
+    if objective == "startup":
+        return gain, errors.capture * abs(deltas.get("capture_s", gain))
+    if objective == "kv":
+        return gain, errors.graph_memory * abs(gain)
+    # a latency: replay the plan as the models' errors would price it at worst
+    factor = 1.0 + steps.band_ms / base["mean_step_ms"]
+    fewer = errors.graph_memory * abs(deltas.get("kv_cache_tokens", 0.0))
+    worst = pessimistic(factor, fewer)
+    floor = LATENCY_TOLERANCE * abs(base[key])  # one run's resolution of a p99 or a rate
+    if worst is None or key not in worst:
+        return gain, (factor - 1.0) * abs(base[key]) + floor
+    worst_gain = sign * (base[key] - worst[key])
+    return gain, max(0.0, gain - worst_gain) + floor
+
+
+def _kv_blocks(startup: StartupFn | None, costs: dict) -> Callable | None:
+    """vLLM's ``num_gpu_blocks`` per ladder config from the start-up estimate's KV tokens
+    (null block included), so preemption follows each ladder's KV cache; None without."""
+    if startup is None or any(getattr(c, "kv_cache_tokens", None) is None for c in costs.values()):
+        return None
+
+    def blocks(config: GraphConfig) -> int:
+        tokens = float(startup(config).kv_cache_tokens)
+        return max(2, int(tokens // KV_BLOCK_TOKENS) + 1)
+
+    return blocks
+
+
+def _pessimistic_latency(
+    planned: GraphConfig,
+    requests: pd.DataFrame | None,
+    cost_model: CostModel,
+    kv_blocks: Callable | None,
+    factor: float,
+    fewer_tokens: float,
+) -> dict[str, Any] | None:
+    """The plan's latencies with its steps ``factor`` times longer and ``fewer_tokens`` less
+    KV cache: where the models' errors, at their cross-validated size, would put it."""
+    if requests is None:
+        return None
+    worse_blocks = None
+    if kv_blocks is not None:
+        drop = int(np.ceil(fewer_tokens / KV_BLOCK_TOKENS))
+
+        def worse_blocks(config: GraphConfig) -> int:
+            return max(2, kv_blocks(config) - drop)
+
+    out = ladder_latency(
+        planned, requests, ScaledCostModel(cost_model, factor), kv_blocks=worse_blocks
+    )
+    return {_LATENCY_NAMES.get(k, k): v for k, v in out.items()}
+
+
+def _pareto(
+    test: pd.DataFrame,
+    train: pd.DataFrame,
+    max_graphs: int,
+    config: GraphConfig,
+    cost_model: CostModel,
+    held_out: dict[str, dict[str, Any]],
+    startup: StartupFn | None,
+    budgets: tuple[int, ...],
+) -> dict[str, dict[str, Any]]:
+    """The ladders no other beats on mean step time, graph memory and capture time held
+    out (and p99 TTFT where all have it): the plan, vLLM's default, and plans with fewer
+    sizes (``budgets``), each priced as the two are. Name -> figures, in that order."""
+    figures = dict(held_out)
+    smaller = sorted({b for b in budgets if 1 <= b < max_graphs}, reverse=True)
+    ladders = {
+        f"planned ({k} sizes)": plan_ladder(train, k, config=config, objective="time",
+                                            cost_model=cost_model)
+        for k in smaller
+    }  # fmt: skip
+    if ladders:
+        table = compare(test, ladders, config=config, cost_model=cost_model)
+        for name, ladder in ladders.items():
+            cost = None if startup is None else startup(ladder_config(config, ladder))
+            figures[name] = ladder_figures(table, name, cost)
+    return {name: figures[name] for name in pareto_set(figures)}
 
 
 def _need_time(trace: pd.DataFrame) -> None:
@@ -163,12 +318,13 @@ def _held_out_requests(requests: pd.DataFrame, cut_s: float) -> pd.DataFrame:
     return held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
 
 
-def _with_latency(requests: pd.DataFrame) -> ReplayFn:
-    """``compare`` plus vLLM's scheduler over ``requests``: p99 TPOT and throughput columns."""
+def _with_latency(requests: pd.DataFrame, kv_blocks: Callable | None = None) -> ReplayFn:
+    """``compare`` plus vLLM's scheduler over ``requests`` (each ladder's KV cache from
+    ``kv_blocks``): p99 TTFT and TPOT, throughput and preemption columns."""
 
     def replay(trace: pd.DataFrame, ladders: dict, **kwargs) -> pd.DataFrame:
-        table = compare(trace, ladders, requests=requests, **kwargs)
-        return table.rename(columns={"tpot_p99_ms": "p99_tpot_ms"})
+        table = compare(trace, ladders, requests=requests, kv_blocks=kv_blocks, **kwargs)
+        return table.rename(columns=_LATENCY_NAMES)
 
     return replay
 
@@ -197,12 +353,17 @@ def _deltas(
 _DELTA_KEYS = (
     "mean_step_ms",
     "num_graphs",
+    "num_captured_graphs",
     "capture_s",
     "graph_memory_bytes",
     "eager_step_share",
+    "p99_ttft_ms",
     "p99_tpot_ms",
     "throughput_tok_s",
+    "num_preemptions",
 )
+# the scheduler's columns under the names the verdict uses
+_LATENCY_NAMES = {"tpot_p99_ms": "p99_tpot_ms", "ttft_p99_ms": "p99_ttft_ms"}
 
 
 def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str:

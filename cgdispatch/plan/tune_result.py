@@ -28,9 +28,22 @@ __all__ = [
     "LOWER_IS_BETTER",
     "LATENCY_TOLERANCE",
     "RECOMMENDATIONS",
+    "OBJECTIVES",
+    "LATENCY_KEYS",
 ]
 
 RECOMMENDATIONS = ("planned", "vllm default")
+# tune's objectives: name -> (figure, lower is better). ``p99-ttft`` is the default when the
+# held-out replay runs vLLM's scheduler over requests (what a server's users see first),
+# ``step`` for a trace of steps
+OBJECTIVES: dict[str, tuple[str, bool]] = {
+    "step": ("mean_step_ms", True),
+    "p99-ttft": ("p99_ttft_ms", True),
+    "throughput": ("throughput_tok_s", False),
+    "startup": ("capture_s", True),
+    "kv": ("kv_cache_tokens", False),
+}
+LATENCY_KEYS = frozenset({"p99_ttft_ms", "p99_tpot_ms", "throughput_tok_s", "num_preemptions"})
 # figures the win rule reads when the held-out replay gives them: True = lower is better
 LOWER_IS_BETTER = {"mean_step_ms": True, "p99_tpot_ms": True, "throughput_tok_s": False}
 # the scheduler's figures lose only when worse by more than this share: below saturation
@@ -67,13 +80,16 @@ def losing_figures(deltas: dict[str, float], default: dict[str, float]) -> list[
 
 _FIGURES = (
     "num_graphs",
+    "num_captured_graphs",
     "mean_step_ms",
     "eager_step_share",
     "padded_token_ratio",
     "graph_memory_bytes",
     "capture_s",
+    "p99_ttft_ms",
     "p99_tpot_ms",
     "throughput_tok_s",
+    "num_preemptions",
 )
 
 
@@ -96,6 +112,8 @@ def ladder_figures(
     row = row.iloc[0]
     out: dict[str, Any] = {k: float(row[k]) for k in _FIGURES if k in row.index}
     out["num_graphs"] = int(row["num_graphs"])
+    if "num_captured_graphs" in row.index:
+        out["num_captured_graphs"] = int(row["num_captured_graphs"])
     if startup is not None:
         out["graph_memory_bytes"] = float(startup.graph_memory_bytes)
         out["capture_s"] = float(startup.capture_s)
@@ -128,6 +146,17 @@ class TuneResult:
     holdout: float
     steps_planned: int
     steps_held_out: int
+    # the objective the plan is judged on (OBJECTIVES), its gain (> 0: the plan is better,
+    # in the figure's unit) and the band the models' errors and held-out noise could make
+    # alone; the plan is recommended only when gain > band
+    objective: str = "step"
+    gain: float = 0.0
+    band: float = 0.0
+    reason: str = ""
+    errors: Any = None  # the ModelErrors behind the bands
+    step_band: Any = None  # StepBand of the mean step difference
+    # the ladders no other beats held out (tune_bands.pareto_set): name -> figures
+    pareto: dict[str, dict[str, Any]] = field(default_factory=dict)
     # compare's rows for every ladder replayed ("held out", "in sample"): the plan, vLLM's
     # default and any ladders tune was asked to replay beside them (not in --json)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
@@ -162,7 +191,24 @@ class TuneResult:
             "holdout": self.holdout,
             "steps_planned": self.steps_planned,
             "steps_held_out": self.steps_held_out,
+            "objective": self.objective,
+            "gain": self.gain,
+            "band": self.band,
+            "reason": self.reason,
+            "uncertainty": self.uncertainty(),
+            "pareto": self.pareto,
         }
+
+    def uncertainty(self) -> dict[str, float]:
+        """Relative band (fraction) of each modelled figure: the models' errors on data
+        they were not fitted to (:mod:`~cgdispatch.estimate.uncertainty`)."""
+        e = self.errors
+        if e is None:
+            return {}
+        step = {k: e.step_time for k in ("mean_step_ms", "p99_ttft_ms", "p99_tpot_ms",
+                                          "throughput_tok_s")}  # fmt: skip
+        return {**step, "graph_memory_bytes": e.graph_memory, "capture_s": e.capture,
+                "kv_cache_tokens": e.kv_tokens}  # fmt: skip
 
     def to_json(self) -> str:
         return strict_json(self.as_dict())

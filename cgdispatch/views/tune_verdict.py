@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..plan.tune_result import TuneResult, losing_figures
+from ..plan.tune_result import OBJECTIVES, TuneResult
 
 __all__ = ["verdict_lines", "verdict_text", "delta_rows", "MAX_VERDICT_LINES"]
 
@@ -25,79 +25,54 @@ def _pct(delta: float, base: float) -> str:
     return f"{100 * delta / base:+.2f}%" if base and finite else "n/a"
 
 
-def _ms(value: float) -> str:
+def _ms(value: float, digits: int = 2) -> str:
     """``value`` in ms, or "n/a" where it is undefined (p99 TPOT of one-token requests)."""
-    return f"{value:.2f} ms" if math.isfinite(value) else "n/a"
+    return f"{value:.{digits}f} ms" if math.isfinite(value) else "n/a"
 
 
-def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str]]:
-    """(figure, planned, vLLM default, change) per held-out figure, formatted with units."""
+_NAMES = {"mean_step_ms": "mean step time", "p99_ttft_ms": "p99 TTFT",
+          "p99_tpot_ms": "p99 TPOT", "throughput_tok_s": "throughput",
+          "capture_s": "capture time", "kv_cache_tokens": "KV-cache tokens",
+          "graph_memory_bytes": "graph memory"}  # fmt: skip
+
+
+def _rel(u: float | None) -> str:
+    return "" if u is None else f"\u00b1{100 * u:.0f}%"
+
+
+def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str, str]]:
+    """(figure, planned, vLLM default, change, band) per held-out figure, with units. The
+    band is the figures' relative uncertainty (the models' errors on data not fitted), and
+    on the objective's row the band of the change that ``tune`` judged the plan by."""
     p, d, delta = result.held_out[_P], result.held_out[_D], result.deltas
-    rows = [
-        (
-            "mean step time",
-            f"{p['mean_step_ms']:.3f} ms",
-            f"{d['mean_step_ms']:.3f} ms",
-            f"{delta['mean_step_pct']:+.2f}%",
-        )
-    ]
-    if "p99_tpot_ms" in delta:
-        rows.append(
-            (
-                "p99 TPOT",
-                _ms(p["p99_tpot_ms"]),
-                _ms(d["p99_tpot_ms"]),
-                _pct(delta["p99_tpot_ms"], d["p99_tpot_ms"]),
-            )
-        )
-    if "throughput_tok_s" in delta:
-        rows.append(
-            (
-                "throughput",
-                f"{p['throughput_tok_s']:,.0f} tok/s",
-                f"{d['throughput_tok_s']:,.0f} tok/s",
-                _pct(delta["throughput_tok_s"], d["throughput_tok_s"]),
-            )
-        )
-    rows.append(
-        (
-            "eager steps",
-            f"{100 * p['eager_step_share']:.1f}%",
-            f"{100 * d['eager_step_share']:.1f}%",
-            f"{100 * delta['eager_step_share']:+.1f} pt",
-        )
-    )
-    rows.append(
-        ("graphs", str(p["num_graphs"]), str(d["num_graphs"]), f"{delta['num_graphs']:+.0f}")
-    )
+    u = result.uncertainty()
+    objective_key = OBJECTIVES[result.objective][0]
+    rows = []
+
+    def add(key: str, fmt, change: str) -> None:
+        band = _rel(u.get(key))
+        if key == objective_key:
+            band = f"\u00b1{result.band:,.3g}{_UNITS.get(key, '')} (judged)"
+        rows.append((_NAMES.get(key, key), fmt(p[key]), fmt(d[key]), change, band))
+
+    add("mean_step_ms", lambda v: _ms(v, 3), f"{delta['mean_step_pct']:+.2f}%")
+    for key, fmt in (("p99_ttft_ms", lambda v: _ms(v, 1)),
+                     ("throughput_tok_s", lambda v: f"{v:,.0f} tok/s")):  # fmt: skip
+        if key in delta:
+            add(key, fmt, _pct(delta[key], d[key]))
+    graphs = "num_captured_graphs" if "num_captured_graphs" in p else "num_graphs"
+    rows.append(("graphs", str(p[graphs]), str(d[graphs]), f"{p[graphs] - d[graphs]:+d}", ""))
     if "capture_s" in delta:
-        rows.append(
-            (
-                "capture time",
-                f"{p['capture_s']:.2f} s",
-                f"{d['capture_s']:.2f} s",
-                f"{delta['capture_s']:+.2f} s",
-            )
-        )
+        add("capture_s", lambda v: f"{v:.2f} s", f"{delta['capture_s']:+.2f} s")
     if "graph_memory_bytes" in delta:
-        rows.append(
-            (
-                "graph memory",
-                f"{p['graph_memory_bytes'] / _MIB:.1f} MiB",
-                f"{d['graph_memory_bytes'] / _MIB:.1f} MiB",
-                f"{delta['graph_memory_bytes'] / _MIB:+.1f} MiB",
-            )
-        )
+        add("graph_memory_bytes", lambda v: f"{v / _MIB:.1f} MiB",
+            f"{delta['graph_memory_bytes'] / _MIB:+.1f} MiB")  # fmt: skip
     if "kv_cache_tokens" in delta:
         both = p.get("kv_cache_tokens") is not None and d.get("kv_cache_tokens") is not None
-        rows.append(
-            (
-                "KV-cache tokens",
-                f"{p['kv_cache_tokens']:,.0f}" if both else "",
-                f"{d['kv_cache_tokens']:,.0f}" if both else "",
-                f"{delta['kv_cache_tokens']:+,.0f}",
-            )
-        )
+        if both:
+            add("kv_cache_tokens", lambda v: f"{v:,.0f}", f"{delta['kv_cache_tokens']:+,.0f}")
+        else:
+            rows.append(("KV-cache tokens", "", "", f"{delta['kv_cache_tokens']:+,.0f}", ""))
     return rows
 
 
@@ -119,38 +94,54 @@ def verdict_lines(
     ``model`` and ``device`` name what the figures model; ``serve_model`` is the name
     ``vllm serve`` takes (a Hugging Face id; default ``model``).
     """
-    cfg, delta = result.config, result.deltas
+    cfg = result.config
     planned, default = result.held_out[_P], result.held_out[_D]
+    key, lower = OBJECTIVES[result.objective]
+    name = _NAMES.get(key, key)
+    unit = _UNITS.get(key, "")
+    graphs = "num_captured_graphs" if "num_captured_graphs" in planned else "num_graphs"
+    better = "lower" if lower else "higher"
     if result.recommendation == "planned":
         head = (
-            f"recommendation: use the planned {planned['num_graphs']} sizes: "
-            f"{-delta['mean_step_pct']:.2f}% faster mean step than vLLM's default held out"
+            f"recommendation: use the planned sizes ({planned[graphs]} graphs): {name} "
+            f"{result.gain:,.3g}{unit} {better} than vLLM's default held out, outside the "
+            f"\u00b1{result.band:,.3g}{unit} band of model error and noise"
         )
-    elif "mean_step_ms" in losing_figures(delta, default):
+    elif result.reason == "no measurable difference":
         head = (
-            f"recommendation: keep vLLM's default ({default['num_graphs']} sizes): the plan is "
-            f"not faster held out ({delta['mean_step_pct']:+.2f}% mean step)"
+            f"recommendation: no measurable difference: keep vLLM's default "
+            f"({default[graphs]} graphs): the plan's {name} gain of {result.gain:+,.3g}{unit} "
+            f"is inside the \u00b1{result.band:,.3g}{unit} band of model error and noise"
         )
     else:
-        lost = losing_figures(delta, default)
-        names = {"p99_tpot_ms": "p99 TPOT", "throughput_tok_s": "throughput"}
-        worse = ", ".join(f"{names.get(k, k)} {100 * delta[k] / default[k]:+.1f}%" for k in lost)
         head = (
-            f"recommendation: keep vLLM's default ({default['num_graphs']} sizes): the plan's "
-            f"steps are {-delta['mean_step_pct']:.2f}% faster but it loses held out on {worse}"
+            f"recommendation: keep vLLM's default ({default[graphs]} graphs): the plan is "
+            f"worse held out on {name} ({-result.gain:+,.3g}{unit}, band "
+            f"\u00b1{result.band:,.3g}{unit})"
         )
     lines = [
         head,
         f"{model} on {device}, vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
-        f"max_num_batched_tokens {cfg.max_num_batched_tokens}; figures: {result.source}; "
-        f"traffic: {result.trace_label}",
-        f"{'held out':<16}{'planned':>16}{'vLLM default':>16}{'change':>12}   (last "
+        f"max_num_batched_tokens {cfg.max_num_batched_tokens}; objective: {result.objective}; "
+        f"figures: {result.source}; traffic: {result.trace_label}",
+        f"{'held out':<16}{'planned':>14}{'vLLM default':>14}{'change':>12}  90% band   (last "
         f"{result.holdout:g} of the trace: {result.steps_held_out} steps; planned on the "
         f"first {result.steps_planned})",
     ]
-    lines += [f"{a:<16}{b:>16}{c:>16}{e:>12}" for a, b, c, e in delta_rows(result)]
+    lines += [f"{a:<16}{b:>14}{c:>14}{e:>12}  {f}".rstrip() for a, b, c, e, f in delta_rows(result)]
+    if result.pareto:
+        lines.append(
+            "Pareto set (mean step, graph memory, capture time"
+            + (", p99 TTFT" if all("p99_ttft_ms" in f for f in result.pareto.values()) else "")
+            + "): "
+            + ", ".join(result.pareto)
+        )
     lines.append(f"vllm serve {serve_model or serve_name(model)} {result.flags}")
     return lines[:MAX_VERDICT_LINES]
+
+
+_UNITS = {"mean_step_ms": " ms", "p99_ttft_ms": " ms", "throughput_tok_s": " tok/s",
+          "capture_s": " s", "kv_cache_tokens": " tokens"}  # fmt: skip
 
 
 def verdict_text(result: TuneResult, *, model: str, device: str, serve_model: str = "") -> str:

