@@ -79,6 +79,7 @@ def tune(
     requests: pd.DataFrame | None = None,
     ladders: dict[str, Ladder] | None = None,
     objective: str | None = None,
+    kv_blocks: Callable[[GraphConfig], int | None] | None = None,
     errors: ModelErrors = MODEL_ERRORS,
     budgets: tuple[int, ...] = (8, 16),
 ) -> TuneResult:
@@ -103,6 +104,15 @@ def tune(
 
     ``ladders``: more ladders (e.g. ``engine_ladders(config)``) replayed beside the two, in
     ``result.tables`` only (they do not enter the verdict).
+
+    ``objective`` (:data:`~cgdispatch.plan.tune_result.OBJECTIVES`; default p99 TTFT with
+    requests, else mean step time): the plan is recommended only when its gain on this
+    figure is larger than the band that the models' errors on data they were not fitted to
+    (``errors``) and the held-out noise could make alone (:mod:`~cgdispatch.plan.tune_bands`);
+    otherwise "no measurable difference" or "the plan is worse" keeps vLLM's default.
+    ``kv_blocks(config)``: each ladder's KV blocks for the latency replay (default: the
+    start-up estimate's KV tokens; none without one). ``budgets``: sizes of the smaller
+    plans the Pareto set weighs beside the two.
     """
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a resolved cgdispatch.GraphConfig")
@@ -134,7 +144,7 @@ def tune(
     ladders = {"planned": planned, "vllm default": engine_ladders(config)["vllm"]}
     configs = {name: ladder_config(config, ladder) for name, ladder in ladders.items()}
     costs = {name: None if startup is None else startup(cfg) for name, cfg in configs.items()}
-    kv_blocks = _kv_blocks(startup, costs)
+    kv_blocks = kv_blocks or _kv_blocks(startup, costs)
     held_requests = None
     if replay is None and requests is not None:
         held_requests = _held_out_requests(requests, cut_s)

@@ -199,6 +199,13 @@ class TuneResult:
             "pareto": self.pareto,
         }
 
+    def pareto_table(self) -> pd.DataFrame:
+        """The Pareto set as a table: one row per ladder, the figures it was judged on."""
+        keys = ("num_captured_graphs", "mean_step_ms", "p99_ttft_ms", "graph_memory_bytes",
+                "capture_s", "kv_cache_tokens")  # fmt: skip
+        rows = {name: {k: f.get(k) for k in keys if k in f} for name, f in self.pareto.items()}
+        return pd.DataFrame.from_dict(rows, orient="index").rename_axis("ladder")
+
     def uncertainty(self) -> dict[str, float]:
         """Relative band (fraction) of each modelled figure: the models' errors on data
         they were not fitted to (:mod:`~cgdispatch.estimate.uncertainty`)."""
