@@ -53,9 +53,8 @@ def run_tune(args: argparse.Namespace) -> int:
     _check(args)
     from ..core.config import GraphConfig
     from ..estimate.kv_bytes import kv_bytes_per_token
-    from ..estimate.startup import startup_for
     from ..plan.tune import tune
-    from ..views.model_cache import cached_cost_model
+    from ..views.model_cache import cached_cost_model, cached_startup
     from ..views.tune_verdict import verdict_text
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
@@ -69,7 +68,7 @@ def run_tune(args: argparse.Namespace) -> int:
     requests = workload_requests(
         args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
     )  # None for a file of steps: then no latency figures
-    startup = startup_for(
+    startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
         args.model, args.device, gpu_memory_utilization=args.gpu_memory_utilization
     )
     if requests is not None and startup is not None:  # before simulating them
