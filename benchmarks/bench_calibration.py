@@ -9,6 +9,8 @@ model's errors are than vLLM's.
 
 Data: ``cgdispatch/data/reference_vllm_startups.csv`` (llm-d-planner's H100 logs). Every
 figure printed is ``model (H100)`` against ``reference data (H100 80GB, 2026-04-22)``.
+Then the held-out runs (issue 28: ``reference_vllm_startups_held_out.csv``, other GPUs and
+releases, never fitted): their errors by GPU and by release, each against its own log.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_calibration.py`` (about 20 s on 2 cores).
 """
@@ -20,6 +22,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from cgdispatch.estimate.held_out import held_out_errors, held_out_table, held_out_targets
 from cgdispatch.estimate.startup import calibration_table, error_summary, reference_startups
 
 
@@ -63,7 +66,24 @@ def main() -> None:
     for name, value in met.items():
         text = f"{value:.0%} of runs" if not isinstance(value, (bool, np.bool_)) else str(value)
         print(f"target {name}: {text}")
+    print_held_out()
     print(f"({time.perf_counter() - start:.1f} s)")
+
+
+def print_held_out() -> None:
+    """The committed constants on the runs kept out of the fit (|relative error|)."""
+    errors = held_out_errors()
+    print(f"\nheld out (never fitted): {len(errors)} runs, {errors['device'].nunique()} GPUs")
+    for by in ("device", "vllm_version"):
+        table = held_out_table(errors, by=by)
+        for column in ("graph median", "graph max", "capture median", "KV median", "KV within 5%"):
+            table[column] = table[column].map(lambda v: "-" if pd.isna(v) else f"{v:.1%}")
+        print(table.to_string(index=False))
+    shown = errors[["run", "graph_memory_error", "capture_error", "kv_tokens_error", "skipped"]]
+    print(shown.to_string(index=False, float_format="{:+.1%}".format))
+    for r in held_out_targets(errors).to_dict("records"):
+        verdict = "not evaluated" if r["met"] is None else ("met" if r["met"] else "missed")
+        print(f"held-out target {r['target']} (bound {r['bound']:.0%}): {verdict}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ torch.compile fuses them) and the capture keys come from the config's generation
 The constants are fitted by (non-negative) least squares: graph memory on relative error,
 the others on absolute error. :data:`CALIBRATION` holds them as fitted on every covered
 reference run; :func:`fit_startup_model` refits and :func:`calibration_table` reports each
-run's errors in-sample and with leave-one-family-out cross-validation.
+run's errors in-sample and with leave-one-family-out cross-validation. Runs from other
+sources are kept out of the fit (``reference_startups(split="held_out")``) and scored by
+:mod:`cgdispatch.estimate.held_out`.
 Everything here is a model: its ``source`` says so and names the data it was fitted on.
 """
 
@@ -496,18 +498,40 @@ def estimate_startup(
 # the reference runs and the fit
 
 
+# the fitted runs (llm-d-planner's logs, rebuilt by scripts/extract_vllm_startups.py) and the
+# runs kept out of every fit (other sources, transcribed by hand, each with its URL)
+_REFERENCE_FILES = {
+    "fit": "reference_vllm_startups.csv",
+    "held_out": "reference_vllm_startups_held_out.csv",
+}
+
+
 @functools.lru_cache(maxsize=1)
 def _reference_frame() -> pd.DataFrame:
-    with resources.files("cgdispatch.data").joinpath("reference_vllm_startups.csv").open() as f:
-        return pd.read_csv(f)
+    frames = []
+    for split, name in _REFERENCE_FILES.items():
+        with resources.files("cgdispatch.data").joinpath(name).open() as f:
+            frames.append(pd.read_csv(f).assign(split=split))
+    return pd.concat(frames, ignore_index=True)
 
 
-def reference_startups(*, covered_only: bool = True) -> pd.DataFrame:
-    """The reference start-ups (a copy), with ``family`` added; ``covered_only``: those
-    whose model has a published config here."""
+def reference_startups(*, covered_only: bool = True, split: str | None = "fit") -> pd.DataFrame:
+    """The reference start-ups (a copy), with ``family`` and ``split`` added.
+
+    ``split``: ``"fit"`` (default; the runs every constant is fitted on), ``"held_out"``
+    (runs from other sources, never fitted: :mod:`cgdispatch.estimate.held_out` reports
+    the model's errors on them) or None for both. ``covered_only``: those whose model has
+    a published config here.
+    """
     from ..models.published import PUBLISHED_MODELS
 
+    if split not in (None, *_REFERENCE_FILES):
+        raise ValueError(
+            f"split={split!r} is invalid: use one of {sorted(_REFERENCE_FILES)} or None (all)"
+        )
     frame = _reference_frame().copy()
+    if split is not None:
+        frame = frame[frame["split"] == split].reset_index(drop=True)
     frame["covered"] = [m in PUBLISHED_MODELS for m in frame["model"]]
     frame["family"] = [
         PUBLISHED_MODELS[m].family if m in PUBLISHED_MODELS else None for m in frame["model"]
