@@ -131,11 +131,6 @@ def load_device_spec(path: str | Path) -> DeviceSpec:
                 f"device spec {path}: field {name!r} is unknown: use the fields of "
                 f"DeviceSpec, {sorted(known)}"
             )
-    for name in _REQUIRED:
-        if name not in data:
-            raise ValueError(
-                f"device spec {path}: field {name!r} is missing: {_REQUIRED} are required"
-            )
     for name, value in data.items():
         if name == "name":
             if not isinstance(value, str) or not value.strip():
@@ -146,4 +141,9 @@ def load_device_spec(path: str | Path) -> DeviceSpec:
             )
         elif value == 0 and name in _REQUIRED:
             raise ValueError(f"device spec {path}: field {name!r} must be > 0")
+    for name in _REQUIRED:
+        if name not in data:
+            raise ValueError(
+                f"device spec {path}: field {name!r} is missing: {list(_REQUIRED)} are required"
+            )
     return DeviceSpec(**{k: (v if k == "name" else float(v)) for k, v in data.items()})

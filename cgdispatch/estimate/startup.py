@@ -492,7 +492,7 @@ def estimate_startup(
         _refuse(pm, device, tp, pp, gpu_memory_utilization, least, kv_bytes)
     return StartupEstimate(
         model=pm.model,
-        device=device,
+        device=device_label(device),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         num_graphs=int(f["graphs"]),
