@@ -1,4 +1,4 @@
-"""A decoder's :class:`~cgdispatch.models.published.PublishedModel` from its ``config.json``.
+"""A decoder's :class:`~cgdispatch.models.published.PublishedModel` fields from its ``config.json``.
 
 Reads a Hugging Face config (a path to ``config.json`` or its folder, a dict, or a
 ``transformers`` config object) into the same fields a row of
@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .published import QUANT_WEIGHT_BYTES, PublishedModel
-
-__all__ = ["MODEL_TYPES", "model_from_config", "is_config_source"]
+__all__ = ["MODEL_TYPES", "config_fields", "is_config_source"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,6 @@ def _quantization(cfg: Mapping[str, Any]) -> str:
             f"config.json field 'quantization_config.quant_method'={method!r} is unsupported: "
             f"use one of {sorted(_QUANT)} (or drop quantization_config for 16-bit weights)"
         )
-    assert _QUANT[method] in QUANT_WEIGHT_BYTES
     return _QUANT[method]
 
 
@@ -159,9 +156,9 @@ def _check_structure(cfg: Mapping[str, Any]) -> None:
             raise ValueError(f"config.json field {field!r}={cfg[field]!r} is unsupported: use 1")
 
 
-def model_from_config(source: Any, *, name: str | None = None) -> PublishedModel:
-    """The :class:`PublishedModel` of a decoder's ``config.json`` (path, dict or
-    ``transformers`` config); ``name`` overrides the model name (default: the config's
+def config_fields(source: Any, *, name: str | None = None) -> dict[str, Any]:
+    """The :class:`~cgdispatch.models.published.PublishedModel` fields of a decoder's
+    ``config.json`` (path, dict or ``transformers`` config); ``name`` overrides the model name (default: the config's
     ``_name_or_path``, else the file's path). Multimodal configs use their ``text_config``
     (the vision tower is not counted)."""
     data, default_name = _read(source)
@@ -211,7 +208,7 @@ def model_from_config(source: Any, *, name: str | None = None) -> PublishedModel
                          "'num_attention_heads' and 'vocab_size' must be > 0")  # fmt: skip
     if experts and not _int(cfg, "num_experts_per_tok"):
         raise ValueError("config.json field 'num_experts_per_tok' must be > 0 with experts")
-    return PublishedModel(
+    return dict(
         model=name or default_name,
         family=kind.family,
         layers=layers,

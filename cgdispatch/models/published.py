@@ -35,6 +35,7 @@ __all__ = [
     "PublishedModel",
     "PUBLISHED_MODELS",
     "published_model",
+    "model_from_config",
     "QUANT_WEIGHT_BYTES",
 ]
 
@@ -347,12 +348,21 @@ class _Models(Mapping[str, PublishedModel]):
 PUBLISHED_MODELS: Mapping[str, PublishedModel] = _Models()
 
 
+def model_from_config(source: object, *, name: str | None = None) -> PublishedModel:
+    """The :class:`PublishedModel` of any supported decoder's ``config.json``: a path to it
+    (or its folder), a dict or a ``transformers`` config, read offline
+    (:func:`~cgdispatch.models.config_json.config_fields`); ``name`` overrides its name."""
+    from .config_json import config_fields
+
+    return PublishedModel(**config_fields(source, name=name))
+
+
 def published_model(name: object) -> PublishedModel:
     """The published config of Hugging Face id ``name`` (case-insensitive), or of any
     decoder from its ``config.json``: a path to it (or its folder), a dict or a
     ``transformers`` config (:func:`~cgdispatch.models.config_json.model_from_config`);
     a :class:`PublishedModel` is returned as it is."""
-    from .config_json import is_config_source, model_from_config
+    from .config_json import is_config_source
 
     if isinstance(name, PublishedModel):
         return name
