@@ -18,8 +18,9 @@ from ..core.generation import GENERATIONS, NEWEST, generation_for
 from ..core.jsonout import strict_json
 from ..core.modes import CUDAGraphMode
 from .dispatch import other_releases
+from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
-DEVICES = ("H100", "H200", "A100")
+__all__ = ["DEVICES", "check_int_flags", "run_plan", "add_parser"]
 _MIB = 1 << 20
 
 
@@ -69,8 +70,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--mode NONE captures nothing: pick a graph mode")
     CUDAGraphMode.parse(args.mode)
     usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
-    if args.model not in usable:
-        raise ValueError(f"--model {args.model!r} is unknown here: use one of {usable}")
+    check_model_flag(args.model, usable)
     for flag in ("trace", "evaluate_on"):
         path = getattr(args, flag)
         if path is not None and Path(path).suffix and not Path(path).exists():
@@ -121,7 +121,8 @@ def run_plan(args: argparse.Namespace) -> int:
         test, other = load(args.evaluate_on)
         check_step_budget(test, args.max_num_batched_tokens, f"--evaluate-on {args.evaluate_on}")
         evaluated_on = f"other trace: {other}"
-    cost_model = device_cost_model(args.model, args.device, context_len=args.context_len)
+    device = device_from_args(args)
+    cost_model = device_cost_model(args.model, device, context_len=args.context_len)
     budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
     sizes = plan_ladder(  # the planner of config's generation
         plan_on,
@@ -236,7 +237,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--model", default="llama-3.1-8b", help="architecture for step times and graph memory"
     )
-    plan.add_argument("--device", choices=DEVICES, default="H200", help="device model preset")
+    add_device_args(plan)
     plan.add_argument(
         "--context-len", type=int, default=512, help="KV positions each token attends to"
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.generation import GENERATIONS, NEWEST
-from .plan import DEVICES, check_int_flags
+from .model_args import add_device_args, check_model_flag, device_from_args
+from .plan import check_int_flags
 
 _MIB = 1 << 20
 
@@ -39,8 +40,7 @@ def _check(args: argparse.Namespace) -> None:
     if not 0 < args.holdout < 1:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
     usable = [n for n in model_names() if not n.startswith("hf-")]
-    if args.model not in usable:
-        raise ValueError(f"--model {args.model!r} is unknown here: use one of {usable}")
+    check_model_flag(args.model, usable)
     if args.trace not in (*TRACE_NAMES, "-") and not Path(args.trace).exists():
         raise ValueError(
             f"--trace {args.trace}: no such file and not a synthetic preset "
@@ -68,12 +68,15 @@ def run_tune(args: argparse.Namespace) -> int:
     requests = workload_requests(
         args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
     )  # None for a file of steps: then no latency figures
+    device = device_from_args(args)
+    name = device.name if not isinstance(device, str) else device
     startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
-        args.model, args.device, gpu_memory_utilization=args.gpu_memory_utilization
+        args.model, device, gpu_memory_utilization=args.gpu_memory_utilization
     )
-    if requests is not None and startup is not None:  # before simulating them
+    if startup is not None:  # a model that does not fit is refused here, before simulating
         kv = startup(config).kv_cache_tokens
-        check_requests_fit(requests, kv, f"{args.model} on {args.device}, model estimate")
+        if requests is not None:
+            check_requests_fit(requests, kv, f"{args.model} on {name}, model estimate")
     trace, label = workload_trace(
         args.trace,
         num_requests=args.num_requests,
@@ -87,7 +90,7 @@ def run_tune(args: argparse.Namespace) -> int:
         trace,
         requests=requests,
         config=config,
-        cost_model=cached_cost_model(args.model, args.device, context_len=args.context_len),
+        cost_model=cached_cost_model(args.model, device, context_len=args.context_len),
         holdout=args.holdout,
         max_graphs=args.max_graphs,
         memory_budget_bytes=None
@@ -102,7 +105,11 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
         return 0
-    print(verdict_text(result, model=args.model, device=args.device))
+    # vllm serve takes a checkpoint's folder, not its config.json
+    model = args.model
+    if model.endswith(".json") and Path(model).is_file():
+        model = str(Path(model).resolve().parent)
+    print(verdict_text(result, model=model, device=name))
     return 0
 
 
@@ -123,8 +130,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "flags. Figures are modelled (device model on fake tensors; no GPU needed).",
     )
     tune.error = _one_line_error  # type: ignore[method-assign]
-    tune.add_argument("--model", default="llama-3.1-8b", help="architecture (default %(default)s)")
-    tune.add_argument("--device", choices=DEVICES, default="H200", help="device model preset")
+    tune.add_argument(
+        "--model",
+        default="llama-3.1-8b",
+        help="architecture, published Hugging Face id or path to a decoder's config.json "
+        "(read offline; default %(default)s)",
+    )
+    add_device_args(tune)
     tune.add_argument(
         "--trace",
         default="sharegpt",

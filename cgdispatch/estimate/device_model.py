@@ -29,9 +29,9 @@ import pandas as pd
 
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_STEP_TOKENS, check_int
-from .devices import DEVICE_PRESETS, DeviceSpec, check_device_name
+from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
-from .startup import GraphPricing, graph_pricing
+from .startup import GraphPricing, graph_pricing, startup_source
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
 __all__ = [
@@ -166,6 +166,9 @@ class DeviceCostModel:
 
     @property
     def source(self) -> str:
+        if self.pricing is not None and "no logged start-ups" in self.memory_source:
+            # the step-time model is the datasheet's; the graph costs are carried over
+            return startup_source(self.spec, self.pricing.coefficients)
         return f"model ({self.spec.name})"
 
     @property
@@ -185,8 +188,10 @@ class DeviceCostModel:
     def memory_source(self) -> str:
         if self.pricing is None:
             return f"model ({self.spec.name}, fake-tensor pool estimate)"
-        fitted = self.pricing.coefficients.fitted_on
-        return f"model ({self.pricing.device}, calibrated on {fitted} vLLM startups)"
+        device = self.pricing.device
+        return startup_source(
+            device if device in DEVICE_PRESETS else self.pricing.spec, self.pricing.coefficients
+        )
 
     def step_time_ms(
         self, mode: CUDAGraphMode, num_tokens: np.ndarray, uniform_decode: bool = True
@@ -222,37 +227,74 @@ class DeviceCostModel:
 
 
 def device_cost_model(
-    model: str = "llama-3.1-8b", device: str = "H200", *, context_len: int = 512
+    model: object = "llama-3.1-8b", device: str | DeviceSpec = "H200", *, context_len: int = 512
 ) -> DeviceCostModel:
-    """The device model of registry model ``model`` (built on meta) on preset ``device``.
+    """The device model of ``model`` (built on meta) on ``device`` (a preset name or a
+    :class:`DeviceSpec`). ``model``: a registry name, a published Hugging Face id, or any
+    supported decoder's ``config.json`` (a path, dict or transformers config, read offline;
+    one TP rank of one GPU).
 
     ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
     output is about 500 tokens, docs/references.md). Two kernel profiles on fake tensors,
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
-    if not isinstance(model, str):
-        raise ValueError(f"model={model!r} is invalid: give a registry model's name (a string)")
-    check_device_name(device)  # before the cache hashes the arguments (a list cannot be)
+    from ..models.config_json import is_config_source
+    from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
+
+    if isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
+        model = published_model(model)  # hashable: the cache below keys on it
+    elif not isinstance(model, str):
+        raise ValueError(
+            f"model={model!r} is invalid: give a registry model's name, a Hugging Face id "
+            "with a published config, or a config.json path"
+        )
+    device_spec(device)  # before the cache hashes the arguments (a list cannot be)
     context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
     return _device_cost_model(model, device, context_len)
 
 
-@functools.lru_cache(maxsize=16)
-def _device_cost_model(model: str, device: str, context_len: int) -> DeviceCostModel:
-    from ..core.config import GraphConfig
+def _build(model: object) -> object:
+    """The meta-tensor model: a registry name's, or one GPU's decoder of a published config."""
+    import dataclasses
+
+    import torch
+
+    from ..models.architectures import ArchLM
+    from ..models.published import PublishedModel, arch_spec
     from ..models.registry import build_model
+
+    if not isinstance(model, PublishedModel):
+        return build_model(model, device="meta")
+    # the registry's stand-in cache sizes, so the profile matches a registry model's
+    spec = dataclasses.replace(arch_spec(model), num_slots=256, max_seq_len=1024)
+    with torch.device("meta"):
+        net = ArchLM(spec)
+    net = net.to(getattr(torch, spec.dtype)).eval().requires_grad_(False)
+    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
+    return net
+
+
+@functools.lru_cache(maxsize=16)
+def _device_cost_model(
+    model: object, device: str | DeviceSpec, context_len: int
+) -> DeviceCostModel:
+    from ..core.config import GraphConfig
+    from ..models.published import PublishedModel
     from .graph_memory import estimate_graph_memory
 
-    net = build_model(model, device="meta")
+    net = _build(model)
+    spec = device_spec(device)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))
     published = getattr(getattr(net, "spec", None), "published", "")
+    if isinstance(model, PublishedModel):
+        published, model = model, model.model
     if published:  # graph memory and capture time from the calibrated start-up model
         pricing = graph_pricing(
             published, device, tensor_parallel_size=net.spec.tensor_parallel_size
         )
-        return DeviceCostModel(model, DEVICE_PRESETS[device], profile, {}, pricing=pricing)
+        return DeviceCostModel(model, spec, profile, {}, pricing=pricing)
     anchors = (256, 512)
     lines = {}
     for mode in ("FULL", "PIECEWISE"):
@@ -263,4 +305,4 @@ def _device_cost_model(model: str, device: str, context_len: int) -> DeviceCostM
             pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
-    return DeviceCostModel(model, DEVICE_PRESETS[device], profile, lines)
+    return DeviceCostModel(model, spec, profile, lines)

@@ -18,10 +18,14 @@ __all__ = ["kv_bytes_per_token"]
 @functools.lru_cache(maxsize=32)
 def kv_bytes_per_token(model: str) -> float | None:
     """KV bytes of one token of context for registry model ``model`` (one tensor-parallel
-    rank), or None for models whose KV layout is not known here (Hugging Face adapters)."""
+    rank), a published Hugging Face id or a ``config.json`` path (one GPU), or None for models whose KV layout is not known here (Hugging Face adapters)."""
     from ..models.architectures import ARCHITECTURES
+    from ..models.config_json import is_config_source
+    from ..models.published import PUBLISHED_MODELS, published_model
     from ..models.toy import PRESETS
 
+    if model in PUBLISHED_MODELS or is_config_source(model):  # one GPU, the config's dtype
+        return published_model(model).kv_bytes_per_token()
     if model in ARCHITECTURES:
         spec = ARCHITECTURES[model]
         heads, head_dim, layers = spec.shard("num_kv_heads"), spec.head_dim, spec.num_layers

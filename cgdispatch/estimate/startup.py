@@ -55,7 +55,7 @@ from ..core.generation import capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from ..models.architectures import ArchLM
 from ..models.published import PublishedModel, arch_spec, published_model
-from .devices import DEVICE_PRESETS, check_device_name
+from .devices import DEVICE_PRESETS, DeviceSpec, device_label, device_spec
 from .kernels import LinearProfile, linear_profile
 from .step_time import fuse_pointwise, step_times_by_mode
 
@@ -75,13 +75,15 @@ __all__ = [
     "calibration_table",
     "error_summary",
     "startup_for",
+    "startup_source",
 ]
 
 GIB = float(1 << 30)
-# the memory torch reports for the whole device (``total_memory`` in vLLM's start-up log):
-# H100 80GB from the reference logs; H200 as the device pool this project may borrow reports
-# it (about 139 GiB, .library/device/README.md); A100 80GB assumed equal to H100 80GB
-DEVICE_MEMORY_BYTES = {"H100": 79.19 * GIB, "H200": 139.0 * GIB, "A100": 79.19 * GIB}
+# the memory torch reports for the whole device (``total_memory`` in vLLM's start-up log),
+# per preset (cgdispatch/data/device_specs.csv): H100 80GB from the reference logs; H200 as
+# the device pool this project may borrow reports it (about 139 GiB); A100 80GB assumed equal
+# to H100 80GB; the others the datasheet's size x the H100's reported share
+DEVICE_MEMORY_BYTES = {name: spec.memory_bytes for name, spec in DEVICE_PRESETS.items()}
 # the model families of the leave-one-family-out cross-validation (issue 18)
 FAMILIES = (
     "Llama",
@@ -174,16 +176,38 @@ class StartupEstimate:
         )
 
 
-def _source(device: str, coefficients: StartupCoefficients) -> str:
-    return f"model ({device}, calibrated on {coefficients.fitted_on} vLLM startups)"
+# issue 18's presets keep the label they had (the README's tune output shows it): their
+# start-up costs have been these since then, though only the H100 has logged runs
+_CALIBRATED_PRESETS = ("H100", "H200", "A100")
+
+
+@functools.lru_cache(maxsize=1)
+def _logged_devices() -> frozenset[str]:
+    """Names (``DeviceSpec.name``) of the GPUs labelled as calibrated: those the reference
+    start-ups were logged on, and issue 18's presets."""
+    logged = set(_reference_frame()["device"]) | set(_CALIBRATED_PRESETS)
+    return frozenset(device_spec(d).name for d in logged)
+
+
+def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) -> str:
+    """The label of a start-up figure: a model, its device and what it was calibrated on,
+    saying so when the device has no logged start-ups (the fit is then carried over)."""
+    label, n = device_label(device), coefficients.fitted_on
+    if device_spec(device).name in _logged_devices():
+        return f"model ({label}, calibrated on {n} vLLM startups)"
+    logged = ", ".join(sorted(set(_reference_frame()["device"])))
+    return (
+        f"model ({label}, no logged start-ups on this GPU; calibrated on {n} vLLM startups "
+        f"on {logged})"
+    )
 
 
 @functools.lru_cache(maxsize=64)
-def _stage_profile(model: str, tp: int, pp: int, rank: int, dtype: str) -> LinearProfile:
+def _stage_profile(model: PublishedModel, tp: int, pp: int, rank: int, dtype: str) -> LinearProfile:
     """Fused kernels of one GPU's captured forward (the stage's layers; vLLM computes the
     logits outside the graph, so the LM head is left out)."""
     spec = arch_spec(
-        published_model(model),
+        model,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         rank=rank,
@@ -215,10 +239,10 @@ def _check_config(config: GraphConfig) -> None:
 
 
 def _check_run(
-    model: str, device: str, tp: int, pp: int, dtype: str | None
+    model: object, device: str | DeviceSpec, tp: int, pp: int, dtype: str | None
 ) -> tuple[PublishedModel, str]:
     pm = published_model(model)
-    check_device_name(device)
+    device_spec(device)
     pm.check_parallel(tp, pp)
     dtype = dtype or pm.dtype
     if dtype not in _ELEM:
@@ -237,7 +261,8 @@ class GraphPricing:
     """
 
     model: str
-    device: str
+    device: str  # the preset name, or a DeviceSpec's name
+    spec: DeviceSpec  # the device's rates (the eager runs' unit)
     profile: LinearProfile  # fused kernels of the GPU's captured forward
     moe_layers: int
     boundary_bytes_per_token: float  # one layer's attention inputs, 16-bit elements
@@ -284,8 +309,7 @@ class GraphPricing:
         n = np.asarray(num_tokens, dtype=np.int64)
         if not n.size:
             return np.zeros(n.shape)
-        spec = DEVICE_PRESETS[self.device]
-        return step_times_by_mode(self.profile, "NONE", n, spec) / 1e3
+        return step_times_by_mode(self.profile, "NONE", n, self.spec) / 1e3
 
     def capture_s(
         self, mode: CUDAGraphMode | str, num_tokens: np.ndarray, num_warmups: int = 1
@@ -302,16 +326,17 @@ class GraphPricing:
 
 
 def graph_pricing(
-    model: str,
-    device: str,
+    model: object,
+    device: str | DeviceSpec,
     *,
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
     dtype: str | None = None,
     coefficients: StartupCoefficients | None = None,
 ) -> GraphPricing:
-    """The calibrated per-graph costs of ``model`` (a published config) on ``device``, for
-    the GPU with the most layers (the last pipeline stage)."""
+    """The calibrated per-graph costs of ``model`` (a published config, or any config
+    :func:`~cgdispatch.models.published.published_model` reads) on ``device`` (a preset
+    name or a :class:`DeviceSpec`), for the GPU with the most layers (the last stage)."""
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     pm, dtype = _check_run(model, device, tp, pp, dtype)
     rank = pp - 1
@@ -319,8 +344,9 @@ def graph_pricing(
     on_rank = range(first, first + pm.layers_on_rank(pp, rank))
     return GraphPricing(
         model=pm.model,
-        device=device,
-        profile=_stage_profile(pm.model, tp, pp, rank, dtype),
+        device=device_label(device),
+        spec=device_spec(device),
+        profile=_stage_profile(pm, tp, pp, rank, dtype),
         moe_layers=sum(layer >= pm.dense_layers for layer in on_rank) if pm.is_moe else 0,
         # one layer's attention inputs per key token (the pieces reuse them layer by
         # layer), counted in 16-bit elements whatever the dtype: the one float32 reference
@@ -332,8 +358,8 @@ def graph_pricing(
 
 
 def startup_features(
-    model: str,
-    device: str,
+    model: object,
+    device: str | DeviceSpec,
     config: GraphConfig,
     *,
     tensor_parallel_size: int = 1,
@@ -386,8 +412,8 @@ def _non_torch_gib(c: StartupCoefficients, tp: int, pp: int) -> float:
 
 
 def estimate_startup(
-    model: str,
-    device: str,
+    model: object,
+    device: str | DeviceSpec,
     config: GraphConfig,
     *,
     tensor_parallel_size: int = 1,
@@ -402,11 +428,14 @@ def estimate_startup(
     """Graph memory, capture time and KV-cache capacity of one vLLM start-up (model).
 
     ``model``: a Hugging Face id with a published config
-    (:data:`~cgdispatch.models.published.PUBLISHED_MODELS`); ``device``: a preset
-    (``H100``, ``H200``, ``A100``); ``config``: the graphs it captures (its
+    (:data:`~cgdispatch.models.published.PUBLISHED_MODELS`), or any supported decoder's
+    ``config.json`` (a path, a dict or a ``transformers`` config; read offline);
+    ``device``: a preset of :data:`~cgdispatch.estimate.devices.DEVICE_PRESETS` (``H100``,
+    ``L40S``, ...) or a :class:`DeviceSpec`; ``config``: the graphs it captures (its
     ``max_num_seqs`` and ``max_num_batched_tokens`` size the profile run as vLLM's do).
     ``dtype``, ``quantization`` and ``kv_cache_dtype`` as vLLM's flags; None is the
-    checkpoint's dtype and quantization.
+    checkpoint's dtype and quantization. A model that leaves no room for one KV block is a
+    ValueError (vLLM would refuse to start), not an estimate of zero tokens.
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     _check_config(config)
@@ -422,7 +451,7 @@ def estimate_startup(
         raise ValueError(f"block_size={block_size!r} is invalid: it must be an integer >= 1")
     c = CALIBRATION if coefficients is None else coefficients
     f = startup_features(
-        model, device, config, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
+        pm, device, config, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
     )
     graph_gib = (
         c.pool_base_gib + c.pool_per_node_gib * f["nodes"] + c.pool_per_boundary * f["boundary_gib"]
@@ -445,7 +474,7 @@ def estimate_startup(
     )
     non_torch = _non_torch_gib(c, tp, pp)
     subtract = generation_of(config).profiles_graph_memory
-    budget = DEVICE_MEMORY_BYTES[device] * gpu_memory_utilization
+    budget = device_spec(device).memory_bytes * gpu_memory_utilization
     kv_bytes, blocks = math.inf, None
     for rank in range(pp):
         peak = activation_gib + (c.activation_per_logits * a["logits_gib"] if rank == pp - 1 else 0)
@@ -467,9 +496,12 @@ def estimate_startup(
         rank_blocks = max(int(free // (per_token * block_size)), 0)
         if blocks is None or rank_blocks < blocks:
             blocks, kv_bytes, kv_per_token = rank_blocks, free, per_token
+            least = (weights, peak + non_torch + (graph_gib if subtract else 0.0))
+    if not blocks:
+        _refuse(pm, device, tp, pp, gpu_memory_utilization, least, kv_bytes)
     return StartupEstimate(
         model=pm.model,
-        device=device,
+        device=device_label(device),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         num_graphs=int(f["graphs"]),
@@ -490,7 +522,30 @@ def estimate_startup(
         kv_cache_tokens=int(blocks or 0) * block_size,
         kv_bytes_per_token=kv_per_token,
         graph_memory_subtracted=subtract,
-        source=_source(device, c),
+        source=startup_source(device, c),
+    )
+
+
+def _refuse(
+    pm: PublishedModel,
+    device: str | DeviceSpec,
+    tp: int,
+    pp: int,
+    utilization: float,
+    least: tuple[float, float],
+    free_bytes: float,
+) -> None:
+    """ValueError for a run whose fullest GPU has no room for one KV block."""
+    memory = device_spec(device).memory_bytes
+    weights, other_gib = least
+    raise ValueError(
+        f"{pm.model} does not fit on {device_label(device)} (TP{tp} PP{pp}): of "
+        f"{memory / GIB:.1f} GiB, gpu_memory_utilization={utilization} gives "
+        f"{memory * utilization / GIB:.1f} GiB; weights take {weights / GIB:.1f} GiB per GPU "
+        f"and activations, non-torch and graph memory {other_gib:.1f} GiB, leaving "
+        f"{free_bytes / GIB:.1f} GiB for the KV cache: use more GPUs "
+        "(tensor_parallel_size), a higher gpu_memory_utilization, or a smaller or quantized "
+        "model"
     )
 
 
@@ -766,24 +821,28 @@ def error_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def startup_for(
-    model: str,
-    device: str,
+    model: object,
+    device: str | DeviceSpec,
     *,
     gpu_memory_utilization: float = 0.9,
     **kwargs: Any,
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """``tune``'s start-up seam for ``model``: a registry name with a published config
-    (``llama-3.1-8b``: its ``ArchSpec.published``, its TP size) or a Hugging Face id;
-    None for models with no published config (toy models). Each call estimates one
-    config's start-up (:func:`estimate_startup`)."""
+    (``llama-3.1-8b``: its ``ArchSpec.published``, its TP size), a Hugging Face id or a
+    ``config.json`` (path, dict, transformers config, read once here); None for models
+    with no published config (toy models). Each call estimates one config's start-up
+    (:func:`estimate_startup`)."""
     from ..models.architectures import ARCHITECTURES
-    from ..models.published import PUBLISHED_MODELS
+    from ..models.config_json import is_config_source
+    from ..models.published import PUBLISHED_MODELS, PublishedModel
 
-    if model in ARCHITECTURES and ARCHITECTURES[model].published:
+    if isinstance(model, str) and model in ARCHITECTURES and ARCHITECTURES[model].published:
         spec = ARCHITECTURES[model]
         published, tp = spec.published, spec.tensor_parallel_size
     elif model in PUBLISHED_MODELS:
         published, tp = model, 1
+    elif isinstance(model, PublishedModel) or is_config_source(model):
+        published, tp = published_model(model), 1
     else:
         return None
     kwargs.setdefault("tensor_parallel_size", tp)

@@ -58,6 +58,7 @@ class ArchSpec:
     dense_layers: int = 0  # leading layers with a dense MLP in a mixture-of-experts model
     kv_lora_rank: int = 0  # multi-head latent attention's KV rank (0: plain attention)
     qk_rope_head_dim: int = 0  # latent attention: the rotary part of each head
+    q_lora_rank: int = 0  # latent attention: queries through a rank-r bottleneck (0: none)
     layer_offset: int = 0  # index of the first layer (a pipeline stage after the first)
     has_embedding: bool = True  # the first pipeline stage holds the token embedding
     has_head: bool = True  # the last pipeline stage holds the final norm and LM head
@@ -193,7 +194,16 @@ class _Block(nn.Module):
         self.norms = nn.ModuleList(RMSNorm(h) for _ in range(max(spec.norms_per_layer, 1)))
         if self.mla:
             rank = spec.kv_lora_rank
-            self.q_proj = nn.Linear(h, heads * d, bias=False)
+            q_rank = spec.q_lora_rank
+            self.q_proj = (
+                nn.Sequential(
+                    nn.Linear(h, q_rank, bias=False),
+                    RMSNorm(q_rank),
+                    nn.Linear(q_rank, heads * d, bias=False),
+                )
+                if q_rank
+                else nn.Linear(h, heads * d, bias=False)
+            )
             self.kv_a = nn.Linear(h, rank + spec.qk_rope_head_dim, bias=False)  # latent, rope
             self.kv_norm = RMSNorm(rank)
             self.kv_b = nn.Linear(rank, 2 * heads * d, bias=False)

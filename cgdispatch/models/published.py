@@ -35,6 +35,7 @@ __all__ = [
     "PublishedModel",
     "PUBLISHED_MODELS",
     "published_model",
+    "model_from_config",
     "QUANT_WEIGHT_BYTES",
 ]
 
@@ -85,6 +86,7 @@ class PublishedModel:
     dtype: str
     quantization: str  # the checkpoint's scheme as vLLM names it ("" for none)
     source: str
+    q_lora_rank: int = 0  # latent attention's query rank (DeepSeek-V3; 0: one q projection)
 
     @property
     def is_moe(self) -> bool:
@@ -126,7 +128,11 @@ class PublishedModel:
         h = self.hidden_size
         if self.is_mla:
             heads = self.num_heads / tp
-            q = h * heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            q = heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+            if self.q_lora_rank:  # q_a (replicated), its norm, q_b
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q
+            else:
+                q = h * q
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)  # replicated
             kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
             attn = q + kv_a + kv_b + heads * self.v_head_dim * h
@@ -290,6 +296,7 @@ def arch_spec(
         dense_layers=model.dense_layers,
         kv_lora_rank=model.kv_lora_rank,
         qk_rope_head_dim=model.qk_rope_head_dim,
+        q_lora_rank=model.q_lora_rank,
         layer_offset=model.layers // pp * rank,
         has_embedding=rank == 0,
         has_head=rank == pp - 1,
@@ -301,6 +308,8 @@ def arch_spec(
 def _as_model(row: pd.Series) -> PublishedModel:
     values = {}
     for f in fields(PublishedModel):
+        if f.name not in row:  # a column the CSV leaves out keeps its default
+            continue
         value = row[f.name]
         if f.type in ("bool",):
             value = bool(int(value))
@@ -339,12 +348,32 @@ class _Models(Mapping[str, PublishedModel]):
 PUBLISHED_MODELS: Mapping[str, PublishedModel] = _Models()
 
 
-def published_model(name: str) -> PublishedModel:
-    """The published config of Hugging Face id ``name`` (case-insensitive)."""
+def model_from_config(source: object, *, name: str | None = None) -> PublishedModel:
+    """The :class:`PublishedModel` of any supported decoder's ``config.json``: a path to it
+    (or its folder), a dict or a ``transformers`` config, read offline
+    (:func:`~cgdispatch.models.config_json.config_fields`); ``name`` overrides its name."""
+    from .config_json import config_fields
+
+    return PublishedModel(**config_fields(source, name=name))
+
+
+def published_model(name: object) -> PublishedModel:
+    """The published config of Hugging Face id ``name`` (case-insensitive), or of any
+    decoder from its ``config.json``: a path to it (or its folder), a dict or a
+    ``transformers`` config (:func:`~cgdispatch.models.config_json.model_from_config`);
+    a :class:`PublishedModel` is returned as it is."""
+    from .config_json import is_config_source
+
+    if isinstance(name, PublishedModel):
+        return name
+    if isinstance(name, str) and name in PUBLISHED_MODELS:
+        return PUBLISHED_MODELS[name]
+    if is_config_source(name):
+        return model_from_config(name)
     if not isinstance(name, str) or name not in PUBLISHED_MODELS:
         known = ", ".join(sorted(m.model for m in PUBLISHED_MODELS.values()))
         raise ValueError(
             f"model={name!r} has no published config in cgdispatch/data/"
-            f"model_architectures.csv: use one of {known}, or add its config.json numbers there"
+            f"model_architectures.csv: use one of {known}, a path to its config.json, or add its config.json numbers there"
         )
     return PUBLISHED_MODELS[name]

@@ -64,16 +64,29 @@ def _fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def cache_path(model: str, device: str, context_len: int = 512) -> Path:
+def _label(thing: object) -> str:
+    """A model or device as a file-name part: names as they are; a config.json file or a
+    DeviceSpec by a digest of its contents too, so an edited one is estimated afresh."""
+    if isinstance(thing, str) and not Path(thing).is_file():
+        return thing
+    if isinstance(thing, (str, Path)):
+        data, name = Path(thing).read_bytes(), Path(thing).stem
+    else:
+        data, name = repr(thing).encode(), str(getattr(thing, "name", type(thing).__name__))
+    return f"{name}-{hashlib.sha256(data).hexdigest()[:12]}"
+
+
+def cache_path(model: object, device: object, context_len: int = 512) -> Path:
     """Where the cost model of these arguments is (or would be) stored."""
     safe = "".join(
-        c if c.isalnum() or c in "-._" else "_" for c in f"{model}-{device}-{context_len}"
+        c if c.isalnum() or c in "-._" else "_"
+        for c in f"{_label(model)}-{_label(device)}-{context_len}"
     )
     return cache_dir() / f"cost-model-{safe}-{_fingerprint()}.json"
 
 
 def cached_cost_model(
-    model: str = "llama-3.1-8b", device: str = "H200", *, context_len: int = 512
+    model: str = "llama-3.1-8b", device: str | DeviceSpec = "H200", *, context_len: int = 512
 ) -> DeviceCostModel:
     """:func:`device_cost_model` of these arguments, from the disk cache when it is there.
 
@@ -97,7 +110,7 @@ def _data_fingerprint() -> str:
 
 
 def cached_startup(
-    model: str, device: str, *, gpu_memory_utilization: float = 0.9
+    model: str, device: str | DeviceSpec, *, gpu_memory_utilization: float = 0.9
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
     cache when they are there (None for a model with no published config, as it)."""
@@ -109,7 +122,7 @@ def cached_startup(
         return None
 
     def startup(config: GraphConfig) -> StartupEstimate:
-        key = f"{model}|{device}|{gpu_memory_utilization!r}|{config!r}|{_data_fingerprint()}"
+        key = f"{_label(model)}|{_label(device)}|{gpu_memory_utilization!r}|{config!r}|{_data_fingerprint()}"
         name = hashlib.sha256(key.encode()).hexdigest()[:24]
         path = cache_dir() / f"startup-{name}-{_fingerprint()}.json"
         return _load_or_build(path, StartupEstimate, lambda: estimate(config))

@@ -25,6 +25,7 @@ import ipywidgets as w
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, NEWEST
 from ..estimate.device_model import DEVICE_PRESETS
+from ..estimate.devices import DeviceSpec, device_label
 from ..estimate.kv_bytes import kv_bytes_per_token
 from ..models.architectures import ARCHITECTURES
 from ..plan.tune import tune
@@ -55,8 +56,8 @@ class TuneDashboard(Snapshot, w.VBox):
     def __init__(
         self,
         *,
-        model: str = "llama-3.1-8b",
-        device: str = "H200",
+        model: str = "llama-3.1-8b",  # or a path to a decoder's config.json
+        device: str | DeviceSpec = "H200",
         trace: str = "sharegpt",
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
@@ -77,10 +78,13 @@ class TuneDashboard(Snapshot, w.VBox):
         self.runs = 0  # recomputes so far, shown as data-run (the browser tests count them)
         style = {"description_width": "initial"}
         self.model_box = w.Dropdown(
-            options=sorted(ARCHITECTURES), value=model, description="model", style=style
+            options=sorted({*ARCHITECTURES, model}), value=model, description="model", style=style
         )
+        devices = [(name, name) for name in sorted(DEVICE_PRESETS)]
+        if isinstance(device, DeviceSpec):  # a GPU from a spec joins the presets
+            devices.append((device.name, device))
         self.device_box = w.Dropdown(
-            options=sorted(DEVICE_PRESETS), value=device, description="device", style=style
+            options=devices, value=device, description="device", style=style
         )
         self.trace_box = w.Combobox(
             options=list(TRACE_NAMES), value=trace, description="traffic", ensure_option=False,
@@ -145,7 +149,9 @@ class TuneDashboard(Snapshot, w.VBox):
 
     def _show(self, result: TuneResult) -> None:
         png = tradeoff_figure(result)._repr_png_() if self.draw else b""
-        lines = verdict_lines(result, model=self.model_box.value, device=self.device_box.value)
+        lines = verdict_lines(
+            result, model=self.model_box.value, device=device_label(self.device_box.value)
+        )
         d = result.deltas
         attrs = {
             "testid": "tune-verdict",
@@ -185,7 +191,7 @@ class TuneDashboard(Snapshot, w.VBox):
         startup = cached_startup(model, device)
         if requests is not None and startup is not None:  # before simulating them
             kv = startup(config).kv_cache_tokens
-            check_requests_fit(requests, kv, f"{model} on {device}, model estimate")
+            check_requests_fit(requests, kv, f"{model} on {device_label(device)}, model estimate")
         trace, label = workload_trace(
             trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s,
             max_num_seqs=seqs, max_num_batched_tokens=tokens,

@@ -223,7 +223,7 @@ def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_pa
         (["--max-graphs", "x"], "invalid int value"),
         (["--max-graphs", "4", "--holdout", "1.5"], "--holdout=1.5 is invalid"),
         (["--max-graphs", "4", "--model", "gpt-9"], "--model 'gpt-9' is unknown"),
-        (["--max-graphs", "4", "--device", "B200"], "invalid choice: 'B200'"),
+        (["--max-graphs", "4", "--device", "B300"], "invalid choice: 'B300'"),
         (["--max-graphs", "4", "--memory-budget-mib", "-1"], "--memory-budget-mib=-1.0 is"),
         (["--max-graphs", "4", "--objective", "speed"], "invalid choice: 'speed'"),
         (["--max-graphs", "4", "--vllm-version", "0.35"], "invalid choice: '0.35'"),

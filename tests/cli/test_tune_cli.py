@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -86,4 +87,48 @@ def test_verdict_is_short_and_labelled(tmp_path, capsys):
 def test_bad_flags_end_in_one_line(argv, needle, capsys):
     assert main(["tune", *argv]) == 2
     err = capsys.readouterr().err.strip().split("\n")
+    assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+
+
+def test_a_config_json_on_a_listed_gpu_tunes_end_to_end(tmp_path, capsys):
+    """Issue 28: ``tune --model path/to/config.json --device L40S``, offline; vllm serve
+    gets the checkpoint's folder, the figures say the GPU has no logged start-ups."""
+    folder = tmp_path / "Qwen2-7B"
+    folder.mkdir()
+    (folder / "config.json").write_text((CONFIGS / "qwen2-7b.json").read_text())
+    argv = ["--model", str(folder / "config.json"), "--device", "L40S", "--num-requests", "120"]
+    assert main(["tune", *argv]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert lines[-1].startswith(f"vllm serve {folder} ")
+    assert "figures: model (L40S, no logged start-ups on this GPU; calibrated on 59" in lines[1]
+    assert any(line.startswith("KV-cache tokens") for line in lines)
+    spec = tmp_path / "gpu.json"
+    spec.write_text(
+        '{"name": "my-gpu", "peak_flops": 3e14, "peak_fp32_flops": 5e13, '
+        '"bandwidth_bytes_per_s": 8e11, "memory_bytes": 4.8e10}'
+    )
+    assert main(["tune", *argv, "--device-spec", str(spec), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["source"].startswith("model (my-gpu, no logged start-ups on this GPU")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--model", "meta-llama/Llama-3.1-70B-Instruct", "--device", "H100"],
+         "error: meta-llama/Llama-3.1-70B-Instruct does not fit on H100 (TP1 PP1)"),
+        (["--model", "llama-3.1-8b", "--gpu-memory-utilization", "0.05"],
+         "error: meta-llama/Llama-3.1-8B-Instruct does not fit on H200 (TP1 PP1)"),
+        (["--model", "no/such/config.json"], "no such config.json"),
+        (["--device-spec", "no-such-gpu.json"], "no-such-gpu.json"),
+    ],
+)  # fmt: skip
+def test_a_model_that_does_not_fit_is_an_error_not_a_serve_line(argv, needle, capsys):
+    assert main(["tune", *argv, "--num-requests", "50"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().split("\n")
+    assert "vllm serve" not in captured.out
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]

@@ -360,7 +360,7 @@ def test_a_published_model_prices_graphs_as_estimate_startup_does() -> None:
     assert np.all(cm.step_time_ms(CUDAGraphMode.NONE, small) >= 1.1 * full)
     piecewise = cm.step_time_ms(CUDAGraphMode.PIECEWISE, small)
     assert np.all((piecewise >= 1.03 * full) & (piecewise <= 1.20 * full))
-    with pytest.raises(ValueError, match="device='B200' is unknown"):
-        device_cost_model("llama-3.1-8b", "B200")
+    with pytest.raises(ValueError, match="device='B300' is unknown"):
+        device_cost_model("llama-3.1-8b", "B300")
     with pytest.raises(ValueError, match="captures no graph"):
         cm.graph_memory_bytes(CUDAGraphMode.NONE, small)

@@ -166,7 +166,7 @@ def test_modelled_speedup_refuses_non_toy_models_and_unknown_names():
     spec = SweepSpec(model="hf-llama-tiny")
     with pytest.raises(ValueError, match="toy preset"):
         modelled_speedup(spec)
-    with pytest.raises(ValueError, match="device='TPU-v9' is unknown"):
+    with pytest.raises(ValueError, match="device='TPU-v9' is unknown"):  # B200 is a preset
         modelled_speedup(SweepSpec(), device="TPU-v9")
     with pytest.raises(ValueError, match="ladder 'vllm'"):
         modelled_speedup(SweepSpec(), ladder="vllm")

@@ -149,3 +149,18 @@ def test_a_recompute_is_announced_while_it_runs_and_cleared_after(dash, monkeypa
 def test_the_traffic_box_waits_for_enter_and_the_verdict_lines_wrap(dash) -> None:
     assert dash.trace_box.continuous_update is False
     assert "white-space:pre-wrap" in dash.verdict.value  # the long `vllm serve` line wraps
+
+
+def test_a_config_json_and_a_listed_gpu_are_choices(tmp_path, monkeypatch) -> None:
+    """Issue 28: the dashboard takes a config.json path and any preset or DeviceSpec."""
+    from pathlib import Path
+
+    from cgdispatch.estimate.devices import DEVICE_PRESETS
+
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    path = str(Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json")
+    dash = tune_dashboard(model=path, device="L40S", num_requests=100, draw=False)
+    assert dash.result is not None and "no logged start-ups" in dash.result.source
+    spec = DEVICE_PRESETS["L40S"].replace(name="my-gpu")
+    dash = tune_dashboard(model=path, device=spec, num_requests=100, draw=False)
+    assert dash.result is not None and dash.result.source.startswith("model (my-gpu,")
