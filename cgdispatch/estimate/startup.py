@@ -185,8 +185,13 @@ _CALIBRATED_PRESETS = ("H100", "H200", "A100")
 def _logged_devices() -> frozenset[str]:
     """Names (``DeviceSpec.name``) of the GPUs labelled as calibrated: those the reference
     start-ups were logged on, and issue 18's presets."""
-    logged = set(_reference_frame()["device"]) | set(_CALIBRATED_PRESETS)
-    return frozenset(device_spec(d).name for d in logged)
+    return frozenset(device_spec(d).name for d in _fitted_devices() | set(_CALIBRATED_PRESETS))
+
+
+def _fitted_devices() -> set[str]:
+    """The devices of the runs the constants are fitted on (held-out runs do not count)."""
+    frame = _reference_frame()
+    return set(frame.loc[frame["split"] == "fit", "device"])
 
 
 def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) -> str:
@@ -195,7 +200,7 @@ def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) 
     label, n = device_label(device), coefficients.fitted_on
     if device_spec(device).name in _logged_devices():
         return f"model ({label}, calibrated on {n} vLLM startups)"
-    logged = ", ".join(sorted(set(_reference_frame()["device"])))
+    logged = ", ".join(sorted(_fitted_devices()))
     return (
         f"model ({label}, no logged start-ups on this GPU; calibrated on {n} vLLM startups "
         f"on {logged})"
