@@ -18,8 +18,7 @@ pool columns are then the stand-in's ledger):
     PYTHONPATH=. python scripts/gpu_check.py --device cpu --model toy-tiny --sizes 1,2,4,8
 
 ``--vllm-version`` picks the generation of vLLM's graph dispatch the runner follows: 0.33
-(V1, the default, so that results stay comparable with earlier runs of this script) or 0.34
-(generation 2: ``--sizes`` are then the prefill token sizes and, up to max_num_seqs, the
+(V1) or 0.34 (generation 2, the newest and the default, as everywhere in cgdispatch: ``--sizes`` are then the prefill token sizes and, up to max_num_seqs, the
 decode request sizes; the graph-memory estimate then models generation 2's keys).
 
 Exit status 1 when a replay differs from eager beyond tolerance.
@@ -42,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cgdispatch.capture.runner import GraphRunner  # noqa: E402
 from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
-from cgdispatch.core.generation import dispatch_step  # noqa: E402
+from cgdispatch.core.generation import GENERATIONS, NEWEST, dispatch_step  # noqa: E402
 from cgdispatch.core.ladders import ENGINE_LADDERS  # noqa: E402
 from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
 from cgdispatch.measure.replay_check import check_replay  # noqa: E402
@@ -206,10 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--vllm-version",
-        choices=["0.33", "0.34"],
-        default="0.33",
-        help="graph dispatch of vLLM 0.33 (V1, default: comparable with earlier runs) or 0.34 "
-        "(generation 2)",
+        choices=list(GENERATIONS),
+        default=NEWEST.release,
+        help="graph dispatch of vLLM 0.33 (V1) or 0.34 (generation 2; default %(default)s, "
+        "the newest)",
     )
     args = p.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

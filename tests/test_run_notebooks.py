@@ -58,7 +58,7 @@ def test_runs_notebooks_with_parameters_and_writes_the_report(tmp_path, monkeypa
         nbdir / "01_ok.ipynb",
         [
             "num_tokens = 1\nsizes = [1, 2]",
-            "import cgdispatch as cg\nd = cg.CudagraphDispatcher(cg.GraphConfig(cudagraph_capture_sizes=sizes))\n"
+            "import cgdispatch as cg\nd = cg.CudagraphDispatcher(cg.GraphConfig(cudagraph_capture_sizes=sizes, vllm_version='0.33'))\n"
             "d.initialize_cudagraph_keys()\nprint('padded', d.padded_size(num_tokens))",
         ],
     )
@@ -83,7 +83,9 @@ def test_runs_notebooks_with_parameters_and_writes_the_report(tmp_path, monkeypa
     )
     assert code == 1  # one notebook failed
     assert sorted(p.name for p in out.iterdir()) == ["01_ok.ipynb", "02_fails.ipynb"]
-    want = CudagraphDispatcher(GraphConfig(cudagraph_capture_sizes=sizes)).padded_size(n)
+    want = CudagraphDispatcher(
+        GraphConfig(cudagraph_capture_sizes=sizes, vllm_version="0.33")
+    ).padded_size(n)
     assert f"padded {want}" in outputs_text(out / "01_ok.ipynb")
     assert "boom" in (out / "02_fails.ipynb").read_text()
     assert (report / "01_ok.html").stat().st_size > 1000 and (report / "02_fails.html").exists()

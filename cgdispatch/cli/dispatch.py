@@ -80,7 +80,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> GraphConfig:
-    # commands without --vllm-version (estimate-memory) keep V1 (vllm_version None)
+    # commands without --vllm-version (estimate-memory): None, the newest release
     gen2_sizes = {
         "prefill_cudagraph_capture_token_sizes": parse_sizes(getattr(args, "prefill_sizes", None)),
         "decode_cudagraph_capture_request_sizes": parse_sizes(getattr(args, "decode_sizes", None)),

@@ -216,6 +216,9 @@ def _one_line_error(message: str) -> NoReturn:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from ..workload.sources import PRODUCTION_TRACES
+    from ..workload.synthetic import LENGTH_PRESETS
+
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
     )
@@ -223,7 +226,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--trace",
         required=True,
-        help="CSV of requests or steps, a vLLM --cudagraph-metrics log, or a preset name",
+        help="CSV of requests or steps, a vLLM --cudagraph-metrics log, a synthetic preset "
+        f"({', '.join(LENGTH_PRESETS)}) or a shipped production trace "
+        f"({', '.join(PRODUCTION_TRACES)})",
     )
     plan.add_argument("--max-graphs", type=int, required=True, help="most capture sizes to plan")
     plan.add_argument(

@@ -194,8 +194,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="vLLM release whose graph dispatch the runner follows: "
         + ", ".join(f"{g.release} ({g.name})" for g in GENERATIONS.values())
-        + "; default: the spec's, V1 for the presets, so that their stored results stay "
-        "comparable",
+        + "; default: the spec's (the presets': the newest)",
     )
     sweep.add_argument("--no-progress", action="store_true")
     sweep.set_defaults(func=run_sweep_command)

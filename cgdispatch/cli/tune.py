@@ -121,6 +121,8 @@ def _one_line_error(message: str) -> NoReturn:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
     from ..plan.tune_result import OBJECTIVES
+    from ..workload.sources import PRODUCTION_TRACES
+    from ..workload.synthetic import LENGTH_PRESETS
 
     tune = subparsers.add_parser(
         "tune",
@@ -141,8 +143,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--trace",
         default="sharegpt",
         help="requests CSV (TIMESTAMP, ContextTokens, GeneratedTokens or timestamp, "
-        "prompt_tokens, output_tokens), steps CSV, vLLM --cudagraph-metrics log, or a "
-        "synthetic preset (sharegpt, alpaca; default %(default)s)",
+        "prompt_tokens, output_tokens), steps CSV, vLLM --cudagraph-metrics log, a "
+        f"synthetic preset ({', '.join(LENGTH_PRESETS)}; default %(default)s) or a shipped "
+        f"production trace ({', '.join(PRODUCTION_TRACES)})",
     )
     tune.add_argument(
         "--rate", type=float, default=8.0, help="preset traces: requests per second (%(default)s)"

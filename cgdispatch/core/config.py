@@ -79,8 +79,8 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     out["cudagraph_mode"] = CUDAGraphMode.parse(values["cudagraph_mode"])
     # first: every later rule reads the version as a registered release string (a float
-    # from papermill or YAML becomes its string)
-    out["vllm_version"] = check_version(values["vllm_version"])
+    # from papermill or YAML becomes its string); None: the newest release, the default
+    out["vllm_version"] = check_version(values["vllm_version"]) or generation_for(None).release
     for name in _LIST_FIELDS:  # a scalar or a mapping where a list belongs
         value = values[name]
         if value is not None and (
@@ -156,7 +156,8 @@ class GraphConfig(metaclass=_BuiltFromRules):
     tensor_parallel_size: int = 1
     sequence_parallel: bool = False  # sizes must then be multiples of the TP size
     cudagraph_num_of_warmups: int = 1  # eager runs before each capture
-    # which vLLM release to model (cgdispatch.core.generation.GENERATIONS); None: the oldest (V1)
+    # which vLLM release to model (cgdispatch.core.generation.GENERATIONS); None: the newest
+    # (NEWEST), stored as its release string
     vllm_version: str | None = None
     # generation 2 only (its own fields; cgdispatch/core/v2/config.py)
     prefill_cudagraph_capture_token_sizes: list[int] | None = None  # tokens; None = default
@@ -209,7 +210,7 @@ class GraphConfig(metaclass=_BuiltFromRules):
 
     @property
     def generation(self) -> Generation:
-        """The vLLM release whose rules this config follows (None: the oldest, V1)."""
+        """The vLLM release whose rules this config follows."""
         return generation_for(self.vllm_version)
 
     def _check_scheduler(self) -> None:

@@ -261,10 +261,6 @@ def _newest() -> Generation:
     return next(reversed(_REGISTRY.values()))
 
 
-def _oldest() -> Generation:
-    return next(iter(_REGISTRY.values()))
-
-
 def __getattr__(name: str) -> Any:
     # computed on access: the release packages register after this module is imported
     if name == "NEWEST":  # the release tools that choose for the user default to
@@ -298,11 +294,12 @@ def check_version(version: Any) -> str | None:
 def generation_for(version: Any) -> Generation:
     """The generation of a release string (a float or patch release is accepted).
 
-    None is the oldest generation: what a ``GraphConfig`` without a release has always
-    meant (V1), so that configs written before generation 2 keep their answers.
+    None is the newest generation (:data:`NEWEST`): the one default release of every
+    tool (``GraphConfig()``, the CLIs, the notebooks). Stored sweep rows that predate the
+    version column read as the oldest (``cgdispatch.sweep.rows.LEGACY_VERSION``).
     """
     version = check_version(version)
-    return _oldest() if version is None else _REGISTRY[version]
+    return _newest() if version is None else _REGISTRY[version]
 
 
 def generation_of(target: Any) -> Generation:
@@ -321,14 +318,14 @@ def generation_of(target: Any) -> Generation:
 def make_graph_dispatcher(config: Any = None, *, record_stats: bool = True) -> GraphDispatcher:
     """The dispatcher the config's ``vllm_version`` names, ready to dispatch.
 
-    None as the release means the oldest generation (V1, so that configs written before
-    generation 2 keep their answers); ``config=None`` means ``GraphConfig()``. A
+    None as the release means the newest generation (:data:`NEWEST`);
+    ``config=None`` means ``GraphConfig()``. A
     dispatcher passed in is returned itself (V1's keys initialised if they were not).
     ``record_stats`` applies to a new V1 dispatcher only (generation 2 counts nothing).
     Resolve the config first (``config.resolve(support)``) as the model runner does.
     """
     if config is None:
-        return _oldest().make_dispatcher(None, record_stats)
+        return _newest().make_dispatcher(None, record_stats)
     return generation_of(config).make_dispatcher(config, record_stats)
 
 

@@ -280,6 +280,7 @@ def _device_cost_model(
     model: object, device: str | DeviceSpec, context_len: int
 ) -> DeviceCostModel:
     from ..core.config import GraphConfig
+    from ..core.generation import GENERATIONS
     from ..models.published import PublishedModel
     from .graph_memory import estimate_graph_memory
 
@@ -300,7 +301,11 @@ def _device_cost_model(
     for mode in ("FULL", "PIECEWISE"):
         pools = []
         for size in anchors:
-            config = GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=[size])
+            config = GraphConfig(  # one token size: V1's (the oldest release's) graphs
+                vllm_version=next(iter(GENERATIONS)),
+                cudagraph_mode=mode,
+                cudagraph_capture_sizes=[size],
+            )
             config = config.resolve(net.attention_cg_support)
             pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])

@@ -51,7 +51,7 @@ import pandas as pd
 import torch
 
 from ..core.config import GraphConfig
-from ..core.generation import capture_keys, generation_of
+from ..core.generation import GENERATIONS, capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from ..models.architectures import ArchLM
 from ..models.published import PublishedModel, arch_spec, published_model
@@ -624,6 +624,8 @@ def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
         max_num_seqs=int(_field(row, "max_num_seqs")),
         max_num_batched_tokens=int(_field(row, "max_num_batched_tokens")),
         tensor_parallel_size=int(_field(row, "tensor_parallel_size")),
+        # the logged runs are vLLM 0.19: V1's dispatch, the oldest generation modelled here
+        vllm_version=next(iter(GENERATIONS)),
     )
     no_full = int(_field(row, "full_graphs")) == 0 and int(_field(row, "piecewise_graphs")) > 0
     support = AttentionCGSupport.NEVER if no_full else AttentionCGSupport.ALWAYS

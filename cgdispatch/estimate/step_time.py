@@ -169,10 +169,11 @@ def fuse_pointwise(profile: LinearProfile, *, at_tokens: int = 1024) -> LinearPr
 @functools.lru_cache(maxsize=64)
 def _routes(mode_name: str, sizes: tuple[int, ...], uniform_decode: bool) -> tuple[str, ...]:
     from ..core.config import GraphConfig
-    from ..core.generation import dispatch_step, make_graph_dispatcher
+    from ..core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
 
     top = max(sizes)
-    config = GraphConfig(
+    config = GraphConfig(  # one token ladder: V1's (the oldest release's) sizes
+        vllm_version=next(iter(GENERATIONS)),
         cudagraph_mode=mode_name,
         cudagraph_capture_sizes=list(sizes),
         max_num_seqs=top,

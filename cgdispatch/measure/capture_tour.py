@@ -79,7 +79,7 @@ def capture_each_mode(
     ``dtype`` (so all modes hold the same weights and KV cache) and its own runner over
     ``sizes``; ``max_num_seqs`` defaults to the model's KV slots. A mode NONE runner has no
     graphs and is checked at ``sizes`` through the runner's eager path. ``vllm_version``:
-    None for V1 (the default, what notebooks 02 and 05 show) or any registered release
+    any registered release (None: the newest, the default, as notebooks 02 and 05 show)
     (:func:`tour_config` says how ``sizes`` map). Raises ``ValueError`` for an
     unknown model, mode or version, or empty ``sizes``.
     """
@@ -144,7 +144,7 @@ def tour_config(
 ) -> GraphConfig:
     """The config of one mode of the tour, in either generation.
 
-    One token list (V1; None is V1): ``sizes`` are the capture sizes. A release that
+    One token list (V1): ``sizes`` are the capture sizes (None: the newest release). A release that
     splits ladders (generation 2): ``sizes`` are the prefill token sizes and those ``<= max_num_seqs`` the decode request
     sizes (a decode graph for more requests than the scheduler forms would never run;
     with none left, vLLM's default decode grid).

@@ -16,6 +16,7 @@ import torch
 
 from ..capture.runner import GraphRunner
 from ..core.config import GraphConfig
+from ..core.generation import GENERATIONS
 from ..estimate.graph_memory import estimate_graph_memory
 from ..models.toy import build_toy_model
 
@@ -42,8 +43,11 @@ def output_lifetime_table(
     for weak in (True, False):
         model = build_toy_model(preset, seed=seed)
         model.fill_kv_cache_(seed + 1)
-        config = GraphConfig(
-            cudagraph_mode=mode, cudagraph_capture_sizes=list(sizes), max_num_seqs=model.num_slots
+        config = GraphConfig(  # one token ladder: V1's (the oldest release's) sizes
+            vllm_version=next(iter(GENERATIONS)),
+            cudagraph_mode=mode,
+            cudagraph_capture_sizes=list(sizes),
+            max_num_seqs=model.num_slots,
         )
         with GraphRunner(model, config, weak_outputs=weak) as runner:
             runner.capture_all(progress=False)

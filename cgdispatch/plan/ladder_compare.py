@@ -56,7 +56,7 @@ _GEN2_COLUMNS = ["prefill_sizes", "decode_sizes"]
 def engine_ladders(config: GraphConfig | None = None) -> dict[str, Ladder]:
     """The engines' default ladders for ``config``'s scheduler limits, on a common max.
 
-    One token list (V1; ``vllm_version`` None is V1): vLLM's ladder is the one it derives from
+    One token list (V1): vLLM's ladder is the one it derives from
     max_num_seqs, max_num_batched_tokens and the speculative tokens. vLLM 0.34: a
     :class:`Gen2Ladder` of its defaults (prefill token sizes and decode request sizes, as
     its config resolution gives them for this device and mode). SGLang's, TensorRT-LLM's,

@@ -170,7 +170,7 @@ def evaluate(
     """Replay ``trace`` through the dispatcher of ``config`` and report what it would do.
 
     The config's ``vllm_version`` picks the generation (generation 2's
-    ``CudaGraphManager`` also reads each step's ``num_reqs``; None is V1); a dispatcher of
+    ``CudaGraphManager`` also reads each step's ``num_reqs``; None is the newest); a dispatcher of
     any generation may be passed instead. Resolve the config first, as the engine does.
 
     Summary keys: ``steps``, ``real_tokens``, ``graph_steps``, ``padding_tokens`` (added by

@@ -9,11 +9,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.generation import generation_for
+from ..core.generation import GENERATIONS
 
-# the generation of a config that names no release (V1): sweeps default to it, and rows
-# stored before sweeps knew generation 2 read as it
-LEGACY_VERSION = generation_for(None).release
+# the oldest release (V1): rows stored before sweeps knew generation 2 read as it (new
+# sweeps default to the newest, cgdispatch.sweep.spec.SweepSpec.vllm_version)
+LEGACY_VERSION = next(iter(GENERATIONS))
 
 __all__ = ["SweepRow", "CaptureRecord", "SWEEP_COLUMNS", "CAPTURE_COLUMNS", "POINT_COLUMNS"]
 

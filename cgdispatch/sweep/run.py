@@ -112,7 +112,10 @@ def unit_config(spec: SweepSpec, mode: str, sizes: Sequence[int]) -> GraphConfig
             decode_cudagraph_capture_request_sizes=decode or None,
         )
     return GraphConfig(
-        cudagraph_mode=mode, cudagraph_capture_sizes=list(sizes), max_num_seqs=spec.max_num_seqs
+        vllm_version=spec.vllm_version,
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=list(sizes),
+        max_num_seqs=spec.max_num_seqs,
     )
 
 
@@ -159,7 +162,12 @@ def _unit_rows(
         model.fill_kv_cache_(seed=0)
         runner = GraphRunner(model, unit_config(spec, mode, sizes))
         eager = GraphRunner(
-            model, GraphConfig(cudagraph_mode="NONE", max_num_seqs=spec.max_num_seqs)
+            model,
+            GraphConfig(
+                vllm_version=spec.vllm_version,
+                cudagraph_mode="NONE",
+                max_num_seqs=spec.max_num_seqs,
+            ),
         )
         # decode-only models (the HF adapter) refuse mixed batches: warm up on a decode step
         mixed = model.supports_mixed_batches

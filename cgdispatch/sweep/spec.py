@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core import validate as _bounds
-from ..core.generation import VLLM_VERSIONS, check_version
+from ..core.generation import NEWEST, VLLM_VERSIONS, check_version
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_STEP_TOKENS, check_device, check_int
-from .rows import LEGACY_VERSION
 
 __all__ = ["SweepSpec", "SWEEP_PRESETS", "BATCH_KINDS", "load_spec"]
 
@@ -57,7 +56,8 @@ class SweepSpec:
     # vLLM release whose graph dispatch the runner follows (VLLM_VERSIONS). With a release
     # that splits ladders (generation 2) each ladder gives the prefill token sizes and, up to
     # max_num_seqs, the decode request sizes: decode batches have one token per request.
-    vllm_version: str = LEGACY_VERSION
+    # Default: the newest release, as every tool's (stored rows without one read as V1).
+    vllm_version: str = NEWEST.release
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -240,7 +240,7 @@ def dispatch_explorer(
     """A dashboard that shows the dispatch decision for a batch you pick.
 
     Controls: vLLM generation (0.33 V1 / 0.34 generation 2; starts at the config's
-    ``vllm_version``, None being V1), cudagraph mode, capture sizes (text; with 0.34 the
+    ``vllm_version``), cudagraph mode, capture sizes (text; with 0.34 the
     prefill token sizes, plus a box of decode request sizes), num_tokens slider, uniform
     decode, cascade attention (V1 only), active LoRAs. Output: runtime mode, padded size,
     num_reqs, key (the generation's descriptor), the reason, and, with a cost model (a :class:`~cgdispatch.plan.costs.CostModel` such as the

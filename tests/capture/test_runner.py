@@ -17,7 +17,11 @@ def make_runner(mode="FULL", sizes=SIZES, attention="general", seed=0, **config)
     model = build_toy_model(TINY.replace(attention=attention), seed=seed)
     model.fill_kv_cache_(seed + 1)
     config = GraphConfig(
-        cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=TINY.num_slots, **config
+        vllm_version="0.33",
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=TINY.num_slots,
+        **config,
     )
     return GraphRunner(model, config)
 
@@ -155,7 +159,9 @@ def test_bad_inputs():
 def test_debug_runner_replays_with_matching_addresses():
     model = build_toy_model("toy-tiny")
     runner = GraphRunner(
-        model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES), debug=True
+        model,
+        GraphConfig(vllm_version="0.33", cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES),
+        debug=True,
     )
     runner.capture_all(progress=False)
     for n in (3, 8):
@@ -170,7 +176,13 @@ def test_cuda_runner_replay_equals_eager():
     model = build_toy_model("toy-tiny", device="cuda")
     model.fill_kv_cache_(1)
     runner = GraphRunner(
-        model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES, max_num_seqs=16)
+        model,
+        GraphConfig(
+            vllm_version="0.33",
+            cudagraph_mode="FULL",
+            cudagraph_capture_sizes=SIZES,
+            max_num_seqs=16,
+        ),
     )
     assert runner.backend.name == "cuda"
     report = runner.capture_all(progress=False)
@@ -213,7 +225,11 @@ def test_cuda_backend_for_a_cpu_model_is_refused():
     model = build_toy_model("toy-tiny")
     for backend in ("cuda", "CUDA"):
         with pytest.raises(ValueError, match=r"backend 'cuda' with a model on cpu.*backend='cpu'"):
-            GraphRunner(model, GraphConfig(cudagraph_mode="FULL", max_num_seqs=16), backend=backend)
+            GraphRunner(
+                model,
+                GraphConfig(vllm_version="0.33", cudagraph_mode="FULL", max_num_seqs=16),
+                backend=backend,
+            )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")

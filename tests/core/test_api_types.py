@@ -62,7 +62,7 @@ def test_a_non_bool_flag_is_refused_by_the_facade_and_both_raw_dispatchers(value
 
 
 def test_numpy_bools_are_bools() -> None:
-    d = ready_dispatcher(GraphConfig())
+    d = ready_dispatcher(GraphConfig(vllm_version="0.33"))
     assert d.dispatch(4, uniform_decode=np.bool_(True)) == d.dispatch(4, uniform_decode=True)
     assert dispatch_step(d, 4, uniform_decode=np.bool_(False)) == dispatch_step(d, 4)
 

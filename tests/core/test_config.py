@@ -57,47 +57,60 @@ def test_default_ladder_follows_scheduler(seqs, tokens, spec):
 def test_user_list_cleaned():
     with pytest.warns(UserWarning, match="exceed max_num_batched_tokens"):
         c = GraphConfig(
-            cudagraph_capture_sizes=[16, 4, 4, 1, 9000], max_num_seqs=16, max_num_batched_tokens=64
+            vllm_version="0.33",
+            cudagraph_capture_sizes=[16, 4, 4, 1, 9000],
+            max_num_seqs=16,
+            max_num_batched_tokens=64,
         )
     assert c.cudagraph_capture_sizes == [1, 4, 16]
     assert c.max_cudagraph_capture_size == 16
 
 
 def test_only_max_given_builds_ladder_to_max():
-    c = GraphConfig(max_cudagraph_capture_size=40)
+    c = GraphConfig(vllm_version="0.33", max_cudagraph_capture_size=40)
     assert c.cudagraph_capture_sizes == [1, 2, 4, 8, 16, 24, 32, 40]
     with pytest.warns(UserWarning, match="truncated"):
-        c = GraphConfig(max_cudagraph_capture_size=40, max_num_seqs=16, max_num_batched_tokens=20)
+        c = GraphConfig(
+            vllm_version="0.33",
+            max_cudagraph_capture_size=40,
+            max_num_seqs=16,
+            max_num_batched_tokens=20,
+        )
     assert c.max_cudagraph_capture_size == 20 and c.cudagraph_capture_sizes[-2:] == [16, 20]
     with pytest.warns(UserWarning, match="not on vLLM's ladder"):
-        c = GraphConfig(max_cudagraph_capture_size=50)
+        c = GraphConfig(vllm_version="0.33", max_cudagraph_capture_size=50)
     assert c.max_cudagraph_capture_size == 48
 
 
 def test_max_and_list_must_agree():
-    c = GraphConfig(cudagraph_capture_sizes=[1, 2, 8], max_cudagraph_capture_size=8)
+    c = GraphConfig(
+        vllm_version="0.33", cudagraph_capture_sizes=[1, 2, 8], max_cudagraph_capture_size=8
+    )
     assert c.max_cudagraph_capture_size == 8
     with pytest.raises(ValueError, match=r"max_cudagraph_capture_size=16.*largest.*8"):
-        GraphConfig(cudagraph_capture_sizes=[1, 2, 8], max_cudagraph_capture_size=16)
+        GraphConfig(
+            vllm_version="0.33", cudagraph_capture_sizes=[1, 2, 8], max_cudagraph_capture_size=16
+        )
 
 
 def test_sequence_parallel_drops_sizes_not_divisible_by_tp():
     with pytest.warns(UserWarning, match="tensor_parallel_size=4"):
         c = GraphConfig(
+            vllm_version="0.33",
             cudagraph_capture_sizes=[1, 2, 4, 6, 8, 12],
             tensor_parallel_size=4,
             sequence_parallel=True,
         )
     assert c.cudagraph_capture_sizes == [4, 8, 12]
     assert GraphConfig(
-        cudagraph_capture_sizes=[1, 2, 3], tensor_parallel_size=4
+        vllm_version="0.33", cudagraph_capture_sizes=[1, 2, 3], tensor_parallel_size=4
     ).cudagraph_capture_sizes == [1, 2, 3]
 
 
 @pytest.mark.parametrize(
     "kwargs,pattern",
     [
-        (dict(cudagraph_capture_sizes=[]), "no capture size"),
+        (dict(cudagraph_capture_sizes=[], vllm_version="0.33"), "no capture size"),
         (dict(max_cudagraph_capture_size=0), "max_cudagraph_capture_size=0"),
         (dict(cudagraph_capture_sizes=[1, 0]), "capture size 0"),
         (dict(cudagraph_capture_sizes=[1, 2.5]), "2.5"),
@@ -117,7 +130,12 @@ def test_sequence_parallel_drops_sizes_not_divisible_by_tp():
             "LoRA with speculative decoding",
         ),
         (
-            dict(cudagraph_capture_sizes=[2, 6], tensor_parallel_size=4, sequence_parallel=True),
+            dict(
+                cudagraph_capture_sizes=[2, 6],
+                tensor_parallel_size=4,
+                sequence_parallel=True,
+                vllm_version="0.33",
+            ),
             "no capture size",
         ),
     ],
@@ -130,9 +148,11 @@ def test_bad_values_raise_clear_errors(kwargs, pattern):
 
 
 def test_none_mode_allows_no_sizes_and_compile_sizes_above_max():
-    c = GraphConfig(cudagraph_mode="none", cudagraph_capture_sizes=[])
+    c = GraphConfig(vllm_version="0.33", cudagraph_mode="none", cudagraph_capture_sizes=[])
     assert c.cudagraph_capture_sizes == [] and c.max_cudagraph_capture_size == 0
-    c = GraphConfig(cudagraph_capture_sizes=[1, 2, 4], compile_sizes=(2, 4, 1024))
+    c = GraphConfig(
+        vllm_version="0.33", cudagraph_capture_sizes=[1, 2, 4], compile_sizes=(2, 4, 1024)
+    )
     assert c.compile_sizes == (2, 4, 1024)
 
 
@@ -141,7 +161,7 @@ def test_mode_accepts_names_case_insensitive():
 
 
 # (mode, splitting_ops, attention support, spec tokens) -> resolved mode (or ValueError), vLLM
-# 0.33's rules (splitting_ops=[] lowers PIECEWISE parts already at construction)
+# 0.33's rules (V1: the configs name the release, the default being the newest) (splitting_ops=[] lowers PIECEWISE parts already at construction)
 RESOLVE_CASES = [
     (M.FULL_AND_PIECEWISE, None, A.ALWAYS, 0, M.FULL_AND_PIECEWISE),
     (M.FULL, None, A.ALWAYS, 0, M.FULL),
@@ -169,7 +189,11 @@ RESOLVE_CASES = [
 @pytest.mark.parametrize("mode,ops,support,spec,expected", RESOLVE_CASES)
 def test_resolve_lowers_mode(mode, ops, support, spec, expected):
     c = GraphConfig(
-        cudagraph_mode=mode, splitting_ops=ops, num_speculative_tokens=spec, max_num_seqs=16
+        vllm_version="0.33",
+        cudagraph_mode=mode,
+        splitting_ops=ops,
+        num_speculative_tokens=spec,
+        max_num_seqs=16,
     )
     if expected is ValueError:
         with pytest.raises(ValueError, match="cudagraph_mode='PIECEWISE'"):
@@ -183,15 +207,21 @@ def test_resolve_lowers_mode(mode, ops, support, spec, expected):
 
 def test_empty_splitting_ops_lowers_at_construction():
     # vLLM 0.33 set_splitting_ops_for_v1, in VllmConfig.__post_init__; sizes are kept
-    c = GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=[], max_num_seqs=16)
+    c = GraphConfig(
+        vllm_version="0.33", cudagraph_mode="PIECEWISE", splitting_ops=[], max_num_seqs=16
+    )
     assert c.cudagraph_mode is M.NONE and c.cudagraph_capture_sizes[-1] == 32
-    assert GraphConfig(splitting_ops=[]).cudagraph_mode is M.FULL
+    assert GraphConfig(vllm_version="0.33", splitting_ops=[]).cudagraph_mode is M.FULL
 
 
 def test_compile_sizes_checked_when_keys_are_made():
     from cgdispatch import CudagraphDispatcher
 
-    c = GraphConfig(cudagraph_capture_sizes=[1, 2, 4], compile_sizes=(3, "cudagraph_capture_sizes"))
+    c = GraphConfig(
+        vllm_version="0.33",
+        cudagraph_capture_sizes=[1, 2, 4],
+        compile_sizes=(3, "cudagraph_capture_sizes"),
+    )
     assert c.compile_sizes == (1, 2, 3, 4)
     with pytest.raises(ValueError, match="compile size 3"):
         CudagraphDispatcher(c).initialize_cudagraph_keys()
@@ -200,7 +230,9 @@ def test_compile_sizes_checked_when_keys_are_made():
 
 
 def test_resolve_rounds_sizes_for_spec_decode():
-    c = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8, 10, 16], num_speculative_tokens=2)
+    c = GraphConfig(
+        vllm_version="0.33", cudagraph_capture_sizes=[1, 2, 4, 8, 10, 16], num_speculative_tokens=2
+    )
     r = c.resolve()
     q = 3
     assert r.cudagraph_capture_sizes == sorted(
@@ -212,7 +244,9 @@ def test_resolve_rounds_sizes_for_spec_decode():
     pw = c.replace(cudagraph_mode="PIECEWISE").resolve()
     assert pw.cudagraph_capture_sizes == [1, 2, 4, 8, 10, 16]
     with pytest.raises(ValueError, match="multiples of q=5"):
-        GraphConfig(cudagraph_capture_sizes=[1, 2], num_speculative_tokens=4).resolve()
+        GraphConfig(
+            vllm_version="0.33", cudagraph_capture_sizes=[1, 2], num_speculative_tokens=4
+        ).resolve()
 
 
 def test_resolve_is_identity_when_nothing_changes():
@@ -222,6 +256,7 @@ def test_resolve_is_identity_when_nothing_changes():
 
 def test_vllm_round_trip():
     c = GraphConfig(
+        vllm_version="0.33",
         cudagraph_mode="FULL_DECODE_ONLY",
         cudagraph_capture_sizes=[1, 2, 4, 8],
         compile_sizes=(4,),
@@ -236,13 +271,19 @@ def test_vllm_round_trip():
         4,
         8,
     ]
-    back = GraphConfig.from_vllm(c.to_vllm(), max_num_seqs=4)
+    back = GraphConfig.from_vllm(c.to_vllm(), max_num_seqs=4, vllm_version="0.33")
     assert back == c
-    assert GraphConfig.from_vllm(cc, max_num_seqs=4) == c
+    assert GraphConfig.from_vllm(cc, max_num_seqs=4, vllm_version="0.33") == c
 
 
 def test_vllm_args_parse_back():
-    c = GraphConfig(max_num_seqs=32, num_speculative_tokens=2, max_loras=4, tensor_parallel_size=2)
+    c = GraphConfig(
+        vllm_version="0.33",
+        max_num_seqs=32,
+        num_speculative_tokens=2,
+        max_loras=4,
+        tensor_parallel_size=2,
+    )
     argv = shlex.split(c.to_vllm_args())
     cc = json.loads(argv[argv.index("--compilation-config") + 1])
     assert cc["cudagraph_capture_sizes"] == c.cudagraph_capture_sizes
@@ -264,19 +305,25 @@ def test_from_vllm_errors_and_ignored_keys():
 
 
 def test_replace_rederives_default_ladder():
-    c = GraphConfig(max_num_seqs=4)
+    c = GraphConfig(vllm_version="0.33", max_num_seqs=4)
     assert c.replace(max_num_seqs=8).cudagraph_capture_sizes == reference_ladder(8)
-    user = GraphConfig(cudagraph_capture_sizes=[1, 3])
+    user = GraphConfig(vllm_version="0.33", cudagraph_capture_sizes=[1, 3])
     assert user.replace(max_num_seqs=8).cudagraph_capture_sizes == [1, 3]
 
 
 def test_lora_cases():
-    assert GraphConfig().lora_cases() == [0]
+    assert GraphConfig(vllm_version="0.33").lora_cases() == [0]
     # vLLM 0.33 get_captured_lora_counts counts the no-adapter slot: up to max_loras + 1
-    assert GraphConfig(max_loras=4).lora_cases() == [0, 5]
-    assert GraphConfig(max_loras=6, specialize_active_lora=True).lora_cases() == [0, 1, 2, 4, 7]
-    assert GraphConfig(max_loras=4, specialize_active_lora=True).lora_cases() == [0, 1, 2, 4, 5]
-    assert GraphConfig(max_loras=4, cudagraph_specialize_lora=False).lora_cases() == [5]
+    assert GraphConfig(vllm_version="0.33", max_loras=4).lora_cases() == [0, 5]
+    assert GraphConfig(
+        vllm_version="0.33", max_loras=6, specialize_active_lora=True
+    ).lora_cases() == [0, 1, 2, 4, 7]
+    assert GraphConfig(
+        vllm_version="0.33", max_loras=4, specialize_active_lora=True
+    ).lora_cases() == [0, 1, 2, 4, 5]
+    assert GraphConfig(
+        vllm_version="0.33", max_loras=4, cudagraph_specialize_lora=False
+    ).lora_cases() == [5]
 
 
 def test_engine_ladders_match_references():

@@ -331,17 +331,20 @@ def test_each_class_refuses_the_other_generation():
         CudaGraphManager(GraphConfig(vllm_version="0.33"))
 
 
-def test_unset_version_uses_each_class_own_generation():
+def test_unset_version_is_the_newest_and_each_class_builds_its_own_default():
     cfg = GraphConfig(max_num_seqs=16)
-    assert CudagraphDispatcher(cfg).config is cfg
+    assert cfg.vllm_version == "0.34"
     mgr = CudaGraphManager(cfg)
-    assert mgr.config.vllm_version == "0.34"
-    assert mgr.config.decode_cudagraph_capture_request_sizes is not None
+    assert mgr.config is cfg and mgr.config.decode_cudagraph_capture_request_sizes is not None
+    with pytest.raises(ValueError, match="vllm_version='0.33' for CudagraphDispatcher"):
+        CudagraphDispatcher(cfg)
+    assert CudagraphDispatcher().config.vllm_version == "0.33"
+    assert CudaGraphManager().config.vllm_version == "0.34"
 
 
 def test_gen2_fields_need_the_gen2_version():
     with pytest.raises(ValueError, match="vllm_version='0.34'"):
-        GraphConfig(prefill_cudagraph_capture_token_sizes=[8])
+        GraphConfig(vllm_version="0.33", prefill_cudagraph_capture_token_sizes=[8])
     with pytest.raises(ValueError, match="unknown"):
         GraphConfig(vllm_version="0.35")
 
@@ -393,8 +396,7 @@ def test_to_vllm_from_vllm_round_trip(kw):
     assert "cudagraph_capture_sizes" not in cc and "max_cudagraph_capture_size" not in cc
     engine = {k: v for k, v in kw.items() if k not in cc and k != "cudagraph_capture_sizes"}
     back = GraphConfig.from_vllm(cfg.to_vllm(), **engine)
-    assert back.vllm_version == ("0.34" if len(cc) > 1 else None) or back.vllm_version is None
-    back = back if back.vllm_version == "0.34" else back.replace(vllm_version="0.34")
+    assert back.vllm_version == "0.34"  # named by its keys, or the default (the newest)
     assert back == cfg
     assert "--compilation-config" in cfg.to_vllm_args()
 

@@ -37,6 +37,7 @@ def configs(draw):
             max_loras=max_loras,
             cudagraph_specialize_lora=draw(st.booleans()),
             specialize_active_lora=draw(st.booleans()),
+            vllm_version="0.33",  # V1's CudagraphDispatcher (the default is the newest)
         )
         try:
             config = GraphConfig(**kwargs)
@@ -94,15 +95,17 @@ def test_result_independent_of_key_order(config, rnd):
 
 
 def test_not_initialized_and_none_mode_are_eager():
-    d = CudagraphDispatcher(GraphConfig(max_num_seqs=8))
+    d = CudagraphDispatcher(GraphConfig(vllm_version="0.33", max_num_seqs=8))
     assert d.dispatch(3, True) == (M.NONE, BatchDescriptor(3))
     assert d.get_capture_descs() == []
-    n = make(GraphConfig(cudagraph_mode="NONE"))
+    n = make(GraphConfig(vllm_version="0.33", cudagraph_mode="NONE"))
     assert n.dispatch(1) == (M.NONE, BatchDescriptor(1)) and n.get_capture_descs() == []
 
 
 def test_fixed_examples_full_and_piecewise():
-    d = make(GraphConfig(max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8, 16]))
+    d = make(
+        GraphConfig(vllm_version="0.33", max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8, 16])
+    )
     assert d.dispatch(3, uniform_decode=True) == (M.FULL, BatchDescriptor(4, 4, True))
     assert d.dispatch(3) == (M.PIECEWISE, BatchDescriptor(4))
     assert d.dispatch(12, uniform_decode=True) == (
@@ -111,7 +114,12 @@ def test_fixed_examples_full_and_piecewise():
     )  # > q*max_num_seqs
     assert d.dispatch(17) == (M.NONE, BatchDescriptor(17))
     full = make(
-        GraphConfig(cudagraph_mode="FULL", max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8, 16])
+        GraphConfig(
+            vllm_version="0.33",
+            cudagraph_mode="FULL",
+            max_num_seqs=8,
+            cudagraph_capture_sizes=[1, 2, 4, 8, 16],
+        )
     )
     assert full.dispatch(3, uniform_decode=True) == (M.FULL, BatchDescriptor(4, 4, False))
     assert full.dispatch(9) == (M.FULL, BatchDescriptor(16, 8, False))
@@ -119,7 +127,7 @@ def test_fixed_examples_full_and_piecewise():
 
 
 def test_valid_and_invalid_modes():
-    d = make(GraphConfig(max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8]))
+    d = make(GraphConfig(vllm_version="0.33", max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8]))
     assert d.dispatch(3, True, invalid_modes={M.FULL}) == (M.PIECEWISE, BatchDescriptor(4))
     assert d.dispatch(3, True, valid_modes={M.FULL}) == (M.FULL, BatchDescriptor(4, 4, True))
     assert d.dispatch(3, False, valid_modes={M.FULL}) == (M.NONE, BatchDescriptor(3))
@@ -129,7 +137,7 @@ def test_valid_and_invalid_modes():
 
 
 def test_seed_form_with_descriptor_and_cascade():
-    d = make(GraphConfig(max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8]))
+    d = make(GraphConfig(vllm_version="0.33", max_num_seqs=8, cudagraph_capture_sizes=[1, 2, 4, 8]))
     assert d.dispatch(BatchDescriptor(3, uniform=True)) == (M.FULL, BatchDescriptor(4, 4, True))
     assert d.dispatch(BatchDescriptor(3, uniform=True), use_cascade_attn=True) == (
         M.PIECEWISE,
@@ -139,28 +147,34 @@ def test_seed_form_with_descriptor_and_cascade():
 
 @pytest.mark.parametrize("bad", [-1, 2.5, "3", None, True])
 def test_bad_num_tokens(bad):
-    d = make(GraphConfig(max_num_seqs=8))
+    d = make(GraphConfig(vllm_version="0.33", max_num_seqs=8))
     with pytest.raises(ValueError, match="num_tokens"):
         d.dispatch(bad)
 
 
 def test_numpy_ints_accepted():
     np = pytest.importorskip("numpy")
-    d = make(GraphConfig(max_num_seqs=8))
+    d = make(GraphConfig(vllm_version="0.33", max_num_seqs=8))
     assert d.dispatch(np.int64(3), True) == d.dispatch(3, True)
 
 
 def test_piecewise_mode_without_splitting_ops_is_refused():
     # vLLM 0.33 asserts it in CudagraphDispatcher.__init__: every attention op must split
-    some = GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=["cgdispatch::attention"])
+    some = GraphConfig(
+        vllm_version="0.33", cudagraph_mode="PIECEWISE", splitting_ops=["cgdispatch::attention"]
+    )
     with pytest.raises(ValueError, match="every attention op"):
         CudagraphDispatcher(some)
     # [] already lowered PIECEWISE to NONE at construction
-    CudagraphDispatcher(GraphConfig(cudagraph_mode="PIECEWISE", splitting_ops=[]))
+    CudagraphDispatcher(
+        GraphConfig(vllm_version="0.33", cudagraph_mode="PIECEWISE", splitting_ops=[])
+    )
 
 
 def test_capture_order_piecewise_first_largest_first():
-    config = GraphConfig(max_num_seqs=4, cudagraph_capture_sizes=[1, 2, 4, 8], max_loras=2)
+    config = GraphConfig(
+        vllm_version="0.33", max_num_seqs=4, cudagraph_capture_sizes=[1, 2, 4, 8], max_loras=2
+    )
     descs = make(config).get_capture_descs()
     assert [m for m, _ in descs] == [M.PIECEWISE, M.FULL]
     for _, keys in descs:
@@ -171,7 +185,7 @@ def test_capture_order_piecewise_first_largest_first():
 
 def test_padded_size_table():
     sizes = sorted(random.Random(1).sample(range(1, 300), 20))
-    d = CudagraphDispatcher(GraphConfig(cudagraph_capture_sizes=sizes))
+    d = CudagraphDispatcher(GraphConfig(vllm_version="0.33", cudagraph_capture_sizes=sizes))
     for n in range(1, sizes[-1] + 1):
         assert d.padded_size(n) == min(s for s in sizes if s >= n)
     assert d.padded_size(sizes[-1] + 7) == sizes[-1] + 7
@@ -179,6 +193,7 @@ def test_padded_size_table():
 
 def test_lora_dispatch():
     config = GraphConfig(
+        vllm_version="0.33",
         max_num_seqs=8,
         cudagraph_capture_sizes=[1, 2, 4, 8],
         max_loras=4,
@@ -205,12 +220,14 @@ def test_lora_dispatch():
         BatchDescriptor(4, None, False, True, 5),
     )
     assert unspecialised.dispatch(3, False) == (M.NONE, BatchDescriptor(3))
-    off = make(GraphConfig(max_num_seqs=8, cudagraph_capture_sizes=[1, 2]))
+    off = make(GraphConfig(vllm_version="0.33", max_num_seqs=8, cudagraph_capture_sizes=[1, 2]))
     assert off.dispatch(1, num_active_loras=1) == (M.NONE, BatchDescriptor(1))
 
 
 def test_stats_count_calls_and_tokens():
-    config = GraphConfig(max_num_seqs=16, cudagraph_capture_sizes=[1, 2, 4, 8, 16])
+    config = GraphConfig(
+        vllm_version="0.33", max_num_seqs=16, cudagraph_capture_sizes=[1, 2, 4, 8, 16]
+    )
     d = make(config)
     rng = random.Random(7)
     batches = [(rng.randint(1, 24), rng.random() < 0.5) for _ in range(2000)]
@@ -238,7 +255,7 @@ def test_stats_count_calls_and_tokens():
 
 
 def test_stats_survive_new_keys():
-    d = make(GraphConfig(max_num_seqs=4, cudagraph_capture_sizes=[1, 2, 4]))
+    d = make(GraphConfig(vllm_version="0.33", max_num_seqs=4, cudagraph_capture_sizes=[1, 2, 4]))
     d.dispatch(3)
     d.add_cudagraph_key(M.PIECEWISE, BatchDescriptor(3))
     d.dispatch(3)
@@ -258,7 +275,12 @@ def test_importing_dispatcher_does_not_import_torch_or_pandas():
 def test_full_keys_match_exactly_never_relaxed():
     # docs/semantics.md: the exact descriptor among FULL keys, the relaxed one among PIECEWISE only
     d = make(
-        GraphConfig(cudagraph_mode="PIECEWISE", max_num_seqs=4, cudagraph_capture_sizes=[4, 8])
+        GraphConfig(
+            vllm_version="0.33",
+            cudagraph_mode="PIECEWISE",
+            max_num_seqs=4,
+            cudagraph_capture_sizes=[4, 8],
+        )
     )
     d.add_cudagraph_key(M.FULL, BatchDescriptor(8))  # num_reqs=None: not an exact key
     assert d.dispatch(5) == (M.PIECEWISE, BatchDescriptor(8))
@@ -271,7 +293,12 @@ def test_dispatch_returns_a_named_result_that_unpacks_like_a_pair():
 
     rng = random.Random(41)
     sizes = sorted(rng.sample(range(1, 64), 6))
-    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=16, max_num_batched_tokens=128)
+    config = GraphConfig(
+        vllm_version="0.33",
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=16,
+        max_num_batched_tokens=128,
+    )
     d = make(config)
     for n in rng.sample(range(0, 129), 30):
         uniform = rng.random() < 0.5
@@ -287,13 +314,18 @@ def test_ready_dispatcher_builds_initialised_dispatchers_and_passes_ready_ones_t
 
     rng = random.Random(42)
     sizes = sorted(rng.sample(range(1, 40), 5))
-    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=8, max_num_batched_tokens=64)
+    config = GraphConfig(
+        vllm_version="0.33",
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+    )
     d = ready_dispatcher(config, record_stats=False)
     assert d.keys_initialized and not d.record_stats
     assert d.cudagraph_keys == make(config).cudagraph_keys
     assert ready_dispatcher(d) is d
     fresh = CudagraphDispatcher(config)
     assert ready_dispatcher(fresh) is fresh and fresh.keys_initialized
-    assert ready_dispatcher().config == GraphConfig()
+    assert ready_dispatcher().config == GraphConfig(vllm_version="0.33")
     with pytest.raises(ValueError, match="GraphConfig or a CudagraphDispatcher"):
         ready_dispatcher({"cudagraph_mode": "FULL"})

@@ -176,13 +176,13 @@ def test_padded_token_table_is_one_dispatch_per_count(fields, support, version, 
             assert table.padded_tokens[n] >= n
 
 
-def test_version_switch_and_none_is_v1():
-    assert isinstance(make_graph_dispatcher(GraphConfig()), CudagraphDispatcher)
-    assert isinstance(make_graph_dispatcher(None), CudagraphDispatcher)
+def test_version_switch_and_none_is_the_newest():
+    assert isinstance(make_graph_dispatcher(GraphConfig()), CudaGraphManager)
+    assert isinstance(make_graph_dispatcher(None), CudaGraphManager)
     assert isinstance(make_graph_dispatcher(GraphConfig(vllm_version="0.33")), CudagraphDispatcher)
     manager = make_graph_dispatcher(GraphConfig(vllm_version="0.34"))
     assert isinstance(manager, CudaGraphManager) and make_graph_dispatcher(manager) is manager
-    assert generation_of(GraphConfig()).release == "0.33"
+    assert generation_of(GraphConfig()) is NEWEST
     assert generation_of(manager) is GENERATIONS["0.34"]
     assert NEWEST is GENERATIONS["0.34"] and list(GENERATIONS) == ["0.33", "0.34"]
     with pytest.raises(ValueError, match="GraphConfig"):
@@ -193,6 +193,7 @@ def test_version_switch_and_none_is_v1():
 
 def test_for_generation_keeps_the_engine_settings():
     base = GraphConfig(
+        vllm_version="0.33",
         cudagraph_mode="FULL_DECODE_ONLY",
         max_num_seqs=24,
         max_num_batched_tokens=300,
@@ -218,7 +219,8 @@ def test_for_generation_keeps_the_engine_settings():
     explicit = gen2.replace(decode_cudagraph_capture_request_sizes=[1, 4, 8])
     back = for_generation(explicit, "0.33")  # generation-2 fields have no V1 flag: dropped
     assert back == base.replace(vllm_version="0.33")
-    assert for_generation(base, None) is base
+    assert for_generation(base, "0.33") is base
+    assert for_generation(base, None) == gen2  # None: the newest release
     with pytest.raises(ValueError, match="unknown"):
         for_generation(base, "0.35")
 
@@ -240,7 +242,7 @@ def test_bad_steps_are_refused(call, fragment, version):
 
 
 def test_cascade_attention_is_v1_only():
-    v1 = make_graph_dispatcher(GraphConfig(cudagraph_mode="FULL"))
+    v1 = make_graph_dispatcher(GraphConfig(vllm_version="0.33", cudagraph_mode="FULL"))
     assert dispatch_step(v1, 8, use_cascade_attn=True).runtime_mode is M.NONE
     with pytest.raises(ValueError, match="no cascade attention"):
         dispatch_step(

@@ -12,7 +12,9 @@ from cgdispatch.core.validate import MAX_STEP_TOKENS, check_int
 
 
 def _dispatcher() -> CudagraphDispatcher:
-    d = CudagraphDispatcher(GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 4, 8]))
+    d = CudagraphDispatcher(
+        GraphConfig(vllm_version="0.33", cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 4, 8])
+    )
     d.initialize_cudagraph_keys()
     return d
 
@@ -34,7 +36,10 @@ def test_sequence_parallel_given_as_the_word_no_is_refused() -> None:
     for flag in ("sequence_parallel", "cudagraph_specialize_lora", "specialize_active_lora"):
         with pytest.raises(ValueError, match=rf"{flag}='no' is invalid: it must be True or False"):
             GraphConfig(**{flag: "no"})
-    assert GraphConfig(sequence_parallel=np.bool_(False)).sequence_parallel is False
+    assert (
+        GraphConfig(vllm_version="0.33", sequence_parallel=np.bool_(False)).sequence_parallel
+        is False
+    )
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ NO_ATTENTION_SPLIT = ["cgdispatch::attention"]
 
 def _config(mode: str, compiled: bool, *, sizes: list[int], max_num_seqs: int, lora: bool):
     return GraphConfig(
+        vllm_version="0.33",
         cudagraph_mode=mode,
         cudagraph_capture_sizes=sizes,
         max_num_seqs=max_num_seqs,

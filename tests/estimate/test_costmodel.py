@@ -223,7 +223,10 @@ def test_predict_config_pads_and_dispatches_like_the_runner() -> None:
 
     model = build_toy_model("toy-tiny", device="meta")
     config = GraphConfig(
-        cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=[2, 8], max_num_seqs=16
+        vllm_version="0.33",
+        cudagraph_mode="FULL_DECODE_ONLY",
+        cudagraph_capture_sizes=[2, 8],
+        max_num_seqs=16,
     )
     spec = DEVICE_PRESETS["H200"]
     sizes = [1, 3, 8, 11]
@@ -316,7 +319,9 @@ def test_device_cost_model_memory_matches_the_estimator_with_weak_outputs() -> N
     net = build_model("toy-1b", device="meta")
     rng = np.random.default_rng(5)
     sizes = sorted(rng.integers(1, 300, 3).tolist()) + [int(rng.integers(300, 2000))]
-    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=256).resolve()
+    config = GraphConfig(
+        vllm_version="0.33", cudagraph_capture_sizes=sizes, max_num_seqs=256
+    ).resolve()
     est = estimate_graph_memory(net, config, keep_outputs=False)
     pool = max(
         float(np.max(cm.graph_memory_bytes(mode, np.array(s))))
@@ -344,7 +349,9 @@ def test_a_published_model_prices_graphs_as_estimate_startup_does() -> None:
     assert cm.graph_memory_additive and cm.memory_source.startswith("model (H100, calibrated")
     rng = np.random.default_rng()
     sizes = sorted(set(rng.integers(1, 600, 12).tolist()))
-    config = GraphConfig(cudagraph_capture_sizes=sizes, max_num_seqs=256).resolve()
+    config = GraphConfig(
+        vllm_version="0.33", cudagraph_capture_sizes=sizes, max_num_seqs=256
+    ).resolve()
     costs = graph_costs(capture_keys(config), cm)
     est = estimate_startup("meta-llama/Llama-3.1-8B-Instruct", "H100", config)
     assert costs["graph_memory_bytes"] == pytest.approx(est.graph_memory_bytes, rel=1e-9)

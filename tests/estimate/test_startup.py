@@ -184,7 +184,7 @@ def test_pipeline_stages_hold_fewer_nodes_and_more_kv() -> None:
 
 def test_generation_2_takes_its_graph_estimate_from_the_kv_budget() -> None:
     model = "Qwen/Qwen2.5-7B-Instruct"
-    v1 = cg.GraphConfig(max_num_seqs=256)
+    v1 = cg.GraphConfig(max_num_seqs=256, vllm_version="0.33")
     v2 = cg.GraphConfig(max_num_seqs=256, vllm_version="0.34")
     a = cg.estimate_startup(model, "H100", v1, gpu_memory_utilization=0.9)
     b = cg.estimate_startup(model, "H100", v2, gpu_memory_utilization=0.9)

@@ -20,7 +20,10 @@ def expected_keys(
     support: AttentionCGSupport = AttentionCGSupport.ALWAYS,
 ) -> int:
     config = GraphConfig(
-        cudagraph_mode=mode, cudagraph_capture_sizes=sizes, max_num_seqs=max_num_seqs
+        vllm_version="0.33",
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=max_num_seqs,
     ).resolve(support)
     dispatcher = ready_dispatcher(config, record_stats=False)
     return sum(len(descs) for _, descs in dispatcher.get_capture_descs())
@@ -32,7 +35,9 @@ def captures():
     sizes = sorted(rng.sample(range(1, 13), 3))
     yield (
         sizes,
-        capture_each_mode(["NONE", "FULL", "FULL_DECODE_ONLY"], sizes=sizes, progress=False),
+        capture_each_mode(
+            ["NONE", "FULL", "FULL_DECODE_ONLY"], sizes=sizes, progress=False, vllm_version="0.33"
+        ),
     )
 
 
@@ -60,7 +65,11 @@ def test_any_registry_model_is_captured_in_each_mode():
     rng = random.Random(82)
     sizes = sorted(rng.sample(range(1, 9), 2))
     result = capture_each_mode(
-        ["FULL_DECODE_ONLY", "NONE"], preset="hf-llama-tiny", sizes=sizes, progress=False
+        ["FULL_DECODE_ONLY", "NONE"],
+        preset="hf-llama-tiny",
+        sizes=sizes,
+        progress=False,
+        vllm_version="0.33",
     )
     runner = result.runners["FULL_DECODE_ONLY"]
     assert type(runner.model).__name__ == "HFDecodeLM"
@@ -159,11 +168,11 @@ def test_generation_2_step_time_rows_follow_the_manager(gen2_captures):
     assert "FULL" in set(table.loc[table["mode"] == "FULL", "runtime_mode"])
 
 
-def test_default_tour_stays_v1_and_versions_are_checked():
+def test_default_tour_is_the_newest_and_versions_are_checked():
     from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
     from cgdispatch.measure.capture_tour import tour_config
 
-    assert tour_config("FULL", [1, 4], 16).vllm_version is None  # notebooks 02 and 05
+    assert tour_config("FULL", [1, 4], 16).vllm_version == "0.34"  # the newest, the default
     assert tour_config("FULL", [1, 4], 16, 0.34).vllm_version == "0.34"  # papermill's float
     assert isinstance(
         ready_dispatcher(tour_config("FULL", [1, 4], 16, "0.33")), type(ready_dispatcher())

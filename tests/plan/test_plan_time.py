@@ -107,7 +107,7 @@ def _random_trace(rng: np.random.Generator, top: int, max_num_seqs: int = 4) -> 
 def test_time_plan_matches_brute_force_over_every_size(seed, mode, k, max_num_seqs):
     rng = np.random.default_rng(seed)
     costs, trace = _costs(rng), _random_trace(rng, 14, max_num_seqs)
-    config = GraphConfig(cudagraph_mode=mode, max_num_seqs=max_num_seqs)
+    config = GraphConfig(vllm_version="0.33", cudagraph_mode=mode, max_num_seqs=max_num_seqs)
     hist = as_histogram(trace)
     if mode == "FULL_DECODE_ONLY" and not hist["uniform_decode"].any():
         return  # nothing a graph can serve: the planner says so (tested below)
@@ -125,7 +125,7 @@ def test_time_plan_matches_brute_force_over_every_size(seed, mode, k, max_num_se
 def test_memory_budget_is_exact(seed, k):
     rng = np.random.default_rng(seed)
     costs, trace = _costs(rng), _random_trace(rng, 12)
-    config = GraphConfig(max_num_seqs=4)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=4)
     hist = as_histogram(trace)
     budget = float(costs.memory[int(rng.integers(1, 13))]) * 1.5
     kw = dict(objective="time", cost_model=costs, config=config, memory_budget_bytes=budget)
@@ -146,7 +146,7 @@ def test_capture_budget_heuristic_is_feasible_and_near_brute_force():
     for seed in range(12):
         rng = np.random.default_rng(seed)
         costs, trace = _costs(rng), _random_trace(rng, 12)
-        config = GraphConfig(max_num_seqs=4)
+        config = GraphConfig(vllm_version="0.33", max_num_seqs=4)
         hist = as_histogram(trace)
         budget = 1.3 + 1.5 * rng.random()
         best = _brute(config, hist, costs, 3, capture=budget)
@@ -171,7 +171,7 @@ def test_time_plan_total_equals_evaluate_on_a_larger_trace():
     rng = np.random.default_rng(11)
     trace = make_trace(rng.integers(1, 65, 3000), rng.random(3000) < 0.6)
     costs = _costs(rng)
-    config = GraphConfig(max_num_seqs=32)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=32)
     sizes = plan_capture_sizes(trace, 6, objective="time", cost_model=costs, config=config)
     summary = evaluate(config.replace(cudagraph_capture_sizes=sizes), trace, costs).summary
     total = plan_cost(trace, sizes, objective="time", cost_model=costs, config=config)
@@ -232,7 +232,7 @@ def test_time_plan_with_spec_decode_matches_brute_force(seed, k):
     decode = rng.random(len(n)) < 0.5
     n = np.where(decode, 2 * np.minimum(n, 4), n)  # 2 tokens per request, <= 4 requests
     trace = make_trace(n, decode)
-    config = GraphConfig(max_num_seqs=4, num_speculative_tokens=1)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=4, num_speculative_tokens=1)
     hist = as_histogram(trace)
     sizes = plan_capture_sizes(trace, k, objective="time", cost_model=costs, config=config)
     assert all(s % 2 == 0 for s in sizes)
@@ -269,7 +269,7 @@ def test_a_summed_memory_budget_is_met_and_near_brute_force():
         rng = np.random.default_rng(seed)
         base = _costs(rng)
         costs = PricedCosts(*dataclasses.astuple(base)[:5], source="model")
-        trace, config = _random_trace(rng, 10), GraphConfig(max_num_seqs=4)
+        trace, config = _random_trace(rng, 10), GraphConfig(vllm_version="0.33", max_num_seqs=4)
         hist = as_histogram(trace)
         budget = costs.graph_pool_base_bytes + 4.0 + 6.0 * rng.random()
         best = np.inf

@@ -112,7 +112,7 @@ def test_histogram_inputs_agree():
 def test_compare_rows_match_a_dispatch_loop():
     rng = np.random.default_rng(5)
     trace = make_trace(rng.integers(1, 700, 2000), rng.random(2000) < 0.7)
-    config = GraphConfig(max_num_seqs=128)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=128)
     ladders = {"plan": plan_capture_sizes(trace, 12, max_size=256), **engine_ladders(config)}
     table = compare(trace, ladders, config=config).set_index("ladder")
     assert ladders["vllm"] == config.cudagraph_capture_sizes
@@ -134,7 +134,7 @@ def test_compare_rows_match_a_dispatch_loop():
 
 
 def test_export_plan_round_trips():
-    config = GraphConfig(max_num_seqs=64, num_speculative_tokens=1)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=64, num_speculative_tokens=1)
     sizes = [2, 6, 10, 32]
     out = export_plan(sizes, config)
     back = GraphConfig.from_vllm(json.loads(out["vllm_compilation_config"]), max_num_seqs=64)

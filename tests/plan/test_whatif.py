@@ -10,13 +10,24 @@ from cgdispatch.plan.whatif import MODE_CODES, dispatch_arrays, evaluate
 from cgdispatch.workload.trace import make_trace
 
 CONFIGS = [
-    GraphConfig(max_num_seqs=32),
+    GraphConfig(vllm_version="0.33", max_num_seqs=32),
     GraphConfig(
-        cudagraph_mode="FULL_DECODE_ONLY", max_num_seqs=16, num_speculative_tokens=2
+        vllm_version="0.33",
+        cudagraph_mode="FULL_DECODE_ONLY",
+        max_num_seqs=16,
+        num_speculative_tokens=2,
     ).resolve(),
-    GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[3, 17, 40]),
-    GraphConfig(cudagraph_mode="FULL", max_num_seqs=8, max_loras=4, specialize_active_lora=True),
-    GraphConfig(cudagraph_mode="NONE"),
+    GraphConfig(
+        vllm_version="0.33", cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[3, 17, 40]
+    ),
+    GraphConfig(
+        vllm_version="0.33",
+        cudagraph_mode="FULL",
+        max_num_seqs=8,
+        max_loras=4,
+        specialize_active_lora=True,
+    ),
+    GraphConfig(vllm_version="0.33", cudagraph_mode="NONE"),
 ]
 
 
@@ -63,7 +74,9 @@ def test_evaluate_matches_loop_over_dispatch(config):
 
 
 def test_unused_captured_sizes_are_listed_and_stats_untouched():
-    config = GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[4, 8, 64])
+    config = GraphConfig(
+        vllm_version="0.33", cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[4, 8, 64]
+    )
     dispatcher = CudagraphDispatcher(config)
     dispatcher.initialize_cudagraph_keys()
     result = evaluate(dispatcher, make_trace([1, 2, 3, 5, 100]))
@@ -76,7 +89,10 @@ def test_unused_captured_sizes_are_listed_and_stats_untouched():
 
 def test_graph_memory_is_the_largest_captured_graph_and_capture_time_sums():
     config = GraphConfig(
-        cudagraph_mode="FULL_AND_PIECEWISE", cudagraph_capture_sizes=[2, 4], max_num_seqs=4
+        vllm_version="0.33",
+        cudagraph_mode="FULL_AND_PIECEWISE",
+        cudagraph_capture_sizes=[2, 4],
+        max_num_seqs=4,
     )
     model = FunctionCostModel(
         lambda m, n: n * 1.0, graph_memory=lambda m, n: n * (10.0 if m.name == "FULL" else 1.0)
@@ -107,16 +123,21 @@ def test_table_cost_model_interpolates_and_extrapolates():
     )
     model = as_cost_model(table, source="measured (CPU)")
     got = model.step_time_ms(
-        GraphConfig().cudagraph_mode.decode_mode(), np.array([1, 5, 15, 30, 0])
+        GraphConfig(vllm_version="0.33").cudagraph_mode.decode_mode(), np.array([1, 5, 15, 30, 0])
     )
     np.testing.assert_allclose(got, [1.0, 1 + 4 / 9, 3.0, 6.0, 1 - 1 / 9])
     assert (
-        model.step_time_ms(GraphConfig(cudagraph_mode="NONE").cudagraph_mode, np.array([100]))[0]
+        model.step_time_ms(
+            GraphConfig(vllm_version="0.33", cudagraph_mode="NONE").cudagraph_mode, np.array([100])
+        )[0]
         == 7.0
     )
     assert isinstance(model, TableCostModel) and model.source == "measured (CPU)"
     with pytest.raises(ValueError, match="no rows for mode PIECEWISE"):
-        model.step_time_ms(GraphConfig(cudagraph_mode="PIECEWISE").cudagraph_mode, np.array([1]))
+        model.step_time_ms(
+            GraphConfig(vllm_version="0.33", cudagraph_mode="PIECEWISE").cudagraph_mode,
+            np.array([1]),
+        )
     with pytest.raises(ValueError, match="lacks columns"):
         TableCostModel(pd.DataFrame({"mode": ["FULL"]}))
     with pytest.raises(ValueError, match="cost_model"):
@@ -127,12 +148,17 @@ def test_evaluate_rejects_bad_input():
     with pytest.raises(ValueError, match="GraphConfig"):
         evaluate("FULL", make_trace([1]))
     with pytest.raises(ValueError, match="empty"):
-        evaluate(GraphConfig(), make_trace([]))
+        evaluate(GraphConfig(vllm_version="0.33"), make_trace([]))
 
 
 def test_sparse_lora_counts_take_the_sorting_path():
     # a huge active-LoRA count makes the dense key range sparse: same answers as dispatch()
-    config = GraphConfig(cudagraph_mode="PIECEWISE", cudagraph_capture_sizes=[4, 16], max_loras=2)
+    config = GraphConfig(
+        vllm_version="0.33",
+        cudagraph_mode="PIECEWISE",
+        cudagraph_capture_sizes=[4, 16],
+        max_loras=2,
+    )
     trace = make_trace(
         [3, 3, 10, 20], has_lora=[True, True, True, False], num_active_loras=[1, 5_000_000, 2, 0]
     )

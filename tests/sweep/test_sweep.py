@@ -29,6 +29,7 @@ from cgdispatch.sweep.store import (
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = SweepSpec(
+    vllm_version="0.33",
     name="tiny",
     model="toy-tiny",
     modes=("FULL", "FULL_AND_PIECEWISE"),
@@ -58,7 +59,12 @@ def test_rows_follow_the_dispatcher_and_failures_are_recorded(tiny) -> None:
     assert len(rows) == len(SPEC.units()) * len(SPEC.shapes) and len(set(keys(rows))) == len(rows)
     for mode in ("FULL", "FULL_AND_PIECEWISE"):
         dispatcher = CudagraphDispatcher(
-            GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=[2, 8], max_num_seqs=16)
+            GraphConfig(
+                vllm_version="0.33",
+                cudagraph_mode=mode,
+                cudagraph_capture_sizes=[2, 8],
+                max_num_seqs=16,
+            )
         )
         dispatcher.initialize_cudagraph_keys()
         for r in rows[rows["mode"] == mode].itertuples():
@@ -85,7 +91,12 @@ def test_each_captured_key_is_stored_largest_first(tiny) -> None:
     assert list(captures.columns) == list(CAPTURE_COLUMNS)
     for mode, rows in captures.groupby("mode", sort=False):
         d = CudagraphDispatcher(
-            GraphConfig(cudagraph_mode=mode, cudagraph_capture_sizes=[2, 8], max_num_seqs=16)
+            GraphConfig(
+                vllm_version="0.33",
+                cudagraph_mode=mode,
+                cudagraph_capture_sizes=[2, 8],
+                max_num_seqs=16,
+            )
         )
         d.initialize_cudagraph_keys()
         want = [(str(m), k.num_tokens) for m, keys in d.get_capture_descs() for k in keys]
@@ -241,7 +252,9 @@ def test_store_replaces_by_key_and_writes_parquet(tmp_path: Path) -> None:
 def test_engine_ladders_follow_the_max_and_lists_stay() -> None:
     from cgdispatch.core.ladders import vllm_ladder
 
-    spec = SweepSpec(ladders={"vllm": None, "mine": [8, 2, 2]}, max_capture_size=64)
+    spec = SweepSpec(
+        vllm_version="0.33", ladders={"vllm": None, "mine": [8, 2, 2]}, max_capture_size=64
+    )
     assert spec.ladder_sizes("vllm") == tuple(vllm_ladder(64)) and spec.ladder_sizes("mine") == (
         2,
         8,
@@ -277,15 +290,15 @@ def test_spec_files_round_trip(tmp_path: Path) -> None:
 
 def test_bad_specs_raise_value_error() -> None:
     with pytest.raises(ValueError, match="unknown"):
-        SweepSpec(modes=("FAST",))
+        SweepSpec(vllm_version="0.33", modes=("FAST",))
     with pytest.raises(ValueError, match="engine ladder"):
-        SweepSpec(ladders={"mine": None})
+        SweepSpec(vllm_version="0.33", ladders={"mine": None})
     with pytest.raises(ValueError, match="batch_kinds"):
-        SweepSpec(batch_kinds=("prefill",))
+        SweepSpec(vllm_version="0.33", batch_kinds=("prefill",))
     with pytest.raises(ValueError, match="num_tokens"):
-        SweepSpec(num_tokens=(0,))
+        SweepSpec(vllm_version="0.33", num_tokens=(0,))
     with pytest.raises(ValueError, match="integers"):
-        SweepSpec(ladders={"mine": [0, 4]})
+        SweepSpec(vllm_version="0.33", ladders={"mine": [0, 4]})
     with pytest.raises(ValueError, match="preset"):
         run_sweep("nope")
     if not __import__("torch").cuda.is_available():

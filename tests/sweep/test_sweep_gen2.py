@@ -115,14 +115,16 @@ def test_sweep_command_takes_the_version_and_says_which(tmp_path: Path, capsys) 
 
     out = tmp_path / "o"
     argv = ["sweep", "--out", str(out), "--modes", "FULL_DECODE_ONLY", "--repeats", "1"]
-    assert main([*argv, "--vllm-version", "0.34", "--no-progress"]) == 0
+    assert main([*argv, "--vllm-version", "0.33", "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "vLLM 0.34 graph dispatch (--vllm-version; --vllm-version 0.33 for V1)" in printed
+    assert (
+        "vLLM 0.33 graph dispatch (--vllm-version; --vllm-version 0.34 for generation 2)" in printed
+    )
     rows = pd.read_csv(out / "results.csv", dtype={"vllm_version": str})
-    assert (rows["vllm_version"] == "0.34").all() and (rows["status"] == "ok").all()
-    # the preset's own generation (0.33) is a different sweep in the same store
+    assert (rows["vllm_version"] == "0.33").all() and (rows["status"] == "ok").all()
+    # the preset's own generation (0.34, the newest) is a different sweep in the same store
     assert main([*argv, "--no-progress"]) == 0
-    assert "vLLM 0.33 graph dispatch (the spec's" in capsys.readouterr().out
+    assert "vLLM 0.34 graph dispatch (the spec's" in capsys.readouterr().out
     both = pd.read_csv(out / "results.csv", dtype={"vllm_version": str})
     assert sorted(both["vllm_version"].unique()) == ["0.33", "0.34"]
     with pytest.raises(SystemExit) as exit_:  # argparse: one line naming the choices

@@ -14,9 +14,9 @@ from cgdispatch.sweep.spec import SweepSpec
 
 def test_spec_accepts_every_registry_name_and_refuses_others():
     for name in model_names():
-        assert SweepSpec(model=name).model == name
+        assert SweepSpec(vllm_version="0.33", model=name).model == name
     with pytest.raises(ValueError, match="toy-huge.*registry"):
-        SweepSpec(model="toy-huge")
+        SweepSpec(vllm_version="0.33", model="toy-huge")
 
 
 def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed(tmp_path):
@@ -28,6 +28,7 @@ def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed(tmp_path):
     sizes = sorted(rng.sample(range(1, 9), 3))
     tokens = tuple(sorted({rng.randint(1, max(sizes)), rng.randint(1, 12)}))
     spec = SweepSpec(
+        vllm_version="0.33",
         name="hf-test",
         model="hf-llama-tiny",
         modes=("FULL_DECODE_ONLY",),
@@ -40,7 +41,9 @@ def test_hf_sweep_times_decode_steps_and_records_mixed_ones_as_failed(tmp_path):
     rows = run_sweep(spec, store=tmp_path, progress=False)
     assert len(rows) == 2 * len(tokens)
     dispatcher = CudagraphDispatcher(
-        GraphConfig(cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=sizes)
+        GraphConfig(
+            vllm_version="0.33", cudagraph_mode="FULL_DECODE_ONLY", cudagraph_capture_sizes=sizes
+        )
     )
     dispatcher.initialize_cudagraph_keys()
     decode = rows[rows["uniform_decode"]]

@@ -38,6 +38,7 @@ def random_config(rng: random.Random) -> GraphConfig:
     seqs, spec = rng.randint(1, 48), rng.choice([0, 0, 1, 3])
     low = max(sizes[-1], seqs * (1 + spec))  # vLLM refuses fewer tokens (LoRA + spec decode)
     return GraphConfig(
+        vllm_version="0.33",
         cudagraph_mode=mode,
         cudagraph_capture_sizes=sizes,
         max_num_seqs=seqs,
@@ -118,6 +119,7 @@ def test_keys_summary_counts_follow_the_key_rules():
 
 def test_keys_summary_reports_a_mode_the_config_cannot_run():
     config = GraphConfig(
+        vllm_version="0.33",
         cudagraph_mode="FULL",
         cudagraph_capture_sizes=[1, 2, 4],
         splitting_ops=["cgdispatch::attention"],  # not every attention op: no PIECEWISE
@@ -158,7 +160,10 @@ def test_explain_dispatch_equals_the_dispatcher_on_random_batches():
 
 def test_explain_dispatch_reasons():
     config = GraphConfig(
-        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=8, max_num_batched_tokens=64
+        vllm_version="0.33",
+        cudagraph_capture_sizes=[1, 2, 4, 8],
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
     )
     assert "exceed the largest capture size 8" in explain_dispatch(config, 9)["reason"]
     none = config.replace(cudagraph_mode="NONE")
@@ -191,7 +196,10 @@ def test_explain_dispatch_reasons():
 )
 def test_explain_dispatch_rejects_batches_the_scheduler_never_forms(kwargs, fragment):
     config = GraphConfig(
-        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=16, max_num_batched_tokens=64
+        vllm_version="0.33",
+        cudagraph_capture_sizes=[1, 2, 4, 8],
+        max_num_seqs=16,
+        max_num_batched_tokens=64,
     )
     with pytest.raises(ValueError, match="invalid") as err:
         explain_dispatch(config, **kwargs)
@@ -206,7 +214,7 @@ def test_explain_dispatch_uses_the_cost_model_at_the_padded_size():
     def cost(mode, padded):
         return (base_ms + per_token_ms * padded) * factor[mode.name]
 
-    config = GraphConfig(max_num_seqs=32, max_num_batched_tokens=512)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=32, max_num_batched_tokens=512)
     for n in rng.sample(range(1, 200), 20):
         got = explain_dispatch(config, n, cost_model=cost)
         assert got["predicted_ms"] == pytest.approx(
@@ -222,7 +230,7 @@ def test_explain_dispatch_takes_a_cost_model_object():
         base_ms={m: rng.uniform(1, 6) for m in ("NONE", "PIECEWISE", "FULL")},
         per_token_ms=rng.uniform(0.001, 0.05),
     )
-    config = GraphConfig(max_num_seqs=32, max_num_batched_tokens=512)
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=32, max_num_batched_tokens=512)
     for n in rng.sample(range(1, 512), 20):
         got = explain_dispatch(config, n, rng.random() < 0.5, cost_model=model)
         want = model.base_ms[got["runtime_mode"]] + model.per_token_ms * got["padded_size"]
@@ -243,7 +251,9 @@ def test_dispatch_table_has_one_row_per_combination():
 
 
 def test_random_batches_are_seeded_and_within_the_limits():
-    config = GraphConfig(max_num_seqs=20, max_num_batched_tokens=300, num_speculative_tokens=2)
+    config = GraphConfig(
+        vllm_version="0.33", max_num_seqs=20, max_num_batched_tokens=300, num_speculative_tokens=2
+    )
     a = random_batches(config, 500, decode_fraction=0.7, seed=3)
     assert a == random_batches(config, 500, decode_fraction=0.7, seed=3)
     assert a != random_batches(config, 500, decode_fraction=0.7, seed=4)

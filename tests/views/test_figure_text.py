@@ -56,6 +56,7 @@ def test_the_checker_passes_a_figure_that_reads_and_ignores_what_is_not_drawn() 
 
 
 SPEC = cg.SweepSpec(
+    vllm_version="0.33",
     name="text",
     model="toy-tiny",
     modes=("FULL", "PIECEWISE", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", "NONE"),
@@ -137,7 +138,9 @@ def _step_time(store: Path, _: dict) -> Figure:
 
 
 def _ladder(_: Path, w: dict) -> Figure:
-    return cg.ladder_figure(cg.GraphConfig(max_num_seqs=64, max_num_batched_tokens=1024))
+    return cg.ladder_figure(
+        cg.GraphConfig(vllm_version="0.33", max_num_seqs=64, max_num_batched_tokens=1024)
+    )
 
 
 def _ladder_gen2(_: Path, w: dict) -> Figure:
@@ -145,7 +148,7 @@ def _ladder_gen2(_: Path, w: dict) -> Figure:
 
 
 def _hit_rate(_: Path, w: dict) -> Figure:
-    config = cg.GraphConfig(max_num_seqs=64, max_num_batched_tokens=1024)
+    config = cg.GraphConfig(vllm_version="0.33", max_num_seqs=64, max_num_batched_tokens=1024)
     dispatcher = cg.CudagraphDispatcher(config)
     from cgdispatch.views.explain import dispatch_stats, random_batches
 
@@ -154,7 +157,9 @@ def _hit_rate(_: Path, w: dict) -> Figure:
 
 
 def _generations(_: Path, w: dict) -> Figure:
-    return cg.generations_figure(cg.GraphConfig(max_num_seqs=64, max_num_batched_tokens=1024))
+    return cg.generations_figure(
+        cg.GraphConfig(vllm_version="0.33", max_num_seqs=64, max_num_batched_tokens=1024)
+    )
 
 
 def _histogram(_: Path, w: dict) -> Figure:

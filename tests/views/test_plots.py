@@ -37,6 +37,7 @@ def test_ladder_step_function_is_the_dispatchers_padding():
     for _ in range(10):
         sizes = random_sizes(rng)
         config = GraphConfig(
+            vllm_version="0.33",
             cudagraph_capture_sizes=sizes,
             max_num_seqs=8,
             max_num_batched_tokens=sizes[-1] + rng.randint(8, 64),
@@ -63,7 +64,10 @@ def test_ladder_step_function_is_the_dispatchers_padding():
 
 def test_every_figure_is_labelled_with_its_source():
     config = GraphConfig(
-        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=8, max_num_batched_tokens=16
+        vllm_version="0.33",
+        cudagraph_capture_sizes=[1, 2, 4, 8],
+        max_num_seqs=8,
+        max_num_batched_tokens=16,
     )
     assert "config" in figure_source(ladder_figure(config))
     assert figure_source(ladder_figure(config, source="model")) == "model"
@@ -81,7 +85,10 @@ def test_hit_rate_bars_equal_the_stats():
     rng = random.Random(22)
     sizes = random_sizes(rng)
     config = GraphConfig(
-        cudagraph_capture_sizes=sizes, max_num_seqs=32, max_num_batched_tokens=sizes[-1] * 2
+        vllm_version="0.33",
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=32,
+        max_num_batched_tokens=sizes[-1] * 2,
     )
     stats = dispatch_stats(config, random_batches(config, 3000, seed=5))
     fig = hit_rate_figure(stats, source="synthetic")
@@ -214,7 +221,10 @@ def test_memory_and_capture_bars_equal_the_aggregates():
 
 def test_figures_render_as_png_for_notebooks():
     config = GraphConfig(
-        cudagraph_capture_sizes=[1, 2, 4, 8], max_num_seqs=8, max_num_batched_tokens=16
+        vllm_version="0.33",
+        cudagraph_capture_sizes=[1, 2, 4, 8],
+        max_num_seqs=8,
+        max_num_batched_tokens=16,
     )
     png = ladder_figure(config)._repr_png_()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

@@ -88,6 +88,7 @@ def test_graph_memory_table_is_the_estimate_on_cpu_and_adds_measured_bytes():
     model = build_toy_model("toy-tiny", device="meta")
     for (mode, ladder, sizes), _ in rows.groupby(["mode", "ladder", "capture_sizes"]):
         config = GraphConfig(
+            vllm_version="0.33",
             cudagraph_mode=mode,
             cudagraph_capture_sizes=[int(s) for s in sizes.split(",")],
             max_num_seqs=16,
@@ -117,6 +118,7 @@ def test_modelled_speedup_times_each_dispatched_batch_on_the_device_model():
     sizes = sorted(rng.sample(range(1, 33), 4))
     tokens = sorted({*rng.sample(range(1, 48), 5), max(sizes) + rng.randint(1, 8)})
     spec = SweepSpec(
+        vllm_version="0.33",
         modes=("FULL", "PIECEWISE", "FULL_DECODE_ONLY"),
         ladders={"mine": sizes, "pow2": None},
         num_tokens=tuple(tokens),
@@ -134,7 +136,10 @@ def test_modelled_speedup_times_each_dispatched_batch_on_the_device_model():
 
     for row in frame.itertuples():
         config = GraphConfig(
-            cudagraph_mode=row.mode, cudagraph_capture_sizes=sizes, max_num_seqs=16
+            vllm_version="0.33",
+            cudagraph_mode=row.mode,
+            cudagraph_capture_sizes=sizes,
+            max_num_seqs=16,
         ).resolve(model.attention_cg_support)
         mode, desc = ready_dispatcher(config).dispatch(row.num_tokens, row.uniform_decode)
         assert (row.runtime_mode, row.padded_size) == (str(mode), desc.num_tokens)
@@ -154,7 +159,11 @@ def test_modelled_speedup_default_grid_covers_twice_the_ladder_and_the_spec():
     rng = random.Random(12)
     sizes = sorted(rng.sample(range(1, 40), 3))
     spec = SweepSpec(
-        modes=("FULL",), ladders={"mine": sizes}, num_tokens=(3, 77), batch_kinds=("mixed",)
+        vllm_version="0.33",
+        modes=("FULL",),
+        ladders={"mine": sizes},
+        num_tokens=(3, 77),
+        batch_kinds=("mixed",),
     )
     frame = modelled_speedup(spec, device="A100")
     grid = sorted(frame["num_tokens"])
@@ -163,13 +172,13 @@ def test_modelled_speedup_default_grid_covers_twice_the_ladder_and_the_spec():
 
 
 def test_modelled_speedup_refuses_non_toy_models_and_unknown_names():
-    spec = SweepSpec(model="hf-llama-tiny")
+    spec = SweepSpec(vllm_version="0.33", model="hf-llama-tiny")
     with pytest.raises(ValueError, match="toy preset"):
         modelled_speedup(spec)
     with pytest.raises(ValueError, match="device='TPU-v9' is unknown"):  # B200 is a preset
-        modelled_speedup(SweepSpec(), device="TPU-v9")
+        modelled_speedup(SweepSpec(vllm_version="0.33"), device="TPU-v9")
     with pytest.raises(ValueError, match="ladder 'vllm'"):
-        modelled_speedup(SweepSpec(), ladder="vllm")
+        modelled_speedup(SweepSpec(vllm_version="0.33"), ladder="vllm")
 
 
 def test_step_time_figure_draws_each_modes_medians_and_names_the_source():

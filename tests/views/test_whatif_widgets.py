@@ -16,7 +16,7 @@ from cgdispatch.views.whatif_plots import whatif_figure
 from cgdispatch.views.whatif_widgets import metrics_html, whatif_for_box
 from cgdispatch.workload.trace import make_trace
 
-BASE = GraphConfig(max_num_seqs=16, max_num_batched_tokens=256)
+BASE = GraphConfig(vllm_version="0.33", max_num_seqs=16, max_num_batched_tokens=256)
 
 
 def attrs(html_text: str) -> dict[str, str]:

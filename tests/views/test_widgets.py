@@ -19,7 +19,7 @@ from cgdispatch.views.widgets import (
     parse_sizes_box,
 )
 
-BASE = GraphConfig(max_num_seqs=16, max_num_batched_tokens=256)
+BASE = GraphConfig(vllm_version="0.33", max_num_seqs=16, max_num_batched_tokens=256)
 
 
 def shown(explorer: DispatchExplorer) -> dict[str, str]:
@@ -86,6 +86,7 @@ def test_explorer_decisions_equal_the_dispatcher_on_random_moves():
         # NONE keeps no capture sizes (vLLM 0.33): test_explorer_with_mode_none
         mode = rng.choice([m for m in CUDAGraphMode if m is not CUDAGraphMode.NONE])
         config = GraphConfig(
+            vllm_version="0.33",
             cudagraph_mode=mode,
             cudagraph_capture_sizes=sizes,
             max_num_seqs=rng.randint(1, 32),
@@ -124,7 +125,9 @@ def test_explorer_decisions_equal_the_dispatcher_on_random_moves():
 
 def test_explorer_with_mode_none():
     # vLLM 0.33 keeps no capture sizes under NONE: every batch is eager
-    config = GraphConfig(cudagraph_mode="NONE", cudagraph_capture_sizes=[1, 8], max_num_seqs=8)
+    config = GraphConfig(
+        vllm_version="0.33", cudagraph_mode="NONE", cudagraph_capture_sizes=[1, 8], max_num_seqs=8
+    )
     assert config.cudagraph_capture_sizes == []
     explorer = dispatch_explorer(config)
     explorer.slider.value = 5
@@ -268,7 +271,9 @@ def test_gen2_explorer_decisions_equal_the_manager_on_random_moves():
 def test_generation_toggle_switches_the_class_and_its_sizes():
     from cgdispatch import CudaGraphManager
 
-    config = GraphConfig(max_num_seqs=16, max_num_batched_tokens=256, num_speculative_tokens=1)
+    config = GraphConfig(
+        vllm_version="0.33", max_num_seqs=16, max_num_batched_tokens=256, num_speculative_tokens=1
+    )
     explorer = dispatch_explorer(config, num_tokens=30)
     assert explorer.version_box.value == "0.33"  # vllm_version None is V1
     assert explorer.decode_box.layout.display == "none"

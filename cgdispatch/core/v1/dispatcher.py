@@ -89,7 +89,7 @@ class CudagraphDispatcher:
     """
 
     def __init__(self, config: GraphConfig | None = None, *, record_stats: bool = True) -> None:
-        config = GraphConfig() if config is None else config
+        config = GraphConfig(vllm_version=RELEASE) if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
         if config.generation.splits_ladders:
@@ -97,7 +97,7 @@ class CudagraphDispatcher:
                 f"this GraphConfig has vllm_version={config.vllm_version!r}, not V1: use "
                 f"cgdispatch.{config.generation.dispatcher_name} for it (make_graph_dispatcher("
                 "config) builds it), or build the config with "
-                f"vllm_version={RELEASE!r} (or None) for CudagraphDispatcher"
+                f"vllm_version={RELEASE!r} for CudagraphDispatcher"
             )
         mode = config.cudagraph_mode
         if mode.requires_piecewise_compilation() and not config.splitting_ops_contain_attention():
@@ -424,7 +424,8 @@ def ready_dispatcher(
 ) -> CudagraphDispatcher:
     """A dispatcher for ``config`` with its keys initialised: the one way the package builds
     one. A dispatcher passed in is returned itself (its keys initialised if they were not);
-    ``record_stats`` applies only to a new one. ``None`` means ``GraphConfig()``."""
+    ``record_stats`` applies only to a new one. ``None`` means V1's default
+    ``GraphConfig(vllm_version=RELEASE)``."""
     if isinstance(config, CudagraphDispatcher):
         if not config.keys_initialized:
             config.initialize_cudagraph_keys()
