@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pandas as pd
 
@@ -20,33 +21,33 @@ def write_export(data: pd.DataFrame | dict[str, Any], path: Path) -> None:
     """``data`` as ``path`` (.csv, .parquet, or .json for a dict), replaced atomically."""
     if path.is_symlink():  # os.replace would swap the link, but say so rather than surprise
         raise ValueError(f"{path} is a symlink: cgdispatch does not write through links; remove it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, shared_mode())
-        with os.fdopen(fd, "wb") as fh:
-            if isinstance(data, dict):
-                fh.write(strict_json(data, indent=1).encode())
-            elif path.suffix == ".parquet":
-                data.to_parquet(fh, index=False)
-            else:
-                fh.write(data.to_csv(index=False).encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def write(fh: BinaryIO) -> None:
+        if isinstance(data, dict):
+            fh.write(strict_json(data, indent=1).encode())
+        elif path.suffix == ".parquet":
+            data.to_parquet(fh, index=False)
+        else:
+            fh.write(data.to_csv(index=False).encode())
+
+    _replace(path, write)
 
 
 def write_text_file(path: Path, text: str) -> None:
     """``text`` as UTF-8 at ``path``, replaced atomically: a name that is not UTF-8 (a
     Latin-1 folder's ``caf\\xe9``, read by Python as a surrogate) is written escaped, so
     the file is never left empty by an encoding error half-way."""
+    _replace(path, lambda fh: fh.write(text.encode("utf-8", errors="backslashreplace")))
+
+
+def _replace(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write`` into a randomly named temporary file beside ``path`` (mode as a plain
+    ``open`` would give), flushed to disk and renamed over ``path``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, shared_mode())
         with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8", errors="backslashreplace"))
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
