@@ -35,6 +35,8 @@ from .steps import LORA_COLUMN, STEP_FIELDS, Step
 __all__ = ["SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN"]
 
 _REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+# run repeated pure-decode steps in bulk (SchedulerSimulator._decode_stretch); False: one by one
+BULK_DECODES = True
 
 
 def default_step_time_ms(num_tokens: int, num_reqs: int) -> float:
@@ -215,10 +217,57 @@ class SchedulerSimulator:
             total=self.num_requests, initial=self.finished, desc="simulate", unit="req",
             disable=not progress,
         ) as bar:  # fmt: skip
-            while (step := self.step()) is not None:
+            while True:
+                if BULK_DECODES and self._decode_stretch(rows, as_row):
+                    bar.update(self.finished - bar.n)
+                    continue
+                if (step := self.step()) is None:
+                    break
                 rows.append(as_row(step))
                 bar.update(self.finished - bar.n)
         return pd.DataFrame.from_records(rows, columns=list(STEP_FIELDS))
+
+    def _decode_stretch(self, rows: list, as_row: Callable[[Step], tuple]) -> int:
+        """Run the steps that repeat one pure decode in bulk; how many (0: not such a step).
+
+        While every running request decodes, all fit the token budget, no request can be
+        admitted and nothing random is drawn (no speculative tokens, no adapters), each step
+        until the first request finishes or an admissible request arrives is the same step:
+        the same tokens, requests and duration. Their start times are added one step at a
+        time, as :meth:`step` adds them, so the frame equals the step-by-step run exactly
+        (``BULK_DECODES = False`` runs step by step; a test compares the two)."""
+        lim = self.limits
+        if (
+            self._exact is not None
+            or self.done
+            or lim.num_speculative_tokens
+            or self._lora is not None
+        ):
+            return 0
+        self._admit_arrivals()
+        run, n = self._run, len(self._run)
+        if not n or n > lim.max_num_batched_tokens or (self._prompt_left[run] > 0).any():
+            return 0
+        room = n < lim.max_num_seqs
+        if self._waiting and room:
+            return 0  # a waiting request is admitted this step
+        most = min(int(self._out_left[run].min()), self._step_bound - self.steps)
+        nxt = self._arrival[self._next] if room and self._next < self.num_requests else math.inf
+        dt = self._step_time_ms(n, n) / 1e3
+        now, times = self.now_s, []
+        while len(times) < most and (not times or now < nxt):
+            times.append(now)
+            now += dt
+        k = len(times)
+        rows.extend(as_row(Step(n, n, True, False, 0, 0, t, 0, 1, n, 0)) for t in times)
+        out_left = self._out_left
+        out_left[run] -= k
+        finished = out_left[run] <= 0
+        self.finished += int(finished.sum())
+        self._run = run[~finished]
+        self.steps += k
+        self.now_s = now
+        return k
 
 
 def _accepted(rng: np.random.Generator, k: int, rate: float, n: int) -> np.ndarray:
