@@ -5,7 +5,8 @@ recommend the plan only when it wins there.
 This is the one home of plan-and-holdout: ``python -m cgdispatch tune``, notebook 04 and the
 tune dashboard call :func:`tune`. It plans with the time objective, replays both ladders through
 the real dispatcher of the config's generation (:func:`~cgdispatch.plan.ladder_compare.compare`)
-and never recommends a plan that loses held out: a tie or a loss keeps vLLM's default.
+and recommends the plan only when its gain on one objective is larger than the band that
+model error and held-out noise could make alone (:mod:`~cgdispatch.plan.tune_bands`).
 
 Two seams for figures other issues supply:
 
@@ -15,8 +16,9 @@ Two seams for figures other issues supply:
   turned into KV tokens with the model's KV bytes per token; a calibrated start-up
   estimate plugs in here.
 * ``replay(trace, ladders, config=, cost_model=) -> DataFrame``: the held-out replay
-  (default :func:`compare`); one that adds ``p99_tpot_ms`` and ``throughput_tok_s`` columns
-  (the scheduler's latencies) makes them part of the verdict and of the win rule.
+  (default :func:`compare`); one that adds ``p99_ttft_ms``, ``p99_tpot_ms`` or
+  ``throughput_tok_s`` columns (the scheduler's latencies) makes them part of the verdict
+  and lets an objective judge them.
 """
 
 from __future__ import annotations
@@ -90,17 +92,17 @@ def tune(
     the planning part's modelled step time with at most ``max_graphs`` sizes under the
     budgets. Both ladders are replayed on the held-out part (``replay``, default
     :func:`compare`) and, for context, on the planning part. The recommendation is
-    ``"planned"`` only when the plan's held-out mean step time is lower than the default's
-    and no latency column ``replay`` adds is worse by more than ``LATENCY_TOLERANCE``
-    (:func:`~cgdispatch.plan.tune_result.losing_figures`); otherwise ``"vllm default"``.
+    ``"planned"`` only when the plan's held-out gain on ``objective`` exceeds its band
+    (below); otherwise ``"vllm default"``.
     ``kv_bytes_per_token`` turns the graph memory a plan frees into KV-cache tokens when
     ``startup`` gives no ``kv_cache_tokens``.
 
     ``requests``: the request table behind ``trace`` (same clock). The cut is then at the
     arrival of the first of the last ``holdout`` share of requests
     (:func:`~cgdispatch.workload.sources.arrival_cut`); those requests run through vLLM's
-    own scheduler for each ladder, steps priced by the ladder's dispatch, and p99 TPOT and output-token throughput join the verdict and the
-    win rule (neither may be worse for the plan to be recommended).
+    own scheduler for each ladder, steps priced by the ladder's dispatch, each ladder with
+    its own KV cache (``kv_blocks``), and p99 TTFT and TPOT, throughput and preemptions join
+    the verdict.
 
     ``ladders``: more ladders (e.g. ``engine_ladders(config)``) replayed beside the two, in
     ``result.tables`` only (they do not enter the verdict).
@@ -123,6 +125,8 @@ def tune(
         )
     if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
         raise ValueError(f"max_graphs={max_graphs!r} is invalid: give an integer >= 1")
+    if objective is not None and objective not in OBJECTIVES:  # before any work
+        raise ValueError(f"objective={objective!r} is unknown: use one of {list(OBJECTIVES)}")
     # with the requests, the held-out part starts at an arrival: the last ``holdout`` of the
     # requests (a burst the scheduler drains long after it arrived still has a held-out part)
     cut_s = None

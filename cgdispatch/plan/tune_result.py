@@ -24,8 +24,6 @@ __all__ = [
     "TuneResult",
     "ladder_figures",
     "ladder_sizes",
-    "losing_figures",
-    "LOWER_IS_BETTER",
     "LATENCY_TOLERANCE",
     "RECOMMENDATIONS",
     "OBJECTIVES",
@@ -44,10 +42,8 @@ OBJECTIVES: dict[str, tuple[str, bool]] = {
     "kv": ("kv_cache_tokens", False),
 }
 LATENCY_KEYS = frozenset({"p99_ttft_ms", "p99_tpot_ms", "throughput_tok_s", "num_preemptions"})
-# figures the win rule reads when the held-out replay gives them: True = lower is better
-LOWER_IS_BETTER = {"mean_step_ms": True, "p99_tpot_ms": True, "throughput_tok_s": False}
-# the scheduler's figures lose only when worse by more than this share: below saturation
-# throughput is the arrival rate, and a p99 moves by one step's time
+# one replay's resolution of a latency figure (a share of it), part of a latency objective's
+# band: below saturation throughput is the arrival rate, and a p99 moves by one step's time
 LATENCY_TOLERANCE = 0.01
 
 
@@ -63,19 +59,6 @@ class StartupCosts:
     graph_memory_bytes: float
     capture_s: float
     kv_cache_tokens: float | None = None
-
-
-def losing_figures(deltas: dict[str, float], default: dict[str, float]) -> list[str]:
-    """The figures on which the plan loses to vLLM's default held out: mean step time when
-    not strictly lower; p99 TPOT or throughput when worse by more than LATENCY_TOLERANCE."""
-    out = [] if deltas["mean_step_ms"] < 0 else ["mean_step_ms"]
-    for key, lower in LOWER_IS_BETTER.items():
-        if key == "mean_step_ms" or key not in deltas or not default.get(key):
-            continue
-        worse = deltas[key] / default[key] * (1 if lower else -1)
-        if worse > LATENCY_TOLERANCE:
-            out.append(key)
-    return out
 
 
 _FIGURES = (
