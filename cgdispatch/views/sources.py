@@ -9,6 +9,7 @@ synthetic input was. Figure modules use these helpers; they hold no chart of the
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -100,6 +101,9 @@ def rows_to_plot(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.D
     return frame
 
 
+LEGEND_WRAP = 40  # characters per line of a legend entry
+
+
 def legend_outside(
     ax: Axes, handles: list | None = None, labels: list | None = None, **kw
 ) -> Legend:
@@ -107,7 +111,10 @@ def legend_outside(
     constrained layout narrows the axes to make room. ``kw`` go to ``Axes.legend``."""
     kw = {"fontsize": 8, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), **kw}
     if handles is None:
-        return ax.legend(borderaxespad=0.0, **kw)
+        handles, labels = ax.get_legend_handles_labels()
+    # long entries ("FULL = FULL_DECODE_ONLY = ... (uniform_decode=True)") wrap, so the legend
+    # never takes the whole width and collapses the axes
+    labels = [textwrap.fill(str(label), LEGEND_WRAP) for label in labels or []]
     return ax.legend(handles, labels, borderaxespad=0.0, **kw)
 
 

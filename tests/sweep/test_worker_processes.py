@@ -36,6 +36,13 @@ def _group(pgid: int) -> list[tuple[int, int]]:
     return found
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT at its default in the sweep, as a shell in a terminal starts it: a test run in
+    the background of a shell without job control inherits SIGINT ignored, and Python then
+    keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait(predicate, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -51,8 +58,9 @@ def test_workers_die_with_the_sweep(how, tmp_path):
             "--out", str(tmp_path / "store"), "--no-progress", "--repeats", "5000"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        argv, start_new_session=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+        argv, start_new_session=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+    )  # fmt: skip
     try:
         workers = lambda: [pid for pid, ppid in _group(proc.pid) if ppid == proc.pid]  # noqa: E731
         assert _wait(lambda: len(workers()) >= 2, 120), "the sweep started no workers"
