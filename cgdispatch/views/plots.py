@@ -283,7 +283,13 @@ def speedup_figure(
     else:
         ax.set_ylabel("speed-up (eager / graph, x)")
         ax.set_title(f"step speed-up by {by}")
-    legend_outside(ax, title=f"lines within {100 * SAME_LINE_RTOL:g}%: one line", title_fontsize=7)
+    legend = legend_outside(
+        ax, title=f"lines within {100 * SAME_LINE_RTOL:g}%: one line", title_fontsize=7
+    )
+    # a tall legend (many modes and ladders) gets the height it needs: constrained layout
+    # would otherwise squeeze the axes to nothing
+    lines = sum(text.get_text().count("\n") + 1 for text in legend.get_texts())
+    fig.set_figheight(max(fig.get_figheight(), 0.16 * lines + 1.2))
     return label_source(fig, label)
 
 
