@@ -49,7 +49,7 @@ class StraightforwardDispatcher:
 
 
 def main(n_batches: int = 200_000, repeats: int = 5, seed: int = 0) -> float:
-    config = GraphConfig()  # FULL_AND_PIECEWISE, default 51-size ladder up to 512
+    config = GraphConfig(vllm_version="0.33")  # V1: FULL_AND_PIECEWISE, 51 sizes up to 512
     ours = CudagraphDispatcher(config)  # statistics on (the default)
     ours.initialize_cudagraph_keys()
     base = StraightforwardDispatcher(config, ours.cudagraph_keys)

@@ -40,7 +40,7 @@ def main() -> int:
     failed = False
     print(f"{args.model}, vLLM's default ladder; figures: model (the estimate)")
     for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-        config = GraphConfig(cudagraph_mode=mode)  # default ladder: 51 sizes up to 512
+        config = GraphConfig(vllm_version="0.33", cudagraph_mode=mode)  # V1: 51 sizes to 512
         start = time.perf_counter()
         est = estimate_graph_memory(meta_model, config)
         estimate_s = time.perf_counter() - start

@@ -186,7 +186,7 @@ def speed(config: GraphConfig) -> None:
 
 
 def main() -> None:
-    config = GraphConfig().resolve()
+    config = GraphConfig(vllm_version="0.33").resolve()
     start = time.perf_counter()
     model = device_cost_model(MODEL, DEVICE)
     print(f"cost model {MODEL} on {model.source}: built in {time.perf_counter() - start:.1f} s")

@@ -80,7 +80,13 @@ def main() -> int:
     )
     model = NoOpModel(device)
     runner = GraphRunner(
-        model, GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=SIZES, max_num_seqs=64)
+        model,
+        GraphConfig(
+            vllm_version="0.33",
+            cudagraph_mode="FULL",
+            cudagraph_capture_sizes=SIZES,
+            max_num_seqs=64,
+        ),
     )
     runner.capture_all(progress=False)
     n = args.num_tokens

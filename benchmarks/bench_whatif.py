@@ -59,7 +59,7 @@ def main() -> None:
         f"what-if on {STEPS:,} steps, measured (CPU, {platform.processor() or platform.machine()}):"
     )
 
-    config = GraphConfig()  # vLLM 0.33 defaults: FULL_AND_PIECEWISE, 51 sizes up to 512
+    config = GraphConfig(vllm_version="0.33")  # V1 defaults: FULL_AND_PIECEWISE, 51 sizes to 512
     fast_s, times, result = _timed(config, trace)
     dispatcher = CudagraphDispatcher(config, record_stats=False)
     dispatcher.initialize_cudagraph_keys()
