@@ -65,17 +65,10 @@ def ladder_latency(
 
     # vLLM's scheduler over azure-conv's held-out half takes about 7 s per ladder on two
     # cores (bench_trace_switch.py); the run is a pure function of this key
-    table = check_requests(requests)
-    key = result_cache.digest(
-        "ladder_latency",
-        result_cache.code_fingerprint(),
-        repr(limits),
-        repr(config),
-        str(seed),
-        *(table[c].to_numpy() for c in table.columns),
-        *table.columns,
+    key = result_cache.request_key(
+        "ladder_latency", check_requests(requests), repr(limits), repr(config), str(seed),
         *_price_table(cost_model, config),
-    )
+    )  # fmt: skip
     stored = result_cache.cached_arrays("latency", key, build)
     return {c: stored[c].item() for c in LATENCY_COLUMNS}
 

@@ -114,10 +114,7 @@ def cached_startup(
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
     cache when they are there (None for a model with no published config, as it)."""
-    if gpu_memory_utilization == 0.9:  # the default: the call tests stand in for
-        estimate = startup_for(model, device)
-    else:
-        estimate = startup_for(model, device, gpu_memory_utilization=gpu_memory_utilization)
+    estimate = startup_for(model, device, gpu_memory_utilization=gpu_memory_utilization)
     if estimate is None:
         return None
 

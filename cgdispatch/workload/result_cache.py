@@ -21,6 +21,7 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,13 @@ def digest(*parts: str | bytes | np.ndarray) -> str:
             h.update(f"{len(raw)}:".encode())
             h.update(raw)
     return h.hexdigest()
+
+
+def request_key(kind: str, table: Any, *parts: str | bytes | np.ndarray) -> str:
+    """The key of a result that is a pure function of a checked request table (every column,
+    by name and values), ``parts`` and this package's code."""
+    columns = [table[c].to_numpy() for c in table.columns]
+    return digest(kind, code_fingerprint(), *parts, *columns, *map(str, table.columns))
 
 
 def _checksum(arrays: Arrays) -> str:

@@ -174,16 +174,10 @@ def simulate_steps(
 
     if step_time_ms is not default_step_time_ms:  # another clock has no key: always simulate
         return pd.DataFrame(build(), columns=columns)
-    # the azure-conv trace takes 20-40 s to simulate on two cores (bench_trace_switch.py);
-    # its steps are a pure function of this key
-    table = check_requests(requests)
-    key = result_cache.digest(
-        "simulate_steps",
-        result_cache.code_fingerprint(),
-        repr(limits),
-        str(seed),
-        *(table[c].to_numpy() for c in table.columns),
-        *table.columns,
+    # a long trace takes seconds to simulate (azure-conv: 1.7 s on two cores); its steps
+    # are a pure function of this key
+    key = result_cache.request_key(
+        "simulate_steps", check_requests(requests), repr(limits), str(seed)
     )
     return pd.DataFrame(result_cache.cached_arrays("steps", key, build), columns=columns)
 

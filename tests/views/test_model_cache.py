@@ -101,6 +101,6 @@ def test_cached_startup_equals_the_estimate_and_is_read_back_per_config(tmp_path
     def no_build(config):
         raise AssertionError("estimated again instead of read from the cache")
 
-    monkeypatch.setattr(model_cache, "startup_for", lambda model, device: no_build)
+    monkeypatch.setattr(model_cache, "startup_for", lambda model, device, **_: no_build)
     again = model_cache.cached_startup("llama-3.1-8b", "H200")
     assert [again(config) for config in configs] == firsts
