@@ -57,6 +57,9 @@ class DeviceSpec:
     # assumption: instantiating one captured graph; with one warm-up run this gives vLLM's
     # ~0.05 s per piecewise size for Llama-3.1-8B (docs/references.md)
     graph_instantiate_us: float = 1000.0
+    # the GPU generation (Ampere, Ada, Hopper, Blackwell, CDNA3; "" unknown): the start-up
+    # model's graph pool carries a factor per generation fitted on start-ups logged there
+    architecture: str = ""
 
     def replace(self, **changes: Any) -> DeviceSpec:
         return dataclasses.replace(self, **changes)
@@ -76,6 +79,7 @@ def _load_table() -> tuple[dict[str, DeviceSpec], dict[str, str]]:
             bandwidth_bytes_per_s=float(row["bandwidth_gb_s"]) * 1e9,
             memory_bytes=memory if reported else memory * _REPORTED_SHARE,
             peak_fp8_flops=float(row["fp8_tflops"]) * 1e12,
+            architecture=row["architecture"],
         )
         presets[row["name"]] = spec
         for alias in filter(None, row["aliases"].split()):
@@ -135,6 +139,12 @@ def load_device_spec(path: str | Path) -> DeviceSpec:
         if name == "name":
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"device spec {path}: field 'name' must be a non-empty string")
+        elif name == "architecture":
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"device spec {path}: field 'architecture'={value!r} is invalid: give a "
+                    "GPU generation as text (Ampere, Ada, Hopper, Blackwell, CDNA3)"
+                )
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(
                 f"device spec {path}: field {name!r}={value!r} is invalid: give a number >= 0"
@@ -146,4 +156,5 @@ def load_device_spec(path: str | Path) -> DeviceSpec:
             raise ValueError(
                 f"device spec {path}: field {name!r} is missing: {list(_REQUIRED)} are required"
             )
-    return DeviceSpec(**{k: (v if k == "name" else float(v)) for k, v in data.items()})
+    text = ("name", "architecture")
+    return DeviceSpec(**{k: (v if k in text else float(v)) for k, v in data.items()})

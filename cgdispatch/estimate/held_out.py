@@ -23,14 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .devices import DEVICE_PRESETS
+from .pool_factors import predict_run
 from .startup import (
     CALIBRATION,
     DEVICE_MEMORY_BYTES,
     GIB,
     StartupCoefficients,
-    estimate_startup,
-    reference_config,
     reference_startups,
 )
 
@@ -44,21 +42,6 @@ TARGETS = {
     "capture median": 0.25,
 }
 KV_TOLERANCE = 0.05
-# the pool model's inputs (kernel nodes, attention inputs) do not depend on the GPU, so a
-# run on a GPU without a preset is priced with this one's trace; only its graph memory is used
-_TRACE_DEVICE = "H100"
-# vLLM's default max_num_seqs on GPUs under 70 GiB (and before 0.11 on every GPU)
-_DEFAULT_MAX_NUM_SEQS = 256
-
-
-def _max_num_seqs(row: pd.Series) -> tuple[int, str]:
-    """The run's max_num_seqs and where it comes from: the log; else the largest FULL
-    decode size (vLLM stops FULL decode sizes at max_num_seqs); else vLLM's default."""
-    if pd.notna(row["max_num_seqs"]):
-        return int(row["max_num_seqs"]), "logged"
-    if int(row["full_graphs"]) > 0:
-        return int(row["full_largest"]), "largest FULL size"
-    return _DEFAULT_MAX_NUM_SEQS, "vLLM default"
 
 
 def _keys(row: pd.Series) -> str:
@@ -66,22 +49,6 @@ def _keys(row: pd.Series) -> str:
     if int(row["full_graphs"]):
         parts.append(f"{int(row['full_graphs'])} FULL")
     return " + ".join(parts)
-
-
-def _predict(row: pd.Series, device: str, coefficients: StartupCoefficients) -> Any:
-    quant = row["quantization"]
-    return estimate_startup(
-        row["model"],
-        device,
-        reference_config(row),
-        tensor_parallel_size=int(row["tensor_parallel_size"]),
-        pipeline_parallel_size=int(row["pipeline_parallel_size"]),
-        dtype=str(row["dtype"]),
-        quantization=None if pd.isna(quant) or quant == "None" else str(quant),
-        kv_cache_dtype=str(row["kv_cache_dtype"]),
-        gpu_memory_utilization=float(row["gpu_memory_utilization"]),
-        coefficients=coefficients,
-    )
 
 
 def held_out_errors(
@@ -95,11 +62,8 @@ def held_out_errors(
     c = CALIBRATION if coefficients is None else coefficients
     records = []
     for _, row in rows.iterrows():
-        row = row.copy()
-        row["max_num_seqs"], seqs_from = _max_num_seqs(row)
         device = str(row["device"])
-        known = device in DEVICE_PRESETS
-        est = _predict(row, device if known else _TRACE_DEVICE, c)
+        est, known, seqs_from = predict_run(row, c)
         record = {
             "run": row["run"],
             "model": row["model"],

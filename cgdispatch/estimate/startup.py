@@ -117,6 +117,15 @@ class StartupCoefficients:
     non_torch_tp_gib: float  # tensor parallel (NCCL, custom all-reduce)
     non_torch_pp_gib: float  # pipeline parallel without TP
     fitted_on: int  # reference runs
+    # graph-pool factor per GPU architecture (DeviceSpec.architecture) whose logged pools
+    # differ from the H100 runs the terms above are fitted on (issue 28), fitted on the
+    # "device_fit" runs by fit_pool_factors(); 1 for any architecture not listed
+    pool_factors: tuple[tuple[str, float], ...] = ()
+    pool_factor_runs: int = 0  # device_fit runs behind pool_factors
+
+    def pool_factor(self, device: str | DeviceSpec) -> float:
+        """The graph-pool factor of ``device``'s architecture (1 where none is fitted)."""
+        return dict(self.pool_factors).get(device_spec(device).architecture, 1.0)
 
 
 # fitted by fit_startup_model() on every covered run of reference_vllm_startups.csv
@@ -176,16 +185,11 @@ class StartupEstimate:
         )
 
 
-# issue 18's presets keep the label they had (the README's tune output shows it): their
-# start-up costs have been these since then, though only the H100 has logged runs
-_CALIBRATED_PRESETS = ("H100", "H200", "A100")
-
-
 @functools.lru_cache(maxsize=1)
 def _logged_devices() -> frozenset[str]:
-    """Names (``DeviceSpec.name``) of the GPUs labelled as calibrated: those the reference
-    start-ups were logged on, and issue 18's presets."""
-    return frozenset(device_spec(d).name for d in _fitted_devices() | set(_CALIBRATED_PRESETS))
+    """Names (``DeviceSpec.name``) of the GPUs labelled as calibrated: those the fitted
+    reference start-ups were logged on (issue 28: no other GPU may say "calibrated")."""
+    return frozenset(device_spec(d).name for d in _fitted_devices())
 
 
 def _fitted_devices() -> set[str]:
@@ -292,9 +296,14 @@ class GraphPricing:
         return 1 if CUDAGraphMode.parse(mode).name == "FULL" else self.pieces
 
     @property
+    def pool_factor(self) -> float:
+        """The graph-pool factor of this GPU's architecture (1 on the fitted H100's)."""
+        return self.coefficients.pool_factor(self.spec)
+
+    @property
     def base_memory_bytes(self) -> float:
         """The pool any capture has (paid once)."""
-        return self.coefficients.pool_base_gib * GIB
+        return self.coefficients.pool_base_gib * GIB * self.pool_factor
 
     @property
     def base_capture_s(self) -> float:
@@ -307,7 +316,7 @@ class GraphPricing:
         gib = c.pool_per_node_gib * self.nodes(mode) + c.pool_per_boundary * n * (
             self.boundary_bytes_per_token / GIB
         )
-        return gib * GIB
+        return gib * GIB * self.pool_factor
 
     def eager_s(self, num_tokens: np.ndarray) -> np.ndarray:
         """One eager run of each size (device model), the warm-ups' and capture's unit."""
@@ -458,7 +467,7 @@ def estimate_startup(
     f = startup_features(
         pm, device, config, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
     )
-    graph_gib = (
+    graph_gib = c.pool_factor(device) * (
         c.pool_base_gib + c.pool_per_node_gib * f["nodes"] + c.pool_per_boundary * f["boundary_gib"]
     )
     if not f["keys"]:
@@ -563,6 +572,7 @@ def _refuse(
 _REFERENCE_FILES = {
     "fit": "reference_vllm_startups.csv",
     "held_out": "reference_vllm_startups_held_out.csv",
+    "device_fit": "reference_vllm_startups_device_fit.csv",
 }
 
 

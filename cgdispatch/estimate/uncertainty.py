@@ -19,7 +19,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ModelErrors", "MODEL_ERRORS", "QUANTILE", "model_errors"]
+__all__ = [
+    "ModelErrors",
+    "MODEL_ERRORS",
+    "OTHER_GPU_ERRORS",
+    "QUANTILE",
+    "errors_for",
+    "model_errors",
+    "other_gpu_errors",
+]
 
 QUANTILE = 0.9  # a band that holds on 9 of 10 runs not fitted
 
@@ -34,12 +42,13 @@ class ModelErrors:
     step_time: float
     runs: int  # start-up runs behind the first three
     ratios: int  # published step-time ratios behind the last
+    basis: str = "leave one family out"  # how the start-up runs were kept out of the fit
 
     @property
     def source(self) -> str:
         return (
             f"{QUANTILE:.0%} of model errors on data not fitted: {self.runs} vLLM start-ups "
-            f"(leave one family out), {self.ratios} published step-time ratios"
+            f"({self.basis}), {self.ratios} published step-time ratios"
         )
 
 
@@ -69,3 +78,51 @@ def model_errors() -> ModelErrors:
 MODEL_ERRORS = ModelErrors(
     graph_memory=0.1986, capture=0.5362, kv_tokens=0.0116, step_time=0.2347, runs=59, ratios=7
 )
+
+# the architecture of the GPUs the start-up model is fitted on: its leave-one-family-out
+# errors hold there; elsewhere the held-out runs' errors do
+FITTED_ARCHITECTURE = "Hopper"
+
+
+def other_gpu_errors() -> ModelErrors:
+    """:class:`ModelErrors` on GPUs of another architecture than the fitted runs': the
+    :data:`QUANTILE` of the start-up model's errors on the held-out runs logged there
+    (:func:`~cgdispatch.estimate.held_out.held_out_errors`; each quantity on the runs
+    where it is evaluated); step time as :data:`MODEL_ERRORS` (no other data)."""
+    from .devices import DEVICE_PRESETS
+    from .held_out import held_out_errors
+
+    errors = held_out_errors()
+    arch = [DEVICE_PRESETS[d].architecture if d in DEVICE_PRESETS else "" for d in errors["device"]]
+    other = errors[[a != FITTED_ARCHITECTURE for a in arch]]
+
+    def q(column: str) -> float:
+        values = other[column].abs().dropna().to_numpy(float)
+        return round(float(np.quantile(values, QUANTILE)), 4)
+
+    return ModelErrors(
+        graph_memory=q("graph_memory_error"),
+        capture=q("capture_error"),
+        kv_tokens=q("kv_tokens_error"),
+        step_time=MODEL_ERRORS.step_time,
+        runs=len(other),
+        ratios=MODEL_ERRORS.ratios,
+        basis="held out, logged on GPUs other than the fitted H100s",
+    )
+
+
+# other_gpu_errors() on the shipped data (tests/estimate/test_uncertainty.py recomputes it)
+OTHER_GPU_ERRORS = ModelErrors(
+    graph_memory=0.0, capture=0.0, kv_tokens=0.0, step_time=0.2347, runs=0, ratios=7,
+    basis="held out, logged on GPUs other than the fitted H100s",
+)  # fmt: skip
+
+
+def errors_for(device: object) -> ModelErrors:
+    """The errors a figure on ``device`` (a preset name or a DeviceSpec) carries:
+    :data:`MODEL_ERRORS` on the fitted runs' architecture (Hopper), else
+    :data:`OTHER_GPU_ERRORS` (an unknown architecture counts as another)."""
+    from .devices import device_spec
+
+    arch = device_spec(device).architecture  # type: ignore[arg-type]
+    return MODEL_ERRORS if arch == FITTED_ARCHITECTURE else OTHER_GPU_ERRORS

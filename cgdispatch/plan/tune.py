@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors
+from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
 from ..workload.sources import arrival_cut, split_holdout
 from ..workload.trace import check_step_budget
 from .costs import CostModel, cost_source
@@ -82,7 +82,7 @@ def tune(
     ladders: dict[str, Ladder] | None = None,
     objective: str | None = None,
     kv_blocks: Callable[[GraphConfig], int | None] | None = None,
-    errors: ModelErrors = MODEL_ERRORS,
+    errors: ModelErrors | None = None,
     budgets: tuple[int, ...] = (8, 16),
 ) -> TuneResult:
     """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
@@ -110,7 +110,8 @@ def tune(
     ``objective`` (:data:`~cgdispatch.plan.tune_result.OBJECTIVES`; default p99 TTFT with
     requests, else mean step time): the plan is recommended only when its gain on this
     figure is larger than the band that the models' errors on data they were not fitted to
-    (``errors``) and the held-out noise could make alone (:mod:`~cgdispatch.plan.tune_bands`);
+    (``errors``; default :func:`~cgdispatch.estimate.uncertainty.errors_for` the cost
+    model's device) and the held-out noise could make alone (:mod:`~cgdispatch.plan.tune_bands`);
     otherwise "no measurable difference" or "the plan is worse" keeps vLLM's default.
     ``kv_blocks(config)``: each ladder's KV blocks for the latency replay (default: the
     start-up estimate's KV tokens; none without one). ``budgets``: sizes of the smaller
@@ -133,6 +134,9 @@ def tune(
     if requests is not None:
         _need_time(trace)
         cut_s = arrival_cut(requests["arrival_s"].to_numpy(), holdout)
+    if errors is None:  # the device's: H100-fitted errors on Hopper, held-out ones elsewhere
+        spec = getattr(cost_model, "spec", None)
+        errors = MODEL_ERRORS if spec is None else errors_for(spec)
     check_step_budget(trace, config.max_num_batched_tokens)
     train, test = split_holdout(trace, holdout, cut_s=cut_s)
     planned = plan_ladder(

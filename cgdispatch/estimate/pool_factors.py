@@ -1,0 +1,146 @@
+"""Graph pools on GPUs other than the fitted H100s: one factor per GPU architecture group.
+
+The start-up model's pool terms (a base, kernel nodes, attention inputs) are fitted on 59
+H100 start-ups, and nothing in them depends on the GPU. Logged start-ups on other GPUs say
+the pool does (issue 28: Ampere and Ada runs, where vLLM's attention backend is
+FlashAttention 2 rather than 3, logged 1.9-3.2x what the H100 fit gives). This module fits
+one multiplicative factor per architecture group of :data:`POOL_GROUPS` on the runs of the
+``"device_fit"`` split (``cgdispatch/data/reference_vllm_startups_device_fit.csv``), never on
+the ``"held_out"`` runs that :mod:`~cgdispatch.estimate.held_out` scores.
+
+The factor is the geometric mean of logged / modelled pool over the group's runs (the
+least-squares fit of a common factor on log error, so a run logged at 2x and one at 0.5x
+cancel). :data:`~cgdispatch.estimate.startup.CALIBRATION` carries the fitted factors; a
+test refits them. :func:`predict_run` is the one way a logged run of these two splits is
+predicted (how ``max_num_seqs`` is read when the log does not give it, which device's rates
+price a GPU without a preset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pandas as pd
+
+from .devices import DEVICE_PRESETS
+from .startup import (
+    CALIBRATION,
+    GIB,
+    StartupCoefficients,
+    StartupEstimate,
+    estimate_startup,
+    reference_config,
+    reference_startups,
+)
+
+__all__ = ["POOL_GROUPS", "fit_pool_factors", "predict_run", "run_max_num_seqs"]
+
+# architecture -> the group that shares one factor: vLLM runs FlashAttention 2 on both
+# (FlashAttention 3 is Hopper's), and the logged pools of both sit above the H100 fit
+POOL_GROUPS = {"Ampere": "Ampere/Ada", "Ada": "Ampere/Ada"}
+# the pool model's inputs do not depend on the GPU: a run on a GPU without a preset is
+# traced with this one's (only its graph memory is then used)
+TRACE_DEVICE = "H100"
+# vLLM's default max_num_seqs on GPUs under 70 GiB (and before 0.11 on every GPU)
+DEFAULT_MAX_NUM_SEQS = 256
+
+
+def run_max_num_seqs(row: pd.Series) -> tuple[int, str]:
+    """A logged run's max_num_seqs and where it comes from: the log; else the largest FULL
+    decode size (vLLM stops FULL decode sizes at max_num_seqs); else vLLM's default."""
+    if pd.notna(row["max_num_seqs"]):
+        return int(row["max_num_seqs"]), "logged"
+    if int(row["full_graphs"]) > 0:
+        return int(row["full_largest"]), "largest FULL size"
+    return DEFAULT_MAX_NUM_SEQS, "vLLM default"
+
+
+def predict_run(
+    row: pd.Series, coefficients: StartupCoefficients | None = None
+) -> tuple[StartupEstimate, bool, str]:
+    """The model's estimate of a logged run, whether its GPU has a preset (else it was
+    traced on :data:`TRACE_DEVICE` and only its graph memory means anything), and where its
+    max_num_seqs came from."""
+    row = row.copy()
+    row["max_num_seqs"], seqs_from = run_max_num_seqs(row)
+    device = str(row["device"])
+    known = device in DEVICE_PRESETS
+    quant = row["quantization"]
+    est = estimate_startup(
+        row["model"],
+        device if known else TRACE_DEVICE,
+        reference_config(row),
+        tensor_parallel_size=int(row["tensor_parallel_size"]),
+        pipeline_parallel_size=int(row["pipeline_parallel_size"]),
+        dtype=str(row["dtype"]),
+        quantization=None if pd.isna(quant) or quant == "None" else str(quant),
+        kv_cache_dtype=str(row["kv_cache_dtype"]),
+        gpu_memory_utilization=float(row["gpu_memory_utilization"]),
+        coefficients=CALIBRATION if coefficients is None else coefficients,
+    )
+    return est, known, seqs_from
+
+
+def _group(device: str) -> str | None:
+    spec = DEVICE_PRESETS.get(device)
+    return None if spec is None else POOL_GROUPS.get(spec.architecture)
+
+
+def fit_pool_factors(
+    rows: pd.DataFrame | None = None, base: StartupCoefficients | None = None
+) -> StartupCoefficients:
+    """``base`` (default :data:`CALIBRATION`'s fitted terms) with ``pool_factors`` fitted on
+    ``rows`` (default: the ``"device_fit"`` runs): per group of :data:`POOL_GROUPS` with at
+    least one run, the geometric mean of logged / modelled graph memory, the model
+    evaluated without any factor. Runs on GPUs outside every group are ignored."""
+    rows = reference_startups(split="device_fit") if rows is None else rows
+    base = CALIBRATION if base is None else base
+    plain = dataclasses.replace(base, pool_factors=(), pool_factor_runs=0)
+    logs: dict[str, list[float]] = {}
+    for _, row in rows.iterrows():
+        group = _group(str(row["device"]))
+        if group is None:
+            continue
+        est, _, _ = predict_run(row, plain)
+        logs.setdefault(group, []).append(
+            math.log(float(row["graph_memory_gib"]) / (est.graph_memory_bytes / GIB))
+        )
+    factors: list[tuple[str, float]] = []
+    for arch, group in POOL_GROUPS.items():
+        if group in logs:
+            values = logs[group]
+            factors.append((arch, math.exp(sum(values) / len(values))))
+    runs = sum(len(v) for v in logs.values())
+    return dataclasses.replace(plain, pool_factors=tuple(factors), pool_factor_runs=runs)
+
+
+def pool_factor_table(rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each ``"device_fit"`` run: logged pool, the model without and with its group's
+    factor (:data:`CALIBRATION`), and the signed errors (docs/calibration.md)."""
+    rows = reference_startups(split="device_fit") if rows is None else rows
+    plain = dataclasses.replace(CALIBRATION, pool_factors=(), pool_factor_runs=0)
+    records: list[dict[str, Any]] = []
+    for _, row in rows.iterrows():
+        without, _, _ = predict_run(row, plain)
+        with_factor, _, _ = predict_run(row)
+        logged = float(row["graph_memory_gib"])
+        records.append(
+            {
+                "run": row["run"],
+                "device": row["device"],
+                "vllm_version": str(row["vllm_version"]),
+                "group": _group(str(row["device"])) or "",
+                "graph_memory_gib": logged,
+                "model_without_factor_gib": without.graph_memory_bytes / GIB,
+                "model_gib": with_factor.graph_memory_bytes / GIB,
+            }
+        )
+    table = pd.DataFrame(records)
+    if len(table):
+        table["error_without_factor"] = (
+            table["model_without_factor_gib"] / table["graph_memory_gib"] - 1
+        )
+        table["error"] = table["model_gib"] / table["graph_memory_gib"] - 1
+    return table
