@@ -35,7 +35,14 @@ from .startup import (
     reference_startups,
 )
 
-__all__ = ["POOL_GROUPS", "fit_pool_factors", "predict_run", "run_max_num_seqs"]
+__all__ = [
+    "POOL_GROUPS",
+    "fit_pool_factors",
+    "pool_factor_markdown",
+    "pool_factor_table",
+    "predict_run",
+    "run_max_num_seqs",
+]
 
 # architecture -> the group that shares one factor: vLLM runs FlashAttention 2 on both
 # (FlashAttention 3 is Hopper's), and the logged pools of both sit above the H100 fit
@@ -43,17 +50,25 @@ POOL_GROUPS = {"Ampere": "Ampere/Ada", "Ada": "Ampere/Ada"}
 # the pool model's inputs do not depend on the GPU: a run on a GPU without a preset is
 # traced with this one's (only its graph memory is then used)
 TRACE_DEVICE = "H100"
-# vLLM's default max_num_seqs on GPUs under 70 GiB (and before 0.11 on every GPU)
+# vLLM's server default max_num_seqs (vllm/engine/arg_utils.py, 0.10.0 and after): 1024 on a
+# GPU with at least 70 GiB that is not an A100, else 256
 DEFAULT_MAX_NUM_SEQS = 256
+LARGE_GPU_MAX_NUM_SEQS = 1024
+_LARGE_GPU_GIB = 70
 
 
 def run_max_num_seqs(row: pd.Series) -> tuple[int, str]:
     """A logged run's max_num_seqs and where it comes from: the log; else the largest FULL
-    decode size (vLLM stops FULL decode sizes at max_num_seqs); else vLLM's default."""
+    decode size (vLLM stops FULL decode sizes at max_num_seqs); else vLLM's default for the
+    GPU (1024 on one of 70 GiB or more but an A100, else 256)."""
     if pd.notna(row["max_num_seqs"]):
         return int(row["max_num_seqs"]), "logged"
     if int(row["full_graphs"]) > 0:
         return int(row["full_largest"]), "largest FULL size"
+    spec = DEVICE_PRESETS.get(str(row["device"]))
+    large = spec is not None and spec.memory_bytes >= _LARGE_GPU_GIB * GIB
+    if large and "A100" not in str(row["device"]):
+        return LARGE_GPU_MAX_NUM_SEQS, "vLLM default (GPU of 70 GiB or more)"
     return DEFAULT_MAX_NUM_SEQS, "vLLM default"
 
 
@@ -144,3 +159,22 @@ def pool_factor_table(rows: pd.DataFrame | None = None) -> pd.DataFrame:
         )
         table["error"] = table["model_gib"] / table["graph_memory_gib"] - 1
     return table
+
+
+def pool_factor_markdown(table: pd.DataFrame | None = None) -> str:
+    """The device_fit table of docs/calibration.md: each run's logged pool, the model
+    without and with its factor, and the fitted factors."""
+    table = pool_factor_table() if table is None else table
+    lines = [
+        "| run | GPU | vLLM | graph GiB log | model without factor | error | with factor | error |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in table.to_dict("records"):
+        lines.append(
+            f"| {r['run']} | {r['device']} | {r['vllm_version']} | {r['graph_memory_gib']:.2f} "
+            f"| {r['model_without_factor_gib']:.2f} | {r['error_without_factor']:+.1%} "
+            f"| {r['model_gib']:.2f} | {r['error']:+.1%} |"
+        )
+    factors = ", ".join(f"{a} x{f:.3f}" for a, f in CALIBRATION.pool_factors)
+    lines += ["", f"Fitted factors ({CALIBRATION.pool_factor_runs} runs): {factors}."]
+    return "\n".join(lines)

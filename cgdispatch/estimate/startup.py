@@ -80,9 +80,10 @@ __all__ = [
 
 GIB = float(1 << 30)
 # the memory torch reports for the whole device (``total_memory`` in vLLM's start-up log),
-# per preset (cgdispatch/data/device_specs.csv): H100 80GB from the reference logs; H200 as
-# the device pool this project may borrow reports it (about 139 GiB); A100 80GB assumed equal
-# to H100 80GB; the others the datasheet's size x the H100's reported share
+# per preset (cgdispatch/data/device_specs.csv): H100 80GB from the reference logs; H200 about
+# 139 GiB (public logs show 139.8); L4, L40S, A10G, A100 40/80GB, RTX 3090/4090 and MI300X as
+# torch reported them in public logs (each row names its source); the others the marketed
+# size x the H100's reported share
 DEVICE_MEMORY_BYTES = {name: spec.memory_bytes for name, spec in DEVICE_PRESETS.items()}
 # the model families of the leave-one-family-out cross-validation (issue 18)
 FAMILIES = (
@@ -147,6 +148,9 @@ CALIBRATION = StartupCoefficients(
     non_torch_tp_gib=2.11,
     non_torch_pp_gib=0.07,
     fitted_on=59,
+    # fit_pool_factors() on the 8 "device_fit" runs (issue 28; tests/estimate/test_pool_factors.py)
+    pool_factors=(("Ampere", 0.815851081318507), ("Ada", 0.815851081318507)),
+    pool_factor_runs=8,
 )
 
 
@@ -187,9 +191,12 @@ class StartupEstimate:
 
 @functools.lru_cache(maxsize=1)
 def _logged_devices() -> frozenset[str]:
-    """Names (``DeviceSpec.name``) of the GPUs labelled as calibrated: those the fitted
-    reference start-ups were logged on (issue 28: no other GPU may say "calibrated")."""
-    return frozenset(device_spec(d).name for d in _fitted_devices())
+    """Names (``DeviceSpec.name``) of the GPUs whose logged start-ups enter a fit: the
+    fitted runs' and the runs behind the graph-pool factors (issue 28: no other GPU may
+    say "calibrated")."""
+    frame = _reference_frame()
+    fitted = frame.loc[frame["split"].isin(["fit", "device_fit"]), "device"]
+    return frozenset(device_spec(d).name for d in set(fitted) if d in DEVICE_PRESETS)
 
 
 def _fitted_devices() -> set[str]:
@@ -200,15 +207,28 @@ def _fitted_devices() -> set[str]:
 
 def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) -> str:
     """The label of a start-up figure: a model, its device and what it was calibrated on,
-    saying so when the device has no logged start-ups (the fit is then carried over)."""
+    saying so when the device has no logged start-ups (the fit is then carried over) and
+    when its graph pool carries its architecture's factor."""
     label, n = device_label(device), coefficients.fitted_on
-    if device_spec(device).name in _logged_devices():
+    spec = device_spec(device)
+    factor = coefficients.pool_factor(spec)
+    fitted = {device_spec(d).name for d in _fitted_devices()}
+    if spec.name in fitted and factor == 1.0:
         return f"model ({label}, calibrated on {n} vLLM startups)"
-    logged = ", ".join(sorted(_fitted_devices()))
-    return (
-        f"model ({label}, no logged start-ups on this GPU; calibrated on {n} vLLM startups "
-        f"on {logged})"
+    on_this = (
+        "its start-ups fit only the graph-pool factor"
+        if spec.name in _logged_devices()
+        else "no logged start-ups on this GPU"
     )
+    pool = ""
+    if factor != 1.0:
+        archs = " and ".join(a for a, f in coefficients.pool_factors if f == factor)
+        pool = (
+            f"; graph pool x{factor:.2f} for {archs} GPUs, fitted on "
+            f"{coefficients.pool_factor_runs} start-ups"
+        )
+    logged = ", ".join(sorted(_fitted_devices()))
+    return f"model ({label}, {on_this}; calibrated on {n} vLLM startups on {logged}{pool})"
 
 
 @functools.lru_cache(maxsize=64)

@@ -34,19 +34,25 @@ def test_the_table_lists_the_issues_gpus_each_with_a_source():
         assert row["source"].startswith("https://"), name
         spec = DEVICE_PRESETS[name]
         assert spec.peak_flops > spec.peak_fp32_flops > 0 and spec.bandwidth_bytes_per_s > 0
-        # datasheet memory, or what torch reports, within 2% of the marketed size
-        assert spec.memory_bytes == pytest.approx(float(row["memory_gb"]) * GIB, rel=0.02)
+        # what torch reports: 90-100% of the marketed size read as GiB (an "80 GB" H100 shows
+        # 79.19 GiB, a "24 GB" L4 22.03), with its source where it is not the share rule
+        marketed = float(row["memory_gb"]) * GIB
+        assert 0.9 * marketed <= spec.memory_bytes <= marketed, name
+        if row["memory_gib_reported"] and name not in ("H100-SXM", "H200-SXM"):
+            assert "reported memory: https://" in row["source"], name
 
 
 def test_the_calibrated_presets_keep_their_figures():
-    """H100, H200 and A100 are aliases whose numbers are issue 18's, unchanged."""
+    """H100, H200 and A100 are aliases whose numbers are issue 18's, unchanged but the
+    A100's memory: 79.15 GiB, what torch reports on an A100 80GB (vllm-project/vllm#4408),
+    where issue 18 assumed the H100's 79.19."""
     assert DEVICE_PRESETS["H100"] == DEVICE_PRESETS["H100-SXM"]
     assert DEVICE_PRESETS["H200"] == DEVICE_PRESETS["H200-SXM"]
     assert DEVICE_PRESETS["A100"] == DEVICE_PRESETS["A100-80GB"]
     old = {
         "H100": ("H100 SXM", 989e12, 67e12, 3.35e12, 79.19),
         "H200": ("H200 SXM", 989e12, 67e12, 4.8e12, 139.0),
-        "A100": ("A100 SXM 80GB", 312e12, 19.5e12, 2.0e12, 79.19),
+        "A100": ("A100 SXM 80GB", 312e12, 19.5e12, 2.0e12, 79.15),
     }
     for name, (label, flops, fp32, bandwidth, gib) in old.items():
         spec = DEVICE_PRESETS[name]
@@ -59,8 +65,9 @@ def test_a_slower_gpu_is_modelled_slower_and_says_it_has_no_logged_start_ups():
     n = np.array([1, 64, 512])
     assert np.all(l4.step_time_ms("FULL", n) > 2 * h100.step_time_ms("FULL", n))
     assert h100.source == "model (H100 SXM)"
-    assert l4.source == (
-        "model (L4, no logged start-ups on this GPU; calibrated on 59 vLLM startups on H100)"
+    assert l4.source.startswith(
+        "model (L4, no logged start-ups on this GPU; calibrated on 59 vLLM startups on H100; "
+        "graph pool x0.82 for Ampere and Ada GPUs"
     )
     assert l4.memory_source == l4.source
 

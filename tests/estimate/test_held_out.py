@@ -42,7 +42,10 @@ def test_the_fit_uses_the_fit_split_only() -> None:
     assert (fitted["split"] == "fit").all() and len(fitted) == startup.CALIBRATION.fitted_on
     kept_out = cg.reference_startups(split="held_out")
     assert len(kept_out) and (kept_out["split"] == "held_out").all()
-    assert len(cg.reference_startups(split=None)) == len(fitted) + len(kept_out)
+    device_fit = cg.reference_startups(split="device_fit")
+    assert len(device_fit) == startup.CALIBRATION.pool_factor_runs
+    everything = cg.reference_startups(split=None)
+    assert len(everything) == len(fitted) + len(kept_out) + len(device_fit)
     with pytest.raises(ValueError, match="split='test' is invalid"):
         cg.reference_startups(split="test")
 
@@ -97,3 +100,17 @@ def test_docs_quote_the_held_out_tables_the_code_computes(errors) -> None:
     )
     for run in errors["run"]:
         assert text.count(run) >= 2, f"{run}: list it and explain its errors in the doc"
+
+
+def test_docs_quote_the_pool_factor_table_the_code_computes() -> None:
+    from cgdispatch.estimate.pool_factors import pool_factor_markdown
+
+    text = (ROOT / "docs" / "calibration.md").read_text()
+    block = re.search(
+        r"<!-- pool-factor table: [^>]*-->\n(.*?)\n<!-- end of pool-factor table -->", text, re.S
+    )
+    assert block, "docs/calibration.md lacks the pool-factor table block"
+    assert block.group(1) == pool_factor_markdown(), (
+        "docs/calibration.md's pool-factor table is stale: paste "
+        "cgdispatch.estimate.pool_factors.pool_factor_markdown() between the markers"
+    )

@@ -97,6 +97,8 @@ def test_hybrid_allocator_layer_slots() -> None:
 def test_committed_constants_are_a_refit(table: pd.DataFrame) -> None:
     fitted = st.fit_startup_model()
     for field in dataclasses.fields(st.CALIBRATION):
+        if field.name.startswith("pool_factor"):  # fitted on other runs: test_pool_factors.py
+            continue
         assert getattr(fitted, field.name) == pytest.approx(
             getattr(st.CALIBRATION, field.name), rel=1e-6, abs=1e-12
         ), field.name

@@ -1,0 +1,113 @@
+"""The graph-pool factor per GPU architecture (issue 28): fitted on the "device_fit" runs only,
+by a split rule fixed before any error was looked at, applied the same way by the start-up
+estimate and by the per-graph prices the planner adds up."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pandas as pd
+import pytest
+
+import cgdispatch as cg
+from cgdispatch.core.config import GraphConfig
+from cgdispatch.estimate import pool_factors, startup
+from cgdispatch.estimate.devices import DEVICE_PRESETS
+from cgdispatch.estimate.pool_factors import POOL_GROUPS, fit_pool_factors, pool_factor_table
+
+FIRST_HELD_OUT = 6  # the held-out runs of the previous round stay held out whole
+
+
+def _setup(row: pd.Series) -> str:
+    repo = "/".join(str(row["source"]).split("/")[3:5])
+    return f"{repo}|{row['model']}|{int(row['tensor_parallel_size'])}|{row['device']}"
+
+
+def test_committed_factors_equal_a_refit_on_the_device_fit_runs() -> None:
+    fresh = fit_pool_factors()
+    assert fresh.pool_factor_runs == startup.CALIBRATION.pool_factor_runs
+    committed = dict(startup.CALIBRATION.pool_factors)
+    assert set(dict(fresh.pool_factors)) == set(committed)
+    for arch, factor in fresh.pool_factors:
+        assert factor == pytest.approx(committed[arch], rel=1e-9), f"set {arch} to {factor!r}"
+
+
+def test_the_factor_is_the_geometric_mean_of_logged_over_modelled() -> None:
+    table = pool_factor_table()
+    ratios = table["graph_memory_gib"] / table["model_without_factor_gib"]
+    expected = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    assert dict(startup.CALIBRATION.pool_factors)["Ampere"] == pytest.approx(expected, rel=1e-9)
+    # with the factor, the model is the model without it scaled
+    assert (table["model_gib"] / table["model_without_factor_gib"]).to_numpy() == pytest.approx(
+        expected, rel=1e-9
+    )
+
+
+def test_splits_are_disjoint_and_follow_the_setup_rule() -> None:
+    everything = cg.reference_startups(split=None, covered_only=False)
+    assert everything["run"].is_unique
+    fit = everything[everything["split"] == "fit"]
+    device_fit = everything[everything["split"] == "device_fit"]
+    held = everything[everything["split"] == "held_out"]
+    assert len(device_fit) == startup.CALIBRATION.pool_factor_runs
+    assert set(fit["device"]) == {"H100"}
+    # the rule: new runs on Ampere/Ada GPUs, grouped by setup (repository, model, TP, GPU),
+    # setups ordered by SHA-256, every other one to device_fit; the rest held out
+    new = pd.concat([held.iloc[FIRST_HELD_OUT:], device_fit])
+    group = new[[DEVICE_PRESETS[d].architecture in POOL_GROUPS if d in DEVICE_PRESETS else False
+                 for d in new["device"]]]  # fmt: skip
+    keys = sorted({_setup(r) for _, r in group.iterrows()},
+                  key=lambda k: hashlib.sha256(k.encode()).hexdigest())  # fmt: skip
+    chosen = {k for i, k in enumerate(keys) if i % 2 == 0}
+    expected = {r["run"] for _, r in group.iterrows() if _setup(r) in chosen}
+    assert set(device_fit["run"]) == expected
+    # a setup is on one side only (runs of one machine and model do not leak across)
+    assert not {_setup(r) for _, r in device_fit.iterrows()} & {
+        _setup(r) for _, r in held.iterrows()
+    }
+
+
+@pytest.mark.parametrize("device", ["A100-40GB", "L40S", "RTX-3090"])
+def test_the_estimate_and_the_per_graph_prices_carry_the_factor(device: str) -> None:
+    factor = startup.CALIBRATION.pool_factor(device)
+    assert factor == dict(startup.CALIBRATION.pool_factors)[DEVICE_PRESETS[device].architecture]
+    plain = DEVICE_PRESETS[device].replace(architecture="", name=f"{device} (no architecture)")
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=64).resolve()
+    with_factor = startup.estimate_startup("Qwen/Qwen3-8B", device, config)
+    without = startup.estimate_startup("Qwen/Qwen3-8B", plain, config)
+    assert with_factor.graph_memory_bytes == pytest.approx(factor * without.graph_memory_bytes)
+    assert with_factor.capture_s == pytest.approx(without.capture_s)
+    # the planner's prices: the base plus one term per captured key add up to the estimate
+    pricing = startup.graph_pricing("Qwen/Qwen3-8B", device)
+    assert pricing.pool_factor == factor
+    keys = cg.capture_keys(config)
+    total = pricing.base_memory_bytes + sum(
+        float(pricing.memory_bytes(k.runtime_mode, [k.num_tokens])[0]) for k in keys
+    )
+    assert total == pytest.approx(with_factor.graph_memory_bytes, rel=1e-9)
+
+
+def test_hopper_and_unknown_architectures_keep_the_fitted_pool() -> None:
+    assert startup.CALIBRATION.pool_factor("H100") == 1.0
+    assert startup.CALIBRATION.pool_factor("H200") == 1.0
+    assert startup.CALIBRATION.pool_factor(DEVICE_PRESETS["L4"].replace(architecture="")) == 1.0
+
+
+def test_labels_say_what_each_gpu_is_calibrated_on() -> None:
+    c = startup.CALIBRATION
+    assert startup.startup_source("H100", c) == "model (H100, calibrated on 59 vLLM startups)"
+    h200 = startup.startup_source("H200", c)
+    assert h200.startswith("model (H200, no logged start-ups on this GPU; calibrated on 59")
+    assert "graph pool" not in h200  # Hopper: the H100 fit as it is
+    a100 = startup.startup_source("A100-40GB", c)
+    assert "its start-ups fit only the graph-pool factor" in a100
+    assert f"graph pool x{dict(c.pool_factors)['Ampere']:.2f} for Ampere and Ada GPUs" in a100
+
+
+def test_predict_run_reads_max_num_seqs_as_documented() -> None:
+    rows = cg.reference_startups(split="device_fit")
+    row = rows.set_index("run").loc["shanghaoli-qwen2.5-3b--rtx4090--maxseqs1--v0.10.2"]
+    assert pool_factors.run_max_num_seqs(row) == (1, "logged")
+    row = rows.set_index("run").loc["memsuit-llama-3.1-8b--a100-80gb--v0.17.1"]
+    assert pool_factors.run_max_num_seqs(row) == (256, "largest FULL size")
