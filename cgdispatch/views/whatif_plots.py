@@ -8,6 +8,8 @@ Figures are :class:`~cgdispatch.views.plots.SourcedFigure` labelled with their s
 
 from __future__ import annotations
 
+import textwrap
+
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -92,7 +94,9 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="x", labelrotation=60, labelsize=8)
         if column == "mean_step_ms" and "source" in table.columns:
-            ax.set_title(f"{label}\n[{table['source'].iloc[0]}]", fontsize=9)
+            # a long source wraps to the panel's width (3.2 in holds ~40 characters)
+            note = textwrap.fill(f"[{table['source'].iloc[0]}]", 40)
+            ax.set_title(f"{label}\n{note}", fontsize=9)
     return label_source(fig, source)
 
 
