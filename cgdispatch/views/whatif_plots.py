@@ -9,7 +9,6 @@ Figures are :class:`~cgdispatch.views.plots.SourcedFigure` labelled with their s
 from __future__ import annotations
 
 import textwrap
-
 from typing import TYPE_CHECKING
 
 import numpy as np
