@@ -166,8 +166,9 @@ class DeviceCostModel:
 
     @property
     def source(self) -> str:
-        if self.pricing is not None and "no logged start-ups" in self.memory_source:
-            # the step-time model is the datasheet's; the graph costs are carried over
+        if self.pricing is not None and "vLLM startups on " in self.memory_source:
+            # the step-time model is the datasheet's; the graph costs are carried over from
+            # the fitted GPU (the label names it; the fitted GPU's own label does not)
             return startup_source(self.spec, self.pricing.coefficients)
         return f"model ({self.spec.name})"
 

@@ -177,7 +177,9 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
     rows = {r["name"]: r for r in out["ladders"]}
     assert {"planned", "vllm", "sglang", "trtllm", "pow2", "every"} <= set(rows)
     for row in rows.values():
-        assert set(row) >= JSON_FIELDS and row["source"] == "model (H200 SXM)"
+        assert set(row) >= JSON_FIELDS and row["source"].startswith(
+            "model (H200 SXM, no logged start-ups on this GPU"
+        )
         assert row["evaluated_on"].startswith("held out: last 0.5")
     planned = rows["planned"]
     assert planned["num_graphs"] <= 8 and planned["graph_memory_mib"] <= 400

@@ -95,7 +95,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
 
 def test_a_config_json_on_a_listed_gpu_tunes_end_to_end(tmp_path, capsys):
     """Issue 28: ``tune --model path/to/config.json --device L40S``, offline; vllm serve
-    gets the checkpoint's folder, the figures say the GPU has no logged start-ups."""
+    gets the checkpoint's folder, the figures say what the GPU's start-up costs are calibrated on."""
     folder = tmp_path / "Qwen2-7B"
     folder.mkdir()
     (folder / "config.json").write_text((CONFIGS / "qwen2-7b.json").read_text())
@@ -103,7 +103,10 @@ def test_a_config_json_on_a_listed_gpu_tunes_end_to_end(tmp_path, capsys):
     assert main(["tune", *argv]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
     assert lines[-1].startswith(f"vllm serve {folder} ")
-    assert "figures: model (L40S, no logged start-ups on this GPU; calibrated on 59" in lines[1]
+    assert (
+        "figures: model (L40S, its start-ups fit only the graph-pool factor; calibrated on 59"
+        in lines[1]
+    )
     assert any(line.startswith("KV-cache tokens") for line in lines)
     spec = tmp_path / "gpu.json"
     spec.write_text(

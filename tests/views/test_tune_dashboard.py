@@ -160,7 +160,9 @@ def test_a_config_json_and_a_listed_gpu_are_choices(tmp_path, monkeypatch) -> No
     monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
     path = str(Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json")
     dash = tune_dashboard(model=path, device="L40S", num_requests=100, draw=False)
-    assert dash.result is not None and "no logged start-ups" in dash.result.source
+    assert (
+        dash.result is not None and "calibrated on 59 vLLM startups on H100" in dash.result.source
+    )
     spec = DEVICE_PRESETS["L40S"].replace(name="my-gpu")
     dash = tune_dashboard(model=path, device=spec, num_requests=100, draw=False)
     assert dash.result is not None and dash.result.source.startswith("model (my-gpu,")
