@@ -95,3 +95,22 @@ def test_pareto_set_equals_brute_force():
     for a, b in itertools.combinations(pareto_set(figures), 2):
         fa, fb = figures[a], figures[b]
         assert not all(fa[k] <= fb[k] for k in keys) or fa == fb or any(fa[k] > fb[k] for k in keys)
+
+
+@pytest.mark.parametrize(("device", "expected"), [("H200", "fitted"), ("A100", "other")])
+def test_tune_judges_with_the_errors_of_its_device(device: str, expected: str) -> None:
+    """On the fitted runs' architecture (Hopper) the bands are the H100 fit's; on another
+    GPU they are the held-out errors logged on other GPUs, wider, so a startup gain that
+    clears the H200's band may not clear the A100's."""
+    from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.estimate.uncertainty import OTHER_GPU_ERRORS
+
+    rng = np.random.default_rng()
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=32, max_num_batched_tokens=512)
+    trace = make_trace(rng.choice([3, 5, 7, 13, 21], 600), uniform_decode=True)
+    model = device_cost_model("llama-3.1-8b", device)
+    result = tune(trace, config=config.resolve(), cost_model=model, max_graphs=8,
+                  objective="startup")  # fmt: skip
+    errors = MODEL_ERRORS if expected == "fitted" else OTHER_GPU_ERRORS
+    assert result.errors is errors
+    assert result.band == pytest.approx(errors.capture * abs(result.gain), rel=1e-9)
