@@ -59,19 +59,25 @@ def run_tune(args: argparse.Namespace) -> int:
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
 
+    tp = _tensor_parallel_size(args)
     config = GraphConfig(
         vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        tensor_parallel_size=tp,
     ).resolve()
     requests = workload_requests(
         args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
     )  # None for a file of steps: then no latency figures
     device = device_from_args(args)
     name = device.name if not isinstance(device, str) else device
+    tp_flag = args.tensor_parallel_size  # None: the model's own (a registry TP preset's)
     startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
-        args.model, device, gpu_memory_utilization=args.gpu_memory_utilization
+        args.model,
+        device,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=tp_flag,
     )
     if startup is not None:  # a model that does not fit is refused here, before simulating
         kv = startup(config).kv_cache_tokens
@@ -90,14 +96,16 @@ def run_tune(args: argparse.Namespace) -> int:
         trace,
         requests=requests,
         config=config,
-        cost_model=cached_cost_model(args.model, device, context_len=args.context_len),
+        cost_model=cached_cost_model(
+            args.model, device, context_len=args.context_len, tensor_parallel_size=tp_flag
+        ),
         holdout=args.holdout,
         max_graphs=args.max_graphs,
         memory_budget_bytes=None
         if args.memory_budget_mib is None
         else args.memory_budget_mib * _MIB,
         capture_budget_s=args.capture_budget_s,
-        kv_bytes_per_token=kv_bytes_per_token(args.model),
+        kv_bytes_per_token=kv_bytes_per_token(args.model, tensor_parallel_size=tp_flag),
         trace_label=label,
         startup=startup,
         objective=args.objective,
@@ -111,6 +119,17 @@ def run_tune(args: argparse.Namespace) -> int:
         model = str(Path(model).resolve().parent)
     print(verdict_text(result, model=model, device=name))
     return 0
+
+
+def _tensor_parallel_size(args: argparse.Namespace) -> int:
+    """The TP size tune prices: the flag, else a registry preset's own (``llama-3.1-70b-tp8``
+    runs at 8), else 1."""
+    if args.tensor_parallel_size is not None:
+        return int(args.tensor_parallel_size)
+    from ..models.architectures import ARCHITECTURES
+
+    spec = ARCHITECTURES.get(args.model)
+    return spec.tensor_parallel_size if spec is not None else 1
 
 
 def _one_line_error(message: str) -> NoReturn:
@@ -160,6 +179,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="vLLM release whose dispatch and defaults to use (default %(default)s, the newest)",
     )
     tune.add_argument("--max-num-seqs", type=int, default=256)
+    tune.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=None,
+        help="GPUs one replica spans, as vLLM's flag (default: the model's own, else 1); "
+        "figures are one GPU's, its share of the model and its all-reduces",
+    )
     tune.add_argument("--max-num-batched-tokens", type=int, default=8192)
     tune.add_argument("--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (%(default)s)")
     tune.add_argument(

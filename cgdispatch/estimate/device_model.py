@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.modes import CUDAGraphMode
-from ..core.validate import MAX_MODEL_LEN, MAX_STEP_TOKENS, check_int
+from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
 from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
 from .startup import GraphPricing, graph_pricing, startup_source
@@ -228,21 +228,32 @@ class DeviceCostModel:
 
 
 def device_cost_model(
-    model: object = "llama-3.1-8b", device: str | DeviceSpec = "H200", *, context_len: int = 512
+    model: object = "llama-3.1-8b",
+    device: str | DeviceSpec = "H200",
+    *,
+    context_len: int = 512,
+    tensor_parallel_size: int | None = None,
 ) -> DeviceCostModel:
     """The device model of ``model`` (built on meta) on ``device`` (a preset name or a
     :class:`DeviceSpec`). ``model``: a registry name, a published Hugging Face id, or any
-    supported decoder's ``config.json`` (a path, dict or transformers config, read offline;
-    one TP rank of one GPU).
+    supported decoder's ``config.json`` (a path, dict or transformers config, read offline).
+    It prices one GPU: one rank of ``tensor_parallel_size`` (default the registry model's
+    own, else 1), its share of heads, MLP and vocabulary and one all-reduce kernel after
+    attention and after the MLP; a registry model with a published config is rebuilt from
+    that config at another TP size, a toy model only runs at its own.
 
     ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
     output is about 500 tokens, docs/references.md). Two kernel profiles on fake tensors,
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
+    from ..models.architectures import ARCHITECTURES
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
 
+    tp = tensor_parallel_size
+    if tp is not None:
+        tp = check_int("tensor_parallel_size", tp, 1, MAX_PARALLEL)
     if isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
         model = published_model(model)  # hashable: the cache below keys on it
     elif not isinstance(model, str):
@@ -250,13 +261,34 @@ def device_cost_model(
             f"model={model!r} is invalid: give a registry model's name, a Hugging Face id "
             "with a published config, or a config.json path"
         )
+    elif (
+        tp is not None
+        and model in ARCHITECTURES
+        and tp != ARCHITECTURES[model].tensor_parallel_size
+    ):
+        spec = ARCHITECTURES[model]
+        if not spec.published:
+            raise ValueError(
+                f"tensor_parallel_size={tp} is invalid for {model!r}: it has no published "
+                f"config to shard again; it runs at its own {spec.tensor_parallel_size}"
+            )
+        model = published_model(spec.published)
+    elif tp not in (None, 1) and model not in ARCHITECTURES:
+        raise ValueError(
+            f"tensor_parallel_size={tp} is invalid for {model!r}: only models with a "
+            "published config (registry models with one, Hugging Face ids, config.json) shard"
+        )
     device_spec(device)  # before the cache hashes the arguments (a list cannot be)
     context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
-    return _device_cost_model(model, device, context_len)
+    if isinstance(model, PublishedModel):
+        model.check_parallel(tp or 1, 1)
+        return _device_cost_model(model, device, context_len, tp or 1)
+    return _device_cost_model(model, device, context_len, None)
 
 
-def _build(model: object) -> object:
-    """The meta-tensor model: a registry name's, or one GPU's decoder of a published config."""
+def _build(model: object, tensor_parallel_size: int | None = None) -> object:
+    """The meta-tensor model: a registry name's, or one GPU's (one TP rank's) decoder of a
+    published config."""
     import dataclasses
 
     import torch
@@ -268,7 +300,8 @@ def _build(model: object) -> object:
     if not isinstance(model, PublishedModel):
         return build_model(model, device="meta")
     # the registry's stand-in cache sizes, so the profile matches a registry model's
-    spec = dataclasses.replace(arch_spec(model), num_slots=256, max_seq_len=1024)
+    spec = arch_spec(model, tensor_parallel_size=tensor_parallel_size or 1)
+    spec = dataclasses.replace(spec, num_slots=256, max_seq_len=1024)
     with torch.device("meta"):
         net = ArchLM(spec)
     net = net.to(getattr(torch, spec.dtype)).eval().requires_grad_(False)
@@ -278,14 +311,14 @@ def _build(model: object) -> object:
 
 @functools.lru_cache(maxsize=16)
 def _device_cost_model(
-    model: object, device: str | DeviceSpec, context_len: int
+    model: object, device: str | DeviceSpec, context_len: int, tensor_parallel_size: int | None
 ) -> DeviceCostModel:
     from ..core.config import GraphConfig
     from ..core.generation import GENERATIONS
     from ..models.published import PublishedModel
     from .graph_memory import estimate_graph_memory
 
-    net = _build(model)
+    net = _build(model, tensor_parallel_size)
     spec = device_spec(device)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))

@@ -16,16 +16,25 @@ __all__ = ["kv_bytes_per_token"]
 
 
 @functools.lru_cache(maxsize=32)
-def kv_bytes_per_token(model: str) -> float | None:
-    """KV bytes of one token of context for registry model ``model`` (one tensor-parallel
-    rank), a published Hugging Face id or a ``config.json`` path (one GPU), or None for models whose KV layout is not known here (Hugging Face adapters)."""
+def kv_bytes_per_token(model: str, *, tensor_parallel_size: int | None = None) -> float | None:
+    """KV bytes of one token of context on one GPU for registry model ``model`` (one rank of
+    its own TP size, or of ``tensor_parallel_size``), a published Hugging Face id or a
+    ``config.json`` path (one rank of ``tensor_parallel_size``, default 1), or None for models whose KV layout is not known here (Hugging Face adapters)."""
     from ..models.architectures import ARCHITECTURES
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, published_model
     from ..models.toy import PRESETS
 
     if model in PUBLISHED_MODELS or is_config_source(model):  # one GPU, the config's dtype
-        return published_model(model).kv_bytes_per_token()
+        return published_model(model).kv_bytes_per_token(
+            tensor_parallel_size=tensor_parallel_size or 1
+        )
+    if tensor_parallel_size is not None and model in ARCHITECTURES:
+        spec = ARCHITECTURES[model]
+        if spec.published and tensor_parallel_size != spec.tensor_parallel_size:
+            return published_model(spec.published).kv_bytes_per_token(
+                tensor_parallel_size=tensor_parallel_size
+            )
     if model in ARCHITECTURES:
         spec = ARCHITECTURES[model]
         heads, head_dim, layers = spec.shard("num_kv_heads"), spec.head_dim, spec.num_layers

@@ -388,10 +388,12 @@ def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str
     """``vllm serve`` flags: the plan's sizes (a kind of step the trace lacks keeps vLLM's
     default list), or (keeping the default) the settings alone, from which vLLM derives its
     own ladder."""
+    tp = config.tensor_parallel_size
+    parallel = f"--tensor-parallel-size {tp} " if tp > 1 else ""
     if planned is not None:
-        return export_plan(planned, config, leave_default=absent)["vllm"]
+        return parallel + export_plan(planned, config, leave_default=absent)["vllm"]
     mode = str(config.cudagraph_mode)
     flags = f"--max-num-seqs {config.max_num_seqs} --max-num-batched-tokens {config.max_num_batched_tokens}"
     if mode != "FULL_AND_PIECEWISE":  # vLLM's default mode needs no flag
         flags = f'--compilation-config \'{{"cudagraph_mode":"{mode}"}}\' ' + flags
-    return flags
+    return parallel + flags

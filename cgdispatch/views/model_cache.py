@@ -76,26 +76,37 @@ def _label(thing: object) -> str:
     return f"{name}-{hashlib.sha256(data).hexdigest()[:12]}"
 
 
-def cache_path(model: object, device: object, context_len: int = 512) -> Path:
+def cache_path(
+    model: object, device: object, context_len: int = 512, tensor_parallel_size: int | None = None
+) -> Path:
     """Where the cost model of these arguments is (or would be) stored."""
+    tp = "" if tensor_parallel_size is None else f"-tp{tensor_parallel_size}"
     safe = "".join(
         c if c.isalnum() or c in "-._" else "_"
-        for c in f"{_label(model)}-{_label(device)}-{context_len}"
+        for c in f"{_label(model)}-{_label(device)}-{context_len}{tp}"
     )
     return cache_dir() / f"cost-model-{safe}-{_fingerprint()}.json"
 
 
 def cached_cost_model(
-    model: str = "llama-3.1-8b", device: str | DeviceSpec = "H200", *, context_len: int = 512
+    model: str = "llama-3.1-8b",
+    device: str | DeviceSpec = "H200",
+    *,
+    context_len: int = 512,
+    tensor_parallel_size: int | None = None,
 ) -> DeviceCostModel:
     """:func:`device_cost_model` of these arguments, from the disk cache when it is there.
 
     Bad arguments raise ``device_cost_model``'s ValueError. A cache that cannot be written
     (read-only home) is skipped silently: the model is still returned.
     """
-    path = cache_path(model, device, context_len)
+    path = cache_path(model, device, context_len, tensor_parallel_size)
     return _load_or_build(
-        path, DeviceCostModel, lambda: device_cost_model(model, device, context_len=context_len)
+        path,
+        DeviceCostModel,
+        lambda: device_cost_model(
+            model, device, context_len=context_len, tensor_parallel_size=tensor_parallel_size
+        ),
     )
 
 
@@ -110,16 +121,24 @@ def _data_fingerprint() -> str:
 
 
 def cached_startup(
-    model: str, device: str | DeviceSpec, *, gpu_memory_utilization: float = 0.9
+    model: str,
+    device: str | DeviceSpec,
+    *,
+    gpu_memory_utilization: float = 0.9,
+    tensor_parallel_size: int | None = None,
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
-    cache when they are there (None for a model with no published config, as it)."""
-    estimate = startup_for(model, device, gpu_memory_utilization=gpu_memory_utilization)
+    cache when they are there (None for a model with no published config, as it).
+    ``tensor_parallel_size``: default the registry model's own, else 1."""
+    extra = {} if tensor_parallel_size is None else {"tensor_parallel_size": tensor_parallel_size}
+    estimate = startup_for(model, device, gpu_memory_utilization=gpu_memory_utilization, **extra)
     if estimate is None:
         return None
 
     def startup(config: GraphConfig) -> StartupEstimate:
         key = f"{_label(model)}|{_label(device)}|{gpu_memory_utilization!r}|{config!r}|{_data_fingerprint()}"
+        if tensor_parallel_size is not None:
+            key += f"|tp{tensor_parallel_size}"
         name = hashlib.sha256(key.encode()).hexdigest()[:24]
         path = cache_dir() / f"startup-{name}-{_fingerprint()}.json"
         return _load_or_build(path, StartupEstimate, lambda: estimate(config))

@@ -121,7 +121,13 @@ def verdict_lines(
         )
     lines = [
         head,
-        f"{model} on {device}, vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
+        f"{model} on {device}"
+        + (
+            f" x{cfg.tensor_parallel_size} (TP {cfg.tensor_parallel_size}, figures per GPU)"
+            if cfg.tensor_parallel_size > 1
+            else ""
+        )
+        + f", vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}; objective: {result.objective}; "
         f"figures: {result.source}; traffic: {result.trace_label}",
         f"{'held out':<16}{'planned':>14}{'vLLM default':>14}{'change':>12}  90% band   (last "
