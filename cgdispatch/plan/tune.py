@@ -387,11 +387,12 @@ _LATENCY_NAMES = {"tpot_p99_ms": "p99_tpot_ms", "ttft_p99_ms": "p99_ttft_ms"}
 def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str:
     """``vllm serve`` flags: the plan's sizes (a kind of step the trace lacks keeps vLLM's
     default list), or (keeping the default) the settings alone, from which vLLM derives its
-    own ladder."""
+    own ladder. Either carries ``--tensor-parallel-size`` once when TP > 1 (the plan's
+    through :func:`~cgdispatch.core.vllm_io.serve_args`)."""
+    if planned is not None:
+        return export_plan(planned, config, leave_default=absent)["vllm"]
     tp = config.tensor_parallel_size
     parallel = f"--tensor-parallel-size {tp} " if tp > 1 else ""
-    if planned is not None:
-        return parallel + export_plan(planned, config, leave_default=absent)["vllm"]
     mode = str(config.cudagraph_mode)
     flags = f"--max-num-seqs {config.max_num_seqs} --max-num-batched-tokens {config.max_num_batched_tokens}"
     if mode != "FULL_AND_PIECEWISE":  # vLLM's default mode needs no flag

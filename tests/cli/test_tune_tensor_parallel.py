@@ -73,3 +73,15 @@ def test_tp_on_a_model_without_a_published_config_is_refused():
         device_cost_model("toy-tiny", "H100", tensor_parallel_size=2)
     with pytest.raises(ValueError, match="tensor_parallel_size=0"):
         device_cost_model("llama-3.1-8b", "H100", tensor_parallel_size=0)
+
+
+def test_a_planned_serve_line_carries_the_flag_once(capsys):
+    """The plan's flags come from serve_args, which already adds --tensor-parallel-size."""
+    argv = ["tune", "--model", "llama-3.1-8b", "--device", "H100", "--tensor-parallel-size",
+            "16", "--num-requests", "120", "--max-num-seqs", "64", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["recommendation"] == "planned"  # the branch under test
+    words = shlex.split(out["flags"])
+    assert words.count("--tensor-parallel-size") == 1
+    assert words[words.index("--tensor-parallel-size") + 1] == "16"
