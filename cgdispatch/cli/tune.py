@@ -53,26 +53,26 @@ def run_tune(args: argparse.Namespace) -> int:
     _check(args)
     from ..core.config import GraphConfig
     from ..estimate.kv_bytes import kv_bytes_per_token
+    from ..models.registry import tensor_parallel_size_for
     from ..plan.tune import tune
     from ..views.model_cache import cached_cost_model, cached_startup
     from ..views.tune_verdict import verdict_text
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
 
-    tp = _tensor_parallel_size(args)
+    tp_flag = args.tensor_parallel_size  # None: the model's own (a registry TP preset's)
     config = GraphConfig(
         vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        tensor_parallel_size=tp,
+        tensor_parallel_size=tensor_parallel_size_for(args.model, tp_flag),
     ).resolve()
     requests = workload_requests(
         args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
     )  # None for a file of steps: then no latency figures
     device = device_from_args(args)
     name = device.name if not isinstance(device, str) else device
-    tp_flag = args.tensor_parallel_size  # None: the model's own (a registry TP preset's)
     startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
         args.model,
         device,
@@ -119,17 +119,6 @@ def run_tune(args: argparse.Namespace) -> int:
         model = str(Path(model).resolve().parent)
     print(verdict_text(result, model=model, device=name))
     return 0
-
-
-def _tensor_parallel_size(args: argparse.Namespace) -> int:
-    """The TP size tune prices: the flag, else a registry preset's own (``llama-3.1-70b-tp8``
-    runs at 8), else 1."""
-    if args.tensor_parallel_size is not None:
-        return int(args.tensor_parallel_size)
-    from ..models.architectures import ARCHITECTURES
-
-    spec = ARCHITECTURES.get(args.model)
-    return spec.tensor_parallel_size if spec is not None else 1
 
 
 def _one_line_error(message: str) -> NoReturn:

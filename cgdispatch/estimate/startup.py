@@ -60,6 +60,7 @@ from .kernels import LinearProfile, linear_profile
 from .step_time import fuse_pointwise, step_times_by_mode
 
 __all__ = [
+    "DoesNotFitError",
     "GraphPricing",
     "graph_pricing",
     "StartupEstimate",
@@ -560,6 +561,20 @@ def estimate_startup(
     )
 
 
+class DoesNotFitError(ValueError):
+    """A run whose fullest GPU has no room for one KV block. ``str()`` is the whole refusal
+    with its advice in ``tune``'s terms; ``reason`` (what does not fit, and by how much) and
+    ``tensor_parallel_size`` let a view give the advice in its own controls' terms."""
+
+    def __init__(self, reason: str, advice: str, tensor_parallel_size: int) -> None:
+        super().__init__(f"{reason}: {advice}")
+        self.reason, self.advice = reason, advice
+        self.tensor_parallel_size = tensor_parallel_size
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int]]:  # a worker's refusal pickles
+        return type(self), (self.reason, self.advice, self.tensor_parallel_size)
+
+
 def _refuse(
     pm: PublishedModel,
     device: str | DeviceSpec,
@@ -569,17 +584,18 @@ def _refuse(
     least: tuple[float, float],
     free_bytes: float,
 ) -> None:
-    """ValueError for a run whose fullest GPU has no room for one KV block."""
+    """:class:`DoesNotFitError` for a run whose fullest GPU has no room for one KV block."""
     memory = device_spec(device).memory_bytes
     weights, other_gib = least
-    raise ValueError(
+    raise DoesNotFitError(
         f"{pm.model} does not fit on {device_label(device)} (TP{tp} PP{pp}): of "
         f"{memory / GIB:.1f} GiB, gpu_memory_utilization={utilization} gives "
         f"{memory * utilization / GIB:.1f} GiB; weights take {weights / GIB:.1f} GiB per GPU "
         f"and activations, non-torch and graph memory {other_gib:.1f} GiB, leaving "
-        f"{free_bytes / GIB:.1f} GiB for the KV cache: use more GPUs "
-        "(tensor_parallel_size), a higher gpu_memory_utilization, or a smaller or quantized "
-        "model"
+        f"{free_bytes / GIB:.1f} GiB for the KV cache",
+        "use more GPUs (tensor_parallel_size), a higher gpu_memory_utilization, or a smaller "
+        "or quantized model",
+        tp,
     )
 
 

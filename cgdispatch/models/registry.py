@@ -13,7 +13,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ModelFamily", "MODEL_FAMILIES", "model_names", "build_model"]
+__all__ = [
+    "ModelFamily",
+    "MODEL_FAMILIES",
+    "model_names",
+    "build_model",
+    "tensor_parallel_size_for",
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,21 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
 def model_names() -> list[str]:
     """Every name ``build_model`` accepts, in registry order."""
     return [name for family in MODEL_FAMILIES for name in family.names]
+
+
+def tensor_parallel_size_for(model: object, requested: int | None = None) -> int:
+    """The TP size a run of ``model`` is priced at (``tune``'s flag, the dashboard's
+    control): ``requested`` when given, else a registry preset's own (``llama-3.1-70b-tp8``
+    runs at 8), else 1 (Hugging Face ids, config.json paths, toy models).
+
+    It checks nothing: ``GraphConfig`` refuses a size below 1, the cost model and the
+    start-up estimate one the model's heads or missing published config cannot take."""
+    if requested is not None:
+        return requested
+    from .architectures import ARCHITECTURES
+
+    spec = ARCHITECTURES.get(model) if isinstance(model, str) else None
+    return spec.tensor_parallel_size if spec is not None else 1
 
 
 def build_model(

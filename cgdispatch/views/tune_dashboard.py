@@ -1,17 +1,21 @@
-"""The `tune` decision as a dashboard: pick the model, device, traffic, scheduler limits and
-vLLM generation, and the verdict (recommendation, deltas against vLLM's default held out,
-the flags to paste) and the trade-off figure follow each change.
+"""The `tune` decision as a dashboard: pick the model, device, tensor-parallel size, traffic,
+scheduler limits and vLLM generation, and the verdict (recommendation, deltas against
+vLLM's default held out, the flags to paste) and the trade-off figure follow each change.
 
 ``make dashboard`` serves it alone as a Voila app (``notebooks/dashboard.ipynb``). Every
 figure is a ``model`` figure (the device cost model of a published architecture); the
-traffic is a synthetic preset, a shipped production trace or a CSV path.
+traffic is a synthetic preset, a shipped production trace or a CSV path. The
+``tensor_parallel_size`` control is ``tune --tensor-parallel-size`` (figures are one
+GPU's); it starts at, and a model change resets it to, the model's own size: a registry TP
+preset's (``llama-3.1-70b-tp8``: 8), else 1.
 
 A recompute takes from a fraction of a second to tens of seconds, so each shows a busy line
 (``data-testid="tune-busy"``, class ``cg-busy``) and dims the verdict until it is done; the
 traffic box recomputes on Enter or leaving the box, not per keystroke. A bad entry (a
-missing, unreadable or over-long traffic path, a file that is no trace, a limit below 1)
-shows its message where the verdict was and hides the figure: nothing raises out of a
-control's callback. Every recompute is counted in ``runs``, shown as ``data-run``.
+missing, unreadable or over-long traffic path, a file that is no trace, a limit below 1, a
+TP size the model cannot take, a model that does not fit its GPUs) shows its message where
+the verdict was and hides the figure: nothing raises out of a control's callback. Every
+recompute is counted in ``runs``, shown as ``data-run``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from ..core.generation import GENERATIONS, NEWEST
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.devices import DeviceSpec, device_label
 from ..estimate.kv_bytes import kv_bytes_per_token
+from ..estimate.startup import DoesNotFitError
 from ..models.architectures import ARCHITECTURES
+from ..models.registry import tensor_parallel_size_for
 from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
 from ..workload.sources import TRACE_NAMES, workload_requests, workload_trace
@@ -58,6 +64,7 @@ class TuneDashboard(Snapshot, w.VBox):
         *,
         model: str = "llama-3.1-8b",  # or a path to a decoder's config.json
         device: str | DeviceSpec = "H200",
+        tensor_parallel_size: int | None = None,  # None: the model's own, else 1
         trace: str = "sharegpt",
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
@@ -96,6 +103,11 @@ class TuneDashboard(Snapshot, w.VBox):
         self.tokens_box = w.IntText(
             value=max_num_batched_tokens, description="max_num_batched_tokens", style=style
         )
+        self.tp_box = w.IntText(  # unbounded too: 0 is named, not clamped
+            value=tensor_parallel_size_for(model, tensor_parallel_size),
+            description="tensor_parallel_size",
+            style=style,
+        )
         self.version_box = w.ToggleButtons(
             options=list(reversed(GENERATIONS)),  # newest first
             value=vllm_version,
@@ -107,12 +119,13 @@ class TuneDashboard(Snapshot, w.VBox):
         # hidden while it holds no figure: an empty Image shows a broken-image icon
         self.plot = w.Image(format="png", layout=w.Layout(max_width="1100px", display="none"))
         self.message = w.HTML()
-        for box in (self.model_box, self.device_box, self.seqs_box, self.tokens_box):
+        self.model_box.observe(self._on_model, names="value")
+        for box in (self.device_box, self.tp_box, self.seqs_box, self.tokens_box):
             box.observe(self._on_change, names="value")
         self.version_box.observe(self._on_change, names="value")
         self.trace_box.observe(self._on_change, names="value")
         self.children = [
-            w.HBox([self.model_box, self.device_box, self.version_box]),
+            w.HBox([self.model_box, self.device_box, self.tp_box, self.version_box]),
             w.HBox([self.trace_box, self.seqs_box, self.tokens_box]),
             w.HTML(_STALE_CSS),
             self.busy,
@@ -124,6 +137,15 @@ class TuneDashboard(Snapshot, w.VBox):
 
     def _on_change(self, change: dict[str, Any]) -> None:
         self.update()
+
+    def _on_model(self, change: dict[str, Any]) -> None:
+        """A new model runs at its own TP size: one recompute, by the TP box's observer
+        when the size changes."""
+        own = tensor_parallel_size_for(change["new"])
+        if self.tp_box.value != own:
+            self.tp_box.value = own
+        else:
+            self.update()
 
     def update(self) -> None:
         """Re-run ``tune`` for the controls' values; show the verdict, or what is wrong.
@@ -139,6 +161,13 @@ class TuneDashboard(Snapshot, w.VBox):
         self.verdict.add_class("cg-stale")
         try:
             self._show(self._tune())
+        except DoesNotFitError as err:  # its advice names tune's flags: name the control here
+            self._show_error(
+                f"{err.reason}: use more GPUs (raise the tensor_parallel_size control above "
+                f"{err.tensor_parallel_size}, to a size that divides the model's attention "
+                "heads), a smaller or quantized model, or a higher gpu_memory_utilization "
+                "(tune --gpu-memory-utilization; no control here)"
+            )
         except (ValueError, OSError) as err:
             self._show_error(_entry_message(err, str(self.trace_box.value).strip()))
         except Exception as err:  # noqa: BLE001 - a callback must not leave a stale verdict
@@ -159,6 +188,7 @@ class TuneDashboard(Snapshot, w.VBox):
             "recommendation": result.recommendation,
             "vllm-version": result.config.vllm_version,
             "max-num-seqs": result.config.max_num_seqs,
+            "tensor-parallel-size": result.config.tensor_parallel_size,
             "mean-step-pct": repr(float(d["mean_step_pct"])),
             "flags": result.flags,
         }
@@ -181,17 +211,24 @@ class TuneDashboard(Snapshot, w.VBox):
         if not trace_name:
             raise ValueError("traffic is empty: give a preset, a production trace or a CSV path")
         seqs, tokens = int(self.seqs_box.value), int(self.tokens_box.value)
-        config = GraphConfig(
-            vllm_version=self.version_box.value, max_num_seqs=seqs, max_num_batched_tokens=tokens
-        ).resolve()
         model, device = self.model_box.value, self.device_box.value
+        tp = int(self.tp_box.value)
+        # as tune's flag: None (absent) at the model's own size, whose figures are the same
+        # and whose cost model is cached under the key the dashboard has always used
+        tp_flag = None if tp == tensor_parallel_size_for(model) else tp
+        config = GraphConfig(
+            vllm_version=self.version_box.value, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+            tensor_parallel_size=tp,
+        ).resolve()  # fmt: skip
         requests = workload_requests(
             trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s
         )
-        startup = cached_startup(model, device)
+        startup = cached_startup(model, device, tensor_parallel_size=tp_flag)
         if requests is not None and startup is not None:  # before simulating them
             kv = startup(config).kv_cache_tokens
             check_requests_fit(requests, kv, f"{model} on {device_label(device)}, model estimate")
+        # before simulating too: it refuses a TP size the model cannot take
+        cost_model = cached_cost_model(model, device, tensor_parallel_size=tp_flag)
         trace, label = workload_trace(
             trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s,
             max_num_seqs=seqs, max_num_batched_tokens=tokens,
@@ -199,9 +236,9 @@ class TuneDashboard(Snapshot, w.VBox):
         return tune(
             trace,
             config=config,
-            cost_model=cached_cost_model(model, device),
+            cost_model=cost_model,
             holdout=self.holdout,
-            kv_bytes_per_token=kv_bytes_per_token(model),
+            kv_bytes_per_token=kv_bytes_per_token(model, tensor_parallel_size=tp_flag),
             trace_label=label,
             requests=requests,
             startup=startup,
@@ -224,6 +261,7 @@ def _entry_message(err: ValueError | OSError, traffic: str) -> str:
 
 
 def tune_dashboard(**settings: Any) -> TuneDashboard:
-    """:class:`TuneDashboard` with ``settings`` (model, device, trace, max_num_seqs,
-    max_num_batched_tokens, vllm_version, num_requests, rate_per_s, holdout) as its start."""
+    """:class:`TuneDashboard` with ``settings`` (model, device, tensor_parallel_size, trace,
+    max_num_seqs, max_num_batched_tokens, vllm_version, num_requests, rate_per_s, holdout)
+    as its start."""
     return TuneDashboard(**settings)

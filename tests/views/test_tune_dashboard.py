@@ -4,6 +4,7 @@ re-runs it, and a bad entry shows a message instead of a stale verdict."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import pytest
@@ -166,3 +167,66 @@ def test_a_config_json_and_a_listed_gpu_are_choices(tmp_path, monkeypatch) -> No
     spec = DEVICE_PRESETS["L40S"].replace(name="my-gpu")
     dash = tune_dashboard(model=path, device=spec, num_requests=100, draw=False)
     assert dash.result is not None and dash.result.source.startswith("model (my-gpu,")
+
+
+LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
+
+
+def test_a_model_refused_on_one_gpu_gets_the_clis_verdict_at_tp4(capsys) -> None:
+    """The TP control is tune's --tensor-parallel-size: refused at 1 (the message names the
+    control), at 4 the CLI's --json figures and a serve line carrying the flag."""
+    from cgdispatch.__main__ import main
+
+    dash = tune_dashboard(
+        model=LLAMA_70B, device="H100", num_requests=120, max_num_seqs=64, draw=False
+    )
+    assert dash.tp_box.value == 1  # a Hugging Face id's own size
+    assert_shows_error(dash, "does not fit on H100 (TP1 PP1)", "tensor_parallel_size control")
+    dash.tp_box.value = 4
+    got = shown(dash.verdict.value)
+    assert got["tensor-parallel-size"] == "4" and dash.message.value == ""
+    text = html.unescape(dash.verdict.value)
+    assert "on H100 x4 (TP 4, figures per GPU)" in text
+    assert f"vllm serve {LLAMA_70B} --tensor-parallel-size 4 " in text
+    argv = ["tune", "--model", LLAMA_70B, "--device", "H100", "--num-requests", "120",
+            "--max-num-seqs", "64", "--tensor-parallel-size", "4", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    mine = dash.result.as_dict()
+    for key in ("recommendation", "flags", "sizes", "source", "trace", "objective", "reason"):
+        assert mine[key] == cli[key], key
+    assert got["flags"] == cli["flags"]
+    for ladder in ("planned", "vllm default"):
+        for figure in ("mean_step_ms", "p99_ttft_ms", "kv_cache_tokens", "graph_memory_bytes"):
+            want = cli["held_out"][ladder][figure]
+            assert mine["held_out"][ladder][figure] == pytest.approx(want), (ladder, figure)
+    assert mine["gain"] == pytest.approx(cli["gain"])
+
+
+@pytest.mark.parametrize(
+    ("bad", "needles"),
+    [
+        (0, ("tensor_parallel_size=0 is invalid", ">= 1")),
+        (-2, ("tensor_parallel_size=-2 is invalid", ">= 1")),
+        (3, ("tensor_parallel_size=3 does not divide", "32 attention heads")),
+    ],
+)
+def test_a_tp_size_the_model_cannot_take_is_named(dash, bad, needles) -> None:
+    dash.tp_box.value = bad
+    assert dash.tp_box.value == bad  # kept as typed, not clamped
+    assert_shows_error(dash, *needles)
+    dash.tp_box.value = 1
+    assert "tune-verdict" in dash.verdict.value and dash.message.value == ""
+
+
+def test_tp_on_a_toy_model_is_refused_and_a_model_change_resets_tp() -> None:
+    dash = tune_dashboard(
+        model="toy-tiny", device="H100", tensor_parallel_size=2, num_requests=100,
+        max_num_seqs=32, max_num_batched_tokens=1024, draw=False,
+    )  # fmt: skip
+    assert_shows_error(dash, "tensor_parallel_size=2 is invalid for 'toy-tiny'")
+    runs = dash.runs
+    dash.model_box.value = "llama-3.1-70b-tp8"  # a registry TP preset runs at its own size
+    assert dash.tp_box.value == 8 and dash.runs == runs + 1  # one recompute, not two
+    assert shown(dash.verdict.value)["tensor-parallel-size"] == "8"
+    assert "--tensor-parallel-size 8" in shown(dash.verdict.value)["flags"]
