@@ -51,65 +51,34 @@ def _check(args: argparse.Namespace) -> None:
 
 def run_tune(args: argparse.Namespace) -> int:
     _check(args)
-    from ..core.config import GraphConfig
-    from ..estimate.kv_bytes import kv_bytes_per_token
-    from ..models.registry import tensor_parallel_size_for
-    from ..plan.tune import tune
-    from ..views.model_cache import cached_cost_model, cached_startup
+    from ..estimate.devices import device_label
+    from ..views.tune_run import TuneSettings, tune_for
     from ..views.tune_verdict import verdict_text
-    from ..workload.sources import workload_requests, workload_trace
-    from ..workload.trace import check_requests_fit
 
-    tp_flag = args.tensor_parallel_size  # None: the model's own (a registry TP preset's)
-    config = GraphConfig(
+    device = device_from_args(args)
+    settings = TuneSettings(
+        model=args.model,
+        device=device,
+        tensor_parallel_size=args.tensor_parallel_size,
+        trace=args.trace,
+        num_requests=args.num_requests,
+        rate_per_s=args.rate,
+        seed=args.seed,
         vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        tensor_parallel_size=tensor_parallel_size_for(args.model, tp_flag),
-    ).resolve()
-    requests = workload_requests(
-        args.trace, num_requests=args.num_requests, rate_per_s=args.rate, seed=args.seed
-    )  # None for a file of steps: then no latency figures
-    device = device_from_args(args)
-    name = device.name if not isinstance(device, str) else device
-    startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
-        args.model,
-        device,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        tensor_parallel_size=tp_flag,
-    )
-    if startup is not None:  # a model that does not fit is refused here, before simulating
-        kv = startup(config).kv_cache_tokens
-        if requests is not None:
-            check_requests_fit(requests, kv, f"{args.model} on {name}, model estimate")
-    trace, label = workload_trace(
-        args.trace,
-        num_requests=args.num_requests,
-        rate_per_s=args.rate,
-        seed=args.seed,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        progress=not args.json and sys.stderr.isatty(),
-    )
-    result = tune(
-        trace,
-        requests=requests,
-        config=config,
-        cost_model=cached_cost_model(
-            args.model, device, context_len=args.context_len, tensor_parallel_size=tp_flag
-        ),
         holdout=args.holdout,
         max_graphs=args.max_graphs,
         memory_budget_bytes=None
         if args.memory_budget_mib is None
         else args.memory_budget_mib * _MIB,
         capture_budget_s=args.capture_budget_s,
-        kv_bytes_per_token=kv_bytes_per_token(args.model, tensor_parallel_size=tp_flag),
-        trace_label=label,
-        startup=startup,
+        context_len=args.context_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         objective=args.objective,
     )
+    result = tune_for(settings, progress=not args.json and sys.stderr.isatty())
     if args.json:
         print(result.to_json())
         return 0
@@ -117,7 +86,7 @@ def run_tune(args: argparse.Namespace) -> int:
     model = args.model
     if model.endswith(".json") and Path(model).is_file():
         model = str(Path(model).resolve().parent)
-    print(verdict_text(result, model=model, device=name))
+    print(verdict_text(result, model=model, device=device_label(device)))
     return 0
 
 

@@ -26,22 +26,18 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, NEWEST
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.devices import DeviceSpec, device_label
-from ..estimate.kv_bytes import kv_bytes_per_token
 from ..estimate.startup import DoesNotFitError
 from ..models.architectures import ARCHITECTURES
 from ..models.registry import tensor_parallel_size_for
-from ..plan.tune import tune
 from ..plan.tune_result import TuneResult
-from ..workload.sources import TRACE_NAMES, workload_requests, workload_trace
-from ..workload.trace import check_requests_fit
+from ..workload.sources import TRACE_NAMES
 from .explorer_handlers import message_html
-from .model_cache import cached_cost_model, cached_startup
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
+from .tune_run import TuneSettings, tune_for
 from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]
@@ -210,39 +206,19 @@ class TuneDashboard(Snapshot, w.VBox):
         trace_name = str(self.trace_box.value).strip()
         if not trace_name:
             raise ValueError("traffic is empty: give a preset, a production trace or a CSV path")
-        seqs, tokens = int(self.seqs_box.value), int(self.tokens_box.value)
-        model, device = self.model_box.value, self.device_box.value
-        tp = int(self.tp_box.value)
-        # as tune's flag: None (absent) at the model's own size, whose figures are the same
-        # and whose cost model is cached under the key the dashboard has always used
-        tp_flag = None if tp == tensor_parallel_size_for(model) else tp
-        config = GraphConfig(
-            vllm_version=self.version_box.value, max_num_seqs=seqs, max_num_batched_tokens=tokens,
-            tensor_parallel_size=tp,
-        ).resolve()  # fmt: skip
-        requests = workload_requests(
-            trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s
-        )
-        startup = cached_startup(model, device, tensor_parallel_size=tp_flag)
-        if requests is not None and startup is not None:  # before simulating them
-            kv = startup(config).kv_cache_tokens
-            check_requests_fit(requests, kv, f"{model} on {device_label(device)}, model estimate")
-        # before simulating too: it refuses a TP size the model cannot take
-        cost_model = cached_cost_model(model, device, tensor_parallel_size=tp_flag)
-        trace, label = workload_trace(
-            trace_name, num_requests=self.num_requests, rate_per_s=self.rate_per_s,
-            max_num_seqs=seqs, max_num_batched_tokens=tokens,
-        )  # fmt: skip
-        return tune(
-            trace,
-            config=config,
-            cost_model=cost_model,
+        settings = TuneSettings(
+            model=self.model_box.value,
+            device=self.device_box.value,
+            tensor_parallel_size=int(self.tp_box.value),
+            trace=trace_name,
+            num_requests=self.num_requests,
+            rate_per_s=self.rate_per_s,
+            vllm_version=self.version_box.value,
+            max_num_seqs=int(self.seqs_box.value),
+            max_num_batched_tokens=int(self.tokens_box.value),
             holdout=self.holdout,
-            kv_bytes_per_token=kv_bytes_per_token(model, tensor_parallel_size=tp_flag),
-            trace_label=label,
-            requests=requests,
-            startup=startup,
         )
+        return tune_for(settings)
 
 
 def _entry_message(err: ValueError | OSError, traffic: str) -> str:

@@ -98,7 +98,7 @@ def test_an_unreadable_traffic_file_shows_a_message(dash, monkeypatch) -> None:
         raise PermissionError(13, "Permission denied", path)
 
     for reader in ("workload_requests", "workload_trace"):  # both open the file
-        monkeypatch.setattr(f"cgdispatch.views.tune_dashboard.{reader}", refuse)
+        monkeypatch.setattr(f"cgdispatch.workload.sources.{reader}", refuse)  # tune_for reads
     dash.trace_box.value = "/srv/locked.csv"
     assert_shows_error(dash, "'/srv/locked.csv' cannot be read (Permission denied)")
     monkeypatch.undo()
