@@ -161,8 +161,8 @@ class ExactRun:
             col.extend(values[f])
         self._pending_preempted = 0
 
-    def _step_time_s(self, call: ScheduleCall) -> float:
-        return self.step_time_ms(call.num_tokens, call.num_reqs) / 1e3
+    def _step_time_s(self, num_tokens: int, num_reqs: int) -> float:
+        return self.step_time_ms(num_tokens, num_reqs) / 1e3
 
     def run(self) -> None:
         if self._ran:

@@ -20,15 +20,15 @@ from .vllm_scheduler import VllmSchedulerCore
 __all__ = ["run_engine", "STEADY_STRETCHES"]
 
 # make runs of identical steady steps at once (the bulk path only); False: call by call.
-# Azure's conversation trace spends ~93% of its schedule calls in such runs, at ~25 us a
-# call on the step loop (bench_trace_switch.py); test_vllm_steady_stretch.py compares both
+# tune --trace azure-conv makes 91-93% of its schedule calls in such runs, each ~25 us on
+# the step loop (bench_trace_switch.py); test_vllm_steady_stretch.py compares both
 STEADY_STRETCHES = True
 
 
 def run_engine(
     core: VllmSchedulerCore,
     arrival_s: list[float],  # sorted
-    step_time_s: Callable[[ScheduleCall], float],
+    step_time_s: Callable[[int, int], float],  # (num_tokens, num_reqs) -> seconds
     on_call: Callable[[ScheduleCall], None],
     on_stretch: Callable[[SteadyStretch], None],
     max_calls: int,
@@ -44,23 +44,40 @@ def run_engine(
     def has_requests() -> bool:
         return core.num_unfinished > 0 or core.finished_pending
 
-    def stretch(ref: ScheduleCall, now: float) -> SteadyStretch | None:
-        """After ``ref``'s step and an inert update: the calls that repeat it, made."""
+    def stretch(now: float) -> SteadyStretch | None:
+        """At a loop top whose calls admit nothing (the caller checked): a steady stretch."""
         nonlocal calls
         arrive = arrival_s[nxt] if nxt < total else math.inf
-        run = core.steady_stretch(ref, now, step_time_s(ref), arrive, max_calls - calls)
+        n = core.d_count
+        run = core.steady_stretch(now, step_time_s(n, n), arrive, max_calls - calls)
         if run is not None:
             calls += len(run.clock_s)
             on_stretch(run)
+            if queue:  # async: the last call is in flight, the others were updated (inert)
+                queue[0] = run.last_call()
         return run
 
+    # a call that repeats (sync: updated, async: the one before updated, both inert): the
+    # next top admits nothing unless a request arrives first (core.repeats)
+    repeated = False
     while True:
+        arrived = nxt < total and arrival_s[nxt] <= now
         while nxt < total and arrival_s[nxt] <= now:
             core.waiting.append(nxt)
             core.num_unfinished += 1
             nxt += 1
         if core.bulk:
             core.bulk_top(queue[0] if queue else None)
+        if (
+            stretches
+            and (core.admits_none() or (repeated and not arrived))
+            and (not core.is_async or (len(queue) == 1 and core.inert(queue[0])))
+            and (run := stretch(now)) is not None
+        ):
+            now = run.end_s
+            repeated = False  # the next top holds the event that ended the stretch
+            continue
+        repeated = False
         if has_requests():
             calls += 1
             if calls > max_calls:
@@ -74,14 +91,13 @@ def run_engine(
                 if core.d_count:
                     core.materialize(queue[0] if queue else None)
                 call = core.schedule(now)
-            now += step_time_s(call)
+            now += step_time_s(call.num_tokens, call.num_reqs)
             call.end_s = now
             on_call(call)
             if not core.is_async:
                 inert = stretches and core.inert(call)
                 core.update(call)
-                if inert and (run := stretch(call, now)) is not None:
-                    now = run.end_s
+                repeated = inert and core.repeats(call)
                 continue
             queue.appendleft(call)
             if len(queue) < 2 and (call.num_reqs or has_requests()):
@@ -95,6 +111,4 @@ def run_engine(
             done = queue.pop()
             inert = stretches and len(queue) == 1 and core.inert(done)
             core.update(done)
-            if inert and (run := stretch(queue[0], now)) is not None:
-                now = run.end_s
-                queue[0] = run.last_call()  # in flight: the next iteration updates it
+            repeated = inert and core.repeats(queue[0])

@@ -205,24 +205,39 @@ class SteadyDecodes:
         due = self.due
         return not any(i in members and due[i] == call.tick for i in self.d_due.get(call.tick, ()))
 
-    def steady_stretch(
-        self, ref: ScheduleCall, now_s: float, step_s: float, next_arrival_s: float, most: int
-    ) -> SteadyStretch | None:
-        """The calls that repeat ``ref`` right after it, made at once; None if none can.
+    def repeats(self, ref: ScheduleCall) -> bool:
+        """Whether a call like ``ref`` comes next: it scheduled the steady decodes there are
+        and nothing else (nothing admitted, nothing else running). The caller vouches that
+        no update since its scheduling changed anything (:meth:`inert`) and that no request
+        has arrived since: then the next call's admission checks see what ``ref``'s saw, but
+        fewer free blocks, and fail as they did."""
+        return not ref.reqs and ref.n_bulk == self.d_count and not self.p_order
 
-        ``ref``: the newest call, which scheduled the steady decodes and nothing else; the
-        caller vouches that no update since its scheduling changed anything (:meth:`inert`)
-        and that the engine loop is at the next top, before its arrivals. Each following
-        call schedules the same decodes, as ``schedule_bulk`` would, until the first of:
-        an arrival at or before the call's clock (``next_arrival_s``), the tick when a
-        steady decode finishes (sync) or leaves (async), a call whose new blocks do not fit
-        (``schedule`` would preempt), or ``most`` calls. Nothing is admitted in them: the
-        waiting queue, the running set, the token budget, the adapters and the stale tokens
-        are those ``ref`` saw, and the free blocks only shrink, so each admission check
-        fails as in ``ref``. ``step_s``: each call's step time; clocks add it one call at a
-        time, as the engine loop does. Empty updates follow (sync, and async for ``ref``)."""
-        num_reqs = ref.n_bulk
-        if ref.reqs or not num_reqs or num_reqs != self.d_count or self.p_order:
+    def admits_none(self) -> bool:
+        """Whether no waiting request can be admitted, whatever the free blocks: none waits,
+        the running set is full, or the steady decodes take the whole token budget."""
+        return (
+            not self.waiting
+            or len(self.running) >= self.max_num_seqs
+            or self.d_count >= self.budget
+        )
+
+    def steady_stretch(
+        self, now_s: float, step_s: float, next_arrival_s: float, most: int
+    ) -> SteadyStretch | None:
+        """The calls that schedule the steady decodes and nothing else, made at once from
+        the engine loop's top (its arrivals in); None if none can be.
+
+        The caller vouches that they admit nothing (:meth:`admits_none`, or :meth:`repeats`
+        of the call before) and, async, that the update of the call in flight is inert. Each
+        call is ``schedule_bulk``'s with every running request a steady decode, until the
+        first of: an arrival at or before the call's clock (``next_arrival_s``), the tick
+        when a steady decode finishes (sync) or leaves (async), a call whose new blocks do
+        not fit (``schedule`` would preempt), or ``most`` calls. ``step_s``: each call's
+        step time; clocks add it one call at a time, as the engine loop does. The updates
+        of the calls made are empty."""
+        num_reqs = self.d_count
+        if not num_reqs or self.p_order or num_reqs > self.budget:
             return None
         first = t = self.tick
         end = min(self.d_due, default=NO_LIMIT)  # the first tick a steady decode ends at
@@ -243,4 +258,6 @@ class SteadyDecodes:
         if not clocks:
             return None
         self.used, self.tick = used, t
-        return SteadyStretch(clocks, kv, num_reqs, ref.bulk_loras, now_s, first)
+        self.finished_pending = False  # each call sends the finished ids (_scheduled)
+        loras = frozenset(self.d_loras)
+        return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)
