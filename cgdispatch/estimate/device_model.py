@@ -1,7 +1,8 @@
 """An analytic device model of step latency per (mode, size), with no GPU needed.
 
 Kernels are counted from the model's aten operators on fake tensors
-(:mod:`cgdispatch.estimate.kernels`; re-exported here). Each kernel's device time is
+(:mod:`cgdispatch.estimate.kernels`; ``profile_step`` and ``toy_profiles`` re-exported here,
+imported on first use: a cost model read from the disk cache needs no torch). Each kernel's device time is
 ``max(flops / (peak_flops * flop_efficiency), bytes / (bandwidth * bw_efficiency),
 kernel_min_us)``. How the host issues them and the device runs them in each mode (eager
 launches with a device gap each, one graph launch for FULL, one per piece plus eager
@@ -30,7 +31,7 @@ import pandas as pd
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
-from .kernels import LinearProfile, StepProfile, linear_profile, profile_step, toy_profiles
+from .profiles import LinearProfile, StepProfile
 from .startup import GraphPricing, graph_pricing, startup_source
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
@@ -38,14 +39,24 @@ __all__ = [
     "DeviceSpec",
     "DEVICE_PRESETS",
     "StepProfile",
-    "profile_step",
+    "profile_step",  # noqa: F822 - module __getattr__ (torch on first use)
     "predict_step",
     "predict_frame",
     "step_times_ms",
     "DeviceCostModel",
     "device_cost_model",
-    "toy_profiles",
+    "toy_profiles",  # noqa: F822 - module __getattr__ (torch on first use)
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``profile_step`` and ``toy_profiles`` of :mod:`~cgdispatch.estimate.kernels`, which
+    imports torch, loaded when first asked for."""
+    if name in ("profile_step", "toy_profiles"):
+        from . import kernels
+
+        return getattr(kernels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_token_array(name: str, num_tokens: Any) -> np.ndarray:
@@ -247,7 +258,7 @@ def device_cost_model(
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
-    from ..models.architectures import ARCHITECTURES
+    from ..models.arch_spec import ARCHITECTURES
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
 
@@ -317,6 +328,7 @@ def _device_cost_model(
     from ..core.generation import GENERATIONS
     from ..models.published import PublishedModel
     from .graph_memory import estimate_graph_memory
+    from .kernels import linear_profile
 
     net = _build(model, tensor_parallel_size)
     spec = device_spec(device)

@@ -11,7 +11,6 @@ skipped. It counts; it does not time (see :mod:`cgdispatch.estimate.device_model
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..core.config import DEFAULT_SPLITTING_OPS
 from .fake import fake_mode_for, is_splitting_op, tensors_in
+from .profiles import LinearProfile, StepProfile
 
 __all__ = ["StepProfile", "LinearProfile", "profile_step", "toy_profiles", "linear_profile"]
 
@@ -62,23 +62,6 @@ def _attention_cost(args: tuple[Any, ...], context_len: int | None) -> tuple[flo
     ctx = cache.shape[2] if context_len is None else context_len
     kv_bytes = 2 * tokens * ctx * k.shape[1] * head_dim * cache.element_size()
     return 4.0 * tokens * heads * head_dim * ctx, float(kv_bytes + 2 * _nbytes(q) + 2 * _nbytes(k))
-
-
-@dataclass(frozen=True)
-class StepProfile:
-    """The kernels of one step, in launch order: name, FLOPs, bytes moved, 16-bit or not,
-    and whether it is a splitting op (eager in piecewise modes)."""
-
-    num_tokens: int
-    names: tuple[str, ...]
-    flops: np.ndarray
-    bytes: np.ndarray
-    half: np.ndarray
-    splitting: np.ndarray
-
-    @property
-    def num_kernels(self) -> int:
-        return len(self.names)
 
 
 class _KernelCounter(TorchDispatchMode):
@@ -169,44 +152,6 @@ def toy_profiles(
         )
         for n in sizes
     }
-
-
-@dataclass(frozen=True)
-class LinearProfile:
-    """The kernels of a step at any ``num_tokens``: each kernel's FLOPs and bytes as a line.
-
-    For a decoder whose every activation has ``num_tokens`` rows (and attention over a fixed
-    context), each kernel's FLOPs and bytes are exactly affine in ``num_tokens``; two
-    profiles give the line and :func:`linear_profile` checks the kernel lists agree. Lets the
-    device model time 8192 sizes from two fake-tensor runs instead of 8192.
-    """
-
-    names: tuple[str, ...]
-    half: np.ndarray  # [kernels] bool
-    splitting: np.ndarray  # [kernels] bool
-    flops_at_zero: np.ndarray  # [kernels]
-    flops_per_token: np.ndarray  # [kernels]
-    bytes_at_zero: np.ndarray  # [kernels]
-    bytes_per_token: np.ndarray  # [kernels]
-
-    @property
-    def num_kernels(self) -> int:
-        return len(self.names)
-
-    def at(self, num_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(flops, bytes)``, each ``[len(num_tokens), kernels]``."""
-        n = np.asarray(num_tokens, dtype=np.float64)[:, None]
-        return (
-            self.flops_at_zero + n * self.flops_per_token,
-            self.bytes_at_zero + n * self.bytes_per_token,
-        )
-
-    def profile(self, num_tokens: int) -> StepProfile:
-        """The :class:`StepProfile` at one size (what :func:`profile_step` would count)."""
-        flops, nbytes = self.at(np.array([num_tokens]))
-        return StepProfile(
-            int(num_tokens), self.names, flops[0], nbytes[0], self.half, self.splitting
-        )
 
 
 def linear_profile(

@@ -1,7 +1,7 @@
 """KV-cache bytes per token of a registry model: what one token of context costs in memory.
 
 ``2 (K and V) * layers * KV heads on one rank * head_dim * dtype bytes``, from the model's
-published shapes (:class:`~cgdispatch.models.architectures.ArchSpec`) or the toy config.
+published shapes (:class:`~cgdispatch.models.arch_spec.ArchSpec`) or the toy config.
 Graph memory and KV cache share the device, so a plan that frees graph memory buys this
 many more KV tokens per byte; this module turns bytes into tokens, nothing more.
 """
@@ -9,8 +9,6 @@ many more KV tokens per byte; this module turns bytes into tokens, nothing more.
 from __future__ import annotations
 
 import functools
-
-import torch
 
 __all__ = ["kv_bytes_per_token"]
 
@@ -20,10 +18,9 @@ def kv_bytes_per_token(model: str, *, tensor_parallel_size: int | None = None) -
     """KV bytes of one token of context on one GPU for registry model ``model`` (one rank of
     its own TP size, or of ``tensor_parallel_size``), a published Hugging Face id or a
     ``config.json`` path (one rank of ``tensor_parallel_size``, default 1), or None for models whose KV layout is not known here (Hugging Face adapters)."""
-    from ..models.architectures import ARCHITECTURES
+    from ..models.arch_spec import ARCHITECTURES, DTYPE_BYTES
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, published_model
-    from ..models.toy import PRESETS
 
     if model in PUBLISHED_MODELS or is_config_source(model):  # one GPU, the config's dtype
         return published_model(model).kv_bytes_per_token(
@@ -39,10 +36,11 @@ def kv_bytes_per_token(model: str, *, tensor_parallel_size: int | None = None) -
         spec = ARCHITECTURES[model]
         heads, head_dim, layers = spec.shard("num_kv_heads"), spec.head_dim, spec.num_layers
         dtype = spec.dtype
-    elif model in PRESETS:
+    else:
+        from ..models.toy import PRESETS  # torch, for a toy model only
+
+        if model not in PRESETS:
+            return None
         cfg = PRESETS[model]
         heads, head_dim, layers, dtype = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, cfg.dtype
-    else:
-        return None
-    itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    return float(2 * layers * heads * head_dim * itemsize)
+    return float(2 * layers * heads * head_dim * DTYPE_BYTES[dtype])

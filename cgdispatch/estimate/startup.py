@@ -48,15 +48,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, capture_keys, generation_of
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
-from ..models.architectures import ArchLM
+from ..models.arch_spec import DTYPE_BYTES
 from ..models.published import PublishedModel, arch_spec, published_model
 from .devices import DEVICE_PRESETS, DeviceSpec, device_label, device_spec
-from .kernels import LinearProfile, linear_profile
+from .profiles import LinearProfile
 from .step_time import fuse_pointwise, step_times_by_mode
 
 __all__ = [
@@ -243,6 +242,11 @@ def _stage_profile(model: PublishedModel, tp: int, pp: int, rank: int, dtype: st
         rank=rank,
         dtype=dtype,
     )
+    import torch  # the meta-device build: only when no cached estimate is read
+
+    from ..models.architectures import ArchLM
+    from .kernels import linear_profile
+
     spec = dataclasses.replace(spec, has_head=False)
     with torch.device("meta"):
         net = ArchLM(spec)
@@ -260,9 +264,6 @@ def _attention_input_bytes(pm: PublishedModel, tp: int, dtype_bytes: int) -> flo
     return width * dtype_bytes
 
 
-_ELEM = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
 def _check_config(config: GraphConfig) -> None:
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
@@ -275,8 +276,8 @@ def _check_run(
     device_spec(device)
     pm.check_parallel(tp, pp)
     dtype = dtype or pm.dtype
-    if dtype not in _ELEM:
-        raise ValueError(f"dtype={dtype!r} is invalid: use one of {sorted(_ELEM)}")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is invalid: use one of {sorted(DTYPE_BYTES)}")
     return pm, dtype
 
 
@@ -435,7 +436,7 @@ def _activation_features(
         inter = 2 * pm.intermediate_size / tp
     return {
         "logits_gib": max_num_seqs * pm.padded_vocab(1) * 4 / GIB,
-        "mlp_gib": max_num_batched_tokens * inter * _ELEM[dtype] / GIB,
+        "mlp_gib": max_num_batched_tokens * inter * DTYPE_BYTES[dtype] / GIB,
         "moe": float(pm.is_moe),
     }
 
@@ -885,7 +886,7 @@ def startup_for(
     ``config.json`` (path, dict, transformers config, read once here); None for models
     with no published config (toy models). Each call estimates one config's start-up
     (:func:`estimate_startup`)."""
-    from ..models.architectures import ARCHITECTURES
+    from ..models.arch_spec import ARCHITECTURES
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, PublishedModel
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.modes import CUDAGraphMode
-from .kernels import LinearProfile
+from .profiles import LinearProfile
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec

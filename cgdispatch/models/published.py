@@ -12,7 +12,7 @@ From these numbers alone :class:`PublishedModel` gives what vLLM holds on one GP
 ``tensor_parallel_size`` x ``pipeline_parallel_size`` run: parameter bytes per rank
 (:meth:`~PublishedModel.weight_bytes`), KV-cache bytes per token
 (:meth:`~PublishedModel.kv_bytes_per_token`) and the per-rank decoder as an
-:class:`~cgdispatch.models.architectures.ArchSpec` whose kernels can be traced
+:class:`~cgdispatch.models.arch_spec.ArchSpec` whose kernels can be traced
 (:meth:`~PublishedModel.arch_spec`). vLLM pads the vocabulary to a multiple of 64 before
 sharding it and keeps at least one KV head per rank; both are followed here.
 """
@@ -28,7 +28,7 @@ from importlib import resources
 import pandas as pd
 
 from ..core.arith import round_up
-from .architectures import ArchSpec
+from .arch_spec import ArchSpec
 
 __all__ = [
     "arch_spec",

@@ -69,7 +69,7 @@ def tensor_parallel_size_for(model: object, requested: int | None = None) -> int
     start-up estimate one the model's heads or missing published config cannot take."""
     if requested is not None:
         return requested
-    from .architectures import ARCHITECTURES
+    from .arch_spec import ARCHITECTURES
 
     spec = ARCHITECTURES.get(model) if isinstance(model, str) else None
     return spec.tensor_parallel_size if spec is not None else 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.metadata
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,7 @@ from ..core.warn import warn_user
 from ..estimate.datafile import DataFileError, dump_data, load_data
 from ..estimate.device_model import DeviceCostModel, MemoryLine, device_cost_model
 from ..estimate.devices import DeviceSpec
-from ..estimate.kernels import LinearProfile
+from ..estimate.profiles import LinearProfile
 from ..estimate.startup import (
     GraphPricing,
     StartupCoefficients,
@@ -52,11 +53,20 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "cgdispatch"
 
 
+def _torch_version() -> str:
+    """torch's version from its installed metadata: a cached cost model is read without
+    importing torch (1.6 s of ``tune`` on two cores), which builds an uncached one."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # not installed by a package manager
+        import torch
+
+        return torch.__version__
+
+
 @functools.lru_cache(maxsize=1)
 def _fingerprint() -> str:
-    import torch
-
-    digest = hashlib.sha256(torch.__version__.encode())
+    digest = hashlib.sha256(_torch_version().encode())
     for folder in _SOURCES:
         for path in sorted((_PACKAGE / folder).rglob("*.py")):
             digest.update(path.relative_to(_PACKAGE).as_posix().encode())

@@ -79,7 +79,7 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str, str]]:
 def serve_name(model: str) -> str:
     """The name ``vllm serve`` takes for registry model ``model``: the Hugging Face id its
     published shapes come from, else ``model`` itself."""
-    from ..models.architectures import ARCHITECTURES
+    from ..models.arch_spec import ARCHITECTURES
 
     spec = ARCHITECTURES.get(model)
     first = spec.source.split()[0] if spec is not None else ""

@@ -1,5 +1,5 @@
-"""One run of vLLM's own scheduler (:class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`)
-over a request table: step rows for the simulator, and the per-request times that latency
+"""One run of vLLM's own scheduler (:class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`,
+driven by :func:`~cgdispatch.workload.vllm_engine.run_engine`) over a request table: step rows for the simulator, and the per-request times that latency
 needs. It adapts; it decides nothing (the core does)."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from ..core.arith import cdiv
 from ..core.validate import MAX_STEPS
 from .limits import SchedulerLimits
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
+from .vllm_call import AcceptFn, ScheduleCall, SteadyStretch
+from .vllm_engine import run_engine
 from .vllm_rules import scheduler_rules
-from .vllm_scheduler import AcceptFn, ScheduleCall, VllmSchedulerCore
+from .vllm_scheduler import VllmSchedulerCore
 
 __all__ = ["ExactRun", "AcceptFn"]
 
@@ -138,16 +140,42 @@ class ExactRun:
             col.append(value)
         self._pending_preempted = 0
 
-    def _step_time_s(self, call: ScheduleCall) -> float:
-        return self.step_time_ms(call.num_tokens, call.num_reqs) / 1e3
+    def _on_stretch(self, run: SteadyStretch) -> None:
+        """The rows of a steady stretch: ``_on_call``'s for each of its calls, at once."""
+        k, n, ids = len(run.clock_s), run.num_reqs, run.loras
+        q = self.limits.q
+        values = {
+            "num_tokens": [n] * k,
+            "num_reqs": [n] * k,
+            "uniform_decode": [q == 1] * k,  # every query is one token long
+            "has_lora": [bool(ids)] * k,
+            "num_active_loras": [len(ids)] * k,
+            "num_prefill_tokens": [0] * k,
+            "time_s": run.clock_s,
+            "num_preempted": [self._pending_preempted] + [0] * (k - 1),
+            "max_query_len": [1] * k,
+            "num_decode_reqs": [n] * k,
+            "kv_blocks_used": run.kv_blocks_used,
+        }
+        for f, col in zip(STEP_FIELDS, self._cols):
+            col.extend(values[f])
+        self._pending_preempted = 0
+
+    def _step_time_s(self, num_tokens: int, num_reqs: int) -> float:
+        return self.step_time_ms(num_tokens, num_reqs) / 1e3
 
     def run(self) -> None:
         if self._ran:
             return
         self._ran = True
         bound = int(self.core.prompt_total() + sum(self.core.max_tokens)) * 2 + 16
-        self.core.run(
-            self.arrival_s.tolist(), self._step_time_s, self._on_call, min(bound, 4 * MAX_STEPS)
+        run_engine(
+            self.core,
+            self.arrival_s.tolist(),
+            self._step_time_s,
+            self._on_call,
+            self._on_stretch,
+            min(bound, 4 * MAX_STEPS),
         )
 
     @property

@@ -2,9 +2,11 @@
 with FCFS, no prefix caching, KV blocks of one full-attention group, and preemption.
 
 :class:`VllmSchedulerCore` keeps the request state vLLM keeps (``num_computed_tokens``,
-``num_output_placeholders``, in-flight and stale tokens, drafts, blocks held) and runs the
-engine loop of ``EngineCore.step`` (sync) or ``EngineCore.step_with_batch_queue`` (async, two
-batches in flight). It agrees with vLLM's own classes on every case of the scheduler oracle
+``num_output_placeholders``, in-flight and stale tokens, drafts, blocks held) and makes
+``Scheduler.schedule()`` calls and ``update_from_output`` updates; the engine loop that
+drives it is :func:`~cgdispatch.workload.vllm_engine.run_engine`, and its bulk path (steady
+decodes kept implicitly) is :class:`~cgdispatch.workload.vllm_steady.SteadyDecodes`. It
+agrees with vLLM's own classes on every case of the scheduler oracle
 (``tests/data/vllm_oracle/scheduler-*.json``); what that oracle cannot reach is listed in
 docs/semantics.md. The model is stood in for: a step samples one token per request that is
 not mid-prefill, plus the drafts the ``accept`` hook accepts. It schedules; the caller owns
@@ -14,51 +16,18 @@ the clock's meaning (:class:`~cgdispatch.workload.scheduler.SchedulerSimulator`)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..core.arith import cdiv
+from .vllm_call import FINISHED, NO_LIMIT, RUNNING, WAITING, AcceptFn, ScheduleCall
 from .vllm_rules import SchedulerRules
+from .vllm_steady import SteadyDecodes
 
-__all__ = ["VllmSchedulerCore", "ScheduleCall"]
-
-_WAITING, _RUNNING, _FINISHED = 0, 1, 2
-_NO_LIMIT = 1 << 62
-
-# accept(clock_s, request, num_drafts) -> accepted drafts (0..num_drafts)
-AcceptFn = Callable[[float, int, int], int]
+__all__ = ["VllmSchedulerCore", "ScheduleCall", "AcceptFn"]
 
 
-@dataclass(slots=True)
-class ScheduleCall:
-    """One ``Scheduler.schedule()`` call and what its step did."""
-
-    clock_s: float  # when it was scheduled (the simulator's clock)
-    reqs: list[int]  # scheduled requests, vLLM's order (running, then admitted)
-    tokens: list[int]  # scheduled tokens per request
-    drafts: list[int]  # scheduled draft tokens per request (within tokens)
-    decode: list[bool]  # the request had its whole sequence computed but its last token
-    preempted: list[int]  # requests preempted by this call, in order
-    kv_blocks_used: int  # blocks held right after the call
-    sampled: list[int] = field(default_factory=list)  # tokens the stand-in model returns
-    end_s: float = 0.0  # clock when the step's output is ready
-    # the bulk path: steady decodes scheduled one token each, not listed in reqs
-    n_bulk: int = 0
-    bulk_loras: frozenset[int] = frozenset()  # their adapter ids
-    tick: int = 0  # the schedule call's number
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.tokens) + self.n_bulk
-
-    @property
-    def num_reqs(self) -> int:
-        return len(self.reqs) + self.n_bulk
-
-
-class VllmSchedulerCore:
-    """vLLM's scheduler state and engine loop for one request table (indices 0..n-1, FCFS in
-    index order). Configure, then call :meth:`run` with the arrival and step-time hooks."""
+class VllmSchedulerCore(SteadyDecodes):
+    """vLLM's scheduler state for one request table (indices 0..n-1, FCFS in index order).
+    Configure, then drive it with :func:`~cgdispatch.workload.vllm_engine.run_engine`."""
 
     def __init__(
         self,
@@ -84,9 +53,9 @@ class VllmSchedulerCore:
         self.prompt, self.max_tokens, self.lora = prompt, max_tokens, lora
         self.rules = rules
         self.max_num_seqs, self.budget = max_num_seqs, max_num_batched_tokens
-        self.mml = max_model_len if max_model_len is not None else _NO_LIMIT
+        self.mml = max_model_len if max_model_len is not None else NO_LIMIT
         self.bs = block_size
-        self.usable = num_gpu_blocks - 1 if num_gpu_blocks is not None else _NO_LIMIT
+        self.usable = num_gpu_blocks - 1 if num_gpu_blocks is not None else NO_LIMIT
         self.chunked, self.lpt = enable_chunked_prefill, long_prefill_token_threshold
         self.k, self.max_loras, self.is_async = num_speculative_tokens, max_loras, async_scheduling
         self.accept = accept
@@ -98,7 +67,7 @@ class VllmSchedulerCore:
         self.spec = [0] * n  # len(spec_token_ids)
         self.prefill_chunk = [False] * n  # is_prefill_chunk
         self.held = [0] * n  # KV blocks held
-        self.status = [_WAITING] * n
+        self.status = [WAITING] * n
         self.used = 0  # blocks held in all
         self.running: list[int] = []
         self.waiting: deque[int] = deque()
@@ -108,24 +77,7 @@ class VllmSchedulerCore:
         self.preemptions_of = [0] * n  # times each request was preempted
         self.first_token_s = [float("nan")] * n
         self.finish_s = [float("nan")] * n
-        # the bulk path (no drafts): running requests in a steady decode (one token a step,
-        # nothing near their end) are kept implicitly: at the top of loop iteration ``tick``
-        # their computed tokens are ``tick + off[i]`` and every other field follows
-        self.bulk = bulk and num_speculative_tokens == 0
-        self.tick = 0
-        self.off = [0] * n
-        self.phase_cnt = [0] * block_size  # steady decodes per (off mod block_size)
-        self.d_loras: dict[int, int] = {}  # adapter id -> steady decodes using it
-        self.d_due: dict[int, list[int]] = {}  # tick -> members that finish (sync) or leave
-        self.p_order: dict[int, None] = {}  # running requests not in the steady set
-        self.d_members: dict[int, None] = {}  # the steady set, in joining order
-        self.due = [0] * n  # the tick of each member's entry in d_due
-        self.joined = [0] * n  # the loop top at which each member joined
-
-    @property
-    def d_count(self) -> int:
-        """Steady decodes held in bulk right now."""
-        return len(self.d_members)
+        self._init_steady(n, bulk)  # the bulk path's state (SteadyDecodes)
 
     def prompt_total(self) -> int:
         return sum(self.prompt)
@@ -138,7 +90,7 @@ class VllmSchedulerCore:
         self.p_order.pop(i, None)
         self.used -= self.held[i]
         self.held[i] = 0
-        self.status[i] = _WAITING
+        self.status[i] = WAITING
         self.computed[i] = 0
         self.spec[i] = 0
         self.stale[i] = self.inflight[i]
@@ -255,7 +207,7 @@ class VllmSchedulerCore:
             self.p_order[i] = None
             if loras is not None and lo >= 0:
                 loras.add(lo)
-            self.status[i] = _RUNNING
+            self.status[i] = RUNNING
             self.computed[i] = 0
             self.held[i] = want
             self.used += want
@@ -297,156 +249,6 @@ class VllmSchedulerCore:
             n_bulk=n_bulk, bulk_loras=bulk_loras, tick=self.tick - 1,
         )  # fmt: skip
 
-    # ----- the bulk path --------------------------------------------------------------------
-    def _limit(self, i: int) -> int:
-        """Output tokens at which request ``i`` stops: max_tokens, or max_model_len first."""
-        return min(self.max_tokens[i], self.mml - self.prompt[i])
-
-    def _join(self, i: int) -> bool:
-        """Make running request ``i`` a steady decode if it is one (at a loop top)."""
-        computed, out, T = self.computed[i], self.out[i], self.tick
-        if (
-            self.stale[i]
-            or self.spec[i]
-            or self.prefill_chunk[i]
-            or out < 1
-            or self.held[i] != self._blocks(computed)
-        ):
-            return False
-        off = computed - T
-        if self.is_async:  # one token in flight: computed = prompt + out, one placeholder
-            if self.placeholders[i] != 1 or self.inflight[i] != 1:
-                return False
-            if computed != self.prompt[i] + out:
-                return False
-            # it leaves before the call that would find its last token already in flight
-            due = min(self.max_tokens[i] + self.prompt[i] - 1, self.mml - 1) - off
-            if due <= T:
-                return False
-        else:
-            if self.placeholders[i] or self.inflight[i] or computed != self.prompt[i] + out - 1:
-                return False
-            due = T + self._limit(i) - out - 1  # the call whose update gives its last token
-            if due < T:
-                return False
-        self.joined[i] = T
-        self.off[i] = off
-        self.due[i] = due
-        self.d_due.setdefault(due, []).append(i)
-        self.phase_cnt[off % self.bs] += 1
-        lo = self.lora[i]
-        if lo >= 0:
-            self.d_loras[lo] = self.d_loras.get(lo, 0) + 1
-        del self.p_order[i]
-        self.d_members[i] = None
-        return True
-
-    def _leave(self, i: int, tick: int) -> None:
-        """Write steady decode ``i``'s fields as they stand at the top of loop ``tick``."""
-        off = self.off[i]
-        computed = tick + off
-        self.computed[i] = computed
-        if self.is_async:
-            self.out[i] = computed - self.prompt[i]
-            self.placeholders[i] = 1
-            self.inflight[i] = 1
-        else:
-            self.out[i] = computed - self.prompt[i] + 1
-        self.held[i] = self._blocks(computed)
-        self.phase_cnt[off % self.bs] -= 1
-        lo = self.lora[i]
-        if lo >= 0:
-            left = self.d_loras[lo] - 1
-            if left:
-                self.d_loras[lo] = left
-            else:
-                del self.d_loras[lo]
-        del self.d_members[i]
-        self.p_order[i] = None
-
-    def _leave_in_flight(self, i: int, call: ScheduleCall | None) -> None:
-        """Async: ``i`` leaves the steady set with its token of ``call`` still in flight, so
-        that call's update lists it."""
-        joined_before = self.joined[i] < self.tick  # else the call lists it already
-        self._leave(i, self.tick)
-        if call is not None and joined_before:
-            call.reqs.append(i)
-            call.tokens.append(1)
-            call.drafts.append(0)
-            call.decode.append(True)
-            call.sampled.append(1)
-
-    def _bulk_top(self, in_flight: ScheduleCall | None) -> None:
-        """At a loop top: async members whose end is near leave; steady requests join."""
-        if self.is_async:
-            for i in self.d_due.pop(self.tick, ()):
-                if i in self.d_members and self.due[i] == self.tick:
-                    self._leave_in_flight(i, in_flight)
-        for i in [j for j in self.p_order if self.status[j] == _RUNNING]:
-            self._join(i)
-
-    def _materialize(self, in_flight: ScheduleCall | None) -> None:
-        """Every steady decode written out, for a call the bulk path cannot take."""
-        for i in list(self.d_members):
-            if self.is_async:
-                self._leave_in_flight(i, in_flight)
-            else:
-                self._leave(i, self.tick)
-
-    def schedule_bulk(self, clock_s: float) -> ScheduleCall | None:
-        """``schedule`` when every running request fits the token budget and the KV cache
-        (so neither order nor preemption matters); None, changing nothing, otherwise."""
-        prompt, out, computed, ph, held = (
-            self.prompt,
-            self.out,
-            self.computed,
-            self.placeholders,
-            self.held,
-        )
-        mml, T = self.mml, self.tick
-        running, waiting = self.running, self.waiting
-        eligible = len(running) + len(waiting)
-        lpt = self.lpt if eligible > 1 else 0
-        if self.rules.long_prefill_needs_chunked and not self.chunked:
-            lpt = 0
-        total = self.d_count
-        need = self.phase_cnt[-T % self.bs]  # steady decodes whose next token opens a block
-        plan = []
-        for i in self.p_order:
-            p = ph[i]
-            if p > 0 and computed[i] + 2 - p >= prompt[i] + self.max_tokens[i]:
-                continue
-            n = prompt[i] + out[i] + self.spec[i] + p - computed[i]
-            if 0 < lpt < n:
-                n = lpt
-            n = min(n, mml - computed[i] - 1)
-            if n <= 0:
-                continue
-            want = self._blocks(computed[i] + n)
-            if want > held[i]:
-                need += want - held[i]
-            plan.append((i, n, want))
-            total += n
-        budget = self.budget
-        if total > budget or need > self.usable - self.used:
-            return None
-        self.used += need
-        reqs, tokens, drafts, decode = [], [], [], []
-        for i, n, want in plan:
-            if want > held[i]:
-                held[i] = want
-            reqs.append(i)
-            tokens.append(n)
-            drafts.append(0)
-            decode.append(computed[i] >= prompt[i] + out[i] - 1)
-        budget -= total
-        loras = None
-        if self.max_loras is not None:
-            loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
-        lists = (reqs, tokens, drafts, decode)
-        self._admit(budget, lpt, False, loras, lists)
-        return self._scheduled(clock_s, lists, [], self.d_count, frozenset(self.d_loras))
-
     # ----- the model's output (update_from_output) ------------------------------------------
     def update(self, call: ScheduleCall) -> None:
         prompt, out, computed, ph, mml = (
@@ -458,7 +260,7 @@ class VllmSchedulerCore:
         )
         members = self.d_members
         for i, n, d, g in zip(call.reqs, call.tokens, call.drafts, call.sampled):
-            if self.status[i] == _FINISHED or i in members:
+            if self.status[i] == FINISHED or i in members:
                 continue  # a steady decode's update is implicit in its offset
             self.inflight[i] -= n
             stale = self.stale[i] > 0
@@ -494,71 +296,18 @@ class VllmSchedulerCore:
         if self.k and not self.is_async and call.reqs:
             # update_draft_token_ids: k drafts for every live request that sampled a token
             for i, g in zip(call.reqs, call.sampled):
-                if g and self.status[i] != _FINISHED:
+                if g and self.status[i] != FINISHED:
                     self.spec[i] = 0 if self.prefill_chunk[i] else self.k
 
     def _finish(self, i: int, when_s: float) -> None:
         self.p_order.pop(i, None)
-        if self.status[i] == _RUNNING:
+        if self.status[i] == RUNNING:
             self.running.remove(i)
         else:
             self.waiting.remove(i)
         self.used -= self.held[i]
         self.held[i] = 0
-        self.status[i] = _FINISHED
+        self.status[i] = FINISHED
         self.finish_s[i] = when_s
         self.num_unfinished -= 1
         self.finished_pending = True
-
-    # ----- the engine loop ----------------------------------------------------------------
-    def run(
-        self,
-        arrival_s: list[float],  # sorted
-        step_time_s: Callable[[ScheduleCall], float],
-        on_call: Callable[[ScheduleCall], None],
-        max_calls: int,
-    ) -> None:
-        """Run to the end: ``EngineCore.step`` (sync) or ``step_with_batch_queue`` (async)."""
-        total, nxt, now = len(arrival_s), 0, 0.0
-        queue: deque[ScheduleCall] = deque()
-        calls = 0
-
-        def has_requests() -> bool:
-            return self.num_unfinished > 0 or self.finished_pending
-
-        while True:
-            while nxt < total and arrival_s[nxt] <= now:
-                self.waiting.append(nxt)
-                self.num_unfinished += 1
-                nxt += 1
-            if self.bulk:
-                self._bulk_top(queue[0] if queue else None)
-            if has_requests():
-                calls += 1
-                if calls > max_calls:
-                    raise RuntimeError(
-                        f"vLLM's scheduler made no progress in {max_calls} calls: requests keep "
-                        "preempting each other in a KV cache this small, or this is a bug; "
-                        "give more num_gpu_blocks (and report the trace if that does not help)"
-                    )
-                call = self.schedule_bulk(now) if self.bulk else None
-                if call is None:
-                    if self.d_count:
-                        self._materialize(queue[0] if queue else None)
-                    call = self.schedule(now)
-                now += step_time_s(call)
-                call.end_s = now
-                on_call(call)
-                if not self.is_async:
-                    self.update(call)
-                    continue
-                queue.appendleft(call)
-                if len(queue) < 2 and (call.num_reqs or has_requests()):
-                    continue
-            elif not queue:
-                if nxt == total:
-                    return
-                now = max(now, arrival_s[nxt])  # idle: the next arrival
-                continue
-            if self.is_async:
-                self.update(queue.pop())

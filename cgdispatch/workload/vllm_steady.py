@@ -1,0 +1,263 @@
+"""The bulk path of vLLM's scheduler: steady decodes kept implicitly, and runs of identical
+steady steps made at once.
+
+A running request in a steady decode (one token a step, no drafts, nothing near its end) is
+a member of the steady set: at the top of engine-loop iteration ``tick`` its computed tokens
+are ``tick + off[i]`` and every other field follows, so a step costs nothing per member.
+KV blocks the members open are counted by phase (``off mod block_size``); finishes (sync)
+and leaves (async) are due by tick. :meth:`SteadyDecodes.schedule_bulk` is ``schedule``
+when the step's order cannot matter; :meth:`SteadyDecodes.steady_stretch` makes, at once,
+the steps that repeat a steady step until the next event.
+
+It is a mixin of :class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`, whose
+request table and ``_admit`` / ``_scheduled`` it uses; it holds no rule of vLLM's that the
+per-request path does not (``tests/workload/test_scheduler_bulk.py`` and
+``test_vllm_steady_stretch.py`` compare the paths bit for bit).
+"""
+
+from __future__ import annotations
+
+from .vllm_call import NO_LIMIT, RUNNING, ScheduleCall, SteadyStretch
+
+__all__ = ["SteadyDecodes"]
+
+
+class SteadyDecodes:
+    """The steady set of :class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`
+    (mixed into it); it never decides what vLLM schedules, only when that is the same."""
+
+    def _init_steady(self, n: int, bulk: bool) -> None:
+        # the bulk path needs no drafts: a steady decode is one token a step
+        self.bulk = bulk and self.k == 0
+        self.tick = 0  # schedule calls made so far
+        self.off = [0] * n  # a member's computed tokens minus the tick
+        self.phase_cnt = [0] * self.bs  # members per (off mod block_size)
+        self.d_loras: dict[int, int] = {}  # adapter id -> members using it
+        self.d_due: dict[int, list[int]] = {}  # tick -> members that finish (sync) or leave
+        self.p_order: dict[int, None] = {}  # running requests not in the steady set
+        self.d_members: dict[int, None] = {}  # the steady set, in joining order
+        self.due = [0] * n  # the tick of each member's entry in d_due
+        self.joined = [0] * n  # the loop top at which each member joined
+
+    @property
+    def d_count(self) -> int:
+        """Steady decodes held in bulk right now."""
+        return len(self.d_members)
+
+    def _limit(self, i: int) -> int:
+        """Output tokens at which request ``i`` stops: max_tokens, or max_model_len first."""
+        return min(self.max_tokens[i], self.mml - self.prompt[i])
+
+    def _join(self, i: int) -> bool:
+        """Make running request ``i`` a steady decode if it is one (at a loop top)."""
+        computed, out, T = self.computed[i], self.out[i], self.tick
+        if (
+            self.stale[i]
+            or self.spec[i]
+            or self.prefill_chunk[i]
+            or out < 1
+            or self.held[i] != self._blocks(computed)
+        ):
+            return False
+        off = computed - T
+        if self.is_async:  # one token in flight: computed = prompt + out, one placeholder
+            if self.placeholders[i] != 1 or self.inflight[i] != 1:
+                return False
+            if computed != self.prompt[i] + out:
+                return False
+            # it leaves before the call that would find its last token already in flight
+            due = min(self.max_tokens[i] + self.prompt[i] - 1, self.mml - 1) - off
+            if due <= T:
+                return False
+        else:
+            if self.placeholders[i] or self.inflight[i] or computed != self.prompt[i] + out - 1:
+                return False
+            due = T + self._limit(i) - out - 1  # the call whose update gives its last token
+            if due < T:
+                return False
+        self.joined[i] = T
+        self.off[i] = off
+        self.due[i] = due
+        self.d_due.setdefault(due, []).append(i)
+        self.phase_cnt[off % self.bs] += 1
+        lo = self.lora[i]
+        if lo >= 0:
+            self.d_loras[lo] = self.d_loras.get(lo, 0) + 1
+        del self.p_order[i]
+        self.d_members[i] = None
+        return True
+
+    def _leave(self, i: int, tick: int) -> None:
+        """Write steady decode ``i``'s fields as they stand at the top of loop ``tick``."""
+        off = self.off[i]
+        computed = tick + off
+        self.computed[i] = computed
+        if self.is_async:
+            self.out[i] = computed - self.prompt[i]
+            self.placeholders[i] = 1
+            self.inflight[i] = 1
+        else:
+            self.out[i] = computed - self.prompt[i] + 1
+        self.held[i] = self._blocks(computed)
+        self.phase_cnt[off % self.bs] -= 1
+        lo = self.lora[i]
+        if lo >= 0:
+            left = self.d_loras[lo] - 1
+            if left:
+                self.d_loras[lo] = left
+            else:
+                del self.d_loras[lo]
+        del self.d_members[i]
+        self.p_order[i] = None
+
+    def _leave_in_flight(self, i: int, call: ScheduleCall | None) -> None:
+        """Async: ``i`` leaves the steady set with its token of ``call`` still in flight, so
+        that call's update lists it."""
+        joined_before = self.joined[i] < self.tick  # else the call lists it already
+        self._leave(i, self.tick)
+        if call is not None and joined_before:
+            call.reqs.append(i)
+            call.tokens.append(1)
+            call.drafts.append(0)
+            call.decode.append(True)
+            call.sampled.append(1)
+
+    def bulk_top(self, in_flight: ScheduleCall | None) -> None:
+        """At a loop top: async members whose end is near leave; steady requests join."""
+        if self.is_async:
+            for i in self.d_due.pop(self.tick, ()):
+                if i in self.d_members and self.due[i] == self.tick:
+                    self._leave_in_flight(i, in_flight)
+        for i in [j for j in self.p_order if self.status[j] == RUNNING]:
+            self._join(i)
+
+    def materialize(self, in_flight: ScheduleCall | None) -> None:
+        """Every steady decode written out, for a call the bulk path cannot take."""
+        for i in list(self.d_members):
+            if self.is_async:
+                self._leave_in_flight(i, in_flight)
+            else:
+                self._leave(i, self.tick)
+
+    def schedule_bulk(self, clock_s: float) -> ScheduleCall | None:
+        """``schedule`` when every running request fits the token budget and the KV cache
+        (so neither order nor preemption matters); None, changing nothing, otherwise."""
+        prompt, out, computed, ph, held = (
+            self.prompt,
+            self.out,
+            self.computed,
+            self.placeholders,
+            self.held,
+        )
+        mml, T = self.mml, self.tick
+        running, waiting = self.running, self.waiting
+        eligible = len(running) + len(waiting)
+        lpt = self.lpt if eligible > 1 else 0
+        if self.rules.long_prefill_needs_chunked and not self.chunked:
+            lpt = 0
+        total = self.d_count
+        need = self.phase_cnt[-T % self.bs]  # steady decodes whose next token opens a block
+        plan = []
+        for i in self.p_order:
+            p = ph[i]
+            if p > 0 and computed[i] + 2 - p >= prompt[i] + self.max_tokens[i]:
+                continue
+            n = prompt[i] + out[i] + self.spec[i] + p - computed[i]
+            if 0 < lpt < n:
+                n = lpt
+            n = min(n, mml - computed[i] - 1)
+            if n <= 0:
+                continue
+            want = self._blocks(computed[i] + n)
+            if want > held[i]:
+                need += want - held[i]
+            plan.append((i, n, want))
+            total += n
+        budget = self.budget
+        if total > budget or need > self.usable - self.used:
+            return None
+        self.used += need
+        reqs, tokens, drafts, decode = [], [], [], []
+        for i, n, want in plan:
+            if want > held[i]:
+                held[i] = want
+            reqs.append(i)
+            tokens.append(n)
+            drafts.append(0)
+            decode.append(computed[i] >= prompt[i] + out[i] - 1)
+        budget -= total
+        loras = None
+        if self.max_loras is not None:
+            loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
+        lists = (reqs, tokens, drafts, decode)
+        self._admit(budget, lpt, False, loras, lists)
+        return self._scheduled(clock_s, lists, [], self.d_count, frozenset(self.d_loras))
+
+    # ----- steady stretches -----------------------------------------------------------------
+    def inert(self, call: ScheduleCall) -> bool:
+        """Whether ``update(call)`` will change nothing: every request it lists is a steady
+        decode (whose update is implicit) and, sync, no steady decode finishes with it."""
+        members = self.d_members
+        if any(i not in members for i in call.reqs):
+            return False
+        if self.is_async:
+            return True
+        due = self.due
+        return not any(i in members and due[i] == call.tick for i in self.d_due.get(call.tick, ()))
+
+    def repeats(self, ref: ScheduleCall) -> bool:
+        """Whether a call like ``ref`` comes next: it scheduled the steady decodes there are
+        and nothing else (nothing admitted, nothing else running). The caller vouches that
+        no update since its scheduling changed anything (:meth:`inert`) and that no request
+        has arrived since: then the next call's admission checks see what ``ref``'s saw, but
+        fewer free blocks, and fail as they did."""
+        return not ref.reqs and ref.n_bulk == self.d_count and not self.p_order
+
+    def admits_none(self) -> bool:
+        """Whether no waiting request can be admitted, whatever the free blocks: none waits,
+        the running set is full, or the steady decodes take the whole token budget."""
+        return (
+            not self.waiting
+            or len(self.running) >= self.max_num_seqs
+            or self.d_count >= self.budget
+        )
+
+    def steady_stretch(
+        self, now_s: float, step_s: float, next_arrival_s: float, most: int
+    ) -> SteadyStretch | None:
+        """The calls that schedule the steady decodes and nothing else, made at once from
+        the engine loop's top (its arrivals in); None if none can be.
+
+        The caller vouches that they admit nothing (:meth:`admits_none`, or :meth:`repeats`
+        of the call before) and, async, that the update of the call in flight is inert. Each
+        call is ``schedule_bulk``'s with every running request a steady decode, until the
+        first of: an arrival at or before the call's clock (``next_arrival_s``), the tick
+        when a steady decode finishes (sync) or leaves (async), a call whose new blocks do
+        not fit (``schedule`` would preempt), or ``most`` calls. ``step_s``: each call's
+        step time; clocks add it one call at a time, as the engine loop does. The updates
+        of the calls made are empty."""
+        num_reqs = self.d_count
+        if not num_reqs or self.p_order or num_reqs > self.budget:
+            return None
+        first = t = self.tick
+        end = min(self.d_due, default=NO_LIMIT)  # the first tick a steady decode ends at
+        last = min(end, t + most)
+        phase, bs, used, free = self.phase_cnt, self.bs, self.used, self.usable - self.used
+        clocks: list[float] = []
+        kv: list[int] = []
+        while t < last and now_s < next_arrival_s:
+            need = phase[-t % bs]  # decodes whose token opens a block this call
+            if need > free:
+                break
+            used += need
+            free -= need
+            clocks.append(now_s)
+            kv.append(used)
+            now_s += step_s
+            t += 1
+        if not clocks:
+            return None
+        self.used, self.tick = used, t
+        self.finished_pending = False  # each call sends the finished ids (_scheduled)
+        loras = frozenset(self.d_loras)
+        return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)
