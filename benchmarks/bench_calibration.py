@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from cgdispatch.estimate.held_out import held_out_errors, held_out_table, held_out_targets
-from cgdispatch.estimate.startup import calibration_table, error_summary, reference_startups
+from cgdispatch.estimate.startup_data import reference_startups
+from cgdispatch.estimate.startup_fit import calibration_table, error_summary
 
 
 def main() -> None:

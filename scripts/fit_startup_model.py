@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python scripts/fit_startup_model.py
 
-Paste the printed ``CALIBRATION = ...`` into ``cgdispatch/estimate/startup.py``;
+Paste the printed ``CALIBRATION = ...`` into ``cgdispatch/estimate/startup_pricing.py``;
 ``tests/estimate/test_startup.py`` checks the committed constants equal a refit.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from cgdispatch.estimate.startup import fit_startup_model
+from cgdispatch.estimate.startup_fit import fit_startup_model
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ measurement. Device presets come from datasheets (docs/references.md); the launc
 constants were set to match published step times (docs/calibration.md compares the model with
 them, :func:`~cgdispatch.estimate.published_steps.published_step_comparison`); graph memory and
 capture time of published models come from the start-up model calibrated on logged vLLM
-start-ups (:mod:`cgdispatch.estimate.startup`); :func:`calibrate` fits the constants to measured sweep
-rows instead.
+start-ups (:mod:`cgdispatch.estimate.startup_pricing`); :func:`calibrate` fits the constants to
+measured sweep rows instead.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
 from .profiles import LinearProfile, StepProfile
-from .startup import GraphPricing, graph_pricing, startup_source
+from .startup import startup_source
+from .startup_pricing import GraphPricing, graph_pricing
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
 __all__ = [
@@ -155,8 +156,8 @@ class DeviceCostModel:
     ``step_time_ms`` is :func:`step_times_ms`. Graph memory and capture time:
 
     - for a model with a published config (``pricing``: the start-up model calibrated on
-      logged vLLM start-ups, :mod:`cgdispatch.estimate.startup`), ``graph_memory_bytes(mode,
-      n)`` and ``capture_time_s(mode, n)`` are what one key of that size *adds*; a ladder
+      logged vLLM start-ups, :mod:`cgdispatch.estimate.startup_pricing`),
+      ``graph_memory_bytes(mode, n)`` and ``capture_time_s(mode, n)`` are what one key of that size *adds*; a ladder
       costs ``graph_pool_base_bytes`` / ``capture_base_s`` plus the sum over its keys
       (``graph_memory_additive`` is True);
     - otherwise (toy models) ``graph_memory_bytes(mode, n)`` is the shared pool one graph of

@@ -3,7 +3,7 @@
 The held-out runs (``cgdispatch/data/reference_vllm_startups_held_out.csv``) come from other
 sources than the fitted ones: other GPUs, other vLLM releases, other capture sizes and modes,
 each row with the URL of its log. :func:`held_out_errors` predicts each with the committed
-:data:`~cgdispatch.estimate.startup.CALIBRATION` (fitted on the ``"fit"`` split only) and
+:data:`~cgdispatch.estimate.startup_pricing.CALIBRATION` (fitted on the ``"fit"`` split only) and
 :func:`held_out_table` groups the errors by GPU or by release; :func:`held_out_markdown`
 writes the tables docs/calibration.md quotes (a test checks they agree).
 
@@ -24,13 +24,9 @@ import numpy as np
 import pandas as pd
 
 from .pool_factors import predict_run
-from .startup import (
-    CALIBRATION,
-    DEVICE_MEMORY_BYTES,
-    GIB,
-    StartupCoefficients,
-    reference_startups,
-)
+from .startup import DEVICE_MEMORY_BYTES
+from .startup_data import reference_startups
+from .startup_pricing import CALIBRATION, GIB, StartupCoefficients
 
 __all__ = ["TARGETS", "held_out_errors", "held_out_table", "held_out_targets", "held_out_markdown"]
 

@@ -10,7 +10,7 @@ the ``"held_out"`` runs that :mod:`~cgdispatch.estimate.held_out` scores.
 
 The factor is the geometric mean of logged / modelled pool over the group's runs (the
 least-squares fit of a common factor on log error, so a run logged at 2x and one at 0.5x
-cancel). :data:`~cgdispatch.estimate.startup.CALIBRATION` carries the fitted factors; a
+cancel). :data:`~cgdispatch.estimate.startup_pricing.CALIBRATION` carries the fitted factors; a
 test refits them. :func:`predict_run` is the one way a logged run of these two splits is
 predicted (how ``max_num_seqs`` is read when the log does not give it, which device's rates
 price a GPU without a preset).
@@ -25,15 +25,9 @@ from typing import Any
 import pandas as pd
 
 from .devices import DEVICE_PRESETS
-from .startup import (
-    CALIBRATION,
-    GIB,
-    StartupCoefficients,
-    StartupEstimate,
-    estimate_startup,
-    reference_config,
-    reference_startups,
-)
+from .startup import StartupEstimate, estimate_startup
+from .startup_data import reference_config, reference_startups
+from .startup_pricing import CALIBRATION, GIB, StartupCoefficients
 
 __all__ = [
     "POOL_GROUPS",

@@ -2,7 +2,7 @@
 fitted to, as relative bands that ``tune`` prints beside each figure and judges a plan by.
 
 * graph memory, capture time and KV-cache tokens: the start-up model's leave-one-family-out
-  errors on the logged vLLM start-ups (:func:`~cgdispatch.estimate.startup.calibration_table`),
+  errors on the logged vLLM start-ups (:func:`~cgdispatch.estimate.startup_fit.calibration_table`),
   the :data:`QUANTILE` of ``|predicted - logged| / logged``;
 * step time: the device model's errors on published step-time ratios it was not fitted to
   (:func:`~cgdispatch.estimate.published_steps.published_step_comparison`: eager / graph and
@@ -55,7 +55,7 @@ class ModelErrors:
 def model_errors() -> ModelErrors:
     """:class:`ModelErrors` computed from the shipped reference data (slow: see above)."""
     from .published_steps import published_step_comparison
-    from .startup import calibration_table
+    from .startup_fit import calibration_table
 
     table = calibration_table()
     capture = (table["capture_error_s_cv"].abs() / table["capture_s"]).to_numpy()

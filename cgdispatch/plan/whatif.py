@@ -296,8 +296,8 @@ def graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:
     """Graph memory and capture time of capturing ``keys``.
 
     A calibrated model (``graph_memory_additive``: the start-up model of
-    :mod:`cgdispatch.estimate.startup`) prices each key and adds a fixed part paid once; any
-    other model gives the pool one graph needs alone, and the ladder's pool is the largest
+    :mod:`cgdispatch.estimate.startup_pricing`) prices each key and adds a fixed part paid once;
+    any other model gives the pool one graph needs alone, and the ladder's pool is the largest
     (graphs share one pool and vLLM keeps only weak references to their outputs)."""
     out: dict[str, float] = {}
     by_mode = []

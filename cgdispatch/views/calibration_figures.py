@@ -43,7 +43,7 @@ _PANELS = (
 
 def calibration_figure(table: pd.DataFrame) -> Figure:
     """Predicted (y) against logged (x) per reference run, one panel per quantity, from a
-    :func:`~cgdispatch.estimate.startup.calibration_table`: cross-validated predictions
+    :func:`~cgdispatch.estimate.startup_fit.calibration_table`: cross-validated predictions
     filled, vLLM's own graph-memory estimate hollow; the line y = x."""
     need = {f"{c}_cv" for c, _, _ in _PANELS} | {c for c, _, _ in _PANELS}
     missing = sorted(need - set(table.columns))

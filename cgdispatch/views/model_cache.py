@@ -32,12 +32,8 @@ from ..estimate.datafile import DataFileError, dump_data, load_data
 from ..estimate.device_model import DeviceCostModel, MemoryLine, device_cost_model
 from ..estimate.devices import DeviceSpec
 from ..estimate.profiles import LinearProfile
-from ..estimate.startup import (
-    GraphPricing,
-    StartupCoefficients,
-    StartupEstimate,
-    startup_for,
-)
+from ..estimate.startup import StartupEstimate, startup_for
+from ..estimate.startup_pricing import GraphPricing, StartupCoefficients
 
 __all__ = ["cached_cost_model", "cached_startup", "cache_dir", "cache_path"]
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import cgdispatch as cg
-from cgdispatch.estimate import held_out, startup
+from cgdispatch.estimate import held_out, startup, startup_pricing
 from cgdispatch.estimate.devices import DEVICE_PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,11 +39,11 @@ def test_held_out_rows_carry_their_log_and_differ_from_the_fitted_runs() -> None
 
 def test_the_fit_uses_the_fit_split_only() -> None:
     fitted = cg.reference_startups()
-    assert (fitted["split"] == "fit").all() and len(fitted) == startup.CALIBRATION.fitted_on
+    assert (fitted["split"] == "fit").all() and len(fitted) == startup_pricing.CALIBRATION.fitted_on
     kept_out = cg.reference_startups(split="held_out")
     assert len(kept_out) and (kept_out["split"] == "held_out").all()
     device_fit = cg.reference_startups(split="device_fit")
-    assert len(device_fit) == startup.CALIBRATION.pool_factor_runs
+    assert len(device_fit) == startup_pricing.CALIBRATION.pool_factor_runs
     everything = cg.reference_startups(split=None)
     assert len(everything) == len(fitted) + len(kept_out) + len(device_fit)
     with pytest.raises(ValueError, match="split='test' is invalid"):
@@ -65,7 +65,7 @@ def test_graph_memory_is_scored_on_every_run_capture_and_kv_on_known_gpus(errors
 def test_a_run_counts_for_capture_and_kv_once_its_gpu_has_a_preset(monkeypatch) -> None:
     # stand-in L4 figures, only to show the switch; the real preset comes with its own data
     monkeypatch.setitem(DEVICE_PRESETS, "L4", DEVICE_PRESETS["A100"].replace(name="L4 (test)"))
-    monkeypatch.setitem(startup.DEVICE_MEMORY_BYTES, "L4", 22.03 * startup.GIB)
+    monkeypatch.setitem(startup.DEVICE_MEMORY_BYTES, "L4", 22.03 * startup_pricing.GIB)
     rows = cg.reference_startups(split="held_out")
     errors = held_out.held_out_errors(rows[rows["device"] == "L4"])
     assert errors["capture_error"].notna().all() and errors["kv_tokens_error"].notna().all()

@@ -12,7 +12,7 @@ import pytest
 
 import cgdispatch as cg
 from cgdispatch.core.config import GraphConfig
-from cgdispatch.estimate import pool_factors, startup
+from cgdispatch.estimate import pool_factors, startup, startup_pricing
 from cgdispatch.estimate.devices import DEVICE_PRESETS
 from cgdispatch.estimate.pool_factors import POOL_GROUPS, fit_pool_factors, pool_factor_table
 
@@ -26,8 +26,8 @@ def _setup(row: pd.Series) -> str:
 
 def test_committed_factors_equal_a_refit_on_the_device_fit_runs() -> None:
     fresh = fit_pool_factors()
-    assert fresh.pool_factor_runs == startup.CALIBRATION.pool_factor_runs
-    committed = dict(startup.CALIBRATION.pool_factors)
+    assert fresh.pool_factor_runs == startup_pricing.CALIBRATION.pool_factor_runs
+    committed = dict(startup_pricing.CALIBRATION.pool_factors)
     assert set(dict(fresh.pool_factors)) == set(committed)
     for arch, factor in fresh.pool_factors:
         assert factor == pytest.approx(committed[arch], rel=1e-9), f"set {arch} to {factor!r}"
@@ -37,7 +37,9 @@ def test_the_factor_is_the_geometric_mean_of_logged_over_modelled() -> None:
     table = pool_factor_table()
     ratios = table["graph_memory_gib"] / table["model_without_factor_gib"]
     expected = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    assert dict(startup.CALIBRATION.pool_factors)["Ampere"] == pytest.approx(expected, rel=1e-9)
+    assert dict(startup_pricing.CALIBRATION.pool_factors)["Ampere"] == pytest.approx(
+        expected, rel=1e-9
+    )
     # with the factor, the model is the model without it scaled
     assert (table["model_gib"] / table["model_without_factor_gib"]).to_numpy() == pytest.approx(
         expected, rel=1e-9
@@ -50,7 +52,7 @@ def test_splits_are_disjoint_and_follow_the_setup_rule() -> None:
     fit = everything[everything["split"] == "fit"]
     device_fit = everything[everything["split"] == "device_fit"]
     held = everything[everything["split"] == "held_out"]
-    assert len(device_fit) == startup.CALIBRATION.pool_factor_runs
+    assert len(device_fit) == startup_pricing.CALIBRATION.pool_factor_runs
     assert set(fit["device"]) == {"H100"}
     # the rule: new runs on Ampere/Ada GPUs, grouped by setup (repository, model, TP, GPU),
     # setups ordered by SHA-256, every other one to device_fit; the rest held out
@@ -70,8 +72,11 @@ def test_splits_are_disjoint_and_follow_the_setup_rule() -> None:
 
 @pytest.mark.parametrize("device", ["A100-40GB", "L40S", "RTX-3090"])
 def test_the_estimate_and_the_per_graph_prices_carry_the_factor(device: str) -> None:
-    factor = startup.CALIBRATION.pool_factor(device)
-    assert factor == dict(startup.CALIBRATION.pool_factors)[DEVICE_PRESETS[device].architecture]
+    factor = startup_pricing.CALIBRATION.pool_factor(device)
+    assert (
+        factor
+        == dict(startup_pricing.CALIBRATION.pool_factors)[DEVICE_PRESETS[device].architecture]
+    )
     plain = DEVICE_PRESETS[device].replace(architecture="", name=f"{device} (no architecture)")
     config = GraphConfig(vllm_version="0.33", max_num_seqs=64).resolve()
     with_factor = startup.estimate_startup("Qwen/Qwen3-8B", device, config)
@@ -79,7 +84,7 @@ def test_the_estimate_and_the_per_graph_prices_carry_the_factor(device: str) -> 
     assert with_factor.graph_memory_bytes == pytest.approx(factor * without.graph_memory_bytes)
     assert with_factor.capture_s == pytest.approx(without.capture_s)
     # the planner's prices: the base plus one term per captured key add up to the estimate
-    pricing = startup.graph_pricing("Qwen/Qwen3-8B", device)
+    pricing = startup_pricing.graph_pricing("Qwen/Qwen3-8B", device)
     assert pricing.pool_factor == factor
     keys = cg.capture_keys(config)
     total = pricing.base_memory_bytes + sum(
@@ -89,13 +94,16 @@ def test_the_estimate_and_the_per_graph_prices_carry_the_factor(device: str) -> 
 
 
 def test_hopper_and_unknown_architectures_keep_the_fitted_pool() -> None:
-    assert startup.CALIBRATION.pool_factor("H100") == 1.0
-    assert startup.CALIBRATION.pool_factor("H200") == 1.0
-    assert startup.CALIBRATION.pool_factor(DEVICE_PRESETS["L4"].replace(architecture="")) == 1.0
+    assert startup_pricing.CALIBRATION.pool_factor("H100") == 1.0
+    assert startup_pricing.CALIBRATION.pool_factor("H200") == 1.0
+    assert (
+        startup_pricing.CALIBRATION.pool_factor(DEVICE_PRESETS["L4"].replace(architecture=""))
+        == 1.0
+    )
 
 
 def test_labels_say_what_each_gpu_is_calibrated_on() -> None:
-    c = startup.CALIBRATION
+    c = startup_pricing.CALIBRATION
     assert startup.startup_source("H100", c) == "model (H100, calibrated on 59 vLLM startups)"
     h200 = startup.startup_source("H200", c)
     assert h200.startswith("model (H200, no logged start-ups on this GPU; calibrated on 59")

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import cgdispatch as cg
-from cgdispatch.estimate import startup as st
+from cgdispatch.estimate import startup_data, startup_fit, startup_pricing
 from cgdispatch.models.published import PUBLISHED_MODELS, published_model
 
 GIB = float(1 << 30)
@@ -36,13 +36,13 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _args(row: pd.Series) -> dict:
-    return st._run_args(row)
+    return startup_data._run_args(row)
 
 
 def test_the_registry_covers_at_least_45_reference_runs(runs: pd.DataFrame) -> None:
     everything = cg.reference_startups(covered_only=False)
     assert len(runs) >= 45 and len(everything) == 59
-    assert set(runs["family"]) == set(st.FAMILIES)
+    assert set(runs["family"]) == set(startup_fit.FAMILIES)
     for model in PUBLISHED_MODELS.values():
         assert model.source.startswith("huggingface.co/"), model.model
 
@@ -95,12 +95,12 @@ def test_hybrid_allocator_layer_slots() -> None:
 
 
 def test_committed_constants_are_a_refit(table: pd.DataFrame) -> None:
-    fitted = st.fit_startup_model()
-    for field in dataclasses.fields(st.CALIBRATION):
+    fitted = startup_fit.fit_startup_model()
+    for field in dataclasses.fields(startup_pricing.CALIBRATION):
         if field.name.startswith("pool_factor"):  # fitted on other runs: test_pool_factors.py
             continue
         assert getattr(fitted, field.name) == pytest.approx(
-            getattr(st.CALIBRATION, field.name), rel=1e-6, abs=1e-12
+            getattr(startup_pricing.CALIBRATION, field.name), rel=1e-6, abs=1e-12
         ), field.name
 
 
@@ -121,7 +121,7 @@ def test_nonnegative_least_squares_matches_brute_force() -> None:
                     r = float(np.sum((a @ x - b) ** 2))
                     if r < best - 1e-12:
                         best, best_x = r, x
-        x = st._nonnegative_lstsq(a, b)
+        x = startup_fit._nonnegative_lstsq(a, b)
         assert (x >= 0).all()
         assert float(np.sum((a @ x - b) ** 2)) == pytest.approx(best, rel=1e-9, abs=1e-12)
         np.testing.assert_allclose(x, best_x, atol=1e-8)

@@ -1,0 +1,303 @@
+"""What each captured graph of a vLLM start-up costs on one GPU: the start-up model's fitted
+constants and the per-key graph-memory and capture-time terms.
+
+Each model is traced per GPU (one tensor-parallel rank of one pipeline stage, on meta
+tensors, pointwise kernels fused as torch.compile fuses them) and the capture keys come from
+the config's generation (:func:`~cgdispatch.core.generation.capture_keys`). From them:
+
+- **Graph memory** (the pool after capture): ``pool_base + per_node x kernel nodes of all
+  graphs + per_boundary x sum over keys of num_tokens x attention-input bytes per token``.
+  (attention inputs in 16-bit elements whatever the dtype, see :func:`startup_features`).
+  A FULL key is one graph of every kernel; a PIECEWISE key is one graph per piece between
+  attention ops, its nodes all kernels but attention. Driver memory per node is why the pool
+  falls with pipeline parallelism (fewer layers, fewer nodes); the attention inputs each
+  key's graphs keep are why it falls with tensor parallelism (fewer heads per GPU).
+- **Capture time**: ``capture_base + per_node x nodes (instantiation) + per_eager x the
+  warm-up and capture runs of every key, timed eagerly by the device model + per_moe_key x
+  keys x MoE layers`` (fused-MoE kernels pick and compile a configuration per batch size).
+
+:data:`CALIBRATION` holds the constants as fitted on every covered reference run
+(:mod:`cgdispatch.estimate.startup_fit`). :class:`GraphPricing` is the price list; the
+whole start-up (the sums over a config's keys, activations, KV cache) is
+:func:`~cgdispatch.estimate.startup.estimate_startup`'s, and the planner's sums are
+:class:`~cgdispatch.estimate.device_model.DeviceCostModel`'s. This module reads no reference
+run and fits nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.config import GraphConfig
+from ..core.generation import capture_keys
+from ..core.modes import CUDAGraphMode
+from ..models.arch_spec import DTYPE_BYTES
+from ..models.published import PublishedModel, arch_spec, published_model
+from .devices import DeviceSpec, device_label, device_spec
+from .profiles import LinearProfile
+from .step_time import fuse_pointwise, step_times_by_mode
+
+__all__ = [
+    "StartupCoefficients",
+    "CALIBRATION",
+    "GraphPricing",
+    "graph_pricing",
+    "startup_features",
+]
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class StartupCoefficients:
+    """The fitted constants (GiB and seconds per unit of each feature)."""
+
+    pool_base_gib: float
+    pool_per_node_gib: float
+    pool_per_boundary: float  # GiB of pool per GiB of attention inputs summed over keys
+    capture_base_s: float
+    capture_per_node_s: float
+    capture_per_eager: float  # seconds of capture per modelled second of eager runs
+    capture_per_moe_key_s: float
+    activation_base_gib: float
+    activation_per_logits: float  # per GiB of fp32 sampler logits
+    activation_per_mlp: float  # per GiB of the profile run's MLP activation
+    activation_moe_gib: float  # mixture-of-experts workspaces
+    non_torch_single_gib: float  # one GPU
+    non_torch_tp_gib: float  # tensor parallel (NCCL, custom all-reduce)
+    non_torch_pp_gib: float  # pipeline parallel without TP
+    fitted_on: int  # reference runs
+    # graph-pool factor per GPU architecture (DeviceSpec.architecture) whose logged pools
+    # differ from the H100 runs the terms above are fitted on (issue 28), fitted on the
+    # "device_fit" runs by fit_pool_factors(); 1 for any architecture not listed
+    pool_factors: tuple[tuple[str, float], ...] = ()
+    pool_factor_runs: int = 0  # device_fit runs behind pool_factors
+
+    def pool_factor(self, device: str | DeviceSpec) -> float:
+        """The graph-pool factor of ``device``'s architecture (1 where none is fitted)."""
+        return dict(self.pool_factors).get(device_spec(device).architecture, 1.0)
+
+
+# fitted by fit_startup_model() on every covered run of reference_vllm_startups.csv
+# (tests/estimate/test_startup.py refits and checks these; scripts/fit_startup_model.py
+# prints them)
+CALIBRATION = StartupCoefficients(
+    pool_base_gib=0.2381770065318849,
+    pool_per_node_gib=1.4934708986384297e-05,
+    pool_per_boundary=0.8731390193430919,
+    capture_base_s=1.395172905123058,
+    capture_per_node_s=3.7308770846302644e-05,
+    capture_per_eager=0.6708259678319883,
+    capture_per_moe_key_s=0.0023020438229020435,
+    activation_base_gib=0.11681512703152136,
+    activation_per_logits=3.5397633718364148,
+    activation_per_mlp=0.18491709236088472,
+    activation_moe_gib=0.38606673610389364,
+    non_torch_single_gib=0.26404761904761903,
+    non_torch_tp_gib=2.11,
+    non_torch_pp_gib=0.07,
+    fitted_on=59,
+    # fit_pool_factors() on the 8 "device_fit" runs (issue 28; tests/estimate/test_pool_factors.py)
+    pool_factors=(("Ampere", 0.815851081318507), ("Ada", 0.815851081318507)),
+    pool_factor_runs=8,
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_profile(model: PublishedModel, tp: int, pp: int, rank: int, dtype: str) -> LinearProfile:
+    """Fused kernels of one GPU's captured forward (the stage's layers; vLLM computes the
+    logits outside the graph, so the LM head is left out)."""
+    spec = arch_spec(
+        model,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        rank=rank,
+        dtype=dtype,
+    )
+    import torch  # the meta-device build: only when no cached estimate is read
+
+    from ..models.architectures import ArchLM
+    from .kernels import linear_profile
+
+    spec = dataclasses.replace(spec, has_head=False)
+    with torch.device("meta"):
+        net = ArchLM(spec)
+    net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
+    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
+    return fuse_pointwise(linear_profile(net))
+
+
+def _attention_input_bytes(pm: PublishedModel, tp: int, dtype_bytes: int) -> float:
+    """Bytes per token of one layer's attention inputs (q, k, v) on one GPU."""
+    if pm.is_mla:
+        width = pm.num_heads / tp * (pm.qk_nope_head_dim + pm.qk_rope_head_dim) * 3
+    else:
+        width = (pm.num_heads / tp + 2 * pm.kv_heads_per_rank(tp)) * pm.head_dim
+    return width * dtype_bytes
+
+
+def _check_config(config: GraphConfig) -> None:
+    if not isinstance(config, GraphConfig):
+        raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
+
+
+def _check_run(
+    model: object, device: str | DeviceSpec, tp: int, pp: int, dtype: str | None
+) -> tuple[PublishedModel, str]:
+    pm = published_model(model)
+    device_spec(device)
+    pm.check_parallel(tp, pp)
+    dtype = dtype or pm.dtype
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is invalid: use one of {sorted(DTYPE_BYTES)}")
+    return pm, dtype
+
+
+@dataclass(frozen=True)
+class GraphPricing:
+    """What each captured graph of one model on one GPU costs, from the calibrated model:
+    the per-key terms of the graph-memory and capture-time sums, and their fixed parts.
+
+    The one price list behind :func:`estimate_startup` (summed over a config's keys) and
+    :class:`~cgdispatch.estimate.device_model.DeviceCostModel`'s ``graph_memory_bytes`` /
+    ``capture_time_s`` (what the planner, ``compare``, the what-if and ``tune`` add up).
+    """
+
+    model: str
+    device: str  # the preset name, or a DeviceSpec's name
+    spec: DeviceSpec  # the device's rates (the eager runs' unit)
+    profile: LinearProfile  # fused kernels of the GPU's captured forward
+    moe_layers: int
+    boundary_bytes_per_token: float  # one layer's attention inputs, 16-bit elements
+    coefficients: StartupCoefficients
+
+    @property
+    def pieces(self) -> int:
+        return int(self.profile.splitting.sum()) + 1
+
+    def nodes(self, mode: CUDAGraphMode | str) -> int:
+        """Kernel nodes of one key's graphs: every kernel (FULL) or all but the splitting
+        ops, over ``pieces`` graphs (PIECEWISE)."""
+        name = CUDAGraphMode.parse(mode).name
+        if name == "FULL":
+            return self.profile.num_kernels
+        if name == "PIECEWISE":
+            return self.profile.num_kernels - int(self.profile.splitting.sum())
+        raise ValueError(f"mode={name} captures no graph: price FULL or PIECEWISE keys")
+
+    def graphs(self, mode: CUDAGraphMode | str) -> int:
+        self.nodes(mode)
+        return 1 if CUDAGraphMode.parse(mode).name == "FULL" else self.pieces
+
+    @property
+    def pool_factor(self) -> float:
+        """The graph-pool factor of this GPU's architecture (1 on the fitted H100's)."""
+        return self.coefficients.pool_factor(self.spec)
+
+    @property
+    def base_memory_bytes(self) -> float:
+        """The pool any capture has (paid once)."""
+        return self.coefficients.pool_base_gib * GIB * self.pool_factor
+
+    @property
+    def base_capture_s(self) -> float:
+        return self.coefficients.capture_base_s
+
+    def memory_bytes(self, mode: CUDAGraphMode | str, num_tokens: np.ndarray) -> np.ndarray:
+        """Pool bytes one key of each size adds: its nodes and its attention inputs."""
+        n = np.asarray(num_tokens, dtype=np.float64)
+        c = self.coefficients
+        gib = c.pool_per_node_gib * self.nodes(mode) + c.pool_per_boundary * n * (
+            self.boundary_bytes_per_token / GIB
+        )
+        return gib * GIB * self.pool_factor
+
+    def eager_s(self, num_tokens: np.ndarray) -> np.ndarray:
+        """One eager run of each size (device model), the warm-ups' and capture's unit."""
+        n = np.asarray(num_tokens, dtype=np.int64)
+        if not n.size:
+            return np.zeros(n.shape)
+        return step_times_by_mode(self.profile, "NONE", n, self.spec) / 1e3
+
+    def capture_s(
+        self, mode: CUDAGraphMode | str, num_tokens: np.ndarray, num_warmups: int = 1
+    ) -> np.ndarray:
+        """Seconds one key of each size adds to capture: instantiating its nodes, its
+        ``num_warmups`` + 1 runs, its MoE kernels' per-size set-up."""
+        c = self.coefficients
+        n = np.asarray(num_tokens, dtype=np.int64)
+        return (
+            c.capture_per_node_s * self.nodes(mode)
+            + c.capture_per_eager * (num_warmups + 1) * self.eager_s(n)
+            + c.capture_per_moe_key_s * self.moe_layers
+        )
+
+
+def graph_pricing(
+    model: object,
+    device: str | DeviceSpec,
+    *,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    dtype: str | None = None,
+    coefficients: StartupCoefficients | None = None,
+) -> GraphPricing:
+    """The calibrated per-graph costs of ``model`` (a published config, or any config
+    :func:`~cgdispatch.models.published.published_model` reads) on ``device`` (a preset
+    name or a :class:`DeviceSpec`), for the GPU with the most layers (the last stage)."""
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    pm, dtype = _check_run(model, device, tp, pp, dtype)
+    rank = pp - 1
+    first = pm.layers // pp * rank
+    on_rank = range(first, first + pm.layers_on_rank(pp, rank))
+    return GraphPricing(
+        model=pm.model,
+        device=device_label(device),
+        spec=device_spec(device),
+        profile=_stage_profile(pm, tp, pp, rank, dtype),
+        moe_layers=sum(layer >= pm.dense_layers for layer in on_rank) if pm.is_moe else 0,
+        # one layer's attention inputs per key token (the pieces reuse them layer by
+        # layer), counted in 16-bit elements whatever the dtype: the one float32 reference
+        # run has a smaller pool than the same model in bf16 (0.79 against 0.91 GiB), so
+        # bytes would double the term where the logs show no growth (docs/calibration.md)
+        boundary_bytes_per_token=_attention_input_bytes(pm, tp, 2),
+        coefficients=CALIBRATION if coefficients is None else coefficients,
+    )
+
+
+def startup_features(
+    model: object,
+    device: str | DeviceSpec,
+    config: GraphConfig,
+    *,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    dtype: str | None = None,
+) -> dict[str, float]:
+    """The quantities the graph-memory and capture-time models are linear in (the sums of
+    :class:`GraphPricing`'s per-key terms over ``config``'s keys)."""
+    _check_config(config)
+    pricing = graph_pricing(
+        model,
+        device,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        dtype=dtype,
+    )
+    keys = capture_keys(config)
+    out = {"keys": float(len(keys)), "graphs": 0.0, "nodes": 0.0, "boundary_gib": 0.0}
+    out.update(eager_s=0.0, moe_keys=float(len(keys) * pricing.moe_layers))
+    runs = config.cudagraph_num_of_warmups + 1
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL):
+        tokens = np.array([k.num_tokens for k in keys if k.runtime_mode is mode], dtype=np.int64)
+        if not tokens.size:
+            continue
+        out["graphs"] += tokens.size * pricing.graphs(mode)
+        out["nodes"] += tokens.size * pricing.nodes(mode)
+        out["boundary_gib"] += float(tokens.sum()) * pricing.boundary_bytes_per_token / GIB
+        out["eager_s"] += runs * float(pricing.eager_s(tokens).sum())
+    return out
