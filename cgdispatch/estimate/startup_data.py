@@ -48,9 +48,11 @@ def _reference_frame() -> pd.DataFrame:
 def reference_startups(*, covered_only: bool = True, split: str | None = "fit") -> pd.DataFrame:
     """The reference start-ups (a copy), with ``family`` and ``split`` added.
 
-    ``split``: ``"fit"`` (default; the runs every constant is fitted on), ``"held_out"``
-    (runs from other sources, never fitted: :mod:`cgdispatch.estimate.held_out` reports
-    the model's errors on them) or None for both. ``covered_only``: those whose model has
+    ``split``: ``"fit"`` (default; the runs every constant is fitted on), ``"device_fit"``
+    (runs from other sources that only the graph-pool factor of
+    :mod:`cgdispatch.estimate.pool_factors` is fitted on), ``"held_out"`` (runs from other
+    sources, never fitted: :mod:`cgdispatch.estimate.held_out` reports the model's errors
+    on them) or None for all. ``covered_only``: those whose model has
     a published config here.
     """
     from ..models.published import PUBLISHED_MODELS

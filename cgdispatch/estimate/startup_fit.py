@@ -90,7 +90,6 @@ def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 _POOL = ("one", "nodes", "boundary_gib")
 _CAPTURE = ("one", "nodes", "eager_s", "moe_keys")
 _ACTIVATION = ("one", "logits_gib", "mlp_gib", "moe")
-_NON_TORCH = ("single", "tp", "pp")
 
 
 def _fit(features: pd.DataFrame, rows: pd.DataFrame) -> StartupCoefficients:
@@ -104,7 +103,7 @@ def _fit(features: pd.DataFrame, rows: pd.DataFrame) -> StartupCoefficients:
     )
     tp = rows["tensor_parallel_size"].to_numpy() > 1
     pp = (rows["pipeline_parallel_size"].to_numpy() > 1) & ~tp
-    regimes = np.column_stack([~tp & ~pp, tp, pp]).astype(float)
+    regimes = np.column_stack([~tp & ~pp, tp, pp]).astype(float)  # single GPU, TP, PP
     nt = rows["non_torch_increase_gib"].to_numpy(float)
     non_torch = [float(nt[r == 1].mean()) if (r == 1).any() else 0.0 for r in regimes.T]
     return StartupCoefficients(
