@@ -82,9 +82,10 @@ def run_plan(args: argparse.Namespace) -> int:
     _check(args)
     import pandas as pd
 
-    from ..estimate.device_model import device_cost_model
+    from ..models.registry import tensor_parallel_flag, tensor_parallel_size_for
     from ..plan.ladder_compare import compare, engine_ladders, export_plan, kinds_absent
     from ..plan.planner import plan_ladder
+    from ..views.model_cache import cached_cost_model
     from ..workload.scheduler import SchedulerLimits
     from ..workload.sources import split_holdout, workload_requests, workload_trace
     from ..workload.trace import check_step_budget
@@ -97,7 +98,7 @@ def run_plan(args: argparse.Namespace) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_speculative_tokens=args.num_speculative_tokens,
         max_loras=args.max_loras,
-        tensor_parallel_size=args.tensor_parallel_size,
+        tensor_parallel_size=tensor_parallel_size_for(args.model, args.tensor_parallel_size),
         sequence_parallel=args.sequence_parallel,
     ).resolve()
 
@@ -123,7 +124,12 @@ def run_plan(args: argparse.Namespace) -> int:
         check_step_budget(test, args.max_num_batched_tokens, f"--evaluate-on {args.evaluate_on}")
         evaluated_on = f"other trace: {other}"
     device = device_from_args(args)
-    cost_model = device_cost_model(args.model, device, context_len=args.context_len)
+    cost_model = cached_cost_model(  # the disk cache tune reads too: ~4 s to build
+        args.model,
+        device,
+        context_len=args.context_len,
+        tensor_parallel_size=tensor_parallel_flag(args.model, args.tensor_parallel_size),
+    )
     budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
     sizes = plan_ladder(  # the planner of config's generation
         plan_on,
@@ -285,7 +291,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument("--max-num-batched-tokens", type=int, default=8192)
     plan.add_argument("--num-speculative-tokens", type=int, default=0)
     plan.add_argument("--max-loras", type=int, default=0, help="LoRA adapters per step (0 = off)")
-    plan.add_argument("--tensor-parallel-size", type=int, default=1)
+    plan.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=None,
+        help="GPUs one replica spans, as vLLM's flag (default: the model's own, else 1); "
+        "step times and graph memory are one GPU's, its share of the model",
+    )
     plan.add_argument(
         "--sequence-parallel", action="store_true", help="sizes must be multiples of the TP size"
     )

@@ -75,6 +75,15 @@ def tensor_parallel_size_for(model: object, requested: int | None = None) -> int
     return spec.tensor_parallel_size if spec is not None else 1
 
 
+def tensor_parallel_flag(model: object, requested: int | None) -> int | None:
+    """``requested`` as ``tune``'s and ``plan``'s ``--tensor-parallel-size``: None when it is
+    absent or the model's own size (the same figures, under the cache key a run without the
+    flag uses), else the size."""
+    if requested is None or requested == tensor_parallel_size_for(model):
+        return None
+    return requested
+
+
 def build_model(
     name: str,
     *,

@@ -49,11 +49,9 @@ class TuneSettings:
     def tp_flag(self) -> int | None:
         """The TP size as ``tune``'s flag: None at the model's own size (the same figures,
         and the cache key the dashboard and CLI have always used)."""
-        from ..models.registry import tensor_parallel_size_for
+        from ..models.registry import tensor_parallel_flag
 
-        own = tensor_parallel_size_for(self.model)
-        tp = self.tensor_parallel_size
-        return None if tp is None or tp == own else tp
+        return tensor_parallel_flag(self.model, self.tensor_parallel_size)
 
 
 def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:

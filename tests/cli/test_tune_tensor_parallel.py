@@ -16,6 +16,8 @@ from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
 from cgdispatch.estimate.startup import estimate_startup
 from cgdispatch.models.published import published_model
+from cgdispatch.plan.ladder_compare import compare
+from cgdispatch.workload.sources import workload_trace
 
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
 
@@ -85,3 +87,22 @@ def test_a_planned_serve_line_carries_the_flag_once(capsys):
     words = shlex.split(out["flags"])
     assert words.count("--tensor-parallel-size") == 1
     assert words[words.index("--tensor-parallel-size") + 1] == "16"
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_plan_prices_one_gpu_of_its_tensor_parallel_size(capsys, tp):
+    # V1 (0.33): one flat list of sizes per ladder, which compare takes as it is
+    argv = ["plan", "--trace", "alpaca", "--max-graphs", "6", "--model", "llama-3.1-8b",
+            "--device", "H100", "--tensor-parallel-size", str(tp), "--vllm-version", "0.33",
+            "--json"]  # fmt: skip
+    assert main(argv) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    config = GraphConfig(vllm_version="0.33", tensor_parallel_size=tp).resolve()
+    trace, _ = workload_trace("alpaca")
+    sizes = {name: rows[name]["sizes"] for name in ("planned", "vllm")}
+    want = compare(
+        trace, sizes, config=config,
+        cost_model=device_cost_model("llama-3.1-8b", "H100", tensor_parallel_size=tp),
+    ).set_index("ladder")  # fmt: skip
+    for name in sizes:
+        assert rows[name]["mean_step_ms"] == pytest.approx(want.loc[name, "mean_step_ms"])
