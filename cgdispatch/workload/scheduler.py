@@ -21,22 +21,21 @@ from operator import attrgetter
 import numpy as np
 import pandas as pd
 
-from ..core.validate import (
-    MAX_REQUEST_TOKENS,
-    MAX_STEPS,
-)
+from ..core.validate import MAX_STEPS
 from .exact_run import AcceptFn, ExactRun
 from .limits import SchedulerLimits
+from .request_table import check_requests
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
 
-# SchedulerLimits fields where None means "no limit" (or "the release's default")
+__all__ = [
+    "SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN",
+    "check_requests",
+]  # fmt: skip
 
-
-__all__ = ["SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN"]
-
-_REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 # run repeated pure-decode steps in bulk (SchedulerSimulator._decode_stretch); False: one by one
 BULK_DECODES = True
+# steps without adapters or prompts mid-way by SchedulerSimulator._decode_first_step; False: numpy path
+FAST_STEPS = True
 
 
 def default_step_time_ms(num_tokens: int, num_reqs: int) -> float:
@@ -110,6 +109,7 @@ class SchedulerSimulator:
         self._step_time_ms = step_time_ms
         self._waiting: deque[int] = deque()
         self._run = np.empty(0, dtype=np.int64)  # running request indices, admission order
+        self._num_prefilling = 0  # running requests with prompt tokens left
         self.now_s = 0.0
         self.steps = 0
         self._next = 0  # first request not yet arrived
@@ -148,6 +148,8 @@ class SchedulerSimulator:
         if self.steps >= self._step_bound:
             raise RuntimeError(f"the simulator ran {self.steps} steps without finishing: a bug")
         self._admit_arrivals()
+        if FAST_STEPS and self._lora is None and not self._num_prefilling:
+            return self._decode_first_step()
         lim, q = self.limits, self.limits.q
         run, prompt_left, lora, waiting = self._run, self._prompt_left, self._lora, self._waiting
         budget = lim.max_num_batched_tokens
@@ -199,7 +201,62 @@ class SchedulerSimulator:
         run = np.concatenate([run, np.asarray(new, dtype=np.int64)])
         finished = (out_left[run] <= 0) & (prompt_left[run] == 0)
         self.finished += int(finished.sum())
-        self._run = run[~finished]
+        self._run = run = run[~finished]
+        self._num_prefilling = int(np.count_nonzero(prompt_left[run]))
+        self.now_s += self._step_time_ms(num_tokens, num_reqs) / 1e3
+        self.steps += 1
+        return step
+
+    def _decode_first_step(self) -> Step:
+        """:meth:`step` when there is no adapter column and no running request is mid-prompt:
+        every running request decodes, so the decodes are a slice of the running array and the
+        admissions are counted in Python ints. Why: on the 1M-request trace
+        (benchmarks/bench_large_trace.py, nearly all of whose steps take this path) the general
+        path's dozen numpy calls on arrays of a few hundred entries cost more than the work. The
+        same step, the same draws of ``self._rng`` (a test compares it with FAST_STEPS=False)."""
+        lim, q, run, waiting = self.limits, self.limits.q, self._run, self._waiting
+        prompt_left, out_left = self._prompt_left, self._out_left
+        dec = run[: lim.max_num_batched_tokens // q]
+        num_dec = len(dec)
+        budget = lim.max_num_batched_tokens - num_dec * q
+        seats = lim.max_num_seqs - len(run)
+        new, new_take = [], []
+        while waiting and len(new) < seats and budget > 0:
+            need = int(prompt_left[waiting[0]])
+            take = min(need, budget)
+            if take < need and not lim.enable_chunked_prefill:
+                break
+            new.append(waiting.popleft())
+            new_take.append(take)
+            budget -= take
+        prefill_tokens = sum(new_take)
+        num_tokens = num_dec * q + prefill_tokens
+        num_reqs = num_dec + len(new)
+        uniform = num_tokens > 0 and all(take == q for take in new_take)
+        max_q = max(q if num_dec else 0, max(new_take, default=0))
+        step = Step(num_tokens, num_reqs, uniform, False, 0, prefill_tokens, self.now_s,
+                    0, max_q, num_dec, 0)  # fmt: skip
+        still = []  # admissions that keep running, in admission order
+        for i, take in zip(new, new_take):
+            prompt_left[i] -= take
+            if prompt_left[i]:
+                self._num_prefilling += 1
+            else:
+                out_left[i] -= 1  # the step ending a prompt emits a token
+            if out_left[i] > 0:
+                still.append(i)
+            else:
+                self.finished += 1
+        if num_dec:
+            k, rate = lim.num_speculative_tokens, lim.spec_acceptance_rate
+            out_left[dec] = left = out_left[dec] - (1 + _accepted(self._rng, k, rate, num_dec))
+            finished = left <= 0
+            if num_finished := int(np.count_nonzero(finished)):
+                self.finished += num_finished
+                run = np.concatenate([dec[~finished], run[num_dec:]])
+        if still:
+            run = np.concatenate([run, np.asarray(still, dtype=np.int64)])
+        self._run = run
         self.now_s += self._step_time_ms(num_tokens, num_reqs) / 1e3
         self.steps += 1
         return step
@@ -246,7 +303,7 @@ class SchedulerSimulator:
             return 0
         self._admit_arrivals()
         run, n = self._run, len(self._run)
-        if not n or n > lim.max_num_batched_tokens or (self._prompt_left[run] > 0).any():
+        if not n or n > lim.max_num_batched_tokens or self._num_prefilling:
             return 0
         room = n < lim.max_num_seqs
         if self._waiting and room:
@@ -277,46 +334,3 @@ def _accepted(rng: np.random.Generator, k: int, rate: float, n: int) -> np.ndarr
     if rate == 1.0:
         return np.full(n, k, dtype=np.int64)
     return np.minimum(rng.geometric(1.0 - rate, n) - 1, k)
-
-
-def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
-    """A request table's columns with their dtypes, or ValueError naming the first bad row."""
-    missing = [c for c in _REQUEST_COLUMNS if c not in getattr(requests, "columns", ())]
-    if missing:
-        raise ValueError(
-            f"request table lacks columns {missing}: it needs {list(_REQUEST_COLUMNS)} "
-            "(cgdispatch.workload.files.load_requests maps common CSV column names)"
-        )
-    if len(requests) == 0:
-        raise ValueError("request table is empty: give at least one request")
-    cols = [*_REQUEST_COLUMNS, *([LORA_COLUMN] if LORA_COLUMN in requests.columns else [])]
-    frame = requests[cols].reset_index(drop=True)
-    arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(arrival)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"request table row {row}: arrival_s={_shown(frame['arrival_s'][row])} is not a finite "
-            "number: every request needs an arrival time in seconds (fill or drop blank ones)"
-        )
-    out = {"arrival_s": arrival}
-    for col in ("prompt_tokens", "output_tokens", *cols[3:]):
-        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
-        low = -1 if col == LORA_COLUMN else 1
-        high = 2**62 if col == LORA_COLUMN else MAX_REQUEST_TOKENS
-        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < low)
-        bad |= values > high
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"request table row {row}: {col}={_shown(frame[col][row])} is invalid: it must be "
-                f"an integer from {low} to {high:_}"
-                + (" (at most MAX_REQUEST_TOKENS per request)" if col != LORA_COLUMN else "")
-            )
-        out[col] = values.astype(np.int64)
-    return pd.DataFrame(out)
-
-
-def _shown(value: object) -> str:
-    """A cell as the user wrote it: ``6.5``, not ``np.float64(6.5)``."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
