@@ -34,13 +34,13 @@ from ..core.generation import generation_of
 from ..models.arch_spec import DTYPE_BYTES
 from ..models.published import PublishedModel, published_model
 from .devices import DEVICE_PRESETS, DeviceSpec, device_label, device_spec
-from .startup_data import _fitted_devices, _logged_devices
+from .startup_data import fitted_devices, logged_devices
 from .startup_pricing import (
     CALIBRATION,
     GIB,
     StartupCoefficients,
-    _check_config,
-    _check_run,
+    check_startup_config,
+    check_startup_run,
     startup_features,
 )
 
@@ -51,6 +51,7 @@ __all__ = [
     "estimate_startup",
     "startup_for",
     "startup_source",
+    "activation_features",
 ]
 
 # the memory torch reports for the whole device (``total_memory`` in vLLM's start-up log),
@@ -103,12 +104,12 @@ def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) 
     label, n = device_label(device), coefficients.fitted_on
     spec = device_spec(device)
     factor = coefficients.pool_factor(spec)
-    fitted = {device_spec(d).name for d in _fitted_devices()}
+    fitted = {device_spec(d).name for d in fitted_devices()}
     if spec.name in fitted and factor == 1.0:
         return f"model ({label}, calibrated on {n} vLLM startups)"
     on_this = (
         "its start-ups fit only the graph-pool factor"
-        if spec.name in _logged_devices()
+        if spec.name in logged_devices()
         else "no logged start-ups on this GPU"
     )
     pool = ""
@@ -118,13 +119,16 @@ def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) 
             f"; graph pool x{factor:.2f} for {archs} GPUs, fitted on "
             f"{coefficients.pool_factor_runs} start-ups"
         )
-    logged = ", ".join(sorted(_fitted_devices()))
+    logged = ", ".join(sorted(fitted_devices()))
     return f"model ({label}, {on_this}; calibrated on {n} vLLM startups on {logged}{pool})"
 
 
-def _activation_features(
+def activation_features(
     pm: PublishedModel, tp: int, dtype: str, max_num_seqs: int, max_num_batched_tokens: int
 ) -> dict[str, float]:
+    """The quantities the activation-peak model is linear in (GiB of logits and of one MLP
+    pass at the scheduler's limits, and whether the model is MoE): the estimate's and the
+    fit's (:mod:`~cgdispatch.estimate.startup_fit`) one home."""
     if pm.is_moe:
         inter = pm.experts_per_token * 2 * pm.moe_intermediate_size / tp
     else:
@@ -169,8 +173,8 @@ def estimate_startup(
     ValueError (vLLM would refuse to start), not an estimate of zero tokens.
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
-    _check_config(config)
-    pm, dtype = _check_run(model, device, tp, pp, dtype)
+    check_startup_config(config)
+    pm, dtype = check_startup_run(model, device, tp, pp, dtype)
     if isinstance(gpu_memory_utilization, bool) or not (
         isinstance(gpu_memory_utilization, (int, float)) and 0 < gpu_memory_utilization <= 1
     ):
@@ -197,7 +201,7 @@ def estimate_startup(
             + c.capture_per_eager * f["eager_s"]
             + c.capture_per_moe_key_s * f["moe_keys"]
         )
-    a = _activation_features(pm, tp, dtype, config.max_num_seqs, config.max_num_batched_tokens)
+    a = activation_features(pm, tp, dtype, config.max_num_seqs, config.max_num_batched_tokens)
     activation_gib = (
         c.activation_base_gib
         + c.activation_per_mlp * a["mlp_gib"]

@@ -25,7 +25,7 @@ from ..core.generation import GENERATIONS
 from ..core.modes import AttentionCGSupport
 from .devices import DEVICE_PRESETS, device_spec
 
-__all__ = ["reference_config", "reference_startups"]
+__all__ = ["fitted_devices", "logged_devices", "reference_config", "reference_startups", "run_args"]
 
 # the fitted runs (llm-d-planner's logs, rebuilt by scripts/extract_vllm_startups.py) and the
 # runs kept out of every fit (other sources, transcribed by hand, each with its URL)
@@ -104,7 +104,10 @@ def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
     return config.resolve(support)
 
 
-def _run_args(row: pd.Series) -> dict[str, Any]:
+def run_args(row: pd.Series) -> dict[str, Any]:
+    """The keyword arguments of :func:`~cgdispatch.estimate.startup.estimate_startup` that
+    one reference run's row logs (parallel sizes, dtype, quantization, KV dtype, memory
+    share)."""
     quant = row["quantization"]
     return {
         "tensor_parallel_size": int(row["tensor_parallel_size"]),
@@ -117,7 +120,7 @@ def _run_args(row: pd.Series) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def _logged_devices() -> frozenset[str]:
+def logged_devices() -> frozenset[str]:
     """Names (``DeviceSpec.name``) of the GPUs whose logged start-ups enter a fit: the
     fitted runs' and the runs behind the graph-pool factors (issue 28: no other GPU may
     say "calibrated")."""
@@ -126,7 +129,7 @@ def _logged_devices() -> frozenset[str]:
     return frozenset(device_spec(d).name for d in set(fitted) if d in DEVICE_PRESETS)
 
 
-def _fitted_devices() -> set[str]:
+def fitted_devices() -> set[str]:
     """The devices of the runs the constants are fitted on (held-out runs do not count)."""
     frame = _reference_frame()
     return set(frame.loc[frame["split"] == "fit", "device"])

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from ..models.published import published_model
-from .startup import _activation_features, estimate_startup
-from .startup_data import _run_args, reference_config, reference_startups
+from .startup import activation_features, estimate_startup
+from .startup_data import reference_config, reference_startups, run_args
 from .startup_pricing import GIB, StartupCoefficients, startup_features
 
 __all__ = ["FAMILIES", "fit_startup_model", "calibration_table", "error_summary"]
@@ -41,7 +41,7 @@ FAMILIES = (
 def _feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for _, row in rows.iterrows():
-        args = _run_args(row)
+        args = run_args(row)
         f = startup_features(
             row["model"],
             row["device"],
@@ -52,7 +52,7 @@ def _feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
         )
         pm = published_model(row["model"])
         f.update(
-            _activation_features(
+            activation_features(
                 pm,
                 args["tensor_parallel_size"],
                 args["dtype"],
@@ -153,7 +153,7 @@ def calibration_table(
             if key not in fits:
                 continue
             est = estimate_startup(
-                row["model"], row["device"], config, coefficients=fits[key], **_run_args(row)
+                row["model"], row["device"], config, coefficients=fits[key], **run_args(row)
             )
             record[f"graph_memory_gib_{label}"] = est.graph_memory_bytes / GIB
             record[f"capture_s_{label}"] = est.capture_s

@@ -47,6 +47,8 @@ __all__ = [
     "GraphPricing",
     "graph_pricing",
     "startup_features",
+    "check_startup_config",
+    "check_startup_run",
 ]
 
 GIB = float(1 << 30)
@@ -140,14 +142,18 @@ def _attention_input_bytes(pm: PublishedModel, tp: int, dtype_bytes: int) -> flo
     return width * dtype_bytes
 
 
-def _check_config(config: GraphConfig) -> None:
+def check_startup_config(config: GraphConfig) -> None:
+    """ValueError unless ``config`` is a :class:`GraphConfig` (a start-up's settings)."""
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
 
 
-def _check_run(
+def check_startup_run(
     model: object, device: str | DeviceSpec, tp: int, pp: int, dtype: str | None
 ) -> tuple[PublishedModel, str]:
+    """The published model and dtype of one start-up, after checking the model, the device,
+    the TP/PP sizes against the model's heads and layers, and the dtype (ValueError naming
+    the value)."""
     pm = published_model(model)
     device_spec(device)
     pm.check_parallel(tp, pp)
@@ -250,7 +256,7 @@ def graph_pricing(
     :func:`~cgdispatch.models.published.published_model` reads) on ``device`` (a preset
     name or a :class:`DeviceSpec`), for the GPU with the most layers (the last stage)."""
     tp, pp = tensor_parallel_size, pipeline_parallel_size
-    pm, dtype = _check_run(model, device, tp, pp, dtype)
+    pm, dtype = check_startup_run(model, device, tp, pp, dtype)
     rank = pp - 1
     first = pm.layers // pp * rank
     on_rank = range(first, first + pm.layers_on_rank(pp, rank))
@@ -280,7 +286,7 @@ def startup_features(
 ) -> dict[str, float]:
     """The quantities the graph-memory and capture-time models are linear in (the sums of
     :class:`GraphPricing`'s per-key terms over ``config``'s keys)."""
-    _check_config(config)
+    check_startup_config(config)
     pricing = graph_pricing(
         model,
         device,

@@ -36,7 +36,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _args(row: pd.Series) -> dict:
-    return startup_data._run_args(row)
+    return startup_data.run_args(row)
 
 
 def test_the_registry_covers_at_least_45_reference_runs(runs: pd.DataFrame) -> None:
