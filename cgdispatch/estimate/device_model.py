@@ -1,8 +1,8 @@
 """An analytic device model of step latency per (mode, size), with no GPU needed.
 
 Kernels are counted from the model's aten operators on fake tensors
-(:mod:`cgdispatch.estimate.kernels`; ``profile_step`` and ``toy_profiles`` re-exported here,
-imported on first use: a cost model read from the disk cache needs no torch). Each kernel's device time is
+(:mod:`cgdispatch.estimate.kernels`, imported only when a model is profiled: a cost model
+read from the disk cache needs no torch). Each kernel's device time is
 ``max(flops / (peak_flops * flop_efficiency), bytes / (bandwidth * bw_efficiency),
 kernel_min_us)``. How the host issues them and the device runs them in each mode (eager
 launches with a device gap each, one graph launch for FULL, one per piece plus eager
@@ -40,24 +40,12 @@ __all__ = [
     "DeviceSpec",
     "DEVICE_PRESETS",
     "StepProfile",
-    "profile_step",  # noqa: F822 - module __getattr__ (torch on first use)
     "predict_step",
     "predict_frame",
     "step_times_ms",
     "DeviceCostModel",
     "device_cost_model",
-    "toy_profiles",  # noqa: F822 - module __getattr__ (torch on first use)
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """``profile_step`` and ``toy_profiles`` of :mod:`~cgdispatch.estimate.kernels`, which
-    imports torch, loaded when first asked for."""
-    if name in ("profile_step", "toy_profiles"):
-        from . import kernels
-
-        return getattr(kernels, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def check_token_array(name: str, num_tokens: Any) -> np.ndarray:

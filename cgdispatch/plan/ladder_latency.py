@@ -20,7 +20,8 @@ from ..core.generation import NEWEST
 from ..core.modes import CUDAGraphMode
 from ..workload import result_cache
 from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
-from ..workload.scheduler import SchedulerLimits, check_requests, default_step_time_ms
+from ..workload.request_table import check_requests
+from ..workload.scheduler import SchedulerLimits, default_step_time_ms
 from .costs import CostModel
 
 __all__ = ["ladder_latency", "scheduler_limits_for"]

@@ -27,10 +27,7 @@ from .limits import SchedulerLimits
 from .request_table import check_requests
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
 
-__all__ = [
-    "SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN",
-    "check_requests",
-]  # fmt: skip
+__all__ = ["SchedulerLimits", "Step", "SchedulerSimulator", "default_step_time_ms", "LORA_COLUMN"]
 
 # run repeated pure-decode steps in bulk (SchedulerSimulator._decode_stretch); False: one by one
 BULK_DECODES = True

@@ -20,8 +20,8 @@ from cgdispatch.estimate.device_model import (
     StepProfile,
     predict_frame,
     predict_step,
-    profile_step,
 )
+from cgdispatch.estimate.kernels import profile_step
 
 
 def test_kernels_flops_and_bytes_of_an_mlp_by_hand() -> None:
@@ -181,7 +181,7 @@ def test_bad_inputs_raise_value_error() -> None:
 
 
 def test_toy_lm_attention_is_eager_in_piecewise_by_hand() -> None:
-    from cgdispatch.estimate.device_model import toy_profiles
+    from cgdispatch.estimate.kernels import toy_profiles
     from cgdispatch.models.toy import ToyConfig, build_toy_model
 
     cfg = ToyConfig(num_layers=3)
@@ -218,7 +218,7 @@ def test_a_gather_reads_its_rows_not_the_whole_table() -> None:
 def test_predict_config_pads_and_dispatches_like_the_runner() -> None:
     from cgdispatch import CudagraphDispatcher, GraphConfig
     from cgdispatch.estimate.calibration import predict_config
-    from cgdispatch.estimate.device_model import toy_profiles
+    from cgdispatch.estimate.kernels import toy_profiles
     from cgdispatch.models.toy import build_toy_model
 
     model = build_toy_model("toy-tiny", device="meta")

@@ -111,7 +111,8 @@ def test_calibrating_on_measured_rows_fits_them_better(tiny) -> None:
     import math
 
     from cgdispatch.estimate.calibration import calibrate_rows
-    from cgdispatch.estimate.device_model import DEVICE_PRESETS, predict_step, toy_profiles
+    from cgdispatch.estimate.device_model import DEVICE_PRESETS, predict_step
+    from cgdispatch.estimate.kernels import toy_profiles
     from cgdispatch.models.toy import build_toy_model
 
     rows, _ = tiny
