@@ -170,6 +170,9 @@ def test_a_busy_line_shows_before_each_new_verdict(dashboard: Any) -> None:
     seqs.press("Enter")
     page.locator(f"[data-testid=tune-verdict][data-run='{run + 1}']").wait_for(state="attached")
     assert runs_after(page, run) == [f"busy:{run + 1}", f"verdict:{run + 1}"]
+    # the verdict and the busy line are two widget messages: the clearing one may land a
+    # moment after the verdict is drawn, so wait for it (up to the page timeout)
+    page.locator("[data-testid=tune-busy]").wait_for(state="detached")
     assert page.locator("[data-testid=tune-busy]").count() == 0  # cleared when done
 
 
