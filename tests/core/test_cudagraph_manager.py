@@ -4,6 +4,7 @@ the vllm_version switch and the vLLM JSON round trip. Rules: docs/semantics_v2.m
 from __future__ import annotations
 
 import json
+import random
 import warnings
 
 import pytest
@@ -523,3 +524,37 @@ def test_dispatch_refuses_batches_no_scheduler_forms(args, name):
     with pytest.raises(ValueError, match=name):
         mgr.dispatch(*args)
     assert mgr.dispatch(1, 8, None, 0).num_tokens >= 8  # a good batch still answers
+
+
+def test_eager_answers_are_kept_and_bad_arguments_still_refused():
+    rng = random.Random()  # fresh inputs each run; the seed is in the failure message
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    cfg = gen2(
+        max_num_seqs=rng.randint(1, 64),
+        max_cudagraph_capture_size=rng.randint(8, 300),
+        max_num_batched_tokens=4096,
+        cudagraph_mode=rng.choice(["FULL_AND_PIECEWISE", "FULL", "PIECEWISE", "FULL_DECODE_ONLY"]),
+    ).resolve(AttentionCGSupport.ALWAYS)
+    mgr, ref = CudaGraphManager(cfg), ReferenceManager(cfg)
+    top = max((d.num_tokens for d in ref.decode + ref.token_keyed), default=0)
+    seen: dict[tuple, D] = {}
+    for _ in range(3000):
+        tokens = rng.randint(1, 2 * top + 10)
+        reqs = rng.randint(1, min(tokens, 2 * cfg.max_num_seqs))
+        u = 1 if rng.random() < 0.5 else None
+        if u == 1:
+            reqs = tokens
+        got = mgr.dispatch(reqs, tokens, u, 0)
+        assert got == ref.dispatch(reqs, tokens, u, 0), (seed, reqs, tokens, u)
+        if got.cg_mode is M.NONE:
+            assert got is seen.setdefault((reqs, tokens), got), seed  # kept, not rebuilt
+    if seen:
+        reqs, tokens = next(iter(seen))
+        # the kept answers never let a malformed call through
+        for bad in (dict(num_ubatches=True), dict(num_active_loras=0.0)):
+            args = dict(num_reqs=reqs, num_tokens=tokens, uniform_token_count=None)
+            with pytest.raises(ValueError):
+                mgr.dispatch(**{"num_active_loras": 0, **args, **bad})
+        with pytest.raises(ValueError, match="uniform_token_count"):
+            mgr.dispatch(reqs, tokens, True, 0)

@@ -329,3 +329,42 @@ def test_ready_dispatcher_builds_initialised_dispatchers_and_passes_ready_ones_t
     assert ready_dispatcher().config == GraphConfig(vllm_version="0.33")
     with pytest.raises(ValueError, match="GraphConfig or a CudagraphDispatcher"):
         ready_dispatcher({"cudagraph_mode": "FULL"})
+
+
+def test_eager_answers_are_built_once_counted_and_still_checked():
+    rng = random.Random()  # fresh inputs each run; the seed is in the failure message
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    sizes = sorted(rng.sample(range(1, 300), rng.randint(1, 12)))
+    mode = rng.choice([M.PIECEWISE, M.FULL, M.FULL_AND_PIECEWISE, M.FULL_DECODE_ONLY])
+    config = GraphConfig(
+        vllm_version="0.33",
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=sizes,
+        max_num_seqs=rng.randint(1, 64),
+        max_num_batched_tokens=4096,
+    )
+    d = make(config)
+    keys = expected_keys(config)
+    steps = [(rng.randint(1, 2 * sizes[-1] + 10), rng.random() < 0.6) for _ in range(3000)]
+    first: dict[int, tuple] = {}
+    eager: dict[int, int] = {}
+    for n, u in steps:
+        got = d.dispatch(n, u)
+        assert got == brute_dispatch(config, keys, n, u), (seed, n, u)
+        if n > sizes[-1]:
+            assert got is first.setdefault(n, got), (seed, n)  # one answer object per count
+        if got.runtime_mode is M.NONE:
+            eager[n] = eager.get(n, 0) + 1
+    rows = d.stats_frame().query("runtime_mode == 'NONE'")
+    assert dict(zip(rows.padded_size, rows.calls)) == eager, seed
+    d.reset_stats()
+    above = sizes[-1] + 1
+    d.dispatch(above)
+    assert d.stats_frame().calls.tolist() == [1]
+    # a count the dispatcher never validated still takes the checked path
+    with pytest.raises(ValueError, match="num_tokens"):
+        d.dispatch(2**31)
+    d.record_stats = False
+    assert d.dispatch(above) is d.dispatch(above)
+    assert d.stats_frame().calls.tolist() == [1]

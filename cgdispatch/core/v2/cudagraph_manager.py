@@ -28,6 +28,7 @@ __all__ = ["BatchExecutionDescriptor", "CudaGraphManager", "is_compatible"]
 
 M = CUDAGraphMode
 _MEMO_LIMIT = 1 << 16
+_EAGER_ANSWER_LIMIT = 1 << 16  # eager answers kept per manager (bounds its memory)
 
 
 @dataclass(frozen=True)
@@ -293,26 +294,39 @@ class CudaGraphManager:
 
     def _init_fast_path(self) -> None:
         """Flat tables for batches without LoRA, query bound or microbatching: per query
-        length the decode table, and per token count the first token-keyed candidate
-        such a batch can take (with the most requests it holds)."""
+        length the decode table, and per token count the token-keyed candidates such a
+        batch can take, in dispatch order, each with the most requests it holds.
+
+        Why: benchmarks/bench_dispatch_v2.py (target >= 5x the plain rules). A batch that
+        misses them all runs eagerly; its answer depends on (num_tokens, num_reqs) alone
+        and is kept in ``_eager_answers`` once the checked path has built it, so repeated
+        eager steps (above the largest graph, or more requests than any graph holds)
+        allocate nothing and are not validated again.
+        """
         self._fast_decode = {
             u: table
             for (u, lora, nub), table in self._decode_descs.items()
             if lora == 0 and nub == 1
         }
         self._fast_max = max((t for t, lora in self._candidates if lora == 0), default=0)
-        none = (None, -1)  # no candidate: the general path answers
-        self._fast_mixed = [none] * (self._fast_max + 1)
+        self._fast_mixed: list[tuple[tuple[int, BatchExecutionDescriptor], ...]] = [()] * (
+            self._fast_max + 1
+        )
         for t in range(1, self._fast_max + 1):
-            for desc in self._candidates.get((t, 0), ()):
-                if (
-                    desc.uniform_token_count is None
-                    and desc.max_query_len is None
-                    and desc.num_ubatches == 1
-                ):
-                    limit = desc.num_reqs if desc.num_reqs is not None else 1 << 62
-                    self._fast_mixed[t] = (desc, limit)
-                    break
+            self._fast_mixed[t] = tuple(
+                (desc.num_reqs if desc.num_reqs is not None else 1 << 62, desc)
+                for desc in self._candidates.get((t, 0), ())
+                if desc.uniform_token_count is None
+                and desc.max_query_len is None
+                and desc.num_ubatches == 1
+            )
+        # no graph holds more tokens than this: every batch above it runs eagerly
+        self._max_graph_tokens = max(
+            (d.num_tokens for descs in self._capture_descs.values() for d in descs), default=0
+        )
+        # num_tokens -> num_reqs -> eager answer (no LoRA, no query bound, one microbatch)
+        self._eager_answers: dict[int, dict[int, BatchExecutionDescriptor]] = {}
+        self._eager_count = 0
 
     # ----- queries -----------------------------------------------------------------------
     @property
@@ -354,23 +368,48 @@ class CudaGraphManager:
             and num_ubatches == 1
             and num_active_loras == 0
             and type(num_tokens) is int
-            and 0 < num_tokens <= self._fast_max
+            and num_tokens > 0
             and type(num_reqs) is int
             and num_reqs >= 0
         ):
-            if uniform_token_count is not None:
-                # an unknown query length (0 and text included) falls to the checked path
-                table = self._fast_decode.get(uniform_token_count)
-                if table is not None:
-                    n = cdiv(num_tokens, uniform_token_count)
-                    if n < len(table):
-                        desc = table[n]
-                        if desc.num_reqs >= num_reqs:
+            known = True  # a batch whose answer the flat tables decide
+            if num_tokens <= self._fast_max:
+                if uniform_token_count is not None:
+                    # an unknown query length (0 and text included) falls to the checked path
+                    table = self._fast_decode.get(uniform_token_count)
+                    if table is not None:
+                        n = cdiv(num_tokens, uniform_token_count)
+                        if n < len(table):
+                            desc = table[n]
+                            if desc.num_reqs >= num_reqs:
+                                return desc
+                    known = table is not None and type(uniform_token_count) is int
+                if known:
+                    # the token-keyed graphs treat uniform and mixed batches alike
+                    for limit, desc in self._fast_mixed[num_tokens]:
+                        if num_reqs <= limit:
                             return desc
-            else:
-                desc, limit = self._fast_mixed[num_tokens]
-                if num_reqs <= limit:
-                    return desc
+            elif num_tokens <= self._max_graph_tokens:
+                known = False
+            if (
+                known
+                and type(num_active_loras) is int
+                and type(num_ubatches) is int
+                and (
+                    uniform_token_count is None
+                    or (
+                        type(uniform_token_count) is int
+                        and 0 < uniform_token_count <= MAX_STEP_TOKENS
+                    )
+                )
+            ):
+                # eager: answered before (the checked path below fills this table, so
+                # num_tokens and num_reqs were checked then)
+                by_reqs = self._eager_answers.get(num_tokens)
+                if by_reqs is not None:
+                    answer = by_reqs.get(num_reqs)
+                    if answer is not None:
+                        return answer
         key = (
             num_reqs,
             num_tokens,
@@ -384,6 +423,15 @@ class CudaGraphManager:
             return hit
         key = _check_dispatch_args(*key)  # numpy integers become ints
         desc = self._dispatch(*key)
+        if desc.cg_mode is M.NONE and key[3:] == (0, None, 1):
+            # one eager answer per (num_tokens, num_reqs), whatever the query length
+            by_reqs = self._eager_answers.setdefault(key[1], {})
+            kept = by_reqs.get(key[0])
+            if kept is not None:
+                desc = kept
+            elif self._eager_count < _EAGER_ANSWER_LIMIT:
+                by_reqs[key[0]] = desc
+                self._eager_count += 1
         if len(self._memo) >= _MEMO_LIMIT:
             self._memo.clear()
         self._memo[key] = desc
