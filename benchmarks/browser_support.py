@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -87,44 +88,98 @@ def server_env(home: Path) -> dict[str, str]:
     return env
 
 
+class _ServerOutput:
+    """Copies a server's output to its log file and tells when the server says it listens.
+
+    Jupyter Server and Voila print their URL (``http://127.0.0.1:<port>/...``) once the
+    socket is bound, so waiting for that line is a wait on the event itself, not a timed
+    poll; the copy also keeps the pipe drained for the server's whole life.
+    """
+
+    def __init__(self, proc: subprocess.Popen, log: Path, port: int) -> None:
+        self._changed = threading.Condition()
+        self.listening = False  # a line named 127.0.0.1:<port>/ or localhost:<port>/
+        self.ended = False  # the output closed: the server exited
+        self._thread = threading.Thread(
+            target=self._copy, args=(proc.stdout, log, port), daemon=True
+        )
+        self._thread.start()
+
+    def _copy(self, stream: Any, log: Path, port: int) -> None:
+        marks = (f"127.0.0.1:{port}/", f"localhost:{port}/")
+        with log.open("w") as out:
+            for line in stream:
+                out.write(line)
+                out.flush()
+                if not self.listening and any(mark in line for mark in marks):
+                    with self._changed:
+                        self.listening = True
+                        self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_listening(self, timeout_s: float) -> bool:
+        """True once the server said it listens, False if it exited or timed out first."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.listening or self.ended, timeout_s)
+            return self.listening
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+
 def _wait_ready(
-    port: int, path: str | None, proc: subprocess.Popen, log: Path, timeout_s: float
+    port: int,
+    path: str | None,
+    proc: subprocess.Popen,
+    output: _ServerOutput,
+    log: Path,
+    timeout_s: float,
 ) -> None:
-    """Until ``path`` answers 200 (or, with ``path=None``, the port accepts connections)."""
+    """Until the server says it listens on ``port``; then one request to ``path`` must
+    answer 200 (``path=None``: one connection must be accepted)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
+    if not output.wait_listening(timeout_s):
+        if proc.poll() is not None or output.ended:
+            proc.wait(timeout=15)
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if path is None:
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                return
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.25)
-    raise RuntimeError(
-        f"server on port {port} not ready after {timeout_s} s:\n{log.read_text()[-3000:]}"
-    )
+        raise RuntimeError(
+            f"server on port {port} not listening after {timeout_s} s:\n{log.read_text()[-3000:]}"
+        )
+    left_s = max(deadline - time.monotonic(), 5.0)  # the socket is bound: it answers
+    if path is None:
+        socket.create_connection(("127.0.0.1", port), timeout=left_s).close()
+        return
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=left_s) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{path} answered {response.status}:\n{log.read_text()[-3000:]}")
 
 
 @contextmanager
 def running_server(
-    argv: list[str], ready_path: str | None, port: int, home: Path, timeout_s: float = 60
+    argv: list[str], ready_path: str | None, port: int, home: Path, timeout_s: float = 120
 ) -> Iterator[str]:
     """Start ``argv`` (a server on ``port``), wait until it is ready, yield its URL, stop it after.
 
-    ``ready_path`` is a cheap URL that answers 200 once the server is up; None waits for the
-    port (Voila runs the notebook on every page request, so probing a page would run it twice).
+    Ready: the server printed its URL with ``port`` (it is bound), then ``ready_path``, a
+    cheap URL, answered 200; None only connects (Voila runs the notebook on every page
+    request, so probing a page would run it twice). ``timeout_s`` is generous for a
+    loaded 2-core machine; the wait ends as soon as the server is up or has exited.
     """
     log = home / f"server-{port}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            argv, env=server_env(home), stdout=out, stderr=subprocess.STDOUT, cwd=home
-        )
+    proc = subprocess.Popen(
+        argv,
+        env=server_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        cwd=home,
+    )
+    output = _ServerOutput(proc, log, port)
     try:
-        _wait_ready(port, ready_path, proc, log, timeout_s)
+        _wait_ready(port, ready_path, proc, output, log, timeout_s)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()  # exactly the process started here
@@ -133,6 +188,7 @@ def running_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+        output.join(15)  # the pipe closes when the server (and its kernels) exit
 
 
 def jupyterlab_argv(port: int, root_dir: Path) -> list[str]:
