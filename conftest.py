@@ -106,7 +106,6 @@ LONG_FILES = (
     "tests/capture/test_release.py",  # 34 s
     "tests/views/test_figure_text.py",  # 28 s: every figure, the calibration fit
     "notebooks/03_mode_sweep.ipynb",  # 24 s
-    "tests/sweep/test_worker_processes.py",  # 21 s: three sweeps killed mid-run
     "tests/estimate/test_startup.py",  # 21 s: the start-up constants refit
     "tests/test_browser_dashboard.py",  # 19 s
     "tests/capture/test_piecewise.py",  # 19 s: inductor compiles

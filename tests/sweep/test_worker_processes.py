@@ -36,6 +36,14 @@ def _group(pgid: int) -> list[tuple[int, int]]:
     return found
 
 
+def _has_torch(pid: int) -> bool:
+    """Whether process ``pid`` has torch's shared library mapped (it imported torch)."""
+    try:
+        return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:  # gone or not readable
+        return False
+
+
 def _ctrl_c_as_in_a_terminal() -> None:
     """SIGINT at its default in the sweep, as a shell in a terminal starts it: a test run in
     the background of a shell without job control inherits SIGINT ignored, and Python then
@@ -64,7 +72,11 @@ def test_workers_die_with_the_sweep(how, tmp_path):
     try:
         workers = lambda: [pid for pid, ppid in _group(proc.pid) if ppid == proc.pid]  # noqa: E731
         assert _wait(lambda: len(workers()) >= 2, 120), "the sweep started no workers"
-        time.sleep(3)  # let the workers start their units
+        # a worker is in its unit once it has loaded torch (the unit builds the model); the
+        # group also holds multiprocessing's resource tracker, which never does
+        assert _wait(lambda: sum(map(_has_torch, workers())) >= 2, 120), (
+            "the workers never started their units"
+        )
         assert proc.poll() is None, "the sweep ended before it could be interrupted"
         started = workers()
         if how == "SIGKILL":
