@@ -196,6 +196,17 @@ class StepPricer:
             self._heads[sampled] = found
         return found
 
+    def device_ms(self, content: StepContent, padded: int | None = None) -> float:
+        """The step's kernels' device work alone (ms): no launches, gaps or host time, the
+        sum a per-kernel measurement adds up (what bench_step_costs.py compares)."""
+        padded = content.num_tokens if padded is None else padded
+        rows = self.kernel_rows(
+            np.array([padded]),
+            np.array([content.sampled_tokens]),
+            np.array([self.attention_us(content)]),
+        )
+        return float(rows.sum()) / 1e3
+
     def step_ms(self, content: StepContent, mode: CUDAGraphMode, padded: int) -> float:
         """The step's time (ms) in a runtime mode at ``padded`` tokens."""
         c, a, h = self.lines(mode, padded)
