@@ -54,8 +54,11 @@ def data_dir(arg: str | None) -> Path:
 def load(root: Path, folder: str, version: str) -> dict[str, pd.DataFrame]:
     base = root / folder
     gemm = pd.read_parquet(base / "gemm/vllm" / version / "gemm_perf.parquet")
-    gemm = gemm[(gemm.gemm_dtype == "bfloat16") & (gemm.n >= 256) & (gemm.k >= 256)]
-    tables = {"gemm": gemm}
+    gemm = gemm[(gemm.n >= 256) & (gemm.k >= 256)]
+    tables = {"gemm": gemm[gemm.gemm_dtype == "bfloat16"]}
+    fp8 = gemm[(gemm.gemm_dtype == "fp8") & (gemm.kernel_source == "CutlassFP8ScaledMMLinearKernel")]
+    if len(fp8):  # per-tensor scaled W8A8 (vLLM's fp8 checkpoints), Hopper only
+        tables["gemm_fp8"] = fp8
     for kind in ("context", "generation"):
         att = pd.read_parquet(base / "attention/vllm" / version / f"{kind}_attention_perf.parquet")
         keep = (att.kv_cache_dtype == "bfloat16") & att.head_dim.isin([64, 128])
@@ -73,6 +76,7 @@ def load(root: Path, folder: str, version: str) -> dict[str, pd.DataFrame]:
 def default_coeffs() -> dict[str, dict[str, float]]:
     return {
         "gemm": {"ef": 0.8, "eb": 0.8, "t0_us": 4.0, "m_half": 16.0},
+        "gemm_fp8": {"ef": 0.8, "eb": 0.8, "t0_us": 4.0, "m_half": 16.0},
         "decode": {"eb": 0.8, "t0_us": 10.0, "per_head_req_us": 0.1},
         "prefill": {"ef": 0.6, "eb": 0.5, "t0_us": 10.0, "n_half": 500.0},
         "allreduce": {"eff": 0.6, "t0_us_tp2": 4.0, "t0_us_tp4": 5.0, "t0_us_tp8": 5.5},
@@ -89,6 +93,9 @@ def predict(op: str, t: pd.DataFrame, spec, values) -> np.ndarray:
     if op == "gemm":
         m, n, k = (t[x].to_numpy(np.float64) for x in ("m", "n", "k"))
         return gemm_us(2 * m * n * k, 2 * (m * k + n * k + m * n), m, spec, c)
+    if op == "gemm_fp8":  # 1-byte inputs and weights, 2-byte output
+        m, n, k = (t[x].to_numpy(np.float64) for x in ("m", "n", "k"))
+        return gemm_us(2 * m * n * k, m * k + n * k + 2 * m * n, m, spec, c, fp8=True)
     if op == "generation":
         b, ctx = t.batch_size.to_numpy(np.float64), t.step.to_numpy(np.float64) + 1
         kv_bytes = b * ctx * t.num_key_value_heads * t.head_dim * 2 * 2
@@ -113,6 +120,12 @@ def predict(op: str, t: pd.DataFrame, spec, values) -> np.ndarray:
 
 PARAMS = {
     "gemm": [("ef", 0.05, 1.0), ("eb", 0.05, 1.5), ("t0_us", 0.0, 50.0), ("m_half", 0.0, 4096)],
+    "gemm_fp8": [
+        ("ef", 0.05, 1.0),
+        ("eb", 0.05, 1.5),
+        ("t0_us", 0.0, 50.0),
+        ("m_half", 0.0, 4096),
+    ],
     "generation": [("eb", 0.05, 1.5), ("t0_us", 0.0, 100.0), ("per_head_req_us", 0.0, 50.0)],
     "context": [("ef", 0.05, 1.0), ("eb", 0.05, 1.5), ("t0_us", 0.0, 100.0), ("n_half", 0.0, 1e5)],
     "allreduce": [
@@ -122,7 +135,7 @@ PARAMS = {
         ("t0_us_tp8", 0.0, 100.0),
     ],
 }
-GROUP = {"gemm": "gemm", "generation": "decode", "context": "prefill", "allreduce": "allreduce"}
+GROUP = {"gemm": "gemm", "gemm_fp8": "gemm_fp8", "generation": "decode", "context": "prefill", "allreduce": "allreduce"}
 
 
 def fit(op: str, t: pd.DataFrame, spec, values) -> None:
@@ -166,7 +179,10 @@ def main() -> None:
         spec = DEVICE_PRESETS[preset]
         tables = load(root, folder, version)
         values = default_coeffs()
-        for op in ("gemm", "generation", "context", "allreduce"):
+        for op in ("gemm", "gemm_fp8", "generation", "context", "allreduce"):
+            if op not in tables:
+                del values[GROUP[op]]  # no table: the kernel model falls back (its doc)
+                continue
             t = tables[op]
             if len(t) > args.sample:
                 t = t.sample(args.sample, random_state=0)
@@ -182,7 +198,9 @@ def main() -> None:
     for preset, (folder, version, arch) in HELD_OUT.items():
         spec = DEVICE_PRESETS[preset]
         tables = load(root, folder, version)
-        for op in ("gemm", "generation", "context", "allreduce"):
+        for op in ("gemm", "gemm_fp8", "generation", "context", "allreduce"):
+            if op not in tables:
+                continue
             med, p90 = errors(op, tables[op], spec, fitted[arch])
             table["errors"][f"{preset} {op} (held out)"] = {"median": med, "p90": p90}
             print(f"{arch:7s} {preset:5s} {op:10s} held out median {med:6.1%}  p90 {p90:6.1%}")

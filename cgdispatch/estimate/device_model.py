@@ -20,6 +20,7 @@ measured sweep rows instead.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ from .startup import startup_source
 from .startup_pricing import GraphPricing, graph_pricing
 from .step_cost import StepPricer
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
+
+# bytes of one weight element per weight dtype a checkpoint may use
+WEIGHT_DTYPES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 __all__ = [
     "DeviceSpec",
@@ -170,6 +174,25 @@ class DeviceCostModel:
     attention: AttentionShape | None = None
     # the context each decode's attention reads when only a step's size is known
     context_len: int = 512
+    # how the checkpoint stores its linear weights: bfloat16 (as profiled), fp8 (W8A8 where
+    # the GPU has fp8 tensor cores, else weight-only), int8 (W8A8), int4 (weight-only)
+    weight_dtype: str = "bfloat16"
+    num_experts: int = 0  # routed experts of a mixture-of-experts model (0: dense)
+
+    def with_dtypes(
+        self, weight_dtype: str = "auto", kv_cache_dtype: str = "auto"
+    ) -> DeviceCostModel:
+        """This model with quantized weights and/or an fp8 KV cache (see device_cost_model)."""
+        changes: dict[str, Any] = {}
+        if weight_dtype != "auto":
+            changes["weight_dtype"] = weight_dtype
+        if kv_cache_dtype == "fp8" and self.attention is not None:
+            a = self.attention
+            scale = 1.0 / a.kv_dtype_bytes
+            changes["attention"] = dataclasses.replace(
+                a, kv_bytes_per_token=a.kv_bytes_per_token * scale, kv_dtype_bytes=1.0
+            )
+        return dataclasses.replace(self, **changes) if changes else self
 
     def pricer(self) -> StepPricer:
         """The :class:`~cgdispatch.estimate.step_cost.StepPricer` of this model (one per
@@ -262,6 +285,8 @@ def device_cost_model(
     *,
     context_len: int = 512,
     tensor_parallel_size: int | None = None,
+    weight_dtype: str = "auto",
+    kv_cache_dtype: str = "auto",
 ) -> DeviceCostModel:
     """The device model of ``model`` (built on meta) on ``device`` (a preset name or a
     :class:`DeviceSpec`). ``model``: a registry name, a published Hugging Face id, or any
@@ -271,7 +296,10 @@ def device_cost_model(
     attention and after the MLP; a registry model with a published config is rebuilt from
     that config at another TP size, a toy model only runs at its own.
 
-    ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
+    ``weight_dtype``: ``auto`` (the config's dtype), ``fp8``, ``int8`` or ``int4`` (a
+    quantized checkpoint's linear weights, priced with their bytes and GEMM rate);
+    ``kv_cache_dtype``: ``auto`` or ``fp8`` (vLLM's ``--kv-cache-dtype``: the KV bytes each
+    decode reads halve). ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
     output is about 500 tokens, docs/references.md). Two kernel profiles on fake tensors,
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
@@ -309,10 +337,18 @@ def device_cost_model(
         )
     device_spec(device)  # before the cache hashes the arguments (a list cannot be)
     context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(
+            f"weight_dtype={weight_dtype!r} is unknown: use one of {sorted(WEIGHT_DTYPES)}"
+        )
+    if kv_cache_dtype not in ("auto", "fp8"):
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or 'fp8'")
     if isinstance(model, PublishedModel):
         model.check_parallel(tp or 1, 1)
-        return _device_cost_model(model, device, context_len, tp or 1)
-    return _device_cost_model(model, device, context_len, None)
+        built = _device_cost_model(model, device, context_len, tp or 1)
+    else:
+        built = _device_cost_model(model, device, context_len, None)
+    return built.with_dtypes(weight_dtype, kv_cache_dtype)
 
 
 def _build(model: object, tensor_parallel_size: int | None = None) -> object:
@@ -351,6 +387,7 @@ def _device_cost_model(
     net = _build(model, tensor_parallel_size)
     spec = device_spec(device)
     attention = attention_shape(net)
+    experts = int(getattr(getattr(net, "config", None), "num_experts", 0) or 0)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))
     published = getattr(getattr(net, "spec", None), "published", "")
@@ -361,7 +398,14 @@ def _device_cost_model(
             published, device, tensor_parallel_size=net.spec.tensor_parallel_size
         )
         return DeviceCostModel(
-            model, spec, profile, {}, pricing=pricing, attention=attention, context_len=context_len
+            model,
+            spec,
+            profile,
+            {},
+            pricing=pricing,
+            attention=attention,
+            context_len=context_len,
+            num_experts=experts,
         )
     anchors = (256, 512)
     lines = {}
@@ -378,7 +422,13 @@ def _device_cost_model(
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
     return DeviceCostModel(
-        model, spec, profile, lines, attention=attention, context_len=context_len
+        model,
+        spec,
+        profile,
+        lines,
+        attention=attention,
+        context_len=context_len,
+        num_experts=experts,
     )
 
 

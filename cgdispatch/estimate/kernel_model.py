@@ -11,7 +11,7 @@ says so) with their own datasheet rates.
 
 The formulas (microseconds; ``peak`` and ``bw`` are the device's datasheet rates):
 
-- GEMM of ``m`` rows: ``t0 + max(flops / (peak * ef * m / (m + m_half)), bytes / (bw * eb))``;
+- GEMM of ``m`` rows (bf16; fp8 W8A8 on Hopper with its own coefficients): ``t0 + max(flops / (peak * ef * m / (m + m_half)), bytes / (bw * eb))``;
 - decode attention of one layer (FlashAttention reading each request's KV cache):
   ``t0 + kv_bytes / (bw * eb) + per_head_req * num_decodes * heads / 64``;
 - prefill attention of one layer, per prompt chunk of ``n`` new tokens after ``c`` cached:
@@ -62,6 +62,9 @@ class KernelCoefficients:
     decode: dict[str, float]  # eb, t0_us, per_head_req_us
     prefill: dict[str, float]  # ef, eb, t0_us, n_half
     allreduce: dict[str, float]  # eff, t0_us_tp2, t0_us_tp4, t0_us_tp8
+    # fp8 W8A8 GEMMs (per-tensor scales) where the tables have them (Hopper); None: an fp8
+    # checkpoint runs weight-only there (Marlin on Ampere): bf16 rates, 1-byte weights
+    gemm_fp8: dict[str, float] | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,6 +94,7 @@ def kernel_coefficients(spec: DeviceSpec) -> KernelCoefficients:
         row["decode"],
         row["prefill"],
         row["allreduce"],
+        row.get("gemm_fp8"),
     )
 
 
@@ -107,8 +111,9 @@ def gemm_us(
     *,
     fp8: bool = False,
 ) -> np.ndarray:
-    """Device time of GEMMs with ``m`` rows each (arrays broadcast together)."""
-    c = coeffs.gemm
+    """Device time of GEMMs with ``m`` rows each (arrays broadcast together); ``fp8``: W8A8
+    at the fp8 rate with the fp8 coefficients (callers check ``coeffs.gemm_fp8`` first)."""
+    c = coeffs.gemm_fp8 if fp8 and coeffs.gemm_fp8 else coeffs.gemm
     m = np.maximum(np.asarray(m, dtype=np.float64), 1.0)
     eff = c["ef"] * m / (m + c["m_half"])
     compute = np.asarray(flops, dtype=np.float64) / (_peak(spec, fp8) * eff)

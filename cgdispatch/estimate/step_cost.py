@@ -28,7 +28,7 @@ its steps with one small ``max`` (about 3 us) instead of a kernel matrix.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -43,10 +43,28 @@ from .kernel_model import (
 )
 from .step_time import issue_items, kernel_times_us
 
-if TYPE_CHECKING:
-    from .device_model import DeviceCostModel
+# bytes of one weight element (device_model.WEIGHT_DTYPES; repeated: no import cycle)
+WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
-__all__ = ["StepContent", "StepPricer", "price_step", "KERNEL_KINDS"]
+if TYPE_CHECKING:
+    from .devices import DeviceSpec
+    from .profiles import AttentionShape, LinearProfile
+
+
+class PricedModel(Protocol):
+    """What a step pricer reads of a cost model (:class:`~cgdispatch.estimate.device_model.DeviceCostModel`)."""
+
+    model_name: str
+    spec: DeviceSpec
+    profile: LinearProfile
+    attention: AttentionShape | None
+    weight_dtype: str
+    num_experts: int
+
+    def pricer(self) -> StepPricer: ...
+
+
+__all__ = ["StepContent", "StepPricer", "PricedModel", "price_step", "KERNEL_KINDS"]
 
 _GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 # what each profile kernel is priced as (StepPricer.kinds)
@@ -72,7 +90,7 @@ class StepPricer:
     what they hold. It keeps a table of lines per (mode, padded size) it has priced; it does
     not decide the mode or the padding (the dispatcher does)."""
 
-    def __init__(self, cost_model: DeviceCostModel) -> None:
+    def __init__(self, cost_model: PricedModel) -> None:
         shape = cost_model.attention
         if shape is None:
             raise ValueError(
@@ -83,6 +101,19 @@ class StepPricer:
         self.coeffs = kernel_coefficients(self.spec)
         profile = cost_model.profile
         self.kinds = classify(profile.names, profile.splitting, shape.tensor_parallel_size)
+        # the profile is in 16 bits: a GEMM's bytes at zero tokens are its weights
+        weights = profile.bytes_at_zero
+        self.weight_scale = WEIGHT_BYTES[cost_model.weight_dtype] / 2.0
+        self.fp8 = cost_model.weight_dtype in ("fp8", "int8") and (
+            self.coeffs.gemm_fp8 is not None or cost_model.weight_dtype == "int8"
+        )
+        # routed experts: rows = tokens x top-k through one expert's weights, so FLOPs per
+        # token over weight elements is top-k (1 for a dense GEMM)
+        ratio = np.divide(
+            profile.flops_per_token, weights, out=np.zeros_like(weights), where=weights > 0
+        )
+        self.top_k = np.where((self.kinds == _GEMM) & (ratio > 1.5), np.round(ratio), 1.0)
+        self.num_experts = cost_model.num_experts
         self.num_layers = int((self.kinds == _ATTN).sum())
         self._lines: dict[tuple[CUDAGraphMode, int], tuple[np.ndarray, ...]] = {}
         self._heads: dict[int, float] = {}
@@ -126,8 +157,7 @@ class StepPricer:
         out = kernel_times_us(flops, nbytes, profile.half, spec)
         gemm = kinds == _GEMM
         if gemm.any():
-            m = np.broadcast_to(padded[:, None], flops[:, gemm].shape)
-            out[:, gemm] = gemm_us(flops[:, gemm], nbytes[:, gemm], m, spec, self.coeffs)
+            out[:, gemm] = self._gemm_rows(padded, flops[:, gemm], gemm)
         head = np.flatnonzero(kinds == _HEAD)
         if head.size:
             s = np.asarray(sampled, dtype=np.float64)
@@ -143,6 +173,29 @@ class StepPricer:
                 nbytes[:, ar] / 2, self.shape.tensor_parallel_size, spec, self.coeffs
             )
         return out
+
+    def _gemm_rows(self, padded: np.ndarray, flops: np.ndarray, gemm: np.ndarray) -> np.ndarray:
+        """The model's GEMMs at ``padded`` tokens: weights in the checkpoint's dtype, and a
+        routed expert's weights read once per expert the tokens reach."""
+        profile = self.model.profile
+        weights = profile.bytes_at_zero[gemm] * self.weight_scale
+        acts = profile.bytes_per_token[gemm] * padded[:, None]
+        k = self.top_k[gemm]
+        m = np.broadcast_to(padded[:, None], flops.shape).astype(np.float64)
+        experts = self.num_experts
+        if experts and (k > 1).any():
+            # distinct experts that top-k routing of the step's tokens reaches (uniform)
+            active = experts * (1 - (1 - np.minimum(k, experts) / experts) ** padded[:, None])
+            routed = k > 1
+            weights = np.where(routed, weights * active, weights)
+            m = np.where(routed, padded[:, None] * k / np.maximum(active, 1.0), m)
+        fp8 = self.fp8 and self.coeffs.gemm_fp8 is not None
+        rate = self.spec
+        if self.fp8 and not fp8:  # int8 W8A8 without fitted fp8 GEMMs: twice the bf16 rate
+            rate = self.spec.replace(
+                peak_flops=self.spec.peak_fp8_flops or 2 * self.spec.peak_flops
+            )
+        return gemm_us(flops, weights + acts, m, rate, self.coeffs, fp8=fp8)
 
     # ----- one step -----------------------------------------------------------------------
     def lines(self, mode: CUDAGraphMode, padded: int) -> tuple[np.ndarray, ...]:
@@ -182,7 +235,7 @@ class StepPricer:
         self._lines[key] = found
         return found
 
-    def head_us(self, sampled: int) -> float:
+    def head_us(self, sampled: int) -> float:  # the LM head stays in 16 bits
         """The LM head's time (us) on ``sampled`` rows (cached per count)."""
         found = self._heads.get(sampled)
         if found is None:
@@ -218,7 +271,7 @@ class StepPricer:
 
 
 def price_step(
-    cost_model: DeviceCostModel,
+    cost_model: PricedModel,
     *,
     decode_contexts: Iterable[int] = (),
     prompt_chunks: Iterable[tuple[int, int]] = (),
