@@ -21,7 +21,9 @@ TP rank (heads / TP, KV heads / TP (at least 1), MLP / TP, vocabulary / TP):
 
 Shapes the tables do not hold exactly: a cached prefix of ``p`` tokens ahead of ``n`` new
 ones is priced as the full ``p + n`` prompt times the share of its causal attention the new
-rows do, ``n (p + n/2) / ((p + n)**2 / 2)`` (what aiconfigurator's engine does); prompts of
+rows do, ``n (p + n/2) / ((p + n)**2 / 2)`` (what aiconfigurator's engine does), but never
+below the same chunk with no prefix (the share alone drops under the kernel's floor for a
+short chunk behind a long prefix, where the engine's figure is too low); prompts of
 different lengths as one batch of the root-mean-square length, scaled to the same attention
 work; decodes of different contexts as one batch at the mean context (KV read is linear in
 it). Context lengths are the KV tokens each decode reads.
@@ -109,12 +111,26 @@ def _chunks(prompt_chunks: Sequence[object]) -> list[tuple[int, int]]:
 
 
 def _prefill_attention_ms(tables: AicTables, chunks, heads, kv_heads, head_dim, kv_dtype) -> float:
-    full = [new + cached for new, cached in chunks]
-    work = sum(new * (cached + new / 2) for new, cached in chunks)  # causal query-key pairs
-    seq = math.sqrt(sum(s * s for s in full) / len(full))
-    batch = len(chunks)
-    scale = work / (batch * seq * seq / 2)
-    return tables.context_attention_ms(batch, seq, heads, kv_heads, head_dim, kv_dtype) * scale
+    def batch_ms(lengths: list[float], work: float) -> float:
+        # one batch of the root-mean-square length, scaled to the same causal work
+        seq = math.sqrt(sum(s * s for s in lengths) / len(lengths))
+        scale = work / (len(lengths) * seq * seq / 2)
+        return (
+            tables.context_attention_ms(len(lengths), seq, heads, kv_heads, head_dim, kv_dtype)
+            * scale
+        )
+
+    with_prefix = batch_ms(
+        [new + cached for new, cached in chunks],
+        sum(new * (cached + new / 2) for new, cached in chunks),
+    )
+    if all(cached == 0 for _, cached in chunks):
+        return with_prefix
+    # a short chunk behind a long prefix: the work share alone would fall below the
+    # kernel's floor, so never price it under the same chunks with no prefix
+    return max(
+        with_prefix, batch_ms([new for new, _ in chunks], sum(new * new / 2 for new, _ in chunks))
+    )
 
 
 def measured_step_breakdown(
