@@ -40,7 +40,8 @@ from pathlib import Path
 import yaml
 
 from ..models.published import PublishedModel, published_model
-from .aic_tables import AIC_DEVICE_FOLDERS, AicTables, aic_tables
+from .aic_data import AIC_DEVICE_FOLDERS
+from .aic_tables import AicTables, aic_tables
 
 __all__ = ["StepBreakdown", "aic_model", "measured_step_breakdown", "measured_step_ms"]
 

@@ -2,16 +2,17 @@
 
 `aiconfigurator-core <https://pypi.org/project/aiconfigurator-core/>`_ 0.12.0 (NVIDIA,
 Apache-2.0) ships per-kernel times measured on the GPU inside vLLM, as parquet tables under
-``aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/``. This module finds
-that folder (:func:`aic_data_dir`), maps our device presets to its GPU folders
-(:data:`AIC_DEVICE_FOLDERS`), takes the newest version folder of each op, and interpolates
-each table with :class:`~cgdispatch.estimate.log_grid.LogGrid` (log-log multilinear; outside
-the measured range the nearest segment's log-log slope is carried on, never NaN).
+``aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/``;
+:mod:`~cgdispatch.estimate.aic_data` finds them and reads the newest version folder of each.
+This module interpolates each table with :class:`~cgdispatch.estimate.log_grid.LogGrid`:
+log-log multilinear inside the grid; outside it (and in its holes) proportional growth in
+the sizes work grows with (GEMM m, n, k; batch; heads; message size; MoE tokens), the last
+measured segment's log-log slope in sequence length; never NaN.
 :class:`AicTables` answers per-kernel questions; ``aic_steps`` sums them into a step.
 
 Columns (all tables: ``framework``, ``version``, ``device`` (the GPU's CUDA name), ``op_name``,
 ``kernel_source`` (the kernel or vLLM class timed) and ``latency``: the kernel's time in
-milliseconds, medians of CUDA-event timings):
+milliseconds):
 
 - ``gemm/vllm/*/gemm_perf.parquet``: ``m`` (tokens), ``n`` (output features), ``k`` (input
   features) of ``[m, k] @ [k, n]``; ``gemm_dtype`` (``bfloat16``; ``fp8`` per-tensor and
@@ -29,7 +30,7 @@ milliseconds, medians of CUDA-event timings):
   ``message_size`` **elements** of ``allreduce_dtype`` (bf16) across ``num_gpus``;
   ``backend`` ``vllm_graph`` (inside a CUDA graph, used here) or ``vllm_eager``. Elements,
   not bytes: aiconfigurator's Llama model queries it with the hidden size per token
-  (``sdk/models/llama.py``), and 2**28 elements at 1.7 ms on 2 H100s is 316 GB/s of bus
+  (``sdk/models/llama.py``), and 2**28 elements at 1.7 ms on 2 H100s is 315 GB/s of bus
   bandwidth, which bytes would halve below what NVLink reaches.
 - ``comm/nccl/*/nccl_perf.parquet``: NCCL collectives (``op_name`` all_reduce, all_gather,
   reduce_scatter, alltoall) of ``message_size`` elements of ``nccl_dtype`` (half) across
@@ -46,111 +47,14 @@ with (vLLM 0.24.0 on H100/H200, 0.14.0 on A100 for these tables).
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from .aic_data import TableSource, aic_data_dir, gpu_folder, load_table
 from .log_grid import LogGrid
 
-__all__ = ["AIC_DEVICE_FOLDERS", "AicTables", "aic_data_dir", "aic_table", "aic_tables"]
-
-ENV_VAR = "CGDISPATCH_AIC_DATA"
-# our device presets (cgdispatch/data/device_specs.csv names and aliases) -> aiconfigurator's
-# GPU folders; only the SXM boards it measured with vLLM
-AIC_DEVICE_FOLDERS = {
-    "H100": "h100_sxm",
-    "H100-SXM": "h100_sxm",
-    "H200": "h200_sxm",
-    "H200-SXM": "h200_sxm",
-    "A100": "a100_sxm",
-    "A100-80GB": "a100_sxm",
-}
-# op folder -> (framework folder, table file stem)
-_TABLES = {
-    "gemm": ("gemm", "vllm", "gemm_perf"),
-    "context_attention": ("attention", "vllm", "context_attention_perf"),
-    "generation_attention": ("attention", "vllm", "generation_attention_perf"),
-    "custom_allreduce": ("comm", "vllm", "custom_allreduce_perf"),
-    "nccl": ("comm", "nccl", "nccl_perf"),
-    "moe": ("moe", "vllm", "moe_perf"),
-}
-
-
-def aic_data_dir(path: str | Path | None = None) -> Path:
-    """aiconfigurator's ``systems/data`` folder: ``path`` if given, else the environment
-    variable ``CGDISPATCH_AIC_DATA``, else the installed ``aiconfigurator_core`` package's."""
-    if path is None:
-        path = os.environ.get(ENV_VAR) or None
-    if path is None:
-        spec = importlib.util.find_spec("aiconfigurator_core")
-        if spec is None or not spec.submodule_search_locations:
-            raise ValueError(
-                "aiconfigurator_core is not installed: pip install 'cgdispatch[aic]' "
-                f"(Python >= 3.11), or set {ENV_VAR} to its systems/data folder"
-            )
-        path = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
-    path = Path(path)
-    if not path.is_dir():
-        raise ValueError(
-            f"aiconfigurator data folder {path} does not exist: give its systems/data folder"
-        )
-    return path
-
-
-def _gpu_folder(device: str) -> str:
-    if device not in AIC_DEVICE_FOLDERS:
-        raise ValueError(
-            f"device={device!r} has no aiconfigurator vLLM measurements here: use one of {sorted(AIC_DEVICE_FOLDERS)}"
-        )
-    return AIC_DEVICE_FOLDERS[device]
-
-
-def _version_key(name: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", name))
-
-
-@dataclass(frozen=True)
-class TableSource:
-    """Where one measured table came from."""
-
-    gpu: str  # aiconfigurator's folder, e.g. "h100_sxm"
-    framework: str  # "vllm" or "nccl"
-    version: str  # newest version folder holding the table, e.g. "0.24.0"
-    path: Path
-
-
-@functools.lru_cache(maxsize=64)
-def _load(device: str, table: str, data_dir: Path) -> tuple[TableSource, pd.DataFrame]:
-    if table not in _TABLES:
-        raise ValueError(f"table={table!r} is unknown: use one of {sorted(_TABLES)}")
-    gpu = _gpu_folder(device)
-    op, framework, stem = _TABLES[table]
-    root = data_dir / gpu / op / framework
-    versions = sorted(
-        (d.name for d in root.glob("*") if (d / f"{stem}.parquet").is_file()),
-        key=_version_key,
-        reverse=True,
-    )
-    if not versions:
-        raise ValueError(
-            f"aiconfigurator has no {framework} {stem} table for {gpu} under {data_dir}"
-        )
-    path = root / versions[0] / f"{stem}.parquet"
-    return TableSource(gpu, framework, versions[0], path), pd.read_parquet(path)
-
-
-def aic_table(
-    device: str, table: str, data_dir: str | Path | None = None
-) -> tuple[TableSource, pd.DataFrame]:
-    """The raw measured rows of ``table`` (a key of the module's table list: gemm,
-    context_attention, generation_attention, custom_allreduce, nccl, moe) for ``device``,
-    from the newest version folder, and where they came from. The frame is shared: copy it
-    before changing it."""
-    return _load(device, table, aic_data_dir(data_dir))
+__all__ = ["AicTables", "aic_tables"]
 
 
 def _pick(frame: pd.DataFrame, what: str, **match: object) -> pd.DataFrame:
@@ -179,13 +83,13 @@ class AicTables:
     It prices one kernel per call and sums nothing; see ``aic_steps.measured_step_ms``."""
 
     def __init__(self, device: str, data_dir: str | Path | None = None) -> None:
-        _gpu_folder(device)
+        gpu_folder(device)
         self.device = device
         self.data_dir = aic_data_dir(data_dir)
         self._grids: dict[tuple, LogGrid] = {}
 
     def table(self, name: str) -> tuple[TableSource, pd.DataFrame]:
-        return _load(self.device, name, self.data_dir)
+        return load_table(self.device, name, self.data_dir)
 
     def _grid(self, key: tuple, build) -> LogGrid:
         if key not in self._grids:

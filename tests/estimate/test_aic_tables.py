@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("aiconfigurator_core")
 
+from cgdispatch.estimate.aic_data import aic_data_dir, aic_table  # noqa: E402
 from cgdispatch.estimate.aic_reference import (  # noqa: E402
     BREAKDOWN_COLUMNS,
     fixture_op_samples,
@@ -21,7 +22,7 @@ from cgdispatch.estimate.aic_steps import (  # noqa: E402
     measured_step_breakdown,
     measured_step_ms,
 )
-from cgdispatch.estimate.aic_tables import AicTables, aic_data_dir, aic_table, aic_tables  # noqa: E402
+from cgdispatch.estimate.aic_tables import AicTables, aic_tables  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RNG = np.random.default_rng(7)
