@@ -15,10 +15,10 @@ TP rank (heads / TP, KV heads / TP (at least 1), MLP / TP, vocabulary / TP):
 - **estimated**, not measured (``elementwise_ms``): the memory-bound ops aiconfigurator
   prices with its own formula ``bytes / (mem_bw * 0.8) + 3 us`` from ``systems/<gpu>.yaml``:
   two residual-add + RMSNorm per layer, SiLU-and-mul on dense layers, the embedding gather,
-  and the 13.2 us its engine adds to every context-attention call (its RoPE and KV-write
-  memory ops, ``sdk/operations/attention.py``:
-  found by comparing its per-op output with the table, the same on H100, H200 and A100 for
-  batch 1-16 and prompts of 16-4096 tokens). QK-norm (Qwen3) is left out.
+  and the 13.2 us its engine adds to every context-attention call for its RoPE and KV-write
+  memory ops (``sdk/operations/attention.py``; the figure is its per-op output less the
+  table's, the same on H100, H200 and A100 for batch 1-16 and prompts of 16-4096 tokens).
+  QK-norm (Qwen3) is left out.
 
 Shapes the tables do not hold exactly: a cached prefix of ``p`` tokens ahead of ``n`` new
 ones is priced as the full ``p + n`` prompt times the share of its causal attention the new
