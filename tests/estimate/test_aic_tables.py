@@ -72,11 +72,22 @@ def test_grid_points_return_the_tables_own_values(device):
             assert got == pytest.approx(row.measured_ms, rel=1e-9), row
     for row in _rows(op_samples(device, "custom_allreduce"), 20).itertuples():
         assert tables.allreduce_ms(row.elements, row.tp) == pytest.approx(row.measured_ms, rel=1e-9)
+    for row in _rows(op_samples(device, "nccl").query("dtype == 'half'"), 20).itertuples():
+        assert tables.allreduce_ms(row.elements, row.tp, kind="nccl") == pytest.approx(
+            row.measured_ms, rel=1e-9
+        )
     moe = op_samples(device, "moe")
     moe = moe[(moe["dtype"] == "bfloat16") & (moe["distribution"] == "power_law_1.2")]
     for row in _rows(moe, 20).itertuples():
         got = tables.moe_ms(row.tokens, row.hidden, row.inter, row.topk, row.experts, row.tp)
         assert got == pytest.approx(row.measured_ms, rel=1e-9)
+
+
+def test_fp8_gemm_takes_the_fastest_kernel_timed_at_a_shape():
+    gemm = aic_table("H100", "gemm")[1]
+    fastest = gemm[gemm["gemm_dtype"] == "fp8_block"].groupby(["m", "n", "k"])["latency"].min()
+    for (m, n, k), ms in fastest.iloc[RNG.choice(len(fastest), 30, replace=False)].items():
+        assert aic_tables("H100").gemm_ms(m, n, k, dtype="fp8_block") == pytest.approx(ms, rel=1e-9)
 
 
 def test_interpolation_is_monotone_between_increasing_grid_points():
