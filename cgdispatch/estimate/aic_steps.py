@@ -16,9 +16,9 @@ TP rank (heads / TP, KV heads / TP (at least 1), MLP / TP, vocabulary / TP):
   prices with its own formula ``bytes / (mem_bw * 0.8) + 3 us`` from ``systems/<gpu>.yaml``:
   two residual-add + RMSNorm per layer, SiLU-and-mul on dense layers, the embedding gather,
   and the 13.2 us its engine adds to every context-attention call for its RoPE and KV-write
-  memory ops (``sdk/operations/attention.py``; the figure is its per-op output less the
-  table's, the same on H100, H200 and A100 for batch 1-16 and prompts of 16-4096 tokens).
-  QK-norm (Qwen3) is left out.
+  memory ops, 26.4 us more with QK-norm (Qwen3) (``sdk/operations/attention.py``; the
+  figures are its per-op output less the table's: the same on H100, H200 and A100, for
+  batch 1-16 and prompts of 16-8192 tokens). Decode attention gets no such extra there.
 
 Shapes the tables do not hold exactly: a cached prefix of ``p`` tokens ahead of ``n`` new
 ones is priced as the full ``p + n`` prompt times the share of its causal attention the new
@@ -60,7 +60,9 @@ _MODEL_ALIASES = {
     "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
 }
-_CONTEXT_ATTENTION_EXTRA_MS = 0.0132  # aiconfigurator's per-call RoPE + KV-write estimate
+# aiconfigurator's engine's per-layer extras on a context-attention call (module docstring)
+_CONTEXT_ATTENTION_EXTRA_MS = 0.0132  # RoPE + KV-cache write
+_CONTEXT_QK_NORM_EXTRA_MS = 0.0264  # QK-norm, models that have it
 
 
 def aic_model(model: object) -> PublishedModel:
@@ -213,7 +215,9 @@ def measured_step_breakdown(
     elementwise += 2 * m.layers * memory_op_ms(tokens * 4 * h * 2)  # add + RMSNorm: 2h in, 2h out
     elementwise += dense_layers * memory_op_ms(tokens * 3 * inter * 2)  # SiLU-and-mul: 2I in, I out
     if chunks:
-        elementwise += m.layers * _CONTEXT_ATTENTION_EXTRA_MS
+        elementwise += m.layers * (
+            _CONTEXT_ATTENTION_EXTRA_MS + (_CONTEXT_QK_NORM_EXTRA_MS if m.qk_norm else 0.0)
+        )
     return StepBreakdown(gemm, prefill, decode, allreduce, moe, lm_head, elementwise)
 
 
