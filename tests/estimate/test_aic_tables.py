@@ -236,3 +236,25 @@ def test_unmeasured_requests_raise_naming_the_value():
         measured_step_ms("llama-3.1-8b", "H100", prompt_chunks=[0])
     with pytest.raises(ValueError, match="does not divide"):
         measured_step_ms("llama-3.1-8b", "H100", decode_contexts=[10], tensor_parallel_size=3)
+
+
+def test_moe_step_prices_router_and_experts_and_estimates_memory_ops():
+    """Qwen3-30B-A3B (48 MoE layers, QK-norm): kernels and the memory-op formula by hand."""
+    tables = aic_tables("H100")
+    decodes = [int(c) for c in RNG.integers(64, 4000, size=int(RNG.integers(2, 100)))]
+    prompt = int(RNG.integers(64, 3000))
+    tokens = len(decodes) + prompt
+    step = measured_step_breakdown(
+        "qwen3-30b-a3b", "H100", decode_contexts=decodes, prompt_chunks=[prompt]
+    )
+    h = 2048
+    assert step.moe_ms == pytest.approx(48 * tables.moe_ms(tokens, h, 768, 8, 128), rel=1e-12)
+    gemm = sum(tables.gemm_ms(tokens, n, k) for n, k in ((40 * 128, h), (h, 32 * 128), (128, h)))
+    assert step.gemm_ms == pytest.approx(48 * gemm, rel=1e-12)
+
+    # aiconfigurator's memory-op formula from systems/h100_sxm.yaml: 3.35 TB/s x 0.8, + 3 us
+    def op_ms(bytes_):
+        return (bytes_ / (3.35e12 * 0.8) + 3e-6) * 1e3
+
+    want = op_ms(tokens * h * 2) + 2 * 48 * op_ms(tokens * 4 * h * 2) + 48 * (0.0132 + 0.0264)
+    assert step.elementwise_ms == pytest.approx(want, rel=1e-9)
