@@ -140,7 +140,7 @@ def reference_steps(
     )
     for tp in tensor_parallel_sizes:
         for kind, decodes, context, prompts, tokens, cached in shapes:
-            chunk = (tokens, cached) if cached else tokens
+            chunk = (cached, tokens) if cached else tokens
             step = measured_step_breakdown(
                 model,
                 device,

@@ -105,11 +105,11 @@ def _memory_op_constants(device: str, data_dir: Path) -> tuple[float, float]:
 def _chunks(prompt_chunks: Sequence[object]) -> list[tuple[int, int]]:
     out = []
     for chunk in prompt_chunks:
-        new, cached = (chunk, 0) if not isinstance(chunk, tuple) else chunk
+        cached, new = (0, chunk) if not isinstance(chunk, tuple) else chunk
         if not (isinstance(new, int) and new >= 1 and isinstance(cached, int) and cached >= 0):
             raise ValueError(
                 f"prompt chunk {chunk!r} is invalid: give new tokens (int >= 1) or a "
-                "(new_tokens, cached_tokens) pair with cached_tokens >= 0"
+                "(cached_tokens, new_tokens) pair with cached_tokens >= 0"
             )
         out.append((new, cached))
     return out
@@ -143,14 +143,15 @@ def measured_step_breakdown(
     device: str,
     *,
     decode_contexts: Sequence[int] = (),
-    prompt_chunks: Sequence[int | tuple[int, int]] = (),
+    prompt_chunks: Sequence[int | tuple[int, int]] = (),  # new tokens, or (cached, new)
     tensor_parallel_size: int = 1,
     dtype: str = "bfloat16",
     kv_dtype: str = "bfloat16",
     data_dir: str | None = None,
 ) -> StepBreakdown:
     """The step of ``decode_contexts`` (one decode per request, each reading that many KV
-    tokens) and ``prompt_chunks`` (new tokens, or ``(new, cached)`` pairs) on one GPU of a
+    tokens) and ``prompt_chunks`` (new tokens, or ``(cached, new)`` pairs: tokens already in the
+    KV cache first, as vLLM's ``num_computed_tokens`` comes before the new ones) on one GPU of a
     TP group, by kind of kernel (module docstring). ``dtype``: the GEMM dtype (``fp8`` where
     measured); ``data_dir``: aiconfigurator's ``systems/data`` (default: the installed one)."""
     m = aic_model(model)
@@ -226,7 +227,7 @@ def measured_step_ms(
     device: str,
     *,
     decode_contexts: Sequence[int] = (),
-    prompt_chunks: Sequence[int | tuple[int, int]] = (),
+    prompt_chunks: Sequence[int | tuple[int, int]] = (),  # new tokens, or (cached, new)
     tensor_parallel_size: int = 1,
     dtype: str = "bfloat16",
     kv_dtype: str = "bfloat16",

@@ -154,12 +154,12 @@ def test_step_is_the_sum_of_its_kernels_recomputed_independently():
 
 def test_cached_prefix_costs_the_new_rows_share_of_the_full_prompt():
     tables = aic_tables("H100")
-    step = measured_step_breakdown("llama-3.1-8b", "H100", prompt_chunks=[(1536, 512)])
+    step = measured_step_breakdown("llama-3.1-8b", "H100", prompt_chunks=[(512, 1536)])
     share = 1536 * (512 + 768) / (2048**2 / 2)
     assert step.attn_prefill_ms == pytest.approx(
         32 * tables.context_attention_ms(1, 2048, 32, 8, 128) * share
     )
-    short = measured_step_breakdown("llama-3.1-8b", "H100", prompt_chunks=[(16, 8000)])
+    short = measured_step_breakdown("llama-3.1-8b", "H100", prompt_chunks=[(8000, 16)])
     alone = measured_step_breakdown("llama-3.1-8b", "H100", prompt_chunks=[16])
     assert short.attn_prefill_ms >= alone.attn_prefill_ms
 
@@ -234,6 +234,8 @@ def test_unmeasured_requests_raise_naming_the_value():
         measured_step_ms("llama-3.1-8b", "H100")
     with pytest.raises(ValueError, match="prompt chunk"):
         measured_step_ms("llama-3.1-8b", "H100", prompt_chunks=[0])
+    with pytest.raises(ValueError, match="prompt chunk"):
+        measured_step_ms("llama-3.1-8b", "H100", prompt_chunks=[(512, 0)])
     with pytest.raises(ValueError, match="does not divide"):
         measured_step_ms("llama-3.1-8b", "H100", decode_contexts=[10], tensor_parallel_size=3)
 
