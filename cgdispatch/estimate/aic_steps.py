@@ -27,7 +27,8 @@ below the same chunk with no prefix (the share alone drops under the kernel's fl
 short chunk behind a long prefix, where the engine's figure is too low); prompts of
 different lengths as one batch of the root-mean-square length, scaled to the same attention
 work; decodes of different contexts as one batch at the mean context (KV read is linear in
-it). Context lengths are the KV tokens each decode reads. Agreement with aiconfigurator's own
+it). Context lengths are the KV tokens each decode reads; one token per decode (no draft
+tokens); sliding-window layers are priced as full attention. Agreement with aiconfigurator's own
 engine (within 2% on H100/H200, 5.2% on A100): ``docs/references_kernels.md``.
 """
 
@@ -190,9 +191,8 @@ def measured_step_breakdown(
                 tokens, h, shared, dtype
             )
         gemm += moe_layers * per_layer
-        moe_dtype = "bfloat16" if dtype == "bfloat16" else dtype
         moe = moe_layers * tables.moe_ms(
-            tokens, h, expert, m.experts_per_token, m.num_experts, tp, moe_dtype
+            tokens, h, expert, m.experts_per_token, m.num_experts, tp, dtype
         )
 
     prefill = decode = 0.0
