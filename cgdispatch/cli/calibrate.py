@@ -136,7 +136,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     )  # fmt: skip
     save_profile(profile, out)
     if args.json:
-        print(json.dumps({"profile": str(out), **profile_summary(profile), "runs": rows}))
+        print(json.dumps({"profile": str(out), **profile_summary(profile), "fit": rows}))
         return 0
     use = str(out) if args.out else name
     print("\n".join(report_lines(profile, rows, out, use)))

@@ -233,7 +233,7 @@ def fit_setup(
     rows = [_run_row(r, p, f) for r, p, f in zip(runs, plain, fitted)]
 
     def rel(key: str) -> tuple[float, ...]:
-        return tuple(row[f"{key}_residual"] for row in rows if row[f"{key}_residual"] is not None)
+        return tuple(r[f"{key}_residual"] for r in rows if r.get(f"{key}_residual") is not None)
 
     scale, step_residuals, points = None, (), [p for _, ps in steps for p in ps]
     if points:

@@ -87,10 +87,11 @@ class ScaledCostModel:
 
     model: Any
     factor: float
+    label: str = ""  # the source to report instead of the model's (a calibrated scale)
 
     @property
     def source(self) -> str:
-        return str(getattr(self.model, "source", "model"))
+        return self.label or str(getattr(self.model, "source", "model"))
 
     def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray, *args: Any) -> np.ndarray:
         return self.factor * np.asarray(self.model.step_time_ms(mode, num_tokens, *args))
