@@ -57,7 +57,7 @@ def _read(paths: list[str]) -> tuple[list, list]:
 def _setup(args: argparse.Namespace, runs: list) -> tuple[str, Any, int, dict[str, str]]:
     """(model id, device, TP size, whose) of the setup: the flags, else the first log."""
     from ..estimate.devices import load_device_spec
-    from ..estimate.setup_fit import published_id
+    from ..estimate.setup_profile import published_id
 
     first = runs[0]
     if args.model is not None:
@@ -93,8 +93,8 @@ def _setup(args: argparse.Namespace, runs: list) -> tuple[str, Any, int, dict[st
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from ..estimate.devices import device_label
-    from ..estimate.setup_fit import check_same_setup, fit_setup, same_model
-    from ..estimate.setup_profile import profile_path, save_profile
+    from ..estimate.setup_fit import fit_setup
+    from ..estimate.setup_profile import check_same_setup, profile_path, same_model, save_profile
     from ..estimate.vllm_logs import gpu_preset
     from ..models.registry import tensor_parallel_flag
     from ..views.model_cache import cache_dir, cached_cost_model

@@ -15,14 +15,15 @@ capture sizes and mode (V1's keys, as the logged releases capture), ``max_num_se
 
 Residuals are those of the calibrated model on the same runs, (model - logged) / logged;
 with one run they are zero by construction. All logs must be of ONE setup: the same model,
-GPU and TP size (:func:`check_same_setup` refuses another with one line naming both).
+GPU and TP size (:func:`~cgdispatch.estimate.setup_profile.check_same_setup` refuses
+another, naming both).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +35,13 @@ from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
 from .devices import DeviceSpec, device_label, device_spec
-from .setup_profile import CalibrationProfile, LoggedFile
+from .setup_profile import CalibrationProfile, LoggedFile, published_id
 from .startup import StartupEstimate, estimate_startup
 from .startup_pricing import CALIBRATION, GIB, StartupCoefficients
 from .step_measurements import StepPoint
 from .vllm_logs import VllmStartupLog
 
-__all__ = ["LoggedRun", "fit_setup", "check_same_setup", "same_model", "published_id",
-           "run_config", "estimate_run", "file_sha256"]  # fmt: skip
+__all__ = ["LoggedRun", "fit_setup", "run_config", "estimate_run", "file_sha256"]
 
 KV_BLOCK_TOKENS = 16  # vLLM's default block_size (the logged runs use it)
 
@@ -57,65 +57,6 @@ class LoggedRun:
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def published_id(model: str) -> str:
-    """The published Hugging Face id behind ``model`` (a registry name such as
-    ``llama-3.1-8b``, an id, or a config.json path); ValueError when there is none."""
-    from ..models.arch_spec import ARCHITECTURES
-    from ..models.published import published_model
-
-    spec = ARCHITECTURES.get(model)
-    if spec is not None and spec.published:
-        return spec.published
-    return published_model(model).model
-
-
-def _tokens(name: str) -> set[str]:
-    last = re.split(r"[/\\]", name.rstrip("/\\"))[-1]
-    return {t for t in re.split(r"[^0-9a-z]+", last.lower().replace("___", ".")) if t}
-
-
-def same_model(logged: str, *names: str) -> bool:
-    """Whether a log's model name (an id or a local checkpoint path) names the same model as
-    one of ``names``: the words of the shorter last path component all appear in the
-    longer's (``/models/Qwen2___5-3B`` is ``Qwen/Qwen2.5-3B-Instruct``; Llama-3.1-8B is
-    not Llama-3.1-70B)."""
-    words = _tokens(logged)
-    for name in names:
-        other = _tokens(name)
-        if words and other and (words <= other or other <= words):
-            return True
-    return False
-
-
-def check_same_setup(
-    path: str,
-    log: VllmStartupLog,
-    model: str,
-    device: str | DeviceSpec,
-    tp: int,
-    whose: dict[str, str] | None = None,
-) -> None:
-    """ValueError (one line naming both) unless ``log`` is a start-up of ``model`` on
-    ``device`` at TP ``tp``. ``whose`` says where each of ``"model"``, ``"device"`` and
-    ``"tp"`` comes from (``"--model"``, ``"the first log, x.log"``), for the message."""
-    whose = whose or {}
-    if log.model and not same_model(log.model, model):
-        raise ValueError(
-            f"{path} is a log of {log.model}, not of {model} ({whose.get('model', 'given')}): calibrate one setup "
-            "at a time (same model, GPU and TP size)"
-        )
-    if log.device and log.device != device_label(device):
-        raise ValueError(
-            f"{path} is a log of a {log.gpu_name} ({log.device}), not of {device_label(device)} "
-            f"({whose.get('device', 'given')}): calibrate one setup at a time (same model, GPU and TP size)"
-        )
-    if log.tensor_parallel_size != tp:
-        raise ValueError(
-            f"{path} is a log of TP{log.tensor_parallel_size}, not TP{tp} ({whose.get('tp', 'given')}): "
-            "calibrate one setup at a time (same model, GPU and TP size)"
-        )
 
 
 def _mode(log: VllmStartupLog) -> str:
@@ -216,43 +157,17 @@ def fit_setup(
         non_torch_gib=0.0, step_scale=None, step_points=0, graph_memory_residuals=(),
         capture_residuals=(), kv_tokens_residuals=(), step_residuals=(),
     )  # fmt: skip
-    # the non-torch memory of the shipped model for this TP/PP, then what each run needs
     scaled = [estimate_run(r, model, device, draft.coefficients(base)) for r in runs]
-    needs = []
-    for r, e in zip(runs, scaled):
-        if r.log.kv_cache_tokens:
-            target = (r.log.kv_cache_tokens + KV_BLOCK_TOKENS / 2) * e.kv_bytes_per_token
-        elif r.log.kv_cache_gib:
-            target = r.log.kv_cache_gib * GIB
-        else:
-            continue
-        needs.append(e.non_torch_bytes / GIB + (e.kv_cache_bytes - target) / GIB)
-    non_torch = float(np.mean(needs)) if needs else scaled[0].non_torch_bytes / GIB
-    draft = _replace(draft, non_torch_gib=non_torch)
+    draft = dataclasses.replace(draft, non_torch_gib=_non_torch_need(runs, scaled))
     fitted = [estimate_run(r, model, device, draft.coefficients(base)) for r in runs]
     rows = [_run_row(r, p, f) for r, p, f in zip(runs, plain, fitted)]
 
     def rel(key: str) -> tuple[float, ...]:
         return tuple(r[f"{key}_residual"] for r in rows if r.get(f"{key}_residual") is not None)
 
-    scale, step_residuals, points = None, (), [p for _, ps in steps for p in ps]
-    if points:
-        if cost_model is None:
-            raise ValueError("step times were given but no cost model to price them")
-        model_costs = cost_model()
-        ratios = []
-        for p in points:
-            modelled = float(
-                model_costs.step_time_ms(CUDAGraphMode.parse(p.runtime_mode),
-                                         np.array([p.num_tokens]))[0]
-            )  # fmt: skip
-            ratios.append(p.measured_ms / modelled)
-            rows.append({"run": p.what, "step_ms": p.measured_ms, "step_ms_model": modelled})
-        scale = _geomean(ratios)
-        step_residuals = tuple(r / scale - 1.0 for r in ratios)
-        for row, ratio in zip(rows[len(runs) :], ratios):
-            row["step_ms_calibrated"] = row["step_ms_model"] * scale
-            row["step_residual"] = ratio / scale - 1.0
+    points = [p for _, ps in steps for p in ps]
+    scale, step_rows = _step_fit(points, cost_model)
+    rows += step_rows
     files = tuple(LoggedFile(r.path, r.sha256, "startup log") for r in runs)
     files += tuple(f for f, _ in steps)
     resolutions = (
@@ -260,10 +175,11 @@ def fit_setup(
         ("capture", max(_resolution(r.log.capture_s, _capture_step(r.log.capture_s))
                         for r in runs)),
     )  # fmt: skip
-    profile = _replace(
+    profile = dataclasses.replace(
         draft, files=files, step_scale=scale, step_points=len(points),
         graph_memory_residuals=rel("graph_memory"), capture_residuals=rel("capture"),
-        kv_tokens_residuals=rel("kv_tokens"), step_residuals=step_residuals,
+        kv_tokens_residuals=rel("kv_tokens"),
+        step_residuals=tuple(r["step_residual"] for r in step_rows),
         resolutions=resolutions,
     )  # fmt: skip
     return profile, rows
@@ -275,10 +191,41 @@ def _capture_step(value: float | None) -> float:
     return 1.0 if value is not None and float(value).is_integer() else 0.01
 
 
-def _replace(profile: CalibrationProfile, **changes: Any) -> CalibrationProfile:
-    import dataclasses
+def _non_torch_need(runs: Sequence[LoggedRun], scaled: list[StartupEstimate]) -> float:
+    """The mean over runs of the non-torch memory (GiB) that makes each estimate's KV
+    budget hold the logged KV tokens (else the logged KV GiB); the estimates' own when no
+    run logs either."""
+    needs = []
+    for r, e in zip(runs, scaled):
+        if r.log.kv_cache_tokens:  # half a block above: the block count floors
+            target = (r.log.kv_cache_tokens + KV_BLOCK_TOKENS / 2) * e.kv_bytes_per_token
+        elif r.log.kv_cache_gib:
+            target = r.log.kv_cache_gib * GIB
+        else:
+            continue
+        needs.append(e.non_torch_bytes / GIB + (e.kv_cache_bytes - target) / GIB)
+    return float(np.mean(needs)) if needs else scaled[0].non_torch_bytes / GIB
 
-    return dataclasses.replace(profile, **changes)
+
+def _step_fit(
+    points: list[StepPoint], cost_model: Callable[[], Any] | None
+) -> tuple[float | None, list[dict[str, Any]]]:
+    """(geometric mean of measured / modelled step, a row per point with its residual);
+    (None, []) without points."""
+    if not points:
+        return None, []
+    if cost_model is None:
+        raise ValueError("step times were given but no cost model to price them")
+    costs, rows = cost_model(), []
+    for p in points:
+        mode = CUDAGraphMode.parse(p.runtime_mode)
+        modelled = float(costs.step_time_ms(mode, np.array([p.num_tokens]))[0])
+        rows.append({"run": p.what, "step_ms": p.measured_ms, "step_ms_model": modelled})
+    scale = _geomean([r["step_ms"] / r["step_ms_model"] for r in rows])
+    for r in rows:
+        r["step_ms_calibrated"] = r["step_ms_model"] * scale
+        r["step_residual"] = r["step_ms"] / r["step_ms_calibrated"] - 1.0
+    return scale, rows
 
 
 def _run_row(run: LoggedRun, plain: StartupEstimate, fitted: StartupEstimate) -> dict[str, Any]:

@@ -15,6 +15,9 @@ GPU, TP size) fitted on that user's own vLLM logs, saved as JSON with a SHA-256 
   residual is zero by construction (the same figures reproduced cannot tell the error),
   so the floor is the band.
 
+One setup is one model, GPU and TP size: :func:`published_id`, :func:`same_model` and
+:func:`check_same_setup` tell whether a log, a bench result or a profile belongs to it.
+
 A profile is data, not code: :func:`load_profile` reads it with
 :func:`~cgdispatch.estimate.datafile.load_data` (digest checked; a file edited by hand is
 refused with the advice to run ``calibrate`` again).
@@ -23,6 +26,7 @@ refused with the advice to run ``calibrate`` again).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +34,7 @@ from .datafile import DataFileError, dump_data, load_data
 from .devices import DeviceSpec, device_label, device_spec
 from .startup_pricing import CALIBRATION, StartupCoefficients
 from .uncertainty import ModelErrors
+from .vllm_logs import VllmStartupLog
 
 __all__ = [
     "CalibrationProfile",
@@ -39,6 +44,9 @@ __all__ = [
     "profile_path",
     "save_profile",
     "load_profile",
+    "published_id",
+    "same_model",
+    "check_same_setup",
 ]
 
 PROFILE_KIND = "CalibrationProfile"
@@ -143,6 +151,65 @@ class CalibrationProfile:
             runs=self.runs,
             ratios=self.step_points if self.step_scale is not None else base.ratios,
             basis=f"{self.label}: largest residual, floors {FLOORS}",
+        )
+
+
+def published_id(model: str) -> str:
+    """The published Hugging Face id behind ``model`` (a registry name such as
+    ``llama-3.1-8b``, an id, or a config.json path); ValueError when there is none."""
+    from ..models.arch_spec import ARCHITECTURES
+    from ..models.published import published_model
+
+    spec = ARCHITECTURES.get(model)
+    if spec is not None and spec.published:
+        return spec.published
+    return published_model(model).model
+
+
+def _tokens(name: str) -> set[str]:
+    last = re.split(r"[/\\]", name.rstrip("/\\"))[-1]
+    return {t for t in re.split(r"[^0-9a-z]+", last.lower().replace("___", ".")) if t}
+
+
+def same_model(logged: str, *names: str) -> bool:
+    """Whether a log's model name (an id or a local checkpoint path) names the same model as
+    one of ``names``: the words of the shorter last path component all appear in the
+    longer's (``/models/Qwen2___5-3B`` is ``Qwen/Qwen2.5-3B-Instruct``; Llama-3.1-8B is
+    not Llama-3.1-70B)."""
+    words = _tokens(logged)
+    for name in names:
+        other = _tokens(name)
+        if words and other and (words <= other or other <= words):
+            return True
+    return False
+
+
+def check_same_setup(
+    path: str,
+    log: VllmStartupLog,
+    model: str,
+    device: str | DeviceSpec,
+    tp: int,
+    whose: dict[str, str] | None = None,
+) -> None:
+    """ValueError (one line naming both) unless ``log`` is a start-up of ``model`` on
+    ``device`` at TP ``tp``. ``whose`` says where each of ``"model"``, ``"device"`` and
+    ``"tp"`` comes from (``"--model"``, ``"the first log, x.log"``), for the message."""
+    whose = whose or {}
+    if log.model and not same_model(log.model, model):
+        raise ValueError(
+            f"{path} is a log of {log.model}, not of {model} ({whose.get('model', 'given')}): calibrate one setup "
+            "at a time (same model, GPU and TP size)"
+        )
+    if log.device and log.device != device_label(device):
+        raise ValueError(
+            f"{path} is a log of a {log.gpu_name} ({log.device}), not of {device_label(device)} "
+            f"({whose.get('device', 'given')}): calibrate one setup at a time (same model, GPU and TP size)"
+        )
+    if log.tensor_parallel_size != tp:
+        raise ValueError(
+            f"{path} is a log of TP{log.tensor_parallel_size}, not TP{tp} ({whose.get('tp', 'given')}): "
+            "calibrate one setup at a time (same model, GPU and TP size)"
         )
 
 

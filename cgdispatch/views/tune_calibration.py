@@ -27,8 +27,7 @@ def load_calibration(
     name_or_path: str, model: str, device: Any, tensor_parallel_size: int
 ) -> CalibrationProfile:
     """The profile ``name_or_path``, checked to be of this model, GPU and TP size."""
-    from ..estimate.setup_fit import published_id
-    from ..estimate.setup_profile import load_profile
+    from ..estimate.setup_profile import load_profile, published_id
     from .model_cache import cache_dir
 
     profile = load_profile(name_or_path, cache_dir() / "profiles")

@@ -124,3 +124,47 @@ def test_bench_result_gives_a_step_scale_that_tune_labels(capsys, tmp_path):
     assert main([*TUNE, "--calibration", str(path), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert f"step times x{scale:.3f}, calibrated on your logs (1 run)" in result["source"]
+
+
+def test_step_files_of_another_setup_are_refused(capsys, tmp_path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"model_id": "Qwen/Qwen2.5-7B-Instruct", "median_itl_ms": 9.0}))
+    assert (
+        main(
+            [
+                "calibrate",
+                LLAMA[0],
+                str(bench),
+                "--device",
+                "H100",
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        "benchmarks Qwen/Qwen2.5-7B-Instruct, not meta-llama/Llama-3.1-8B-Instruct"
+        in _one_error_line(capsys)
+    )
+    steps = tmp_path / "gpu_check.csv"
+    steps.write_text(
+        "mode,batch,num_tokens,runtime_mode,padded_size,eager_ms,graph_ms,speedup_x,source\n"
+        "FULL,decode,8,FULL,8,2.0,1.0,2.0,measured (NVIDIA A100-SXM4-40GB)\n"
+    )
+    assert (
+        main(
+            [
+                "calibrate",
+                LLAMA[0],
+                str(steps),
+                "--device",
+                "H100",
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 2
+    )
+    assert "measured on NVIDIA A100-SXM4-40GB, not H100" in _one_error_line(capsys)
+    assert not (tmp_path / "p.json").exists()

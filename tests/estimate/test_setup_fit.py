@@ -16,15 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cgdispatch.estimate.setup_fit import (
-    LoggedRun,
+from cgdispatch.estimate.setup_fit import LoggedRun, estimate_run, file_sha256, fit_setup
+from cgdispatch.estimate.setup_profile import (
+    FLOORS,
+    LoggedFile,
     check_same_setup,
-    estimate_run,
-    file_sha256,
-    fit_setup,
+    load_profile,
     same_model,
+    save_profile,
 )
-from cgdispatch.estimate.setup_profile import FLOORS, LoggedFile, load_profile, save_profile
 from cgdispatch.estimate.step_measurements import read_bench_json, read_step_csv
 from cgdispatch.estimate.uncertainty import MODEL_ERRORS
 from cgdispatch.estimate.vllm_logs import parse_startup_log, read_startup_log
