@@ -55,6 +55,8 @@ PROFILE_KIND = "CalibrationProfile"
 # cgdispatch/data/reference_vllm_startups_device_fit.csv, same settings, logged 445,968 and
 # 433,456 KV tokens: 2.8%; their pools agree to the 0.01 GiB printed), and for capture
 # time and steps the run-to-run noise of timings (a 10% and 5% allowance, not measured here)
+# a log whose device memory (torch's total_memory) is this far from the GPU's is of another
+_MEMORY_TOLERANCE = 0.05
 FLOORS = {"graph_memory": 0.05, "capture": 0.10, "kv_tokens": 0.03, "step_time": 0.05}
 
 
@@ -205,6 +207,13 @@ def check_same_setup(
         raise ValueError(
             f"{path} is a log of a {log.gpu_name} ({log.device}), not of {device_label(device)} "
             f"({whose.get('device', 'given')}): calibrate one setup at a time (same model, GPU and TP size)"
+        )
+    memory_gib = device_spec(device).memory_bytes / (1 << 30)
+    if log.total_memory_gib and abs(log.total_memory_gib / memory_gib - 1) > _MEMORY_TOLERANCE:
+        raise ValueError(
+            f"{path} is a log of a GPU with {log.total_memory_gib:.2f} GiB, not of "
+            f"{device_label(device)} ({memory_gib:.2f} GiB; {whose.get('device', 'given')}): "
+            "calibrate one setup at a time (same model, GPU and TP size)"
         )
     if log.tensor_parallel_size != tp:
         raise ValueError(

@@ -15,8 +15,9 @@ from 0.10 on (checked on 0.10.2 and 0.19.0 logs, ``tests/data/vllm_logs/``):
 - ``Graph capturing finished in N secs, took X GiB`` and, from 0.19,
   ``CUDA graph pool memory: X GiB (actual), Y GiB (estimated)``;
 - ``Available KV cache memory: X GiB``, ``GPU KV cache size: N tokens``, the profile run's
-  ``torch peak memory increase`` / ``non-torch forward increase memory`` and
-  ``num_gpu_blocks is: N``.
+  ``torch peak memory increase`` / ``non-torch forward increase memory``,
+  ``num_gpu_blocks is: N`` and the device's memory (``total_memory=``, ``Free memory on
+  device (free/total GiB)``).
 
 Multi-rank runs log one line per worker: the log keeps the largest graph pool and capture
 time and the smallest KV memory (the rank that bounds the KV cache). Nothing here models
@@ -147,19 +148,21 @@ def _int(value: float | None) -> int | None:
 
 
 def gpu_preset(text: str) -> tuple[str | None, str | None]:
-    """(the GPU name printed in ``text``, the device preset it maps to); (None, None) when
-    no ``NVIDIA ...``/``AMD ...`` name is printed (most vLLM logs print none)."""
-    printed = re.search(
-        r"(?:NVIDIA|AMD)[ _](?:GeForce[ _])?(?:Instinct[ _])?([A-Za-z0-9][A-Za-z0-9 _-]{1,30})",
-        text,
-    )
-    if printed is None:
-        return None, None
-    name = printed.group(0).strip()
-    for pattern, preset in _GPU_NAMES:
-        if re.search(pattern, name):
-            return name, preset
-    return name, None
+    """(the GPU name printed in ``text``, the device preset it maps to): the first
+    ``NVIDIA ...``/``AMD ...`` name that maps to a preset, else the first printed with
+    None, else (None, None) (most vLLM logs print none)."""
+    names = [
+        m.group(0).strip()
+        for m in re.finditer(
+            r"(?:NVIDIA|AMD)[ _](?:GeForce[ _])?(?:Instinct[ _])?[A-Za-z0-9][A-Za-z0-9 _-]{1,30}",
+            text,
+        )
+    ]
+    for name in names:
+        for pattern, preset in _GPU_NAMES:
+            if re.search(pattern, name):
+                return name, preset
+    return (names[0], None) if names else (None, None)
 
 
 def _graphs(text: str) -> tuple[int, int, int, int]:
@@ -247,7 +250,8 @@ def parse_startup_log(text: str) -> VllmStartupLog:
         kv_cache_gib=min(kv_gib) if kv_gib else None,
         kv_cache_tokens=_int(_num(rf"GPU KV cache size: {_NUM} tokens", text)),
         compile_s=_num(rf"torch\.compile t(?:ook|akes) {_NUM} s in total", text),
-        total_memory_gib=_num(r"total_memory=([0-9.]+)GiB", text),
+        total_memory_gib=_num(r"total_memory=([0-9.]+)GiB", text)
+        or _num(r"Free memory on device \([0-9.]+/([0-9.]+) GiB\)", text),
         activation_peak_gib=float(binding[1]) if binding else None,
         non_torch_increase_gib=float(binding[2]) if binding else None,
         num_gpu_blocks=_int(_num(r"num_gpu_blocks is: (\d+)", text)),

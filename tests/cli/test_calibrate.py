@@ -168,3 +168,11 @@ def test_step_files_of_another_setup_are_refused(capsys, tmp_path):
     )
     assert "measured on NVIDIA A100-SXM4-40GB, not H100" in _one_error_line(capsys)
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_log_of_a_gpu_with_other_memory_is_refused(capsys, tmp_path):
+    rtx = str(LOGS / "qwen2.5-3b-rtx4090-tp1-run0926.log")  # prints 23.65 GiB, not a name
+    args = ["--model", "Qwen/Qwen2.5-3B-Instruct", "--out", str(tmp_path / "p.json")]
+    assert main(["calibrate", rtx, "--device", "H100", *args]) == 2
+    assert "is a log of a GPU with 23.65 GiB, not of H100" in _one_error_line(capsys)
+    assert main(["calibrate", rtx, "--device", "RTX-4090", *args]) == 0

@@ -139,7 +139,8 @@ def test_a_file_that_is_no_startup_log_is_refused():
 @pytest.mark.parametrize(
     ("text", "preset"),
     [("device_name=NVIDIA_H100_80GB_HBM3.json", "H100"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-     ("| NVIDIA GeForce RTX 4090 |", "RTX-4090"), ("NVIDIA L40S", "L40S"), ("no gpu here", None)],
+     ("| NVIDIA GeForce RTX 4090 |", "RTX-4090"), ("NVIDIA L40S", "L40S"), ("no gpu here", None),
+     ("NVIDIA_TF32_OVERRIDE=0 ... NVIDIA H200 detected", "H200")],
 )  # fmt: skip
 def test_printed_gpu_names_map_to_presets(text, preset):
     assert gpu_preset(text)[1] == preset
