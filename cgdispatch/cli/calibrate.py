@@ -95,6 +95,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..estimate.devices import device_label
     from ..estimate.setup_fit import fit_setup
     from ..estimate.setup_profile import check_same_setup, profile_path, same_model, save_profile
+    from ..estimate.step_measurements import decode_mode
     from ..estimate.vllm_logs import gpu_preset
     from ..models.registry import tensor_parallel_flag
     from ..views.model_cache import cache_dir, cached_cost_model
@@ -103,7 +104,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     model, device, tp, whose = _setup(args, runs)
     for run in runs:
         check_same_setup(run.path, run.log, model, device, tp, whose)
-    seqs = runs[0].log.max_num_seqs
+    seqs, mode = runs[0].log.max_num_seqs, decode_mode(runs[0].log.cudagraph_mode)
     steps = []
     for file, content in files:
         if file.kind == "bench json":
@@ -112,7 +113,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                     f"{file.path} benchmarks {content.model_id}, not {model} ({whose['model']}): give "
                     "the bench results of this setup"
                 )
-            steps.append((file, [content.step_point(seqs)]))
+            steps.append((file, [content.step_point(seqs, mode)]))
         else:
             points, gpu = content
             preset = gpu_preset(gpu)[1] if gpu else None

@@ -31,7 +31,14 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["StepPoint", "BenchResult", "read_bench_json", "read_step_csv", "is_bench_json"]
+__all__ = [
+    "StepPoint",
+    "BenchResult",
+    "read_bench_json",
+    "read_step_csv",
+    "is_bench_json",
+    "decode_mode",
+]
 
 _STEP_CSV_COLUMNS = {"runtime_mode", "num_tokens", "padded_size", "eager_ms", "graph_ms"}
 
@@ -74,8 +81,9 @@ class BenchResult:
             return max(1, round(min([batch, *caps])))
         return max(1, int(caps[0])) if caps else 1
 
-    def step_point(self, max_num_seqs: int | None = None) -> StepPoint:
-        """The decode step this result measures (median ITL, else median TPOT)."""
+    def step_point(self, max_num_seqs: int | None = None, runtime_mode: str = "FULL") -> StepPoint:
+        """The decode step this result measures (median ITL, else median TPOT), run in
+        ``runtime_mode`` (the server's decode mode: FULL under vLLM's default)."""
         measured, what = self.median_itl_ms, "median ITL"
         if measured is None:
             measured, what = self.median_tpot_ms, "median TPOT"
@@ -87,7 +95,15 @@ class BenchResult:
         batch = self.decode_batch()
         if max_num_seqs:
             batch = min(batch, max_num_seqs)
-        return StepPoint("FULL", batch, float(measured), f"bench {what} at batch {batch}")
+        return StepPoint(runtime_mode, batch, float(measured), f"bench {what} at batch {batch}")
+
+
+def decode_mode(cudagraph_mode: str | None) -> str:
+    """The runtime mode a uniform decode step runs in under a server's ``cudagraph_mode``
+    (vLLM's default FULL_AND_PIECEWISE, and None: FULL)."""
+    if cudagraph_mode in ("PIECEWISE", "NONE"):
+        return cudagraph_mode
+    return "FULL"
 
 
 def _number(data: dict[str, Any], key: str) -> float | None:

@@ -218,3 +218,16 @@ def test_a_log_of_another_setup_is_refused_naming_both():
 )  # fmt: skip
 def test_same_model(logged, name, same):
     assert same_model(logged, name) is same
+
+
+@pytest.mark.parametrize(
+    ("mode", "runtime"),
+    [("FULL_AND_PIECEWISE", "FULL"), ("FULL_DECODE_ONLY", "FULL"), ("PIECEWISE", "PIECEWISE"),
+     ("NONE", "NONE"), (None, "FULL")],
+)  # fmt: skip
+def test_a_bench_step_runs_in_the_servers_decode_mode(mode, runtime, tmp_path):
+    from cgdispatch.estimate.step_measurements import decode_mode
+
+    _bench(random.Random(1), tmp_path / "b.json")
+    point = read_bench_json(tmp_path / "b.json").step_point(None, decode_mode(mode))
+    assert point.runtime_mode == runtime
