@@ -204,6 +204,13 @@ _LAZY: dict[str, str] = {
     "calibration_table": "estimate.startup_fit",
     "error_summary": "estimate.startup_fit",
     "startup_for": "estimate.startup",
+    # one setup's own vLLM logs: the log parser, the fit, the saved profile (calibrate)
+    "parse_startup_log": "estimate.vllm_logs",
+    "read_startup_log": "estimate.vllm_logs",
+    "VllmStartupLog": "estimate.vllm_logs",
+    "fit_setup": "estimate.setup_fit",
+    "CalibrationProfile": "estimate.setup_profile",
+    "load_profile": "estimate.setup_profile",
     "calibration_figure": "views.calibration_figures",
     "published_step_comparison": "estimate.published_steps",
     "step_ratio_figure": "views.calibration_figures",

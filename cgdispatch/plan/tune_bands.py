@@ -87,10 +87,11 @@ class ScaledCostModel:
 
     model: Any
     factor: float
+    label: str = ""  # the source to report instead of the model's (a calibrated scale)
 
     @property
     def source(self) -> str:
-        return str(getattr(self.model, "source", "model"))
+        return self.label or str(getattr(self.model, "source", "model"))
 
     @property
     def step_scale(self) -> float:

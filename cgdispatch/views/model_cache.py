@@ -132,11 +132,17 @@ def cached_startup(
     *,
     gpu_memory_utilization: float = 0.9,
     tensor_parallel_size: int | None = None,
+    coefficients: StartupCoefficients | None = None,
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
     cache when they are there (None for a model with no published config, as it).
-    ``tensor_parallel_size``: default the registry model's own, else 1."""
-    extra = {} if tensor_parallel_size is None else {"tensor_parallel_size": tensor_parallel_size}
+    ``tensor_parallel_size``: default the registry model's own, else 1; ``coefficients``:
+    default the shipped calibration (a calibration profile's are keyed apart)."""
+    extra: dict[str, Any] = {}
+    if tensor_parallel_size is not None:
+        extra["tensor_parallel_size"] = tensor_parallel_size
+    if coefficients is not None:
+        extra["coefficients"] = coefficients
     estimate = startup_for(model, device, gpu_memory_utilization=gpu_memory_utilization, **extra)
     if estimate is None:
         return None
@@ -145,6 +151,8 @@ def cached_startup(
         key = f"{_label(model)}|{_label(device)}|{gpu_memory_utilization!r}|{config!r}|{_data_fingerprint()}"
         if tensor_parallel_size is not None:
             key += f"|tp{tensor_parallel_size}"
+        if coefficients is not None:
+            key += f"|{coefficients!r}"
         name = hashlib.sha256(key.encode()).hexdigest()[:24]
         path = cache_dir() / f"startup-{name}-{_fingerprint()}.json"
         return _load_or_build(path, StartupEstimate, lambda: estimate(config))
