@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from cgdispatch.plan.published_serving import published_serving_comparison
+from cgdispatch.plan.published_serving import oldest_release, published_serving_comparison
 
 TARGET_MEDIAN_ERROR = 0.20
 TARGET_MIN_RUNS = 20
@@ -72,8 +72,8 @@ def main() -> int:
     df = published_serving_comparison(progress=lambda items: tqdm(items, desc="runs"))
     wall_s = time.perf_counter() - start
     print(
-        "\nPublished vllm bench serve runs vs the simulator (model figures: vLLM 0.33's "
-        "scheduler, today's step pricing; x = simulated / published)\n"
+        f"\nPublished vllm bench serve runs vs the simulator (model figures: vLLM "
+        f"{oldest_release()}'s scheduler, today's step pricing; x = simulated / published)\n"
     )
     print(_table(df))
     done = df[df["error"] == ""]

@@ -15,7 +15,7 @@ from importlib import resources
 import pandas as pd
 
 from ..estimate.devices import DEVICE_PRESETS
-from ..models.published import PUBLISHED_MODELS
+from ..estimate.kv_bytes import kv_bytes_per_token
 
 __all__ = [
     "RUN_COLUMNS",
@@ -76,7 +76,7 @@ def check_serving_runs(runs: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(
                 f"run {rid!r}: url={row['url']!r} is not an https URL: cite the source"
             )
-        if row["model"] not in PUBLISHED_MODELS:
+        if kv_bytes_per_token(str(row["model"])) is None:  # no published config to price
             raise ValueError(
                 f"run {rid!r}: model {row['model']!r} has no published config: add it to "
                 "cgdispatch/data/model_architectures.csv or drop the run"

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..core.generation import GENERATIONS
 from ..estimate.device_model import device_cost_model
 from ..estimate.startup import estimate_startup
 from ..workload.bench_traffic import (
@@ -40,7 +41,7 @@ from .published_runs import is_open_loop, offered_rate, published_serving_runs, 
 
 __all__ = [
     "StepTimeFactory",
-    "SCHEDULER_RELEASE",
+    "oldest_release",
     "run_requests",
     "run_limits",
     "simulate_published_run",
@@ -52,9 +53,6 @@ __all__ = [
 StepTimeFactory = Callable[[GraphConfig, CostModel], Callable[[int, int], float]]
 CostModelFactory = Callable[[str, str, int], CostModel]  # (model, gpu, tensor_parallel_size)
 
-# the oldest scheduler the registry holds: vLLM's V1 scheduler; the published runs are V1
-# engines too (0.11), run here with synchronous scheduling as 0.11 ran by default
-SCHEDULER_RELEASE = "0.33"
 CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default since 0.11
 # open-loop overload: simulated, the last quarter of arrivals waits this many times longer
 # (median TTFT) than the first quarter and at least the floor longer; published, the mean
@@ -66,17 +64,25 @@ CLOSED_LOOP_TOLERANCE_S = 1e-3  # send times moving less than this between passe
 MAX_CLOSED_LOOP_PASSES = 200
 
 
+def oldest_release() -> str:
+    """The oldest scheduler the registry holds (vLLM's V1 scheduler): the nearest to the
+    published runs' releases (0.11, V1 engines too), run with synchronous scheduling as
+    0.11 ran by default."""
+    return next(iter(GENERATIONS))
+
+
 @functools.lru_cache(maxsize=16)
 def _cost_model(model: str, gpu: str, tensor_parallel_size: int) -> CostModel:
     return device_cost_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
 
 
-def run_config(row: pd.Series, scheduler_release: str = SCHEDULER_RELEASE) -> GraphConfig:
+def run_config(row: pd.Series, scheduler_release: str | None = None) -> GraphConfig:
     """The graph config a run's engine dispatched with: its limits (else ``vllm serve``'s
-    defaults on its GPU), FULL_AND_PIECEWISE, its TP size, ``scheduler_release``'s rules."""
+    defaults on its GPU), FULL_AND_PIECEWISE, its TP size, ``scheduler_release``'s rules
+    (default :func:`oldest_release`)."""
     seqs, tokens = serve_default_limits(row["gpu"])
     return GraphConfig(
-        vllm_version=scheduler_release,
+        vllm_version=scheduler_release or oldest_release(),
         cudagraph_mode=CUDAGRAPH_MODE,
         max_num_seqs=seqs if pd.isna(row["max_num_seqs"]) else int(row["max_num_seqs"]),
         max_num_batched_tokens=(
@@ -176,7 +182,7 @@ def simulate_published_run(
     step_time_for: StepTimeFactory = dispatched_step_time,
     cost_model_for: CostModelFactory = _cost_model,
     seed: int = 0,
-    scheduler_release: str = SCHEDULER_RELEASE,
+    scheduler_release: str | None = None,
 ) -> dict[str, Any]:
     """One run simulated: ``sim_*`` figures (TTFT mean / median / p99 and TPOT mean /
     median in ms, output and request throughput per second from the benchmark's start to
