@@ -35,7 +35,7 @@ RUN_COLUMNS = (
 )  # fmt: skip
 RESULT_COLUMNS = (
     "completed", "duration_s", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms",
+    "request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
     "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
 )  # fmt: skip
 DATASETS = ("random", "sharegpt")  # what the traffic builder can draw
@@ -43,10 +43,12 @@ _REQUIRED = ("run_id", "url", "model", "gpu", "tensor_parallel_size", "vllm_vers
              "num_prompts", "request_rate")  # fmt: skip
 _POSITIVE = ("tensor_parallel_size", "input_len", "output_len", "num_prompts", "max_concurrency",
              "max_num_seqs", "max_num_batched_tokens", "max_model_len", "burstiness", "completed",
-             "duration_s", "request_throughput", "output_throughput")  # fmt: skip
+             "duration_s", "request_throughput", "output_throughput",
+             "total_token_throughput")  # fmt: skip
 # vLLM's `vllm serve` defaults on a GPU with at least this much memory that is not an A100
-# (EngineArgs' batch defaults, vllm/engine/arg_utils.py of 0.11; checked by vLLM's
-# tests/engine/test_arg_utils.py::test_defaults_with_usage_context)
+# (EngineArgs' batch defaults, vllm/engine/arg_utils.py; checked by vLLM's
+# tests/engine/test_arg_utils.py::test_defaults_with_usage_context): large GPUs since
+# vllm-project/vllm#17073 (0.8.5), A100 back to the small budget since #17885 (0.9.0)
 _LARGE_GPU_BYTES = 70 * 2**30
 
 
@@ -111,7 +113,7 @@ def check_serving_runs(runs: pd.DataFrame) -> pd.DataFrame:
 def serve_default_limits(gpu: str) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) that ``vllm serve`` picks on ``gpu`` when the
     run sets neither: 1024 and 8192 on a GPU of >= 70 GiB that is not an A100 (H100, H200),
-    else 256 and 2048 (vLLM 0.11's rule; older releases differ)."""
+    else 256 and 2048 (the rule of vLLM 0.9.0 on; older releases differ)."""
     if gpu not in DEVICE_PRESETS:
         raise ValueError(f"gpu {gpu!r} is not a device preset: use one of {sorted(DEVICE_PRESETS)}")
     spec = DEVICE_PRESETS[gpu]

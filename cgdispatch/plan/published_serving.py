@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -53,7 +54,10 @@ __all__ = [
 StepTimeFactory = Callable[[GraphConfig, CostModel], Callable[[int, int], float]]
 CostModelFactory = Callable[[str, str, int], CostModel]  # (model, gpu, tensor_parallel_size)
 
-CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's default since 0.11
+# vLLM's default CUDA-graph mode: FULL_AND_PIECEWISE from 0.11 on, PIECEWISE before (as the
+# logged start-ups of cgdispatch/data/reference_vllm_startups_*.csv show: 0.9.2-0.10.1.1
+# PIECEWISE, 0.11.0 on FULL_AND_PIECEWISE)
+_FULL_AND_PIECEWISE_SINCE = (0, 11)
 # open-loop overload: simulated, the last quarter of arrivals waits this many times longer
 # (median TTFT) than the first quarter and at least the floor longer; published, the mean
 # TTFT is above this share of the send window (num_prompts / rate) and above the floor
@@ -76,14 +80,20 @@ def _cost_model(model: str, gpu: str, tensor_parallel_size: int) -> CostModel:
     return device_cost_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
 
 
+def default_cudagraph_mode(vllm_version: str) -> str:
+    """The CUDA-graph mode a release runs when the run does not set one."""
+    release = tuple(int(part) for part in re.findall(r"\d+", str(vllm_version))[:2])
+    return "FULL_AND_PIECEWISE" if release >= _FULL_AND_PIECEWISE_SINCE else "PIECEWISE"
+
+
 def run_config(row: pd.Series, scheduler_release: str | None = None) -> GraphConfig:
     """The graph config a run's engine dispatched with: its limits (else ``vllm serve``'s
-    defaults on its GPU), FULL_AND_PIECEWISE, its TP size, ``scheduler_release``'s rules
+    defaults on its GPU), its release's default CUDA-graph mode, its TP size, ``scheduler_release``'s rules
     (default :func:`oldest_release`)."""
     seqs, tokens = serve_default_limits(row["gpu"])
     return GraphConfig(
         vllm_version=scheduler_release or oldest_release(),
-        cudagraph_mode=CUDAGRAPH_MODE,
+        cudagraph_mode=default_cudagraph_mode(row["vllm_version"]),
         max_num_seqs=seqs if pd.isna(row["max_num_seqs"]) else int(row["max_num_seqs"]),
         max_num_batched_tokens=(
             tokens if pd.isna(row["max_num_batched_tokens"]) else int(row["max_num_batched_tokens"])
@@ -213,6 +223,8 @@ def simulate_published_run(
         "sim_mean_tpot_ms": float(tpot_ms.mean()) if len(tpot_ms) else math.nan,
         "sim_median_tpot_ms": float(np.median(tpot_ms)) if len(tpot_ms) else math.nan,
         "sim_output_throughput": float(lat["output_tokens"].sum()) / end_s,
+        "sim_total_token_throughput": float(lat["prompt_tokens"].sum() + lat["output_tokens"].sum())
+        / end_s,
         "sim_request_throughput": len(lat) / end_s,
         "sim_duration_s": end_s,
         "overloaded_sim": overloaded_simulated(lat) if open_finite else None,
@@ -229,6 +241,7 @@ _COMPARED = {  # published column -> simulated column
     "p99_ttft_ms": "sim_p99_ttft_ms",
     "mean_tpot_ms": "sim_mean_tpot_ms",
     "output_throughput": "sim_output_throughput",
+    "total_token_throughput": "sim_total_token_throughput",
 }
 
 

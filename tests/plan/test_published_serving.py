@@ -18,6 +18,7 @@ from cgdispatch.plan.published_runs import (
     serve_default_limits,
 )
 from cgdispatch.plan.published_serving import (
+    default_cudagraph_mode,
     overloaded_published,
     overloaded_simulated,
     published_serving_comparison,
@@ -58,9 +59,15 @@ def test_the_table_has_its_columns_and_at_least_24_runs_each_with_a_url():
 def test_each_runs_numbers_agree_with_each_other():
     runs = published_serving_runs()
     for _, r in runs.iterrows():
+        assert not math.isnan(r["mean_ttft_ms"]) and not math.isnan(r["mean_tpot_ms"]), r["run_id"]
+        if math.isnan(r["duration_s"]):  # a source that gives no totals: nothing to cross-check
+            continue
         # printed to two decimals: throughput = tokens / duration within rounding
         assert r["output_throughput"] == pytest.approx(
             r["total_output_tokens"] / r["duration_s"], rel=2e-3, abs=0.02
+        ), r["run_id"]
+        assert r["total_token_throughput"] == pytest.approx(
+            (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration_s"], rel=2e-3
         ), r["run_id"]
         assert r["request_throughput"] == pytest.approx(
             r["completed"] / r["duration_s"], rel=1e-2, abs=0.006
@@ -89,6 +96,13 @@ def test_bad_runs_are_refused_naming_the_field(field, value, message):
     table = pd.DataFrame([_run(**{field: value})])
     with pytest.raises(ValueError, match=message):
         check_serving_runs(table)
+
+
+def test_the_default_graph_mode_follows_the_release():
+    assert default_cudagraph_mode("0.11.0") == "FULL_AND_PIECEWISE"
+    assert default_cudagraph_mode("0.23.1") == "FULL_AND_PIECEWISE"
+    assert default_cudagraph_mode("0.9.2") == "PIECEWISE"
+    assert default_cudagraph_mode("0.10.1.1") == "PIECEWISE"
 
 
 def test_serve_defaults_follow_vllms_large_gpu_rule():
