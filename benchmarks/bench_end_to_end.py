@@ -57,12 +57,12 @@ def _load(row: pd.Series) -> str:
 
 
 def _table(df: pd.DataFrame) -> str:
-    head = f"{'run':44} {'GPU':9} {'load':7}"
+    head = f"{'run':52} {'GPU':9} {'load':7}"
     for label in METRICS.values():
         head += f" | {label:>9} {'sim':>9} {'x':>5}"
     lines = [head + " | ovl pub/sim", "-" * len(head + " | ovl pub/sim")]
     for _, r in df.iterrows():
-        line = f"{r['run_id'][:44]:44} {r['gpu']:9} {_load(r):7}"
+        line = f"{r['run_id'][:52]:52} {r['gpu']:9} {_load(r):7}"
         for pub in METRICS:
             sim = r.get(f"sim_{pub}", math.nan)
             line += f" | {r[pub]:9.1f} {sim:9.1f} {r[f'ratio_{pub}']:5.2f}"

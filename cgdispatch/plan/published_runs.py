@@ -31,7 +31,7 @@ RUN_COLUMNS = (
     "run_id", "url", "model", "gpu", "tensor_parallel_size", "vllm_version", "dataset",
     "input_len", "output_len", "range_ratio", "num_prompts", "request_rate", "burstiness",
     "max_concurrency", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-    "prefix_caching",
+    "gpu_memory_utilization", "kv_cache_tokens", "prefix_caching",
 )  # fmt: skip
 RESULT_COLUMNS = (
     "completed", "duration_s", "total_input_tokens", "total_output_tokens",
@@ -43,6 +43,7 @@ _REQUIRED = ("run_id", "url", "model", "gpu", "tensor_parallel_size", "vllm_vers
              "num_prompts", "request_rate")  # fmt: skip
 _POSITIVE = ("tensor_parallel_size", "input_len", "output_len", "num_prompts", "max_concurrency",
              "max_num_seqs", "max_num_batched_tokens", "max_model_len", "burstiness", "completed",
+             "gpu_memory_utilization", "kv_cache_tokens",
              "duration_s", "request_throughput", "output_throughput",
              "total_token_throughput")  # fmt: skip
 # vLLM's `vllm serve` defaults on a GPU with at least this much memory that is not an A100
@@ -103,6 +104,11 @@ def check_serving_runs(runs: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(
                 f"run {rid!r}: request_rate={row['request_rate']!r} is invalid: give a rate > 0 "
                 "requests/s or inf"
+            )
+        gmu = row["gpu_memory_utilization"]
+        if not pd.isna(gmu) and not 0.0 < float(gmu) <= 1.0:
+            raise ValueError(
+                f"run {rid!r}: gpu_memory_utilization={gmu!r} is invalid: it must be in (0, 1]"
             )
         ratio = row["range_ratio"]
         if not pd.isna(ratio) and not 0.0 <= float(ratio) < 1.0:

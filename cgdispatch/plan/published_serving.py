@@ -4,8 +4,9 @@ TTFT, TPOT and throughput beside the published ones, the yardstick for the step-
 Each run (:mod:`cgdispatch.plan.published_runs`) becomes its traffic
 (:mod:`cgdispatch.workload.bench_traffic`: vLLM's random dataset and send times; a
 ShareGPT-like stand-in for ShareGPT), its limits (the run's, else ``vllm serve``'s defaults
-on its GPU), its KV capacity (:func:`~cgdispatch.estimate.startup.estimate_startup` at
-``gpu_memory_utilization`` 0.9) and its step clock, ``step_time_for(config, cost_model)``:
+on its GPU), its KV capacity (the size its start-up log printed where the source gives it,
+else :func:`~cgdispatch.estimate.startup.estimate_startup` at the run's
+``gpu_memory_utilization``, default 0.9) and its step clock, ``step_time_for(config, cost_model)``:
 the one seam a new pricing plugs into (default
 :func:`~cgdispatch.workload.latency.dispatched_step_time`). Closed-loop runs
 (``--max-concurrency``) are solved as a fixed point: send times from the previous pass's
@@ -64,6 +65,7 @@ _FULL_AND_PIECEWISE_SINCE = (0, 11)
 OVERLOAD_TTFT_GROWTH = 3.0
 OVERLOAD_TTFT_FLOOR_MS = 1000.0
 OVERLOAD_PUBLISHED_SHARE = 0.1
+BLOCK_SIZE = 16  # vLLM's default KV block size (tokens)
 CLOSED_LOOP_TOLERANCE_S = 1e-3  # send times moving less than this between passes: done
 MAX_CLOSED_LOOP_PASSES = 200
 
@@ -169,6 +171,22 @@ def overloaded_published(row: pd.Series) -> bool | None:
     return bool(ttft > OVERLOAD_PUBLISHED_SHARE * window_ms and ttft > OVERLOAD_TTFT_FLOOR_MS)
 
 
+def _kv_cache_tokens(row: pd.Series, config: GraphConfig) -> tuple[int, str]:
+    """(KV tokens, where they come from): the source's logged size, else the estimate."""
+    if not pd.isna(row["kv_cache_tokens"]):
+        return int(row["kv_cache_tokens"]), "logged"
+    gmu = row["gpu_memory_utilization"]
+    estimate = estimate_startup(
+        row["model"],
+        row["gpu"],
+        config,
+        tensor_parallel_size=int(row["tensor_parallel_size"]),
+        gpu_memory_utilization=0.9 if pd.isna(gmu) else float(gmu),
+        block_size=BLOCK_SIZE,
+    )
+    return int(estimate.kv_cache_blocks) * BLOCK_SIZE, "modelled"
+
+
 def _solve(requests: pd.DataFrame, limits: SchedulerLimits, step, seed: int, concurrency):
     """Simulate once (open loop) or to the closed loop's fixed point; (latencies, passes,
     residual seconds)."""
@@ -201,14 +219,14 @@ def simulate_published_run(
     cannot be simulated (a model that does not fit, a request longer than the KV cache)."""
     config = run_config(row, scheduler_release)
     tp = int(row["tensor_parallel_size"])
-    blocks = estimate_startup(row["model"], row["gpu"], config, tensor_parallel_size=tp)
-    limits = run_limits(row, config, blocks.kv_cache_blocks)
+    kv_tokens, kv_source = _kv_cache_tokens(row, config)
+    limits = run_limits(row, config, kv_tokens // BLOCK_SIZE)
     requests = run_requests(row, seed)
     longest = int((requests["prompt_tokens"] + requests["output_tokens"]).max())
-    if longest > blocks.kv_cache_tokens:
+    if longest > kv_tokens:
         raise ValueError(
-            f"run {row['run_id']}: a request of {longest} tokens exceeds the modelled KV cache "
-            f"of {blocks.kv_cache_tokens} tokens ({row['model']} on {row['gpu']})"
+            f"run {row['run_id']}: a request of {longest} tokens exceeds the {kv_source} KV cache "
+            f"of {kv_tokens} tokens ({row['model']} on {row['gpu']})"
         )
     step = step_time_for(config, cost_model_for(row["model"], row["gpu"], tp))
     concurrency = None if is_open_loop(row) else int(row["max_concurrency"])
@@ -228,7 +246,8 @@ def simulate_published_run(
         "sim_request_throughput": len(lat) / end_s,
         "sim_duration_s": end_s,
         "overloaded_sim": overloaded_simulated(lat) if open_finite else None,
-        "sim_num_gpu_blocks": int(blocks.kv_cache_blocks),
+        "sim_num_gpu_blocks": kv_tokens // BLOCK_SIZE,
+        "sim_kv_source": kv_source,
         "sim_preemptions": int(lat["num_preemptions"].sum()),
         "closed_loop_passes": passes,
         "closed_loop_residual_ms": residual * 1e3,

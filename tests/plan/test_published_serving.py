@@ -90,6 +90,7 @@ def test_each_runs_numbers_agree_with_each_other():
         ("request_rate", 0, "request_rate=0"),
         ("range_ratio", 1.5, "range_ratio=1.5"),
         ("num_prompts", -3, "num_prompts=-3"),
+        ("gpu_memory_utilization", 1.5, "gpu_memory_utilization=1.5"),
     ],
 )
 def test_bad_runs_are_refused_naming_the_field(field, value, message):
@@ -124,6 +125,27 @@ def test_two_requests_on_a_constant_clock_give_the_hand_computed_ttft():
     assert sim["sim_mean_tpot_ms"] == pytest.approx((tpot_a + tpot_b) / 2)
     assert sim["sim_output_throughput"] == pytest.approx(10 / (finish_b / 1e3))
     assert sim["overloaded_sim"] is None  # inf rate: no overload to call
+
+
+def test_a_logged_kv_size_is_used_and_a_request_longer_than_it_is_refused():
+    sim = simulate_published_run(
+        _run(kv_cache_tokens=4096), step_time_for=_constant_clock, cost_model_for=_no_cost_model
+    )
+    assert sim["sim_kv_source"] == "logged" and sim["sim_num_gpu_blocks"] == 4096 // 16
+    with pytest.raises(ValueError, match="exceeds the logged KV cache of 96 tokens"):
+        simulate_published_run(
+            _run(kv_cache_tokens=96), step_time_for=_constant_clock, cost_model_for=_no_cost_model
+        )
+    # less memory for vLLM, fewer modelled KV blocks
+    small, large = (
+        simulate_published_run(
+            _run(gpu_memory_utilization=g),
+            step_time_for=_constant_clock,
+            cost_model_for=_no_cost_model,
+        )["sim_num_gpu_blocks"]
+        for g in (0.5, 0.9)
+    )
+    assert 0 < small < large
 
 
 def test_a_closed_loop_of_one_sends_the_second_request_when_the_first_ends():
