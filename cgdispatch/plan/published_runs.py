@@ -24,6 +24,8 @@ __all__ = [
     "published_serving_runs",
     "check_serving_runs",
     "serve_default_limits",
+    "is_open_loop",
+    "offered_rate",
 ]
 
 # what describes a run (the workload and the engine), then what it measured

@@ -44,6 +44,8 @@ from .published_runs import is_open_loop, offered_rate, published_serving_runs, 
 __all__ = [
     "StepTimeFactory",
     "oldest_release",
+    "default_cudagraph_mode",
+    "run_config",
     "run_requests",
     "run_limits",
     "simulate_published_run",
