@@ -56,6 +56,8 @@ _LAZY: dict[str, str] = {
     "latency_summary": "workload.latency",
     "simulate_latencies": "workload.latency",
     "dispatched_step_time": "workload.latency",
+    "price_step": "estimate.step_cost",
+    "StepContent": "core.step_content",
     "step_histogram": "workload.trace",
     "LENGTH_PRESETS": "workload.synthetic",
     "load_requests": "workload.files",

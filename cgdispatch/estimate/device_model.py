@@ -31,9 +31,10 @@ import pandas as pd
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
-from .profiles import LinearProfile, StepProfile
+from .profiles import AttentionShape, LinearProfile, StepProfile
 from .startup import startup_source
 from .startup_pricing import GraphPricing, graph_pricing
+from .step_cost import StepPricer
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "step_times_ms",
     "DeviceCostModel",
     "device_cost_model",
+    "attention_shape",
 ]
 
 
@@ -163,6 +165,20 @@ class DeviceCostModel:
     memory: Mapping[str, MemoryLine]
     num_warmups: int = 1  # vLLM's compilation_config.cudagraph_num_of_warmups
     pricing: GraphPricing | None = None  # the calibrated per-graph costs, published models
+    # heads and KV bytes per token on one GPU: attention priced per request (step_cost.py);
+    # None: the kernels' roofline at a fixed context (a cost model built before it existed)
+    attention: AttentionShape | None = None
+    # the context each decode's attention reads when only a step's size is known
+    context_len: int = 512
+
+    def pricer(self) -> StepPricer:
+        """The :class:`~cgdispatch.estimate.step_cost.StepPricer` of this model (one per
+        cost model: it keeps the lines it has priced)."""
+        found = self.__dict__.get("_pricer")
+        if found is None:
+            found = StepPricer(self)
+            object.__setattr__(self, "_pricer", found)  # a cache, not a field
+        return found
 
     @property
     def source(self) -> str:
@@ -200,8 +216,21 @@ class DeviceCostModel:
         """Step time (ms) per size in any mode; FULL_DECODE_ONLY and FULL_AND_PIECEWISE
         run what the dispatcher routes a step of that size and batch kind to."""
         num_tokens = check_token_array("num_tokens", num_tokens)
+        rows = None
+        if self.attention is not None:  # each token a decode at context_len (step_cost.py)
+            pricer = self.pricer()
+
+            def rows(sizes: np.ndarray) -> np.ndarray:
+                attention = pricer.decode_attention_rows(sizes, self.context_len)
+                return pricer.kernel_rows(sizes, sizes, attention)
+
         return step_times_by_mode(
-            self.profile, mode, num_tokens, self.spec, uniform_decode=uniform_decode
+            self.profile,
+            mode,
+            num_tokens,
+            self.spec,
+            uniform_decode=uniform_decode,
+            kernel_rows=rows,
         )
 
     def _graph_mode(self, mode: CUDAGraphMode | str) -> str:
@@ -321,6 +350,7 @@ def _device_cost_model(
 
     net = _build(model, tensor_parallel_size)
     spec = device_spec(device)
+    attention = attention_shape(net)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))
     published = getattr(getattr(net, "spec", None), "published", "")
@@ -330,7 +360,9 @@ def _device_cost_model(
         pricing = graph_pricing(
             published, device, tensor_parallel_size=net.spec.tensor_parallel_size
         )
-        return DeviceCostModel(model, spec, profile, {}, pricing=pricing)
+        return DeviceCostModel(
+            model, spec, profile, {}, pricing=pricing, attention=attention, context_len=context_len
+        )
     anchors = (256, 512)
     lines = {}
     for mode in ("FULL", "PIECEWISE"):
@@ -345,4 +377,30 @@ def _device_cost_model(
             pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
-    return DeviceCostModel(model, spec, profile, lines)
+    return DeviceCostModel(
+        model, spec, profile, lines, attention=attention, context_len=context_len
+    )
+
+
+def attention_shape(net: object) -> AttentionShape | None:
+    """Heads, KV heads, head size and KV bytes per token of one GPU's attention, from a
+    registry or published model's config (None when the model says nothing of them)."""
+    from ..models.arch_spec import DTYPE_BYTES
+
+    cfg = getattr(net, "config", None)
+    if cfg is None or not hasattr(cfg, "num_heads"):
+        return None
+    dtype = DTYPE_BYTES.get(str(getattr(cfg, "dtype", "bfloat16")).replace("torch.", ""), 2)
+    if hasattr(cfg, "shard"):  # ArchSpec: one tensor-parallel rank
+        heads, kv_heads, tp = (
+            cfg.shard("num_heads"),
+            cfg.shard("num_kv_heads"),
+            cfg.tensor_parallel_size,
+        )
+    else:
+        heads, kv_heads, tp = cfg.num_heads, cfg.num_kv_heads, 1
+    head_dim = int(cfg.head_dim)
+    per_token = 2.0 * kv_heads * head_dim * dtype
+    if getattr(cfg, "kv_lora_rank", 0):  # latent attention caches one latent and a rope key
+        per_token = float((cfg.kv_lora_rank + cfg.qk_rope_head_dim) * dtype)
+    return AttentionShape(int(heads), int(kv_heads), head_dim, per_token, float(dtype), int(tp))

@@ -92,6 +92,11 @@ class ScaledCostModel:
     def source(self) -> str:
         return str(getattr(self.model, "source", "model"))
 
+    @property
+    def step_scale(self) -> float:
+        """The factor a step priced from what it holds takes too (workload.latency)."""
+        return self.factor * float(getattr(self.model, "step_scale", 1.0))
+
     def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray, *args: Any) -> np.ndarray:
         return self.factor * np.asarray(self.model.step_time_ms(mode, num_tokens, *args))
 

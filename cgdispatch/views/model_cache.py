@@ -31,7 +31,7 @@ from ..core.warn import warn_user
 from ..estimate.datafile import DataFileError, dump_data, load_data
 from ..estimate.device_model import DeviceCostModel, MemoryLine, device_cost_model
 from ..estimate.devices import DeviceSpec
-from ..estimate.profiles import LinearProfile
+from ..estimate.profiles import AttentionShape, LinearProfile
 from ..estimate.startup import StartupEstimate, startup_for
 from ..estimate.startup_pricing import GraphPricing, StartupCoefficients
 
@@ -155,7 +155,7 @@ def cached_startup(
 # the classes a cache file may hold: nothing else is rebuilt from one
 _CLASSES = (
     DeviceCostModel, DeviceSpec, LinearProfile, MemoryLine, GraphPricing, StartupCoefficients,
-    StartupEstimate,
+    StartupEstimate, AttentionShape,
 )  # fmt: skip
 
 
