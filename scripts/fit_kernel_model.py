@@ -38,6 +38,7 @@ from cgdispatch.estimate.kernel_model import (  # noqa: E402
 FITTED = {"Hopper": ("h100_sxm", "0.24.0", "H100"), "Ampere": ("a100_sxm", "0.14.0", "A100")}
 HELD_OUT = {"H200": ("h200_sxm", "0.24.0", "Hopper")}
 OUT = ROOT / "cgdispatch" / "data" / "kernel_model.json"
+WEIGHT_US = 500.0  # kernels shorter than this weigh sqrt(t / WEIGHT_US) in the fit
 
 
 def data_dir(arg: str | None) -> Path:
@@ -77,7 +78,7 @@ def default_coeffs() -> dict[str, dict[str, float]]:
     return {
         "gemm": {"ef": 0.8, "eb": 0.8, "t0_us": 4.0, "m_half": 16.0},
         "gemm_fp8": {"ef": 0.8, "eb": 0.8, "t0_us": 4.0, "m_half": 16.0},
-        "decode": {"eb": 0.8, "t0_us": 10.0, "per_head_req_us": 0.1},
+        "decode": {"eb": 0.8, "t0_us": 10.0, "per_head_req_us": 0.1, "per_req_us": 0.1},
         "prefill": {"ef": 0.6, "eb": 0.5, "t0_us": 10.0, "n_half": 500.0},
         "allreduce": {"eff": 0.6, "t0_us_tp2": 4.0, "t0_us_tp4": 5.0, "t0_us_tp8": 5.5},
     }
@@ -126,7 +127,12 @@ PARAMS = {
         ("t0_us", 0.0, 50.0),
         ("m_half", 0.0, 4096),
     ],
-    "generation": [("eb", 0.05, 1.5), ("t0_us", 0.0, 100.0), ("per_head_req_us", 0.0, 50.0)],
+    "generation": [
+        ("eb", 0.05, 1.5),
+        ("t0_us", 0.0, 100.0),
+        ("per_head_req_us", 0.0, 50.0),
+        ("per_req_us", 0.0, 50.0),
+    ],
     "context": [("ef", 0.05, 1.0), ("eb", 0.05, 1.5), ("t0_us", 0.0, 100.0), ("n_half", 0.0, 1e5)],
     "allreduce": [
         ("eff", 0.01, 3.0),
@@ -142,10 +148,12 @@ def fit(op: str, t: pd.DataFrame, spec, values) -> None:
     names = PARAMS[op]
     group = GROUP[op]
     measured = t.latency.to_numpy(np.float64) * 1e3  # ms -> us
+    # a whole step's error is made by its long kernels: kernels under WEIGHT_US count less
+    weight = np.sqrt(np.minimum(1.0, measured / WEIGHT_US))
 
     def residual(x: np.ndarray) -> np.ndarray:
         values[group].update({n: float(v) for (n, _, _), v in zip(names, x)})
-        return np.log(predict(op, t, spec, values) / measured)
+        return weight * np.log(predict(op, t, spec, values) / measured)
 
     x0 = [values[group][n] for n, _, _ in names]
     lo, hi = [b for _, b, _ in names], [b for _, _, b in names]

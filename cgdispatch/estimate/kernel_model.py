@@ -13,7 +13,7 @@ The formulas (microseconds; ``peak`` and ``bw`` are the device's datasheet rates
 
 - GEMM of ``m`` rows (bf16; fp8 W8A8 on Hopper with its own coefficients): ``t0 + max(flops / (peak * ef * m / (m + m_half)), bytes / (bw * eb))``;
 - decode attention of one layer (FlashAttention reading each request's KV cache):
-  ``t0 + kv_bytes / (bw * eb) + per_head_req * num_decodes * heads / 64``;
+  ``t0 + kv_bytes / (bw * eb) + num_decodes * (per_head_req * heads / 64 + per_req)``;
 - prefill attention of one layer, per prompt chunk of ``n`` new tokens after ``c`` cached:
   ``max(causal_flops / (peak * ef * n / (n + n_half)), bytes / (bw * eb))`` with
   ``causal_flops = 4 * heads * head_dim * (n * c + n * (n + 1) / 2)``, plus ``t0`` once;
@@ -59,7 +59,7 @@ class KernelCoefficients:
     architecture: str  # the architecture whose tables were fitted (Hopper, Ampere)
     fitted_on: str  # which tables, for the source label
     gemm: dict[str, float]  # ef, eb, t0_us, m_half
-    decode: dict[str, float]  # eb, t0_us, per_head_req_us
+    decode: dict[str, float]  # eb, t0_us, per_head_req_us, per_req_us
     prefill: dict[str, float]  # ef, eb, t0_us, n_half
     allreduce: dict[str, float]  # eff, t0_us_tp2, t0_us_tp4, t0_us_tp8
     # fp8 W8A8 GEMMs (per-tensor scales) where the tables have them (Hopper); None: an fp8
@@ -134,7 +134,8 @@ def decode_attention_us(
     kv_bytes = np.asarray(kv_bytes, dtype=np.float64)
     n = np.asarray(num_decodes, dtype=np.float64)
     work = kv_bytes / (spec.bandwidth_bytes_per_s * c["eb"]) * 1e6
-    return np.where(n > 0, work + c["per_head_req_us"] * n * heads / 64.0, 0.0)
+    per_request = c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
+    return np.where(n > 0, work + per_request * n, 0.0)
 
 
 def prefill_attention_us(

@@ -127,7 +127,8 @@ class StepPricer:
             dec = c.decode
             kv_bytes = content.decode_kv_tokens * s.kv_bytes_per_token
             t = kv_bytes / (self.spec.bandwidth_bytes_per_s * dec["eb"]) * 1e6
-            t += dec["per_head_req_us"] * content.decode_reqs * s.heads / 64.0
+            per_request = dec["per_head_req_us"] * s.heads / 64.0 + dec.get("per_req_us", 0.0)
+            t += per_request * content.decode_reqs
             t0 = dec["t0_us"]
         if content.chunks:
             done, new = np.array(content.chunks, dtype=np.float64).T
