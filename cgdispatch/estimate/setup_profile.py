@@ -153,6 +153,12 @@ class CalibrationProfile:
             runs=self.runs,
             ratios=self.step_points if self.step_scale is not None else base.ratios,
             basis=f"{self.label}: largest residual, floors {FLOORS}",
+            # measured steps of this server stand for both parts of the step band
+            step_kernels=(
+                self.band("step_time") if self.step_scale is not None else base.step_kernels
+            ),
+            kernel_steps=self.step_points if self.step_scale is not None else base.kernel_steps,
+            kernel_basis=self.label if self.step_scale is not None else base.kernel_basis,
         )
 
 

@@ -21,7 +21,13 @@ import pandas as pd
 
 from ..core.step_content import StepContent
 
-__all__ = ["REFERENCE_STEPS", "priced_reference", "step_errors", "error_table"]
+__all__ = [
+    "REFERENCE_STEPS",
+    "priced_reference",
+    "step_errors",
+    "error_table",
+    "kernel_step_errors",
+]
 
 # the fixture of measured steps (a file of the repository, not of the installed package)
 REFERENCE_STEPS = Path(__file__).resolve().parents[2] / "tests" / "data" / "aic_reference_steps.csv"
@@ -73,3 +79,18 @@ def step_errors(path: str | Path = REFERENCE_STEPS, quantile: float = 0.9) -> di
     out = {k: float(np.quantile(g["error"].abs(), quantile)) for k, g in held.groupby("kind")}
     out["all"] = float(np.quantile(held["error"].abs(), quantile))
     return {k: round(v, 4) for k, v in out.items()}
+
+
+def kernel_step_errors(
+    devices: tuple[str, ...], quantile: float, basis: str = "H200, tables never fitted"
+) -> dict[str, object]:
+    """``step_kernels`` (the ``quantile`` of ``|error|`` over the measured steps on
+    ``devices``), ``kernel_steps`` and ``kernel_basis``: the fields of
+    :class:`~cgdispatch.estimate.uncertainty.ModelErrors` this data gives."""
+    frame = priced_reference()
+    errors = frame.loc[frame["device"].isin(devices), "error"].abs().to_numpy()
+    return {
+        "step_kernels": round(float(np.quantile(errors, quantile)), 4),
+        "kernel_steps": len(errors),
+        "kernel_basis": basis,
+    }
