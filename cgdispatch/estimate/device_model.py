@@ -178,6 +178,10 @@ class DeviceCostModel:
     # the GPU has fp8 tensor cores, else weight-only), int8 (W8A8), int4 (weight-only)
     weight_dtype: str = "bfloat16"
     num_experts: int = 0  # routed experts of a mixture-of-experts model (0: dense)
+    # where kernel times come from: "model" (the fitted formulas) or "aic" (kernels measured
+    # with vLLM, aiconfigurator-core: estimate/measured_kernels.py) on this preset
+    kernel_source: str = "model"
+    kernel_device: str = ""  # the preset whose measured kernels "aic" reads
 
     def with_dtypes(
         self, weight_dtype: str = "auto", kv_cache_dtype: str = "auto"
@@ -198,6 +202,11 @@ class DeviceCostModel:
         """The :class:`~cgdispatch.estimate.step_cost.StepPricer` of this model (one per
         cost model: it keeps the lines it has priced)."""
         found = self.__dict__.get("_pricer")
+        if found is None and self.kernel_source == "aic":
+            from .measured_kernels import MeasuredKernelPricer
+
+            found = MeasuredKernelPricer(self, self.kernel_device)
+            object.__setattr__(self, "_pricer", found)
         if found is None:
             found = StepPricer(self)
             object.__setattr__(self, "_pricer", found)  # a cache, not a field
@@ -205,6 +214,11 @@ class DeviceCostModel:
 
     @property
     def source(self) -> str:
+        if self.kernel_source == "aic":
+            return (
+                f"model ({self.spec.name}) with kernel times measured in vLLM "
+                "(aiconfigurator-core 0.12.0)"
+            )
         if self.pricing is not None and "vLLM startups on " in self.memory_source:
             # the step-time model is the datasheet's; the graph costs are carried over from
             # the fitted GPU (the label names it; the fitted GPU's own label does not)
@@ -287,6 +301,7 @@ def device_cost_model(
     tensor_parallel_size: int | None = None,
     weight_dtype: str = "auto",
     kv_cache_dtype: str = "auto",
+    kernels: str = "model",
 ) -> DeviceCostModel:
     """The device model of ``model`` (built on meta) on ``device`` (a preset name or a
     :class:`DeviceSpec`). ``model``: a registry name, a published Hugging Face id, or any
@@ -299,7 +314,10 @@ def device_cost_model(
     ``weight_dtype``: ``auto`` (the config's dtype), ``fp8``, ``int8`` or ``int4`` (a
     quantized checkpoint's linear weights, priced with their bytes and GEMM rate);
     ``kv_cache_dtype``: ``auto`` or ``fp8`` (vLLM's ``--kv-cache-dtype``: the KV bytes each
-    decode reads halve). ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
+    decode reads halve). ``kernels``: ``model`` (the formulas fitted on measured kernels, no
+    extra package) or ``aic`` (the measured kernels themselves where aiconfigurator-core has
+    them for this model and GPU: ``pip install 'cgdispatch[aic]'``; refused otherwise).
+    ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
     output is about 500 tokens, docs/references.md). Two kernel profiles on fake tensors,
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
@@ -348,7 +366,18 @@ def device_cost_model(
         built = _device_cost_model(model, device, context_len, tp or 1)
     else:
         built = _device_cost_model(model, device, context_len, None)
-    return built.with_dtypes(weight_dtype, kv_cache_dtype)
+    built = built.with_dtypes(weight_dtype, kv_cache_dtype)
+    if kernels == "model":
+        return built
+    if kernels != "aic":
+        raise ValueError(f"kernels={kernels!r} is unknown: use 'model' or 'aic'")
+    if not isinstance(device, str):
+        raise ValueError("kernels='aic' reads a preset GPU's measured kernels: name the device")
+    from .measured_kernels import check_measured_backend
+
+    name = model.model if isinstance(model, PublishedModel) else model
+    check_measured_backend(name, device)
+    return dataclasses.replace(built, kernel_source="aic", kernel_device=device)
 
 
 def _build(model: object, tensor_parallel_size: int | None = None) -> object:
