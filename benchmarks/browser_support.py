@@ -38,6 +38,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+_BIND_PAUSE_S = 0.05  # between connection attempts once the server has printed its URL
 
 
 def browser_skip_reason() -> str | None:
@@ -91,9 +92,10 @@ def server_env(home: Path) -> dict[str, str]:
 class _ServerOutput:
     """Copies a server's output to its log file and tells when the server says it listens.
 
-    Jupyter Server and Voila print their URL (``http://127.0.0.1:<port>/...``) once the
-    socket is bound, so waiting for that line is a wait on the event itself, not a timed
-    poll; the copy also keeps the pipe drained for the server's whole life.
+    Jupyter Server and Voila print their URL (``http://127.0.0.1:<port>/...``) when their
+    start-up is done (Voila after binding, Jupyter Server just before), so the long part
+    of the wait is a wait on that line, not a timed poll; the copy also keeps the pipe
+    drained for the server's whole life.
     """
 
     def __init__(self, proc: subprocess.Popen, log: Path, port: int) -> None:
@@ -137,23 +139,38 @@ def _wait_ready(
     log: Path,
     timeout_s: float,
 ) -> None:
-    """Until the server says it listens on ``port``; then one request to ``path`` must
-    answer 200 (``path=None``: one connection must be accepted)."""
+    """Until the server says it listens on ``port`` and then accepts a connection; then one
+    request to ``path`` must answer 200 (``path=None``: the connection is enough)."""
     deadline = time.monotonic() + timeout_s
+
+    def failed(why: str) -> RuntimeError:
+        return RuntimeError(f"server on port {port} {why}:\n{log.read_text()[-3000:]}")
+
     if not output.wait_listening(timeout_s):
-        if proc.poll() is not None or output.ended:
+        if output.ended or proc.poll() is not None:
             proc.wait(timeout=15)
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        raise RuntimeError(
-            f"server on port {port} not listening after {timeout_s} s:\n{log.read_text()[-3000:]}"
-        )
-    left_s = max(deadline - time.monotonic(), 5.0)  # the socket is bound: it answers
-    if path is None:
-        socket.create_connection(("127.0.0.1", port), timeout=left_s).close()
-        return
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=left_s) as response:
-        if response.status != 200:
-            raise RuntimeError(f"{path} answered {response.status}:\n{log.read_text()[-3000:]}")
+            raise failed(f"exited with {proc.returncode}")
+        raise failed(f"not listening after {timeout_s} s")
+    # Jupyter Server prints its URL just before its event loop binds the port (a callback
+    # of the loop's first turn), so a connection may be refused for a few milliseconds:
+    # retry, pausing on the server process itself so that an exit ends the wait at once
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=10).close()
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise failed(f"refuses connections {timeout_s} s after start") from None
+            try:
+                proc.wait(timeout=_BIND_PAUSE_S)
+            except subprocess.TimeoutExpired:
+                continue
+            raise failed(f"exited with {proc.returncode}") from None
+    if path is not None:
+        left_s = max(deadline - time.monotonic(), 10.0)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=left_s) as response:
+            if response.status != 200:
+                raise failed(f"answered {response.status} on {path}")
 
 
 @contextmanager
@@ -162,10 +179,11 @@ def running_server(
 ) -> Iterator[str]:
     """Start ``argv`` (a server on ``port``), wait until it is ready, yield its URL, stop it after.
 
-    Ready: the server printed its URL with ``port`` (it is bound), then ``ready_path``, a
-    cheap URL, answered 200; None only connects (Voila runs the notebook on every page
-    request, so probing a page would run it twice). ``timeout_s`` is generous for a
-    loaded 2-core machine; the wait ends as soon as the server is up or has exited.
+    Ready: the server printed its URL with ``port``, accepts connections, and
+    ``ready_path``, a cheap URL, answered 200; None only connects (Voila runs the notebook
+    on every page request, so probing a page would run it twice). ``timeout_s`` is
+    generous for a loaded 2-core machine; the wait ends as soon as the server is up or has
+    exited.
     """
     log = home / f"server-{port}.log"
     proc = subprocess.Popen(

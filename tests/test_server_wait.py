@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from browser_support import free_port, running_server
 
-# binds, then prints its URL as Jupyter Server and Voila do, then serves /ready
+# prints its URL after binding (as Voila does) or before (as Jupyter Server does), serves /ready
 SERVER = """\
 import http.server, sys
 port = int(sys.argv[1])
@@ -22,19 +22,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"up")
     def log_message(self, *args):
         pass
-server = http.server.HTTPServer(("127.0.0.1", port), Handler)
 print("starting up", flush=True)
-print(f"running at:\\nhttp://127.0.0.1:{port}/", flush=True)
+if "--bind-late" in sys.argv:  # Jupyter Server's order: the URL, then the bind
+    import time
+
+    print(f"running at:\\nhttp://127.0.0.1:{port}/", flush=True)
+    time.sleep(0.5)  # the fake server's own start-up work, not a wait of the test
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+else:  # Voila's order: the bind, then the URL
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+    print(f"running at:\\nhttp://127.0.0.1:{port}/", flush=True)
 server.serve_forever()
 """
 
 
-def test_ready_once_the_server_says_it_listens(tmp_path: Path) -> None:
+@pytest.mark.parametrize("order", ["bind, then URL", "URL, then bind"])
+def test_ready_once_the_server_says_it_listens_and_accepts(tmp_path: Path, order: str) -> None:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     port = free_port()
+    argv = [sys.executable, str(script), str(port)]
+    argv += ["--bind-late"] if order.startswith("URL") else []
     for path in ("/ready", None):
-        with running_server([sys.executable, str(script), str(port)], path, port, tmp_path) as url:
+        with running_server(argv, path, port, tmp_path) as url:
             assert url == f"http://127.0.0.1:{port}"
             with urllib.request.urlopen(f"{url}/ready", timeout=30) as response:
                 assert response.read() == b"up"
