@@ -20,7 +20,6 @@ config names. It decides nothing itself: every answer is the generation's dispat
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any, Protocol
 
 from .arith import cdiv
+from .ladder_shape import LadderShape, planner_for
 from .modes import AttentionCGSupport, CUDAGraphMode
 from .validate import MAX_CAPTURE_SIZE, MAX_STEP_TOKENS, check_bool, check_int
 
@@ -186,7 +186,9 @@ class Generation:
     explain: Callable[[Any, int, int, bool, int, bool, StepDispatch], str]
     compilation_sizes: Callable[[Any], dict[str, Any]]  # config -> its size keys for the JSON
     scheduler: SchedulerRules
-    planner: str  # "module:function" of its capture-size planner (plan layer, loaded lazily)
+    # its size lists (one token list, or prefill tokens and decode requests); the shape's
+    # planner is registered by the plan layer (ladder_shape.register_planner)
+    ladder: LadderShape
     # two size lists, prefill tokens and decode requests (generation 2), or one token list
     splits_ladders: bool
     # graphs hold a request count that each batch's is checked against (V1 reads none)
@@ -218,9 +220,9 @@ class Generation:
         return f"{self.release} ({self.name}, {self.dispatcher_name})"
 
     def plan_ladder(self, *args: Any, **kwargs: Any) -> Any:
-        """The generation's capture-size planner (``planner``), called with these arguments."""
-        module, _, function = self.planner.partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+        """The capture-size planner registered for the release's ladder shape, called with
+        these arguments (ValueError when none is registered)."""
+        return planner_for(self.ladder)(*args, **kwargs)
 
 
 _REGISTRY: dict[str, Generation] = {}

@@ -249,8 +249,8 @@ def test_a_release_package_is_read_field_by_field():
     package = types.ModuleType("cgdispatch_test_release")
     for field in dataclasses.fields(Generation):
         setattr(package, field.name, getattr(GENERATIONS[BASE], field.name))
-    del package.planner, package.scheduler
-    with pytest.raises(ValueError, match="scheduler, planner"):
+    del package.ladder, package.scheduler
+    with pytest.raises(ValueError, match="scheduler, ladder"):
         Generation.from_module(package)
     with pytest.raises(ValueError, match="pass a Generation"):
         register_generation(package)

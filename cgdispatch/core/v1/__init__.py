@@ -13,6 +13,7 @@ from typing import Any
 
 from ..batch import BatchDescriptor
 from ..generation import CaptureKey, Generation, SchedulerRules, StepDispatch, register_generation
+from ..ladder_shape import TOKEN_LADDER
 from ..modes import CUDAGraphMode
 from .config import RELEASE
 
@@ -79,7 +80,7 @@ def capture_keys(dispatcher: CudagraphDispatcher) -> list[CaptureKey]:
 
 # ----- its scheduler and planner, and what differs from other releases -----------------------
 scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False)
-planner = "cgdispatch.plan.planner:plan_capture_sizes"
+ladder = TOKEN_LADDER  # its planner: registered by cgdispatch.plan
 splits_ladders = keys_count_requests = profiles_graph_memory = False
 cascade_attention = True  # the V1 runner has cascade attention (it excludes FULL)
 

@@ -19,6 +19,7 @@ from ..generation import (
     dispatch_step,
     register_generation,
 )
+from ..ladder_shape import SPLIT_LADDERS
 from ..modes import CUDAGraphMode
 from .config import GEN2_COMPILATION_KEYS, GEN2_FIELDS, RELEASE
 
@@ -82,7 +83,7 @@ def capture_keys(manager: CudaGraphManager) -> list[CaptureKey]:
 
 # ----- its scheduler and planner, and what differs from other releases -----------------------
 scheduler = SchedulerRules(async_by_default=True, long_prefill_needs_chunked=True)
-planner = "cgdispatch.plan.planner_v2:plan_two_ladders"
+ladder = SPLIT_LADDERS  # its planner: registered by cgdispatch.plan
 splits_ladders = keys_count_requests = profiles_graph_memory = True
 cascade_attention = False  # the gen-2 runner has no cascade attention
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..arith import cdiv
+from ..ladder_shape import SPLIT_LADDERS
 from ..lora import captured_lora_counts
 from ..modes import (
     DEFAULT_SPLITTING_OPS,
@@ -62,13 +63,10 @@ M = CUDAGraphMode
 
 RELEASE = "0.34"  # the value of GraphConfig.vllm_version for generation 2
 
-# GraphConfig fields that exist only in generation 2, with their defaults
+# GraphConfig fields that exist only in generation 2, with their defaults: its ladder
+# shape's size fields (cgdispatch.core.ladder_shape.SplitLadders), then the release's own
 GEN2_FIELDS: dict[str, Any] = {
-    "prefill_cudagraph_capture_token_sizes": None,
-    "max_prefill_cudagraph_capture_tokens": None,
-    "decode_cudagraph_capture_request_sizes": None,
-    "max_decode_cudagraph_capture_requests": None,
-    "max_decode_cudagraph_capture_tokens": None,
+    **SPLIT_LADDERS.own_fields,
     "performance_mode": "balanced",
     "speculative_method": None,
     "enable_adaptive_verification": False,
@@ -77,14 +75,8 @@ GEN2_FIELDS: dict[str, Any] = {
     "ubatch_size": 0,
     "dbo_decode_token_threshold": 32,
 }
-# the gen-2 keys of vLLM's --compilation-config JSON
-GEN2_COMPILATION_KEYS = (
-    "prefill_cudagraph_capture_token_sizes",
-    "max_prefill_cudagraph_capture_tokens",
-    "decode_cudagraph_capture_request_sizes",
-    "max_decode_cudagraph_capture_requests",
-    "max_decode_cudagraph_capture_tokens",
-)
+# the gen-2 keys of vLLM's --compilation-config JSON: its ladder shape's
+GEN2_COMPILATION_KEYS = SPLIT_LADDERS.compilation_keys
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 # vllm/config/compilation.py CompilationConfig._attention_ops (0.34.0)
 VLLM_ATTENTION_OPS = (
