@@ -169,15 +169,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _sizes_line(config: GraphConfig) -> str:
-    if generation_of(config).splits_ladders:
-        prefill = config.prefill_cudagraph_capture_token_sizes or []
-        decode = config.decode_cudagraph_capture_request_sizes or []
-        return (
-            f"{len(prefill)} prefill token sizes {_ends(prefill)}, "
-            f"{len(decode)} decode request sizes {_ends(decode)}"
-        )
-    sizes = config.cudagraph_capture_sizes
-    return f"{len(sizes)} capture sizes {_ends(sizes)}"
+    """``"12 capture sizes [1, 2, ...]"``, one part per ladder of the release's shape."""
+    shape = generation_of(config).ladder
+    return ", ".join(
+        f"{len(sizes)} {ladder.name} {_ends(sizes)}"
+        for ladder, sizes in zip(shape.ladders, shape.sizes(config))
+    )
 
 
 def _ends(sizes: list[int]) -> str:

@@ -189,8 +189,6 @@ class Generation:
     # its size lists (one token list, or prefill tokens and decode requests); the shape's
     # planner is registered by the plan layer (ladder_shape.register_planner)
     ladder: LadderShape
-    # two size lists, prefill tokens and decode requests (generation 2), or one token list
-    splits_ladders: bool
     # graphs hold a request count that each batch's is checked against (V1 reads none)
     keys_count_requests: bool
     cascade_attention: bool  # the runner has cascade attention (excludes FULL)

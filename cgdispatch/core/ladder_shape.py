@@ -40,6 +40,8 @@ class Ladder:
     name: str  # prose, plural: "prefill token sizes"
     box: str  # a widget's label: "prefill tokens"
     limit: str  # the GraphConfig count that bounds a size: "max_num_batched_tokens"
+    # short name: the CLI option's dest, a table column, a data attribute ("decode-sizes")
+    flag: str
 
 
 @runtime_checkable
@@ -50,7 +52,7 @@ class LadderShape(Protocol):
     anything with its fields) and never derives sizes: the release's config rules do.
     """
 
-    name: str  # "one token ladder": for prose
+    name: str  # "one token ladder": for prose (the plan CLI's generation line)
     ladders: tuple[Ladder, ...]  # the lists a user sets, in the order they are shown
     # GraphConfig fields only this shape reads, with their defaults; vLLM's JSON keys of them
     own_fields: Mapping[str, Any]
@@ -106,7 +108,11 @@ class TokenLadder:
     name = "one token ladder"
     ladders = (
         Ladder(
-            "cudagraph_capture_sizes", "capture sizes", "capture sizes", "max_num_batched_tokens"
+            "cudagraph_capture_sizes",
+            "capture sizes",
+            "capture sizes",
+            "max_num_batched_tokens",
+            "sizes",
         ),
     )
     # the legacy size fields every release reads: owned by none (GraphConfig's own)
@@ -161,19 +167,21 @@ class SplitLadders:
     release splits itself (docs/semantics_v2.md rules 14-15).
     """
 
-    name = "split prefill and decode ladders"
+    name = "decode graphs by request count and prefill graphs by token count"
     ladders = (
         Ladder(
             "prefill_cudagraph_capture_token_sizes",
             "prefill token sizes",
             "prefill tokens",
             "max_num_batched_tokens",
+            "prefill_sizes",
         ),
         Ladder(
             "decode_cudagraph_capture_request_sizes",
             "decode request sizes",
             "decode requests",
             "max_num_seqs",
+            "decode_sizes",
         ),
     )
     own_fields: Mapping[str, Any] = MappingProxyType(_SPLIT_FIELDS)

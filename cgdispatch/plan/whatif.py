@@ -282,14 +282,7 @@ def _num_graphs(dispatcher: GraphDispatcher, keys: list[CaptureKey]) -> int:
     """The sizes ``max_graphs`` counts: V1's capture sizes; generation 2's prefill token
     sizes and decode request sizes that capture a graph (LoRA cases and microbatch twins
     of one size count once)."""
-    if not generation_of(dispatcher).splits_ladders:
-        return len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
-    return len(
-        {
-            (k.key.uniform_token_count, k.num_reqs if k.key.uniform_token_count else k.num_tokens)
-            for k in keys
-        }
-    )
+    return generation_of(dispatcher).ladder.num_sizes(dispatcher, keys)
 
 
 def graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:

@@ -81,7 +81,7 @@ def capture_keys(dispatcher: CudagraphDispatcher) -> list[CaptureKey]:
 # ----- its scheduler and planner, and what differs from other releases -----------------------
 scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False)
 ladder = TOKEN_LADDER  # its planner: registered by cgdispatch.plan
-splits_ladders = keys_count_requests = profiles_graph_memory = False
+keys_count_requests = profiles_graph_memory = False
 cascade_attention = True  # the V1 runner has cascade attention (it excludes FULL)
 
 GENERATION = register_generation(Generation.from_module(__name__))

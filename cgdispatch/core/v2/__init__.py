@@ -84,7 +84,7 @@ def capture_keys(manager: CudaGraphManager) -> list[CaptureKey]:
 # ----- its scheduler and planner, and what differs from other releases -----------------------
 scheduler = SchedulerRules(async_by_default=True, long_prefill_needs_chunked=True)
 ladder = SPLIT_LADDERS  # its planner: registered by cgdispatch.plan
-splits_ladders = keys_count_requests = profiles_graph_memory = True
+keys_count_requests = profiles_graph_memory = True
 cascade_attention = False  # the gen-2 runner has no cascade attention
 
 GENERATION = register_generation(Generation.from_module(__name__))
