@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS, NEWEST, generation_for
+from ..core.generation import GENERATIONS, default_release, generation_for
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
@@ -203,7 +203,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def _generation_line(version: str) -> str:
     """The generation the plan is for, and how to pick the other."""
     generation = generation_for(version)
-    newest = " (the newest; default)" if generation is NEWEST else ""
+    newest = " (the newest; default)" if generation.release == default_release() else ""
     others = other_releases(generation, "--vllm-version {release} for {name}'s {dispatcher}", ", ")
     what = generation.ladder.name  # "one token ladder"
     return f"vLLM {generation.release}{newest}: {generation.dispatcher_name}, {what} ({others})"
@@ -278,7 +278,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--vllm-version",
         choices=tuple(GENERATIONS),
-        default=NEWEST.release,
+        default=default_release(),
         help="vLLM release whose graph dispatch to plan for: "
         + ", ".join(g.describe() for g in GENERATIONS.values())
         + "; default %(default)s, the newest",

@@ -17,7 +17,13 @@ from typing import Any
 
 from . import validate as _bounds
 from . import vllm_io
-from .generation import GENERATIONS, Generation, check_version, generation_for
+from .generation import (
+    GENERATIONS,
+    Generation,
+    check_version,
+    default_release,
+    generation_for,
+)
 from .modes import DEFAULT_SPLITTING_OPS, AttentionCGSupport, CUDAGraphMode
 from .validate import as_index, check_bool, check_int
 
@@ -80,7 +86,7 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
     out["cudagraph_mode"] = CUDAGraphMode.parse(values["cudagraph_mode"])
     # first: every later rule reads the version as a registered release string (a float
     # from papermill or YAML becomes its string); None: the newest release, the default
-    out["vllm_version"] = check_version(values["vllm_version"]) or generation_for(None).release
+    out["vllm_version"] = check_version(values["vllm_version"]) or default_release()
     for name in _LIST_FIELDS:  # a scalar or a mapping where a list belongs
         value = values[name]
         if value is not None and (

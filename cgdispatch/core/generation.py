@@ -43,6 +43,7 @@ __all__ = [
     "generation_for",
     "generation_of",
     "check_version",
+    "default_release",
     "GraphDispatcher",
     "GraphKey",
     "StepDispatch",
@@ -257,8 +258,21 @@ def unregister_generation(release: str) -> Generation:
     return _REGISTRY.pop(release)
 
 
+def default_release() -> str:
+    """The release a tool models when none is given: the newest registered one.
+
+    The one place that decides what "no release" means (``GraphConfig()``,
+    ``generation_for(None)``, the CLIs' and settings' defaults, read when they are built,
+    never frozen at import). Stored sweep rows that predate the version column are not
+    "no release": they name theirs when read (``cgdispatch.sweep.rows.LEGACY_VERSION``).
+    """
+    if not _REGISTRY:
+        raise ValueError("no vLLM release is registered: import cgdispatch.core first")
+    return next(reversed(_REGISTRY))
+
+
 def _newest() -> Generation:
-    return next(reversed(_REGISTRY.values()))
+    return _REGISTRY[default_release()]
 
 
 def __getattr__(name: str) -> Any:

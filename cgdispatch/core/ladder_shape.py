@@ -15,10 +15,13 @@ names none. It derives no sizes itself: each release's config rules do
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
+
+from .ladders import vllm_ladder
 
 __all__ = [
     "Ladder",
@@ -62,6 +65,11 @@ class LadderShape(Protocol):
 
     def sizes(self, config: Any) -> tuple[list[int], ...]:
         """Each ladder's sizes in ``config`` (empty where unset), in ``ladders`` order."""
+        ...
+
+    def default_sizes(self, config: Any) -> tuple[list[int], ...]:
+        """The release's default ladders for ``config``'s engine settings (no size given),
+        in ``ladders`` order: vLLM's own row of a ladder comparison."""
         ...
 
     def changes(self, lists: Sequence[list[int] | None]) -> dict[str, Any]:
@@ -123,6 +131,16 @@ class TokenLadder:
 
     def sizes(self, config: Any) -> tuple[list[int], ...]:
         return (_ints(config.cudagraph_capture_sizes),)
+
+    def default_sizes(self, config: Any) -> tuple[list[int], ...]:
+        # vLLM's ladder from the scheduler limits and q (docs/semantics.md)
+        return (
+            vllm_ladder(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                num_speculative_tokens=config.num_speculative_tokens,
+            ),
+        )
 
     def changes(self, lists: Sequence[list[int] | None]) -> dict[str, Any]:
         (sizes,) = lists
@@ -191,6 +209,18 @@ class SplitLadders:
 
     def sizes(self, config: Any) -> tuple[list[int], ...]:
         return tuple(_ints(getattr(config, ladder.field)) for ladder in self.ladders)
+
+    def default_sizes(self, config: Any) -> tuple[list[int], ...]:
+        # every size field unset, resolved for the device, mode and speculative decoding;
+        # quietly: sizes above the limits are dropped and legacy lists deprecated, both
+        # expected here
+        unset = dict.fromkeys(
+            ("cudagraph_capture_sizes", "max_cudagraph_capture_size", *self.own_fields)
+        )
+        unset.pop("max_decode_cudagraph_capture_tokens")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self.sizes(config.replace(**unset).resolve())
 
     def changes(self, lists: Sequence[list[int] | None]) -> dict[str, Any]:
         prefill, decode = lists

@@ -123,13 +123,13 @@ def vllm_gen2_ladder(config: GraphConfig) -> Gen2Ladder:
     """vLLM 0.34's default ladder for ``config``'s engine settings (scheduler limits, mode,
     speculative decoding, device capability, performance mode): every size field unset."""
     _check_gen2(config)
-    defaults = _quiet_resolve(
-        config,
-        cudagraph_capture_sizes=None,
-        max_cudagraph_capture_size=None,
-        prefill_cudagraph_capture_token_sizes=None,
-        decode_cudagraph_capture_request_sizes=None,
-        max_prefill_cudagraph_capture_tokens=None,
-        max_decode_cudagraph_capture_requests=None,
-    )
-    return resolved_ladder(defaults)
+    return as_ladder(config, config.generation.ladder.default_sizes(config))
+
+
+def as_ladder(config: GraphConfig, lists: tuple[list[int], ...]) -> Gen2Ladder | list[int]:
+    """The plan layer's value of a shape's lists: a :class:`Gen2Ladder` for split prefill and
+    decode ladders, else the one token list."""
+    if isinstance(config.generation.ladder, SplitLadders):
+        return Gen2Ladder(*(tuple(sizes) for sizes in lists))
+    (sizes,) = lists
+    return list(sizes)

@@ -25,11 +25,10 @@ from ..core.ladders import (
     powers_of_two_ladder,
     sglang_ladder,
     trtllm_ladder,
-    vllm_ladder,
 )
 from ..workload.scheduler import SchedulerLimits
 from .costs import CostModel
-from .gen2_ladder import Gen2Ladder, ladder_config, resolved_ladder, vllm_gen2_ladder
+from .gen2_ladder import Gen2Ladder, as_ladder, ladder_config, resolved_ladder
 from .ladder_latency import KvBlocksFn, ladder_latency
 from .whatif import evaluate
 
@@ -65,16 +64,11 @@ def engine_ladders(config: GraphConfig | None = None) -> dict[str, Ladder]:
     largest token size), so that the rows differ in ladder shape, not coverage.
     """
     config = GraphConfig() if config is None else config
-    vllm: Ladder
-    if isinstance(config.generation.ladder, SplitLadders):  # its plan value: a Gen2Ladder
-        vllm = vllm_gen2_ladder(config)
+    # the release's own default ladders (LadderShape.default_sizes), as a plan value
+    vllm = as_ladder(config, config.generation.ladder.default_sizes(config))
+    if isinstance(vllm, Gen2Ladder):
         top = max(vllm.prefill_token_sizes, default=config.max_num_seqs)
     else:
-        vllm = vllm_ladder(
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            num_speculative_tokens=config.num_speculative_tokens,
-        )
         top = vllm[-1]
     return {
         "vllm": vllm,

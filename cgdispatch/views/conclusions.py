@@ -33,11 +33,11 @@ def _generation(config: GraphConfig) -> str:
 
 def generation_line(vllm_version: str) -> str:
     """The first line a notebook prints: which generation of vLLM's graph dispatch it models."""
-    from ..core.generation import GENERATIONS, NEWEST, generation_for
+    from ..core.generation import GENERATIONS, default_release, generation_for
     from ..core.ladder_shape import TOKEN_LADDER
 
     generation = generation_for(vllm_version)
-    newest = ", the newest" if generation is NEWEST else ""
+    newest = ", the newest" if generation.release == default_release() else ""
     head = f"modelling vLLM {generation.release} ({generation.dispatcher_name}{newest})"
     # another shape points to the newest release of one token ladder (V1), if any
     one_list = [g for g in GENERATIONS.values() if g.ladder is TOKEN_LADDER]

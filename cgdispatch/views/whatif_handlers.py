@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST, generation_for, generation_of
+from ..core.generation import default_release, generation_for, generation_of
 from ..core.modes import CUDAGraphMode
 from ..plan.costs import CostModel, as_cost_model
 from ..plan.gen2_ladder import Gen2Ladder
@@ -123,7 +123,7 @@ def metrics_html(
     generation = f"{release.release} ({release.dispatcher_name}, {release.name})"
     sizes, *others = release.ladder.sizes(cfg)  # the first ladder's, then the others'
     config_text = release.ladder.config_text(cfg, s["num_graphs"])
-    if release is NEWEST:
+    if release.release == default_release():
         generation += ", the newest"
     rows = [
         ("vLLM", e(generation)),
