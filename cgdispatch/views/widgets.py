@@ -158,9 +158,9 @@ class DispatchExplorer(Snapshot, w.VBox):
         ladders = generation.ladder.ladders  # one box per ladder of the release's shape
         self.sizes_box.description = ladders[0].box
         self.decode_box.layout.display = None if len(ladders) > 1 else "none"
-        if not generation.cascade_attention:
+        if not generation.runner.cascade_attention:
             self.cascade.value = False
-        self.cascade.disabled = not generation.cascade_attention
+        self.cascade.disabled = not generation.runner.cascade_attention
 
     def _on_version(self, change: dict[str, Any]) -> None:
         version = change["new"]

@@ -13,12 +13,12 @@ its prefill token grid, and the sizes that are whole decode batches (``s % q == 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cgdispatch.core.generation import (
     GENERATIONS,
+    ConfigRules,
     Generation,
     register_generation,
     unregister_generation,
@@ -142,20 +142,24 @@ def plan_shared(steps: Any, max_graphs: int, *, config: Any, **options: Any) -> 
     return plan_capture_sizes(steps, max_graphs, config=config, **options)
 
 
-def generation() -> Generation:
-    """Its Generation: 0.34's runner, dispatcher, scheduler and mode rules, with its own
-    release, shape, field checks, size rule and JSON."""
-    return dataclasses.replace(
-        GENERATIONS[BASE],
-        release=RELEASE,
-        name="shared-ladder test release",
-        label="shared",
-        ladder=SHARED_LADDER,
-        check_fields=check_fields,
-        derive_sizes=derive_sizes,
-        compilation_keys=SHARED_LADDER.compilation_keys,
-        compilation_sizes=compilation_sizes,
+class SharedRelease:
+    """Its Generation, declared: 0.34's runner, dispatcher, scheduler and mode rules, with
+    its own release, shape, field checks, size rule and JSON."""
+
+    release, name, label = RELEASE, "shared-ladder test release", "shared"
+    ladder = SHARED_LADDER
+    # it runs the 0.34 manager, so it owns every field 0.34 reads; its rules set the grids
+    rules = ConfigRules(
+        v2_config.GEN2_FIELDS,
+        check_fields,
+        derive_sizes,
+        v2_config.resolve,
+        v2_config.lora_cases,
+        compilation_sizes,
     )
+    graphs = GENERATIONS[BASE].graphs
+    scheduler = GENERATIONS[BASE].scheduler
+    runner = GENERATIONS[BASE].runner
 
 
 register_planner(SharedLadder, plan_shared)  # the one planner entry
@@ -164,7 +168,7 @@ register_planner(SharedLadder, plan_shared)  # the one planner entry
 @contextlib.contextmanager
 def registered() -> Iterator[Generation]:
     """The release in the registry for the block, removed after it."""
-    release = register_generation(generation())
+    release = register_generation(Generation.from_class(SharedRelease))
     try:
         yield release
     finally:

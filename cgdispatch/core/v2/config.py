@@ -43,6 +43,7 @@ GraphConfig = Any
 __all__ = [
     "RELEASE",
     "GEN2_FIELDS",
+    "GEN2_OWN_FIELDS",
     "GEN2_COMPILATION_KEYS",
     "check_fields",
     "prefill_cudagraph_capture_grid",
@@ -63,10 +64,9 @@ M = CUDAGraphMode
 
 RELEASE = "0.34"  # the value of GraphConfig.vllm_version for generation 2
 
-# GraphConfig fields that exist only in generation 2, with their defaults: its ladder
-# shape's size fields (cgdispatch.core.ladder_shape.SplitLadders), then the release's own
-GEN2_FIELDS: dict[str, Any] = {
-    **SPLIT_LADDERS.own_fields,
+# GraphConfig fields that exist only in generation 2 beyond its ladder shape's size fields
+# (cgdispatch.core.ladder_shape.SplitLadders), with their defaults
+GEN2_OWN_FIELDS: dict[str, Any] = {
     "performance_mode": "balanced",
     "speculative_method": None,
     "enable_adaptive_verification": False,
@@ -75,6 +75,8 @@ GEN2_FIELDS: dict[str, Any] = {
     "ubatch_size": 0,
     "dbo_decode_token_threshold": 32,
 }
+# every field only generation 2 reads: its shape's, then its own
+GEN2_FIELDS: dict[str, Any] = {**SPLIT_LADDERS.own_fields, **GEN2_OWN_FIELDS}
 # the gen-2 keys of vLLM's --compilation-config JSON: its ladder shape's
 GEN2_COMPILATION_KEYS = SPLIT_LADDERS.compilation_keys
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
