@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "dispatch": "cgdispatch.cli.dispatch",
     "plan": "cgdispatch.cli.plan",
     "tune": "cgdispatch.cli.tune",
+    "calibrate": "cgdispatch.cli.calibrate",
     "capture": "cgdispatch.cli.capture",
     "sweep": "cgdispatch.cli.sweep",
     "report": "cgdispatch.cli.sweep",

@@ -77,6 +77,7 @@ def run_tune(args: argparse.Namespace) -> int:
         context_len=args.context_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         objective=args.objective,
+        calibration=args.calibration,
     )
     result = tune_for(settings, progress=not args.json and sys.stderr.isatty())
     if args.json:
@@ -175,6 +176,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "error and noise: p99-ttft (default with requests: what a server's users see "
         "first), step (mean step time; default for a trace of steps), throughput, "
         "startup (capture time), kv (KV-cache tokens)",
+    )
+    tune.add_argument(
+        "--calibration",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="a profile `calibrate` fitted on this setup's own vLLM logs: its graph-pool, "
+        "capture-time, non-torch and step-time factors, and bands shrunk to its residuals",
     )
     tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
     tune.add_argument("--json", action="store_true", help="print one JSON object")

@@ -20,6 +20,7 @@ measured sweep rows instead.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,10 +32,14 @@ import pandas as pd
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
-from .profiles import LinearProfile, StepProfile
+from .profiles import AttentionShape, LinearProfile, StepProfile
 from .startup import startup_source
 from .startup_pricing import GraphPricing, graph_pricing
+from .step_cost import StepPricer
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
+
+# bytes of one weight element per weight dtype a checkpoint may use
+WEIGHT_DTYPES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 __all__ = [
     "DeviceSpec",
@@ -45,6 +50,7 @@ __all__ = [
     "step_times_ms",
     "DeviceCostModel",
     "device_cost_model",
+    "attention_shape",
 ]
 
 
@@ -163,6 +169,39 @@ class DeviceCostModel:
     memory: Mapping[str, MemoryLine]
     num_warmups: int = 1  # vLLM's compilation_config.cudagraph_num_of_warmups
     pricing: GraphPricing | None = None  # the calibrated per-graph costs, published models
+    # heads and KV bytes per token on one GPU: attention priced per request (step_cost.py);
+    # None: the kernels' roofline at a fixed context (a cost model built before it existed)
+    attention: AttentionShape | None = None
+    # the context each decode's attention reads when only a step's size is known
+    context_len: int = 512
+    # how the checkpoint stores its linear weights: bfloat16 (as profiled), fp8 (W8A8 where
+    # the GPU has fp8 tensor cores, else weight-only), int8 (W8A8), int4 (weight-only)
+    weight_dtype: str = "bfloat16"
+    num_experts: int = 0  # routed experts of a mixture-of-experts model (0: dense)
+
+    def with_dtypes(
+        self, weight_dtype: str = "auto", kv_cache_dtype: str = "auto"
+    ) -> DeviceCostModel:
+        """This model with quantized weights and/or an fp8 KV cache (see device_cost_model)."""
+        changes: dict[str, Any] = {}
+        if weight_dtype != "auto":
+            changes["weight_dtype"] = weight_dtype
+        if kv_cache_dtype == "fp8" and self.attention is not None:
+            a = self.attention
+            scale = 1.0 / a.kv_dtype_bytes
+            changes["attention"] = dataclasses.replace(
+                a, kv_bytes_per_token=a.kv_bytes_per_token * scale, kv_dtype_bytes=1.0
+            )
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def pricer(self) -> StepPricer:
+        """The :class:`~cgdispatch.estimate.step_cost.StepPricer` of this model (one per
+        cost model: it keeps the lines it has priced)."""
+        found = self.__dict__.get("_pricer")
+        if found is None:
+            found = StepPricer(self)
+            object.__setattr__(self, "_pricer", found)  # a cache, not a field
+        return found
 
     @property
     def source(self) -> str:
@@ -200,8 +239,21 @@ class DeviceCostModel:
         """Step time (ms) per size in any mode; FULL_DECODE_ONLY and FULL_AND_PIECEWISE
         run what the dispatcher routes a step of that size and batch kind to."""
         num_tokens = check_token_array("num_tokens", num_tokens)
+        rows = None
+        if self.attention is not None:  # each token a decode at context_len (step_cost.py)
+            pricer = self.pricer()
+
+            def rows(sizes: np.ndarray) -> np.ndarray:
+                attention = pricer.decode_attention_rows(sizes, self.context_len)
+                return pricer.kernel_rows(sizes, sizes, attention)
+
         return step_times_by_mode(
-            self.profile, mode, num_tokens, self.spec, uniform_decode=uniform_decode
+            self.profile,
+            mode,
+            num_tokens,
+            self.spec,
+            uniform_decode=uniform_decode,
+            kernel_rows=rows,
         )
 
     def _graph_mode(self, mode: CUDAGraphMode | str) -> str:
@@ -233,6 +285,8 @@ def device_cost_model(
     *,
     context_len: int = 512,
     tensor_parallel_size: int | None = None,
+    weight_dtype: str = "auto",
+    kv_cache_dtype: str = "auto",
 ) -> DeviceCostModel:
     """The device model of ``model`` (built on meta) on ``device`` (a preset name or a
     :class:`DeviceSpec`). ``model``: a registry name, a published Hugging Face id, or any
@@ -242,7 +296,10 @@ def device_cost_model(
     attention and after the MLP; a registry model with a published config is rebuilt from
     that config at another TP size, a toy model only runs at its own.
 
-    ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
+    ``weight_dtype``: ``auto`` (the config's dtype), ``fp8``, ``int8`` or ``int4`` (a
+    quantized checkpoint's linear weights, priced with their bytes and GEMM rate);
+    ``kv_cache_dtype``: ``auto`` or ``fp8`` (vLLM's ``--kv-cache-dtype``: the KV bytes each
+    decode reads halve). ``context_len``: KV positions each token's attention reads (ShareGPT's mean prompt plus
     output is about 500 tokens, docs/references.md). Two kernel profiles on fake tensors,
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
@@ -280,10 +337,18 @@ def device_cost_model(
         )
     device_spec(device)  # before the cache hashes the arguments (a list cannot be)
     context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(
+            f"weight_dtype={weight_dtype!r} is unknown: use one of {sorted(WEIGHT_DTYPES)}"
+        )
+    if kv_cache_dtype not in ("auto", "fp8"):
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or 'fp8'")
     if isinstance(model, PublishedModel):
         model.check_parallel(tp or 1, 1)
-        return _device_cost_model(model, device, context_len, tp or 1)
-    return _device_cost_model(model, device, context_len, None)
+        built = _device_cost_model(model, device, context_len, tp or 1)
+    else:
+        built = _device_cost_model(model, device, context_len, None)
+    return built.with_dtypes(weight_dtype, kv_cache_dtype)
 
 
 def _build(model: object, tensor_parallel_size: int | None = None) -> object:
@@ -321,6 +386,8 @@ def _device_cost_model(
 
     net = _build(model, tensor_parallel_size)
     spec = device_spec(device)
+    attention = attention_shape(net)
+    experts = int(getattr(getattr(net, "config", None), "num_experts", 0) or 0)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
     profile = fuse_pointwise(linear_profile(net, context_len=context_len))
     published = getattr(getattr(net, "spec", None), "published", "")
@@ -330,7 +397,16 @@ def _device_cost_model(
         pricing = graph_pricing(
             published, device, tensor_parallel_size=net.spec.tensor_parallel_size
         )
-        return DeviceCostModel(model, spec, profile, {}, pricing=pricing)
+        return DeviceCostModel(
+            model,
+            spec,
+            profile,
+            {},
+            pricing=pricing,
+            attention=attention,
+            context_len=context_len,
+            num_experts=experts,
+        )
     anchors = (256, 512)
     lines = {}
     for mode in ("FULL", "PIECEWISE"):
@@ -345,4 +421,36 @@ def _device_cost_model(
             pools.append(estimate_graph_memory(net, config, keep_outputs=False).shared_pool_bytes)
         slope = (pools[1] - pools[0]) / (anchors[1] - anchors[0])
         lines[mode] = MemoryLine(pools[0] - anchors[0] * slope, slope)
-    return DeviceCostModel(model, spec, profile, lines)
+    return DeviceCostModel(
+        model,
+        spec,
+        profile,
+        lines,
+        attention=attention,
+        context_len=context_len,
+        num_experts=experts,
+    )
+
+
+def attention_shape(net: object) -> AttentionShape | None:
+    """Heads, KV heads, head size and KV bytes per token of one GPU's attention, from a
+    registry or published model's config (None when the model says nothing of them)."""
+    from ..models.arch_spec import DTYPE_BYTES
+
+    cfg = getattr(net, "config", None)
+    if cfg is None or not hasattr(cfg, "num_heads"):
+        return None
+    dtype = DTYPE_BYTES.get(str(getattr(cfg, "dtype", "bfloat16")).replace("torch.", ""), 2)
+    if hasattr(cfg, "shard"):  # ArchSpec: one tensor-parallel rank
+        heads, kv_heads, tp = (
+            cfg.shard("num_heads"),
+            cfg.shard("num_kv_heads"),
+            cfg.tensor_parallel_size,
+        )
+    else:
+        heads, kv_heads, tp = cfg.num_heads, cfg.num_kv_heads, 1
+    head_dim = int(cfg.head_dim)
+    per_token = 2.0 * kv_heads * head_dim * dtype
+    if getattr(cfg, "kv_lora_rank", 0):  # latent attention caches one latent and a rope key
+        per_token = float((cfg.kv_lora_rank + cfg.qk_rope_head_dim) * dtype)
+    return AttentionShape(int(heads), int(kv_heads), head_dim, per_token, float(dtype), int(tp))

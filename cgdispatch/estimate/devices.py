@@ -60,6 +60,9 @@ class DeviceSpec:
     # the GPU generation (Ampere, Ada, Hopper, Blackwell, CDNA3; "" unknown): the start-up
     # model's graph pool carries a factor per generation fitted on start-ups logged there
     architecture: str = ""
+    # the GPU-to-GPU link one tensor-parallel all-reduce crosses: bytes/s per GPU in one
+    # direction (NVLink, PCIe; device_specs.csv names the source); 0: unknown (PCIe Gen4)
+    link_bytes_per_s: float = 0.0
 
     def replace(self, **changes: Any) -> DeviceSpec:
         return dataclasses.replace(self, **changes)
@@ -80,6 +83,7 @@ def _load_table() -> tuple[dict[str, DeviceSpec], dict[str, str]]:
             memory_bytes=memory if reported else memory * _REPORTED_SHARE,
             peak_fp8_flops=float(row["fp8_tflops"]) * 1e12,
             architecture=row["architecture"],
+            link_bytes_per_s=float(row["link_gb_s"]) * 1e9,
         )
         presets[row["name"]] = spec
         for alias in filter(None, row["aliases"].split()):

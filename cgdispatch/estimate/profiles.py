@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StepProfile", "LinearProfile"]
+__all__ = ["StepProfile", "LinearProfile", "AttentionShape"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,17 @@ class LinearProfile:
         return StepProfile(
             int(num_tokens), self.names, flops[0], nbytes[0], self.half, self.splitting
         )
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What one GPU's attention reads and computes per token, for pricing it per request
+    (:mod:`cgdispatch.estimate.step_cost`): the model's heads on one tensor-parallel rank and
+    the KV bytes one token of context holds in one layer."""
+
+    heads: int  # query heads on one GPU
+    kv_heads: int  # KV heads on one GPU (replicated when fewer than ranks)
+    head_dim: int
+    kv_bytes_per_token: float  # K and V of one token in one layer on one GPU
+    kv_dtype_bytes: float = 2.0  # bytes of one KV element (bf16: 2, fp8: 1)
+    tensor_parallel_size: int = 1  # all-reduces cross this many GPUs

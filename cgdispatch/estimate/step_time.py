@@ -25,7 +25,7 @@ so the step ends at ``max_j(issued_j + sum_{i>=j} (g_i + D_i))`` with
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -217,10 +217,13 @@ def step_times_by_mode(
     *,
     uniform_decode: bool = True,
     chunk: int = 256,
+    kernel_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """Step time (ms) of each size in ``mode``, any of the five modes (routed per size by
     :func:`routed_modes`). Sizes are timed ``chunk`` at a time: a ``[sizes, kernels]``
-    matrix of 8192 sizes and 3600 kernels would be 240 MB."""
+    matrix of 8192 sizes and 3600 kernels would be 240 MB. ``kernel_rows(sizes)``: each
+    kernel's device time (us) per size, ``[sizes, kernels]``; default the roofline of
+    :func:`kernel_times_us` (what the start-up model's capture time was fitted with)."""
     n = np.asarray(num_tokens, dtype=np.int64)
     flat = n.reshape(-1)
     runtime = routed_modes(mode, flat, uniform_decode) if flat.size else np.empty(0, object)
@@ -229,7 +232,10 @@ def step_times_by_mode(
         sel = np.flatnonzero(runtime == rmode)
         for lo in range(0, len(sel), chunk):
             part = sel[lo : lo + chunk]
-            flops, nbytes = profile.at(flat[part])
-            dev = kernel_times_us(flops, nbytes, profile.half, spec)
+            if kernel_rows is None:
+                flops, nbytes = profile.at(flat[part])
+                dev = kernel_times_us(flops, nbytes, profile.half, spec)
+            else:
+                dev = kernel_rows(flat[part])
             out[part] = step_us(dev, profile.splitting, rmode, spec)[0] / 1e3
     return out.reshape(n.shape)

@@ -165,7 +165,7 @@ def tune(
     deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
     objective = _objective(objective, "p99_ttft_ms" in held_out["planned"])
     steps = step_band(test, configs["planned"], configs["vllm default"], cost_model,
-                      errors.step_time)  # fmt: skip
+                      errors.step_kernels or errors.step_time, errors.step_time)  # fmt: skip
     gain, band = _gain_and_band(
         objective, held_out, deltas, steps, errors,
         pessimistic=lambda factor, fewer_tokens: _pessimistic_latency(

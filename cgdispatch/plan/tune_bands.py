@@ -6,9 +6,11 @@ difference; what does not cancel is the part of the difference that comes from w
 model may have wrong. Per held-out step the difference ``c(plan) - c(default)`` splits into
 a padding part (the plan's mode at its padded size against the same mode at the default's
 padded size: the per-token cost) and a mode part (the plan's mode against the default's at
-the same size: graph versus eager or PIECEWISE versus FULL overheads). Each part may be off
-by the step-time model's error on published ratios it was not fitted to, in either
-direction, so the model band on the mean difference is ``u * (|sum pad| + |sum mode|) / N``:
+the same size: graph versus eager or PIECEWISE versus FULL overheads). The padding part is
+kernel work: it may be off by the kernel model's error on measured steps it was not fitted
+to (``u_k``); the mode part is launch overhead: it may be off by the model's error on
+published eager / graph ratios (``u_m``); either in either direction, so the model band on
+the mean difference is ``(u_k * |sum pad| + u_m * |sum mode|) / N``:
 when the plan trades padding for fewer eager steps and the two nearly cancel, the band
 exceeds the gain. The statistical band is two standard errors of the mean difference over
 :data:`BLOCKS` consecutive blocks of held-out steps (traffic varies along a trace).
@@ -55,8 +57,12 @@ def step_band(
     default: GraphConfig,
     cost_model: CostModel,
     step_error: float,
+    mode_error: float | None = None,
 ) -> StepBand:
-    """:class:`StepBand` of ``planned`` against ``default`` on the steps of ``trace``."""
+    """:class:`StepBand` of ``planned`` against ``default`` on the steps of ``trace``.
+    ``step_error``: the kernel work's relative error (the padding part); ``mode_error``:
+    the launch overheads' (the mode part; default ``step_error``)."""
+    mode_error = step_error if mode_error is None else mode_error
     plan = evaluate(planned, trace, cost_model)
     base = evaluate(default, trace, cost_model)
     c_plan, c_base = plan.step_time_ms, base.step_time_ms
@@ -75,7 +81,7 @@ def step_band(
         delta_ms=float(diff.mean()),
         padding_ms=padding,
         mode_ms=mode,
-        model_ms=step_error * (abs(padding) + abs(mode)),
+        model_ms=step_error * abs(padding) + mode_error * abs(mode),
         noise_ms=noise,
     )
 
@@ -87,10 +93,16 @@ class ScaledCostModel:
 
     model: Any
     factor: float
+    label: str = ""  # the source to report instead of the model's (a calibrated scale)
 
     @property
     def source(self) -> str:
-        return str(getattr(self.model, "source", "model"))
+        return self.label or str(getattr(self.model, "source", "model"))
+
+    @property
+    def step_scale(self) -> float:
+        """The factor a step priced from what it holds takes too (workload.latency)."""
+        return self.factor * float(getattr(self.model, "step_scale", 1.0))
 
     def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray, *args: Any) -> np.ndarray:
         return self.factor * np.asarray(self.model.step_time_ms(mode, num_tokens, *args))

@@ -195,8 +195,10 @@ class TuneResult:
         e = self.errors
         if e is None:
             return {}
-        step = {k: e.step_time for k in ("mean_step_ms", "p99_ttft_ms", "p99_tpot_ms",
-                                          "throughput_tok_s")}  # fmt: skip
+        # absolute times carry the kernel model's error on measured steps
+        u = e.step_kernels or e.step_time
+        step = {k: u for k in ("mean_step_ms", "p99_ttft_ms", "p99_tpot_ms",
+                               "throughput_tok_s")}  # fmt: skip
         return {**step, "graph_memory_bytes": e.graph_memory, "capture_s": e.capture,
                 "kv_cache_tokens": e.kv_tokens}  # fmt: skip
 

@@ -31,7 +31,7 @@ from ..core.warn import warn_user
 from ..estimate.datafile import DataFileError, dump_data, load_data
 from ..estimate.device_model import DeviceCostModel, MemoryLine, device_cost_model
 from ..estimate.devices import DeviceSpec
-from ..estimate.profiles import LinearProfile
+from ..estimate.profiles import AttentionShape, LinearProfile
 from ..estimate.startup import StartupEstimate, startup_for
 from ..estimate.startup_pricing import GraphPricing, StartupCoefficients
 
@@ -132,11 +132,17 @@ def cached_startup(
     *,
     gpu_memory_utilization: float = 0.9,
     tensor_parallel_size: int | None = None,
+    coefficients: StartupCoefficients | None = None,
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
     cache when they are there (None for a model with no published config, as it).
-    ``tensor_parallel_size``: default the registry model's own, else 1."""
-    extra = {} if tensor_parallel_size is None else {"tensor_parallel_size": tensor_parallel_size}
+    ``tensor_parallel_size``: default the registry model's own, else 1; ``coefficients``:
+    default the shipped calibration (a calibration profile's are keyed apart)."""
+    extra: dict[str, Any] = {}
+    if tensor_parallel_size is not None:
+        extra["tensor_parallel_size"] = tensor_parallel_size
+    if coefficients is not None:
+        extra["coefficients"] = coefficients
     estimate = startup_for(model, device, gpu_memory_utilization=gpu_memory_utilization, **extra)
     if estimate is None:
         return None
@@ -145,6 +151,8 @@ def cached_startup(
         key = f"{_label(model)}|{_label(device)}|{gpu_memory_utilization!r}|{config!r}|{_data_fingerprint()}"
         if tensor_parallel_size is not None:
             key += f"|tp{tensor_parallel_size}"
+        if coefficients is not None:
+            key += f"|{coefficients!r}"
         name = hashlib.sha256(key.encode()).hexdigest()[:24]
         path = cache_dir() / f"startup-{name}-{_fingerprint()}.json"
         return _load_or_build(path, StartupEstimate, lambda: estimate(config))
@@ -155,7 +163,7 @@ def cached_startup(
 # the classes a cache file may hold: nothing else is rebuilt from one
 _CLASSES = (
     DeviceCostModel, DeviceSpec, LinearProfile, MemoryLine, GraphPricing, StartupCoefficients,
-    StartupEstimate,
+    StartupEstimate, AttentionShape,
 )  # fmt: skip
 
 

@@ -45,6 +45,7 @@ class TuneSettings:
     context_len: int = 512  # KV positions per token of the cost model
     gpu_memory_utilization: float = 0.9  # vLLM's flag, for the KV-cache estimate
     objective: str | None = None  # None: p99-ttft with requests, step for a trace of steps
+    calibration: str | None = None  # a calibrate profile's name or path: its factors and bands
 
     def tp_flag(self) -> int | None:
         """The TP size as ``tune``'s flag: None at the model's own size (the same figures,
@@ -61,11 +62,13 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..core.config import GraphConfig
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
+    from ..estimate.uncertainty import errors_for
     from ..models.registry import tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
     from .model_cache import cached_cost_model, cached_startup
+    from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
     tp_flag = s.tp_flag()
@@ -79,12 +82,18 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     requests = workload_requests(
         s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s, seed=s.seed
     )  # None for a file of steps: then no latency figures
+    profile = None
+    if s.calibration is not None:  # refused here when it is of another model, GPU or TP
+        profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
     startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
         s.model,
         s.device,
         gpu_memory_utilization=s.gpu_memory_utilization,
         tensor_parallel_size=tp_flag,
+        coefficients=None if profile is None else profile.coefficients(),
     )
+    if profile is not None and startup is not None:
+        startup = calibrated_startup(startup, profile)
     if startup is not None:  # a model that does not fit is refused here, before simulating
         kv = startup(config).kv_cache_tokens
         if requests is not None:
@@ -94,6 +103,9 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     cost_model = cached_cost_model(
         s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
     )
+    errors = None
+    if profile is not None:
+        cost_model, errors = calibrated_costs(profile, cost_model, errors_for(s.device))
     trace, label = workload_trace(
         s.trace,
         num_requests=s.num_requests,
@@ -116,4 +128,5 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         trace_label=label,
         startup=startup,
         objective=s.objective,
+        errors=errors,
     )

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.arith import cdiv
+from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
 from .limits import SchedulerLimits
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
@@ -101,6 +102,7 @@ class ExactRun:
         )
         self.record_calls = record_calls
         self.step_time_ms = step_time_ms
+        self._content_ms = getattr(step_time_ms, "content_ms", None)
         # every schedule call with its per-request lists (record_calls=True only)
         self.calls: list[ScheduleCall] = []
         # the step rows, one typed array per Step field (about 90 bytes a step)
@@ -161,8 +163,29 @@ class ExactRun:
             col.extend(values[f])
         self._pending_preempted = 0
 
-    def _step_time_s(self, num_tokens: int, num_reqs: int) -> float:
-        return self.step_time_ms(num_tokens, num_reqs) / 1e3
+    def _call_time_s(self, call: ScheduleCall) -> float:
+        """A schedule call's step time: priced from what it holds when the step-time
+        function can (``content_ms``, e.g. :func:`~cgdispatch.workload.latency.dispatched_step_time`),
+        else from its token and request counts."""
+        content_ms = self._content_ms
+        if content_ms is None:
+            return self.step_time_ms(call.num_tokens, call.num_reqs) / 1e3
+        return content_ms(call_content(self.core, call)) / 1e3
+
+    def _stretch_time_s(self, num_reqs: int) -> Callable[[int], float]:
+        """The step time of each call of a steady stretch of ``num_reqs`` decodes, by tick
+        (their contexts grow one token a call)."""
+        content_ms = self._content_ms
+        if content_ms is None:
+            step_s = self.step_time_ms(num_reqs, num_reqs) / 1e3
+            return lambda tick: step_s
+        core = self.core
+
+        def at(tick: int) -> float:
+            content = StepContent(num_reqs, num_reqs, core.steady_kv_tokens(tick))
+            return content_ms(content) / 1e3
+
+        return at
 
     def run(self) -> None:
         if self._ran:
@@ -172,7 +195,8 @@ class ExactRun:
         run_engine(
             self.core,
             self.arrival_s.tolist(),
-            self._step_time_s,
+            self._call_time_s,
+            self._stretch_time_s,
             self._on_call,
             self._on_stretch,
             min(bound, 4 * MAX_STEPS),
@@ -224,3 +248,24 @@ class ExactRun:
         ).sort_index()
         out.index.name = None
         return out
+
+
+def call_content(core: VllmSchedulerCore, call: ScheduleCall) -> StepContent:
+    """What a schedule call's step holds, read right after the call (its requests' computed
+    tokens include the ones it scheduled): decodes with their contexts, prompt chunks with
+    their cached and new tokens, and the bulk path's steady decodes."""
+    computed = core.computed
+    d_reqs = d_tokens = d_kv = 0
+    chunks = []
+    for i, n, decode in zip(call.reqs, call.tokens, call.decode):
+        if decode:
+            d_reqs += 1
+            d_tokens += n
+            d_kv += computed[i]
+        else:
+            chunks.append((computed[i] - n, n))
+    if call.n_bulk:
+        d_reqs += call.n_bulk
+        d_tokens += call.n_bulk
+        d_kv += core.steady_kv_tokens(call.tick)
+    return StepContent(d_reqs, d_tokens, d_kv, tuple(chunks))

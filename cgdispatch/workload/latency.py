@@ -20,6 +20,7 @@ import pandas as pd
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
+from ..core.step_content import StepContent
 from .scheduler import SchedulerLimits, SchedulerSimulator, default_step_time_ms
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "latency_summary",
     "simulate_latencies",
     "dispatched_step_time",
+    "DispatchedStepTime",
     "LATENCY_COLUMNS",
 ]
 
@@ -122,29 +124,65 @@ def simulate_latencies(
     return LatencyRun(steps, lat, latency_summary(lat, steps, limits.num_gpu_blocks))
 
 
+class DispatchedStepTime:
+    """``step_time_ms(num_tokens, num_reqs)`` priced at the runtime mode and padded size that
+    a config's dispatcher picks, and :meth:`content_ms` for a step whose content is known.
+
+    Built by :func:`dispatched_step_time`; the replay of vLLM's scheduler calls
+    :meth:`content_ms` (each decode's context, each prompt chunk) when the cost model can
+    price requests (``cost_model.pricer()``, :mod:`cgdispatch.estimate.step_cost`), else the
+    size-only call.
+    """
+
+    def __init__(self, config: GraphConfig, cost_model: _StepCost, cache_size: int) -> None:
+        self.dispatcher = make_graph_dispatcher(config, record_stats=False)
+        self.q = config.uniform_decode_query_len
+        self.cost_model = cost_model
+        pricer = getattr(cost_model, "pricer", None)
+        has_shape = getattr(cost_model, "attention", None) is not None
+        self.pricer = pricer() if callable(pricer) and has_shape else None
+        self.scale = float(getattr(cost_model, "step_scale", 1.0))
+        # many (num_tokens, num_reqs) pad to one (mode, size): azure-conv's held-out replay
+        # prices ~18k pairs at ~2.5k sizes, ~150 us a cost-model call (bench_trace_switch.py)
+        self._padded_ms = lru_cache(maxsize=cache_size)(self._padded_ms_uncached)
+        self._route = lru_cache(maxsize=cache_size)(self._route_uncached)
+        self._sized = lru_cache(maxsize=cache_size)(self._sized_uncached)
+
+    def _padded_ms_uncached(self, mode: CUDAGraphMode, padded_tokens: int) -> float:
+        ms = self.cost_model.step_time_ms(mode, np.asarray([padded_tokens]))
+        return float(np.asarray(ms)[0])
+
+    def _route_uncached(self, num_tokens: int, num_reqs: int) -> tuple[CUDAGraphMode, int]:
+        uniform = num_tokens == self.q * num_reqs
+        answer = dispatch_step(self.dispatcher, num_tokens, num_reqs, uniform)
+        return answer.runtime_mode, answer.padded_tokens
+
+    def _sized_uncached(self, num_tokens: int, num_reqs: int) -> float:
+        if num_tokens == 0:
+            return 0.0
+        return self._padded_ms(*self._route(num_tokens, num_reqs))
+
+    def __call__(self, num_tokens: int, num_reqs: int) -> float:
+        """Size-only: a step of ``num_tokens`` priced as the cost model prices a size."""
+        return self._sized(num_tokens, num_reqs)
+
+    def content_ms(self, content: StepContent) -> float:
+        """A step priced from what it holds (size-only when the cost model cannot)."""
+        num_tokens = content.num_tokens
+        if num_tokens == 0:
+            return 0.0
+        if self.pricer is None:
+            return self._sized(num_tokens, content.num_reqs)
+        mode, padded = self._route(num_tokens, content.num_reqs)
+        return self.scale * self.pricer.step_ms(content, mode, padded)
+
+
 def dispatched_step_time(
     config: GraphConfig, cost_model: _StepCost, *, cache_size: int = 1 << 16
-) -> Callable[[int, int], float]:
+) -> DispatchedStepTime:
     """``step_time_ms(num_tokens, num_reqs)`` priced at the runtime mode and padded size that
     ``config``'s dispatcher (its ``vllm_version``'s generation) picks for the step. A step of
     ``q * num_reqs`` tokens is taken as a uniform decode (q = 1 + speculative tokens); an
-    empty schedule call costs nothing."""
-    dispatcher = make_graph_dispatcher(config, record_stats=False)
-    q = config.uniform_decode_query_len
-
-    # many (num_tokens, num_reqs) pad to one (mode, size): azure-conv's held-out replay
-    # prices ~18k pairs at ~2.5k sizes, ~150 us a cost-model call (bench_trace_switch.py)
-    @lru_cache(maxsize=cache_size)
-    def padded_ms(mode: CUDAGraphMode, padded_tokens: int) -> float:
-        ms = cost_model.step_time_ms(mode, np.asarray([padded_tokens]))
-        return float(np.asarray(ms)[0])
-
-    @lru_cache(maxsize=cache_size)
-    def step_time_ms(num_tokens: int, num_reqs: int) -> float:
-        if num_tokens == 0:
-            return 0.0
-        uniform = num_tokens == q * num_reqs
-        answer = dispatch_step(dispatcher, num_tokens, num_reqs, uniform)
-        return padded_ms(answer.runtime_mode, answer.padded_tokens)
-
-    return step_time_ms
+    empty schedule call costs nothing. The replay of vLLM's scheduler prices each step from
+    what it holds instead (:meth:`DispatchedStepTime.content_ms`) when the cost model can."""
+    return DispatchedStepTime(config, cost_model, cache_size)

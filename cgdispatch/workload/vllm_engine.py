@@ -28,7 +28,8 @@ STEADY_STRETCHES = True
 def run_engine(
     core: VllmSchedulerCore,
     arrival_s: list[float],  # sorted
-    step_time_s: Callable[[int, int], float],  # (num_tokens, num_reqs) -> seconds
+    call_time_s: Callable[[ScheduleCall], float],  # a schedule call's step, seconds
+    stretch_time_s: Callable[[int], Callable[[int], float]],  # steady decodes -> tick -> s
     on_call: Callable[[ScheduleCall], None],
     on_stretch: Callable[[SteadyStretch], None],
     max_calls: int,
@@ -49,7 +50,7 @@ def run_engine(
         nonlocal calls
         arrive = arrival_s[nxt] if nxt < total else math.inf
         n = core.d_count
-        run = core.steady_stretch(now, step_time_s(n, n), arrive, max_calls - calls)
+        run = core.steady_stretch(now, stretch_time_s(n), arrive, max_calls - calls)
         if run is not None:
             calls += len(run.clock_s)
             on_stretch(run)
@@ -91,7 +92,7 @@ def run_engine(
                 if core.d_count:
                     core.materialize(queue[0] if queue else None)
                 call = core.schedule(now)
-            now += step_time_s(call.num_tokens, call.num_reqs)
+            now += call_time_s(call)
             call.end_s = now
             on_call(call)
             if not core.is_async:

@@ -17,6 +17,8 @@ per-request path does not (``tests/workload/test_scheduler_bulk.py`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .vllm_call import NO_LIMIT, RUNNING, ScheduleCall, SteadyStretch
 
 __all__ = ["SteadyDecodes"]
@@ -31,6 +33,7 @@ class SteadyDecodes:
         self.bulk = bulk and self.k == 0
         self.tick = 0  # schedule calls made so far
         self.off = [0] * n  # a member's computed tokens minus the tick
+        self.d_off_sum = 0  # the members' offsets summed: their contexts at any tick
         self.phase_cnt = [0] * self.bs  # members per (off mod block_size)
         self.d_loras: dict[int, int] = {}  # adapter id -> members using it
         self.d_due: dict[int, list[int]] = {}  # tick -> members that finish (sync) or leave
@@ -77,6 +80,7 @@ class SteadyDecodes:
                 return False
         self.joined[i] = T
         self.off[i] = off
+        self.d_off_sum += off
         self.due[i] = due
         self.d_due.setdefault(due, []).append(i)
         self.phase_cnt[off % self.bs] += 1
@@ -90,6 +94,7 @@ class SteadyDecodes:
     def _leave(self, i: int, tick: int) -> None:
         """Write steady decode ``i``'s fields as they stand at the top of loop ``tick``."""
         off = self.off[i]
+        self.d_off_sum -= off
         computed = tick + off
         self.computed[i] = computed
         if self.is_async:
@@ -222,8 +227,13 @@ class SteadyDecodes:
             or self.d_count >= self.budget
         )
 
+    def steady_kv_tokens(self, tick: int) -> int:
+        """The context tokens the steady decodes' attention reads in the call of ``tick``
+        (each one's computed tokens after that call)."""
+        return self.d_count * (tick + 1) + self.d_off_sum
+
     def steady_stretch(
-        self, now_s: float, step_s: float, next_arrival_s: float, most: int
+        self, now_s: float, step_s: Callable[[int], float], next_arrival_s: float, most: int
     ) -> SteadyStretch | None:
         """The calls that schedule the steady decodes and nothing else, made at once from
         the engine loop's top (its arrivals in); None if none can be.
@@ -233,8 +243,9 @@ class SteadyDecodes:
         call is ``schedule_bulk``'s with every running request a steady decode, until the
         first of: an arrival at or before the call's clock (``next_arrival_s``), the tick
         when a steady decode finishes (sync) or leaves (async), a call whose new blocks do
-        not fit (``schedule`` would preempt), or ``most`` calls. ``step_s``: each call's
-        step time; clocks add it one call at a time, as the engine loop does. The updates
+        not fit (``schedule`` would preempt), or ``most`` calls. ``step_s(tick)``: the step
+        time of the call of ``tick``; clocks add it one call at a time, as the engine loop
+        does. The updates
         of the calls made are empty."""
         num_reqs = self.d_count
         if not num_reqs or self.p_order or num_reqs > self.budget:
@@ -253,7 +264,7 @@ class SteadyDecodes:
             free -= need
             clocks.append(now_s)
             kv.append(used)
-            now_s += step_s
+            now_s += step_s(t)
             t += 1
         if not clocks:
             return None

@@ -79,8 +79,11 @@ def test_tp_on_a_model_without_a_published_config_is_refused():
 
 def test_a_planned_serve_line_carries_the_flag_once(capsys):
     """The plan's flags come from serve_args, which already adds --tensor-parallel-size."""
+    # judged on start-up: a 4-graph plan captures faster than vLLM's 30 graphs, so the
+    # planned branch (whose flags carry TP) is the one printed
     argv = ["tune", "--model", "llama-3.1-8b", "--device", "H100", "--tensor-parallel-size",
-            "16", "--num-requests", "120", "--max-num-seqs", "64", "--json"]  # fmt: skip
+            "16", "--num-requests", "120", "--max-num-seqs", "64", "--objective", "startup",
+            "--max-graphs", "4", "--json"]  # fmt: skip
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["recommendation"] == "planned"  # the branch under test

@@ -43,3 +43,17 @@ def test_each_device_gets_the_errors_of_data_like_it():
     # the held-out runs on other GPUs say the H100 bands are too narrow there
     assert OTHER_GPU_ERRORS.graph_memory > MODEL_ERRORS.graph_memory
     assert OTHER_GPU_ERRORS.kv_tokens > MODEL_ERRORS.kv_tokens
+
+
+def test_the_step_band_is_the_kernel_error_on_measured_steps_of_an_unfitted_gpu():
+    """step_kernels is the 90th percentile of |device work / measured - 1| over the
+    measured H200 steps (tables never fitted), recomputed here from the fixture."""
+    from cgdispatch.estimate.step_errors import priced_reference
+
+    frame = priced_reference()
+    held = frame[frame["device"] == "H200"]
+    errors = np.abs(held["model_ms"] / held["measured_ms"] - 1)
+    assert MODEL_ERRORS.kernel_steps == len(held) > 100
+    assert np.mean(errors <= MODEL_ERRORS.step_kernels + 1e-9) >= QUANTILE - 1 / len(held)
+    assert np.mean(errors < MODEL_ERRORS.step_kernels - 1e-6) < QUANTILE
+    assert "measured kernels" in MODEL_ERRORS.source

@@ -46,6 +46,11 @@ def test_parts_add_up_and_a_cancelling_trade_is_inside_the_band():
     assert band.padding_ms == pytest.approx(pad) and band.mode_ms == pytest.approx(-pad)
     assert abs(band.delta_ms) < 1e-9 < band.band_ms
     assert band.model_ms == pytest.approx(MODEL_ERRORS.step_time * 2 * pad)
+    # the padding part carries the kernel error, the mode part the launch-overhead error
+    split = step_band(trace, _v1([8]), _v1([2]), model, MODEL_ERRORS.step_kernels,
+                      MODEL_ERRORS.step_time)  # fmt: skip
+    expected = (MODEL_ERRORS.step_kernels + MODEL_ERRORS.step_time) * pad
+    assert split.model_ms == pytest.approx(expected)
 
 
 def test_tune_says_no_measurable_difference_when_the_plan_cannot_beat_the_default():

@@ -1,0 +1,127 @@
+"""Published ``vllm bench serve`` runs against the simulator: how close vLLM's own scheduler,
+clocked by the step-cost model, comes to what real servers printed.
+
+Each run of ``cgdispatch/data/published_serving_runs.csv`` (URL per row) is replayed by
+:func:`cgdispatch.plan.published_serving.published_serving_comparison`: vLLM's traffic
+(random dataset and send times as its client draws them; a ShareGPT-like stand-in for
+ShareGPT; closed loop solved to its fixed point), the release's default limits on the run's
+GPU, the logged (else modelled) KV cache, and today's step pricing
+(:func:`~cgdispatch.workload.latency.dispatched_step_time` over the device cost model).
+
+Targets: the median of |simulated / published - 1| within 20% for mean TTFT, mean TPOT,
+output and total token throughput over >= 20 simulated runs (each metric over the runs
+whose source gives it), and no run simulated as overloaded where the
+published one was not (judged only on open-loop runs at a finite rate: ``inf`` and closed
+loop have no overload to call).
+
+Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py`` (about 40 s on 2 cores, a third of
+it building the device cost models).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from cgdispatch.plan.published_serving import oldest_release, published_serving_comparison
+from cgdispatch.workload.latency import dispatched_step_time
+
+# the step pricing under test, step_time_for(config, cost_model) -> step_time_ms(num_tokens,
+# num_reqs): a new pricing is judged by changing this one line
+STEP_TIME_FOR = dispatched_step_time
+
+TARGET_MEDIAN_ERROR = 0.20
+TARGET_MIN_RUNS = 20
+LIGHT_MAX_PROMPTS = 10  # an inf-rate run of this few prompts barely queues: TTFT is mostly prefill
+METRICS = {
+    "mean_ttft_ms": "TTFT ms",
+    "mean_tpot_ms": "TPOT ms",
+    "output_throughput": "out tok/s",
+    "total_token_throughput": "all tok/s",
+}
+
+
+def _flag(value: object) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else "Y"
+        if value
+        else "n"
+    )
+
+
+def _load(row: pd.Series) -> str:
+    if not pd.isna(row["max_concurrency"]):
+        return f"c={int(row['max_concurrency'])}"
+    return f"{row['request_rate']}/s"
+
+
+def _table(df: pd.DataFrame) -> str:
+    head = f"{'run':56} {'GPU':9} {'load':7}"
+    for label in METRICS.values():
+        head += f" | {label:>9} {'sim':>9} {'x':>5}"
+    lines = [head + " | ovl pub/sim", "-" * len(head + " | ovl pub/sim")]
+    for _, r in df.iterrows():
+        line = f"{r['run_id'][:56]:56} {r['gpu']:9} {_load(r):7}"
+        for pub in METRICS:
+            sim = r.get(f"sim_{pub}", math.nan)
+            line += f" | {r[pub]:9.1f} {sim:9.1f} {r[f'ratio_{pub}']:5.2f}"
+        line += f" | {_flag(r['overloaded_published'])}/{_flag(r.get('overloaded_sim'))}"
+        lines.append(line)
+        if r["error"]:
+            lines.append(f"    not simulated: {r['error']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    start = time.perf_counter()
+    df = published_serving_comparison(
+        step_time_for=STEP_TIME_FOR, progress=lambda items: tqdm(items, desc="runs")
+    )
+    wall_s = time.perf_counter() - start
+    print(
+        f"\nPublished vllm bench serve runs vs the simulator (model figures: vLLM "
+        f"{oldest_release()}'s scheduler, step pricing {STEP_TIME_FOR.__name__}; x = simulated / published)\n"
+    )
+    print(_table(df))
+    done = df[df["error"] == ""]
+    print(f"\n{len(done)} of {len(df)} runs simulated in {wall_s:.1f} s")
+    ok = len(done) >= TARGET_MIN_RUNS
+    for pub, label in METRICS.items():
+        err = np.abs(done[f"ratio_{pub}"].to_numpy(dtype=float) - 1.0)
+        ratios = done[f"ratio_{pub}"].to_numpy(dtype=float)
+        median = float(np.nanmedian(err))
+        hit = median <= TARGET_MEDIAN_ERROR
+        ok &= hit
+        print(
+            f"  {label:10} median |sim/pub - 1| = {median:6.1%} (target <= "
+            f"{TARGET_MEDIAN_ERROR:.0%}: {'met' if hit else 'MISSED'}); median sim/pub "
+            f"{np.nanmedian(ratios):.2f}, range {np.nanmin(ratios):.2f}-{np.nanmax(ratios):.2f}"
+        )
+    light = ~done["max_concurrency"].isna() | (done["num_prompts"] <= LIGHT_MAX_PROMPTS)
+    regimes = {
+        f"closed loop or <= {LIGHT_MAX_PROMPTS} prompts at once": done[light],
+        "more prompts at once": done[~light],
+    }
+    for name, part in regimes.items():
+        ratio = np.nanmedian(part["ratio_mean_ttft_ms"].to_numpy(dtype=float))
+        print(f"  mean TTFT sim/pub over {len(part)} runs with {name}: median {ratio:.2f}")
+    judged = done[done["overloaded_published"].notna() & done["overloaded_sim"].notna()]
+    false = judged[(judged["overloaded_sim"] == True) & (judged["overloaded_published"] == False)]  # noqa: E712
+    print(
+        f"  false overloads: {len(false)} of {len(judged)} judged runs (open loop at a finite "
+        f"rate; target 0{': none to judge in this table' if not len(judged) else ''})"
+    )
+    ok &= len(false) == 0
+    print(f"\n{'all targets met' if ok else 'targets not met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

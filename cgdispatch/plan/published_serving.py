@@ -1,0 +1,304 @@
+"""Published ``vllm bench serve`` runs replayed through vLLM's own scheduler: the simulated
+TTFT, TPOT and throughput beside the published ones, the yardstick for the step-cost model.
+
+Each run (:mod:`cgdispatch.plan.published_runs`) becomes its traffic
+(:mod:`cgdispatch.workload.bench_traffic`: vLLM's random dataset and send times; a
+ShareGPT-like stand-in for ShareGPT), its limits (the run's, else ``vllm serve``'s defaults
+on its GPU), its KV capacity (the size its start-up log printed where the source gives it,
+else :func:`~cgdispatch.estimate.startup.estimate_startup` at the run's
+``gpu_memory_utilization``, default 0.9) and its step clock, ``step_time_for(config, cost_model)``:
+the one seam a new pricing plugs into (default
+:func:`~cgdispatch.workload.latency.dispatched_step_time`). Closed-loop runs
+(``--max-concurrency``) are solved as a fixed point: send times from the previous pass's
+finish times, until they stop moving (the residual is reported). All simulated figures are
+``model`` figures; nothing here measures.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.config import GraphConfig
+from ..core.generation import GENERATIONS
+from ..estimate.device_model import device_cost_model
+from ..estimate.startup import estimate_startup
+from ..workload.bench_traffic import (
+    bench_requests,
+    closed_loop_send_times,
+    random_lengths,
+    send_times_s,
+    sharegpt_like_lengths,
+)
+from ..workload.latency import dispatched_step_time, simulate_latencies
+from ..workload.scheduler import SchedulerLimits
+from .costs import CostModel
+from .published_runs import is_open_loop, offered_rate, published_serving_runs, serve_default_limits
+
+__all__ = [
+    "StepTimeFactory",
+    "oldest_release",
+    "default_cudagraph_mode",
+    "run_config",
+    "run_requests",
+    "run_limits",
+    "simulate_published_run",
+    "published_serving_comparison",
+    "overloaded_published",
+    "overloaded_simulated",
+]
+
+StepTimeFactory = Callable[[GraphConfig, CostModel], Callable[[int, int], float]]
+CostModelFactory = Callable[[str, str, int], CostModel]  # (model, gpu, tensor_parallel_size)
+
+# vLLM's default CUDA-graph mode: FULL_AND_PIECEWISE from 0.11 on, PIECEWISE before (as the
+# logged start-ups of cgdispatch/data/reference_vllm_startups_*.csv show: 0.9.2-0.10.1.1
+# PIECEWISE, 0.11.0 on FULL_AND_PIECEWISE)
+_FULL_AND_PIECEWISE_SINCE = (0, 11)
+# open-loop overload: simulated, the last quarter of arrivals waits this many times longer
+# (median TTFT) than the first quarter and at least the floor longer; published, the mean
+# TTFT is above this share of the send window (num_prompts / rate) and above the floor
+OVERLOAD_TTFT_GROWTH = 3.0
+OVERLOAD_TTFT_FLOOR_MS = 1000.0
+OVERLOAD_PUBLISHED_SHARE = 0.1
+BLOCK_SIZE = 16  # vLLM's default KV block size (tokens)
+CLOSED_LOOP_TOLERANCE_S = 1e-3  # send times moving less than this between passes: done
+MAX_CLOSED_LOOP_PASSES = 200
+
+
+def oldest_release() -> str:
+    """The oldest scheduler the registry holds (vLLM's V1 scheduler): the nearest to the
+    published runs' releases (0.11, V1 engines too), run with synchronous scheduling as
+    0.11 ran by default."""
+    return next(iter(GENERATIONS))
+
+
+@functools.lru_cache(maxsize=16)
+def _cost_model(model: str, gpu: str, tensor_parallel_size: int) -> CostModel:
+    return device_cost_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
+
+
+def default_cudagraph_mode(vllm_version: str) -> str:
+    """The CUDA-graph mode a release runs when the run does not set one."""
+    release = tuple(int(part) for part in re.findall(r"\d+", str(vllm_version))[:2])
+    return "FULL_AND_PIECEWISE" if release >= _FULL_AND_PIECEWISE_SINCE else "PIECEWISE"
+
+
+def run_config(row: pd.Series, scheduler_release: str | None = None) -> GraphConfig:
+    """The graph config a run's engine dispatched with: its limits (else ``vllm serve``'s
+    defaults on its GPU), its release's default CUDA-graph mode, its TP size, ``scheduler_release``'s rules
+    (default :func:`oldest_release`)."""
+    seqs, tokens = serve_default_limits(row["gpu"])
+    return GraphConfig(
+        vllm_version=scheduler_release or oldest_release(),
+        cudagraph_mode=default_cudagraph_mode(row["vllm_version"]),
+        max_num_seqs=seqs if pd.isna(row["max_num_seqs"]) else int(row["max_num_seqs"]),
+        max_num_batched_tokens=(
+            tokens if pd.isna(row["max_num_batched_tokens"]) else int(row["max_num_batched_tokens"])
+        ),
+        tensor_parallel_size=int(row["tensor_parallel_size"]),
+    ).resolve()
+
+
+def run_limits(row: pd.Series, config: GraphConfig, num_gpu_blocks: int | None) -> SchedulerLimits:
+    """The scheduler limits of a run: ``config``'s, its ``max_model_len``, KV blocks."""
+    return SchedulerLimits(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        vllm_version=config.vllm_version,
+        max_model_len=None if pd.isna(row["max_model_len"]) else int(row["max_model_len"]),
+        num_gpu_blocks=num_gpu_blocks,
+        async_scheduling=False,
+    )
+
+
+def _mean_of(row: pd.Series, total: str) -> float | None:
+    if pd.isna(row[total]) or pd.isna(row["completed"]):
+        return None
+    return float(row[total]) / float(row["completed"])
+
+
+def run_requests(row: pd.Series, seed: int = 0) -> pd.DataFrame:
+    """The request table a run's client sends (closed-loop runs: all at 0, to be solved).
+
+    Random dataset: vLLM's draw, with the fixed lengths replaced by the published means
+    (total tokens / completed) where the source gives them, since runs without
+    ``--ignore-eos`` stop early and chat templates add tokens. ShareGPT: the stand-in,
+    at the published means where given."""
+    rng = np.random.default_rng(seed)
+    n = int(row["num_prompts"])
+    mean_in, mean_out = _mean_of(row, "total_input_tokens"), _mean_of(row, "total_output_tokens")
+    if row["dataset"] == "random":
+        ratio = 0.0 if pd.isna(row["range_ratio"]) else float(row["range_ratio"])
+        input_len = round(mean_in) if mean_in else int(row["input_len"])
+        output_len = round(mean_out) if mean_out else int(row["output_len"])
+        prompts, outputs = random_lengths(n, input_len, max(output_len, 1), ratio, rng)
+    else:
+        prompts, outputs = sharegpt_like_lengths(n, rng, mean_input=mean_in, mean_output=mean_out)
+    if is_open_loop(row):
+        burst = 1.0 if pd.isna(row["burstiness"]) else float(row["burstiness"])
+        send = send_times_s(n, offered_rate(row), burst, rng)
+    else:
+        send = np.zeros(n)
+    return bench_requests(prompts, outputs, send)
+
+
+def overloaded_simulated(latencies: pd.DataFrame) -> bool:
+    """Whether the waiting queue grew through a simulated open-loop run: the last quarter
+    of arrivals' median TTFT is :data:`OVERLOAD_TTFT_GROWTH` times the first quarter's and
+    :data:`OVERLOAD_TTFT_FLOOR_MS` above it."""
+    ttft_ms = latencies.sort_values("arrival_s", kind="stable")["ttft_s"].to_numpy() * 1e3
+    quarter = max(len(ttft_ms) // 4, 1)
+    first, last = np.median(ttft_ms[:quarter]), np.median(ttft_ms[-quarter:])
+    return bool(last > OVERLOAD_TTFT_GROWTH * first and last > first + OVERLOAD_TTFT_FLOOR_MS)
+
+
+def overloaded_published(row: pd.Series) -> bool | None:
+    """Heuristic from a published open-loop run's summary (None for ``inf`` rate and
+    closed loop, where the client, not the server, sets the queue): a stable server's mean
+    TTFT does not grow with the run's length, a falling-behind one's grows with it, so the
+    run counts as overloaded when its mean TTFT exceeds :data:`OVERLOAD_PUBLISHED_SHARE` of
+    the send window ``num_prompts / rate`` and :data:`OVERLOAD_TTFT_FLOOR_MS`."""
+    rate = offered_rate(row)
+    if not is_open_loop(row) or math.isinf(rate) or pd.isna(row["mean_ttft_ms"]):
+        return None
+    window_ms = float(row["num_prompts"]) / rate * 1e3
+    ttft = float(row["mean_ttft_ms"])
+    return bool(ttft > OVERLOAD_PUBLISHED_SHARE * window_ms and ttft > OVERLOAD_TTFT_FLOOR_MS)
+
+
+def _kv_cache_tokens(row: pd.Series, config: GraphConfig) -> tuple[int, str]:
+    """(KV tokens, where they come from): the source's logged size, else the estimate."""
+    if not pd.isna(row["kv_cache_tokens"]):
+        return int(row["kv_cache_tokens"]), "logged"
+    gmu = row["gpu_memory_utilization"]
+    estimate = estimate_startup(
+        row["model"],
+        row["gpu"],
+        config,
+        tensor_parallel_size=int(row["tensor_parallel_size"]),
+        gpu_memory_utilization=0.9 if pd.isna(gmu) else float(gmu),
+        block_size=BLOCK_SIZE,
+    )
+    return int(estimate.kv_cache_blocks) * BLOCK_SIZE, "modelled"
+
+
+def _solve(requests: pd.DataFrame, limits: SchedulerLimits, step, seed: int, concurrency):
+    """Simulate once (open loop) or to the closed loop's fixed point; (latencies, passes,
+    residual seconds)."""
+    run = simulate_latencies(requests, limits, step_time_ms=step, seed=seed).requests
+    if concurrency is None:
+        return run, 1, 0.0
+    residual = math.inf
+    for passes in range(2, MAX_CLOSED_LOOP_PASSES + 1):
+        send = closed_loop_send_times(run["finish_s"].to_numpy(), concurrency)
+        residual = float(np.max(np.abs(send - requests["arrival_s"].to_numpy())))
+        if residual < CLOSED_LOOP_TOLERANCE_S:
+            return run, passes - 1, residual
+        requests = requests.assign(arrival_s=send)
+        run = simulate_latencies(requests, limits, step_time_ms=step, seed=seed).requests
+    return run, MAX_CLOSED_LOOP_PASSES, residual
+
+
+def simulate_published_run(
+    row: pd.Series,
+    *,
+    step_time_for: StepTimeFactory = dispatched_step_time,
+    cost_model_for: CostModelFactory = _cost_model,
+    seed: int = 0,
+    scheduler_release: str | None = None,
+) -> dict[str, Any]:
+    """One run simulated: ``sim_*`` figures (TTFT mean / median / p99 and TPOT mean /
+    median in ms, output and request throughput per second from the benchmark's start to
+    the last finish, duration), ``overloaded_sim`` (None for closed loop and ``inf``), KV
+    blocks, preemptions, closed-loop passes and residual (ms). ValueError when the run
+    cannot be simulated (a model that does not fit, a request longer than the KV cache)."""
+    config = run_config(row, scheduler_release)
+    tp = int(row["tensor_parallel_size"])
+    kv_tokens, kv_source = _kv_cache_tokens(row, config)
+    limits = run_limits(row, config, kv_tokens // BLOCK_SIZE)
+    requests = run_requests(row, seed)
+    longest = int((requests["prompt_tokens"] + requests["output_tokens"]).max())
+    if longest > kv_tokens:
+        raise ValueError(
+            f"run {row['run_id']}: a request of {longest} tokens exceeds the {kv_source} KV cache "
+            f"of {kv_tokens} tokens ({row['model']} on {row['gpu']})"
+        )
+    step = step_time_for(config, cost_model_for(row["model"], row["gpu"], tp))
+    concurrency = None if is_open_loop(row) else int(row["max_concurrency"])
+    lat, passes, residual = _solve(requests, limits, step, seed, concurrency)
+    end_s = float(lat["finish_s"].max())
+    ttft_ms, tpot_ms = lat["ttft_s"].to_numpy() * 1e3, lat["tpot_s"].dropna().to_numpy() * 1e3
+    open_finite = concurrency is None and not math.isinf(offered_rate(row))
+    return {
+        "sim_mean_ttft_ms": float(ttft_ms.mean()),
+        "sim_median_ttft_ms": float(np.median(ttft_ms)),
+        "sim_p99_ttft_ms": float(np.percentile(ttft_ms, 99)),
+        "sim_mean_tpot_ms": float(tpot_ms.mean()) if len(tpot_ms) else math.nan,
+        "sim_median_tpot_ms": float(np.median(tpot_ms)) if len(tpot_ms) else math.nan,
+        "sim_output_throughput": float(lat["output_tokens"].sum()) / end_s,
+        "sim_total_token_throughput": float(lat["prompt_tokens"].sum() + lat["output_tokens"].sum())
+        / end_s,
+        "sim_request_throughput": len(lat) / end_s,
+        "sim_duration_s": end_s,
+        "overloaded_sim": overloaded_simulated(lat) if open_finite else None,
+        "sim_num_gpu_blocks": kv_tokens // BLOCK_SIZE,
+        "sim_kv_source": kv_source,
+        "sim_preemptions": int(lat["num_preemptions"].sum()),
+        "closed_loop_passes": passes,
+        "closed_loop_residual_ms": residual * 1e3,
+    }
+
+
+_COMPARED = {  # published column -> simulated column
+    "mean_ttft_ms": "sim_mean_ttft_ms",
+    "median_ttft_ms": "sim_median_ttft_ms",
+    "p99_ttft_ms": "sim_p99_ttft_ms",
+    "mean_tpot_ms": "sim_mean_tpot_ms",
+    "output_throughput": "sim_output_throughput",
+    "total_token_throughput": "sim_total_token_throughput",
+}
+
+
+def published_serving_comparison(
+    runs: pd.DataFrame | None = None,
+    *,
+    step_time_for: StepTimeFactory = dispatched_step_time,
+    cost_model_for: CostModelFactory = _cost_model,
+    seed: int = 0,
+    progress: Callable[[Iterable], Iterable] | None = None,
+) -> pd.DataFrame:
+    """One row per run: the run's identity, published and simulated figures side by side,
+    ``ratio_<metric>`` = simulated / published, both overload flags, and ``error`` (the
+    reason a run could not be simulated, else empty). ``runs``: default the shipped table;
+    ``progress``: a wrapper such as ``tqdm.tqdm`` around the loop over runs."""
+    runs = published_serving_runs() if runs is None else runs
+    rows = []
+    items = list(runs.iterrows())
+    for _, row in progress(items) if progress else items:
+        out: dict[str, Any] = {
+            "run_id": row["run_id"], "model": row["model"], "gpu": row["gpu"],
+            "request_rate": row["request_rate"], "max_concurrency": row["max_concurrency"],
+            "num_prompts": int(row["num_prompts"]),
+            "overloaded_published": overloaded_published(row), "error": "",
+        }  # fmt: skip
+        out.update({c: row[c] for c in _COMPARED})
+        try:
+            out.update(
+                simulate_published_run(
+                    row, step_time_for=step_time_for, cost_model_for=cost_model_for, seed=seed
+                )
+            )
+        except ValueError as err:
+            out["error"] = str(err)
+        for pub, sim in _COMPARED.items():
+            value = out.get(sim, math.nan)
+            out[f"ratio_{pub}"] = float(value) / float(out[pub]) if out[pub] else math.nan
+        rows.append(out)
+    return pd.DataFrame(rows)

@@ -1,0 +1,192 @@
+"""Published vllm bench serve runs: the shipped table's schema and self-consistency, its
+checks, and the replay through vLLM's scheduler on a constant clock whose answers follow
+by hand."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cgdispatch.estimate.devices import DEVICE_PRESETS
+from cgdispatch.models.published import PUBLISHED_MODELS
+from cgdispatch.plan.published_runs import (
+    RESULT_COLUMNS,
+    RUN_COLUMNS,
+    check_serving_runs,
+    published_serving_runs,
+    serve_default_limits,
+)
+from cgdispatch.plan.published_serving import (
+    default_cudagraph_mode,
+    overloaded_published,
+    overloaded_simulated,
+    published_serving_comparison,
+    simulate_published_run,
+)
+
+STEP_MS = 10.0
+
+
+def _constant_clock(config, cost_model):
+    return lambda num_tokens, num_reqs: STEP_MS if num_tokens else 0.0
+
+
+def _no_cost_model(model, gpu, tp):
+    return None
+
+
+def _run(**fields) -> pd.Series:
+    row = dict.fromkeys((*RUN_COLUMNS, *RESULT_COLUMNS, "note"), np.nan)
+    row.update(
+        run_id="t", url="https://example.org/run", model="Qwen/Qwen3-8B", gpu="H100-SXM",
+        tensor_parallel_size=1, vllm_version="0.11.0", dataset="random", input_len=100,
+        output_len=5, range_ratio=0.0, num_prompts=2, request_rate="inf", burstiness=1.0,
+    )  # fmt: skip
+    row.update(fields)
+    return pd.Series(row)
+
+
+def test_the_table_has_its_columns_and_at_least_24_runs_each_with_a_url():
+    runs = published_serving_runs()
+    assert list(runs.columns) == [*RUN_COLUMNS, *RESULT_COLUMNS, "note"]
+    assert len(runs) >= 24
+    assert runs["url"].str.startswith("https://").all()
+    assert all(model in PUBLISHED_MODELS for model in runs["model"])
+    assert runs["gpu"].isin(list(DEVICE_PRESETS)).all()
+
+
+def test_each_runs_numbers_agree_with_each_other():
+    runs = published_serving_runs()
+    for _, r in runs.iterrows():
+        assert not math.isnan(r["mean_ttft_ms"]) and not math.isnan(r["mean_tpot_ms"]), r["run_id"]
+        if math.isnan(r["duration_s"]):  # a source that gives no totals: nothing to cross-check
+            continue
+        # printed to two decimals: throughput = tokens / duration within rounding
+        assert r["output_throughput"] == pytest.approx(
+            r["total_output_tokens"] / r["duration_s"], rel=2e-3, abs=0.02
+        ), r["run_id"]
+        assert r["total_token_throughput"] == pytest.approx(
+            (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration_s"], rel=2e-3
+        ), r["run_id"]
+        assert r["request_throughput"] == pytest.approx(
+            r["completed"] / r["duration_s"], rel=1e-2, abs=0.006
+        ), r["run_id"]
+        assert r["completed"] == r["num_prompts"], r["run_id"]
+        assert r["median_ttft_ms"] <= r["p99_ttft_ms"] and r["median_tpot_ms"] <= r["p99_tpot_ms"]
+        if r["dataset"] == "random":  # what was sent is what was asked, less special tokens
+            sent = r["total_input_tokens"] / r["completed"]
+            assert r["input_len"] * 0.99 <= sent <= r["input_len"], r["run_id"]
+            assert r["total_output_tokens"] / r["completed"] <= r["output_len"], r["run_id"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("url", "example.org", "not an https URL"),
+        ("model", "acme/unknown-7b", "has no published config"),
+        ("gpu", "TPU", "not a device preset"),
+        ("dataset", "sonnet", "cannot be drawn"),
+        ("request_rate", 0, "request_rate=0"),
+        ("range_ratio", 1.5, "range_ratio=1.5"),
+        ("num_prompts", -3, "num_prompts=-3"),
+        ("gpu_memory_utilization", 1.5, "gpu_memory_utilization=1.5"),
+    ],
+)
+def test_bad_runs_are_refused_naming_the_field(field, value, message):
+    table = pd.DataFrame([_run(**{field: value})])
+    with pytest.raises(ValueError, match=message):
+        check_serving_runs(table)
+
+
+def test_the_default_graph_mode_follows_the_release():
+    assert default_cudagraph_mode("0.11.0") == "FULL_AND_PIECEWISE"
+    assert default_cudagraph_mode("0.23.1") == "FULL_AND_PIECEWISE"
+    assert default_cudagraph_mode("0.9.2") == "PIECEWISE"
+    assert default_cudagraph_mode("0.10.1.1") == "PIECEWISE"
+
+
+def test_serve_defaults_follow_vllms_large_gpu_rule():
+    assert serve_default_limits("H100-SXM") == (1024, 8192)
+    assert serve_default_limits("H200") == (1024, 8192)
+    assert serve_default_limits("A100-80GB") == (256, 2048)  # an A100, however large
+    assert serve_default_limits("L40S") == (256, 2048)
+
+
+def test_two_requests_on_a_constant_clock_give_the_hand_computed_ttft():
+    # a 150-token budget: step 1 runs A's 100 prompt tokens and 50 of B's, step 2 A's first
+    # decode and B's last 50; each request then decodes one token per step
+    row = _run(max_num_batched_tokens=150, max_num_seqs=8)
+    sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
+    ttft_a, ttft_b = 1 * STEP_MS, 2 * STEP_MS  # A's first token after step 1, B's after 2
+    finish_a, finish_b = 5 * STEP_MS, 6 * STEP_MS  # then 4 more tokens, one per step
+    assert sim["sim_mean_ttft_ms"] == pytest.approx((ttft_a + ttft_b) / 2)
+    tpot_a, tpot_b = (finish_a - ttft_a) / 4, (finish_b - ttft_b) / 4
+    assert sim["sim_mean_tpot_ms"] == pytest.approx((tpot_a + tpot_b) / 2)
+    assert sim["sim_output_throughput"] == pytest.approx(10 / (finish_b / 1e3))
+    assert sim["overloaded_sim"] is None  # inf rate: no overload to call
+
+
+def test_a_logged_kv_size_is_used_and_a_request_longer_than_it_is_refused():
+    sim = simulate_published_run(
+        _run(kv_cache_tokens=4096), step_time_for=_constant_clock, cost_model_for=_no_cost_model
+    )
+    assert sim["sim_kv_source"] == "logged" and sim["sim_num_gpu_blocks"] == 4096 // 16
+    with pytest.raises(ValueError, match="exceeds the logged KV cache of 96 tokens"):
+        simulate_published_run(
+            _run(kv_cache_tokens=96), step_time_for=_constant_clock, cost_model_for=_no_cost_model
+        )
+    # less memory for vLLM, fewer modelled KV blocks
+    small, large = (
+        simulate_published_run(
+            _run(gpu_memory_utilization=g),
+            step_time_for=_constant_clock,
+            cost_model_for=_no_cost_model,
+        )["sim_num_gpu_blocks"]
+        for g in (0.5, 0.9)
+    )
+    assert 0 < small < large
+
+
+def test_a_closed_loop_of_one_sends_the_second_request_when_the_first_ends():
+    row = _run(max_concurrency=1)
+    sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
+    # A: prefill step then 4 decodes = 50 ms; B sent at 50 ms, the same again
+    assert sim["sim_mean_ttft_ms"] == pytest.approx(STEP_MS)
+    assert sim["sim_duration_s"] == pytest.approx(10 * STEP_MS / 1e3)
+    assert sim["closed_loop_residual_ms"] < 1.0
+
+
+def test_a_rate_far_past_capacity_is_simulated_as_overloaded_and_a_light_one_is_not():
+    # one sequence at a time, 50 steps of 10 ms each: capacity 2 requests/s
+    heavy = _run(num_prompts=200, output_len=50, request_rate=50.0, max_num_seqs=1)
+    light = _run(num_prompts=40, output_len=50, request_rate=0.5, max_num_seqs=1)
+    for row, expected in ((heavy, True), (light, False)):
+        sim = simulate_published_run(
+            row, step_time_for=_constant_clock, cost_model_for=_no_cost_model
+        )
+        assert sim["overloaded_sim"] is expected
+
+
+def test_overload_heuristics_on_fresh_tables():
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    arrival = np.sort(rng.uniform(0, 100, 400))
+    flat = pd.DataFrame({"arrival_s": arrival, "ttft_s": rng.uniform(0.05, 0.15, 400)})
+    growing = flat.assign(ttft_s=0.1 + 0.5 * arrival)  # the queue grows with time
+    assert not overloaded_simulated(flat) and overloaded_simulated(growing)
+    run = _run(num_prompts=1000, request_rate=10.0, mean_ttft_ms=200.0)
+    assert overloaded_published(run) is False
+    assert overloaded_published(run.copy().replace({200.0: 40_000.0})) is True
+    assert overloaded_published(_run(mean_ttft_ms=5.0)) is None  # inf rate
+
+
+def test_the_comparison_puts_both_sides_and_their_ratio_in_one_row():
+    runs = check_serving_runs(pd.DataFrame([_run(mean_ttft_ms=20.0, output_throughput=100.0)]))
+    table = published_serving_comparison(
+        runs, step_time_for=_constant_clock, cost_model_for=_no_cost_model
+    )
+    row = table.iloc[0]
+    assert row["error"] == ""
+    assert row["ratio_mean_ttft_ms"] == pytest.approx(row["sim_mean_ttft_ms"] / 20.0)
+    assert row["ratio_output_throughput"] == pytest.approx(row["sim_output_throughput"] / 100.0)
+    assert math.isnan(row["ratio_mean_tpot_ms"])  # not published: no ratio

@@ -1,0 +1,97 @@
+"""vllm bench serve's traffic: random-dataset lengths, send times, the closed loop, and the
+ShareGPT stand-in, checked against their definitions on fresh random inputs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from cgdispatch.workload.bench_traffic import (
+    SHAREGPT_MAX_PROMPT_TOKENS,
+    SHAREGPT_MAX_TOTAL_TOKENS,
+    bench_requests,
+    closed_loop_send_times,
+    random_lengths,
+    send_times_s,
+    sharegpt_like_lengths,
+)
+
+
+def _fresh_seed() -> int:
+    return int(np.random.SeedSequence().entropy % 2**32)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.1, 0.5, 0.9])
+def test_random_lengths_stay_in_vllms_interval_and_cover_it(ratio):
+    rng = np.random.default_rng(_fresh_seed())
+    input_len, output_len = int(rng.integers(2, 5000)), int(rng.integers(1, 500))
+    prompts, outputs = random_lengths(20_000, input_len, output_len, ratio, rng)
+    lo_in, hi_in = math.floor(input_len * (1 - ratio)), math.ceil(input_len * (1 + ratio))
+    lo_out = max(math.floor(output_len * (1 - ratio)), 1)
+    hi_out = math.ceil(output_len * (1 + ratio))
+    assert prompts.min() >= max(lo_in, 1) and prompts.max() <= hi_in
+    assert outputs.min() >= lo_out and outputs.max() <= hi_out
+    if ratio == 0.0:
+        assert (prompts == input_len).all() and (outputs == output_len).all()
+    else:  # uniform on the integers of the interval: mean at its middle
+        width = hi_in - max(lo_in, 1)
+        stderr = (width + 1) / math.sqrt(12 * len(prompts))
+        assert abs(prompts.mean() - (max(lo_in, 1) + hi_in) / 2) < 5 * stderr + 1e-9
+
+
+def test_random_lengths_refuse_a_ratio_vllm_refuses():
+    with pytest.raises(ValueError, match="range_ratio=1.0"):
+        random_lengths(3, 100, 10, 1.0, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("burstiness", [0.5, 1.0, 4.0])
+def test_send_times_have_the_rates_mean_gap_and_the_gamma_spread(burstiness):
+    rng = np.random.default_rng(_fresh_seed())
+    rate = float(rng.uniform(0.5, 50.0))
+    n = 40_000
+    send = send_times_s(n, rate, burstiness, rng)
+    gaps = np.diff(np.concatenate([[0.0], send]))
+    assert (gaps > 0).all()
+    assert send[-1] == pytest.approx(n / rate, rel=1e-12)  # vLLM's rescaling
+    assert gaps.mean() == pytest.approx(1.0 / rate, rel=1e-9)
+    # gamma(shape k): coefficient of variation 1 / sqrt(k); 1 for Poisson arrivals
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0 / math.sqrt(burstiness), rel=0.05)
+
+
+def test_infinite_rate_sends_everything_at_once_and_bad_rates_are_refused():
+    assert (send_times_s(7, math.inf, 1.0, np.random.default_rng(0)) == 0).all()
+    with pytest.raises(ValueError, match="request_rate=0"):
+        send_times_s(3, 0, 1.0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="burstiness=-1"):
+        send_times_s(3, 2.0, -1, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 5])
+def test_closed_loop_sends_when_the_k_minus_c_plus_1th_earlier_request_finishes(concurrency):
+    rng = np.random.default_rng(_fresh_seed())
+    service = rng.exponential(1.0, 300)
+    send, finish = np.zeros(300), np.zeros(300)
+    for k in range(300):  # the definition: wait until k - c + 1 earlier requests finished
+        if k >= concurrency:
+            send[k] = np.sort(finish[:k])[k - concurrency]
+        finish[k] = send[k] + service[k]
+    np.testing.assert_allclose(closed_loop_send_times(finish, concurrency), send)
+
+
+def test_sharegpt_stand_in_hits_the_means_within_vllms_filter():
+    rng = np.random.default_rng(_fresh_seed())
+    mean_in, mean_out = float(rng.uniform(100, 400)), float(rng.uniform(100, 400))
+    prompts, outputs = sharegpt_like_lengths(20_000, rng, mean_input=mean_in, mean_output=mean_out)
+    assert prompts.mean() == pytest.approx(mean_in, rel=0.02)
+    assert outputs.mean() == pytest.approx(mean_out, rel=0.02)
+    assert prompts.min() >= 4 and prompts.max() <= SHAREGPT_MAX_PROMPT_TOKENS
+    assert outputs.min() >= 4 and (prompts + outputs).max() <= SHAREGPT_MAX_TOTAL_TOKENS
+    with pytest.raises(ValueError, match="mean_input=2000"):
+        sharegpt_like_lengths(3, rng, mean_input=2000)
+
+
+def test_bench_requests_is_a_request_table_in_send_order():
+    table = bench_requests(np.array([5, 6]), np.array([1, 2]), np.array([0.0, 0.5]))
+    assert list(table.columns) == ["arrival_s", "prompt_tokens", "output_tokens"]
+    with pytest.raises(ValueError, match="lengths differ"):
+        bench_requests(np.array([5]), np.array([1, 2]), np.array([0.0, 0.5]))
