@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from shared_ladder_release import RELEASE, SHARED_LADDER, registered
+from shared_ladder_release import RELEASE, SHARED_LADDER, plan_shared, registered
 
 import cgdispatch as cg
 from cgdispatch import GraphConfig
 from cgdispatch.core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
+from cgdispatch.core.ladder_shape import planner_for
 from cgdispatch.plan.costs import AffineCostModel
 from cgdispatch.plan.gen2_ladder import ladder_config
 from cgdispatch.plan.ladder_compare import compare
@@ -102,15 +103,15 @@ def _trace(seed: int = 3, n: int = 600):
     reqs = rng.integers(1, 17, n)
     tokens = np.where(uniform, reqs, rng.integers(1, 257, n))
     reqs = np.where(uniform, reqs, np.minimum(reqs, tokens))
-    trace = make_trace(tokens, uniform, reqs)
-    return trace.assign(arrival_s=np.arange(n) * 0.01) if "arrival_s" not in trace else trace
+    return make_trace(tokens, uniform, reqs)
 
 
 def test_plan_and_compare_use_its_planner_entry(release):
     trace = _trace()
     config = GraphConfig(vllm_version=RELEASE, max_num_seqs=16, max_num_batched_tokens=256)
+    assert planner_for(SHARED_LADDER) is plan_shared  # its one planner entry
     planned = plan_ladder(trace, 6, config=config)
-    assert isinstance(planned, list) and 0 < len(planned) <= 6
+    assert planned == plan_shared(trace, 6, config=config) and 0 < len(planned) <= 6
     table = compare(trace, {"planned": planned, "pow2": [1, 2, 4, 8, 16, 32, 64, 128, 256]},
                     config=config)  # fmt: skip
     assert (table["vllm_version"] == RELEASE).all()
@@ -180,3 +181,18 @@ def test_cgdispatch_names_no_test_release():
         if any(name in path.read_text() for name in names)
     ]
     assert hits == []
+
+
+def test_views_and_the_cli_show_its_one_box(release):
+    """The explorer's boxes and the dispatch command's line come from the shape."""
+    from cgdispatch.cli.dispatch import _sizes_line
+    from cgdispatch.views.explorer_handlers import box_sizes, build_config, largest_size
+
+    base = GraphConfig(vllm_version=RELEASE, max_num_seqs=8, max_num_batched_tokens=256)
+    rng = np.random.default_rng(5)
+    sizes = sorted({int(s) for s in rng.integers(1, 257, 5)})
+    dispatcher, notes = build_config(base, ", ".join(map(str, sizes)), "FULL_AND_PIECEWISE")
+    assert notes == [] and dispatcher.config.cudagraph_capture_sizes == sizes
+    assert box_sizes(dispatcher.config) == (", ".join(map(str, sizes)), "")
+    assert largest_size(dispatcher) == sizes[-1]
+    assert _sizes_line(dispatcher.config).startswith(f"{len(sizes)} shared sizes [")
