@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from .ladders import vllm_ladder
+from .validate import MAX_CAPTURE_SIZE, MAX_CAPTURE_SIZES, as_index, check_int
 
 __all__ = [
     "Ladder",
@@ -62,6 +63,10 @@ class LadderShape(Protocol):
     compilation_keys: tuple[str, ...]
     keyed_by: str  # "one ladder of token sizes": how its graphs are keyed, for prose
     count_label: str  # what a count of its sizes is called on a chart axis
+
+    def check_fields(self, config: Any) -> dict[str, Any]:
+        """Its own fields of ``config``, checked and normalised (ValueError on a bad one)."""
+        ...
 
     def sizes(self, config: Any) -> tuple[list[int], ...]:
         """Each ladder's sizes in ``config`` (empty where unset), in ``ladders`` order."""
@@ -106,6 +111,32 @@ def _ints(values: Any) -> list[int]:
     return list(values or [])
 
 
+def _optional_list(config: Any, name: str) -> list[int] | None:
+    """A size list field checked: None, or a list of integers within the bounds."""
+    value = getattr(config, name)
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise ValueError(
+            f"{name}={value!r} is invalid: give a list of integers (e.g. [1, 2, 4, 8]), "
+            "[] to capture none, or None for vLLM's default grid"
+        )
+    if len(value) > MAX_CAPTURE_SIZES:
+        raise ValueError(
+            f"{name} has {len(value):_} sizes: at most {MAX_CAPTURE_SIZES:_} "
+            "(each is a graph to capture; cgdispatch.core.validate.BOUNDS)"
+        )
+    out = []
+    for s in value:
+        number = as_index(s)
+        if number is None:
+            raise ValueError(f"{name} holds {s!r}: every size must be an integer")
+        if number > MAX_CAPTURE_SIZE:
+            check_int(f"size in {name}", number, 0, MAX_CAPTURE_SIZE)
+        out.append(number)
+    return out
+
+
 class TokenLadder:
     """One list of token sizes, ``cudagraph_capture_sizes`` (V1, vLLM 0.10-0.33).
 
@@ -128,6 +159,9 @@ class TokenLadder:
     compilation_keys: tuple[str, ...] = ()
     keyed_by = "one ladder of token sizes"
     count_label = "capture sizes"
+
+    def check_fields(self, config: Any) -> dict[str, Any]:
+        return {}  # the legacy fields: GraphConfig and the release's rules check them
 
     def sizes(self, config: Any) -> tuple[list[int], ...]:
         return (_ints(config.cudagraph_capture_sizes),)
@@ -206,6 +240,17 @@ class SplitLadders:
     compilation_keys = tuple(_SPLIT_FIELDS)
     keyed_by = "decode graphs keyed by request count, prefill graphs by token count"
     count_label = "sizes (prefill + decode)"
+
+    def check_fields(self, config: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {lad.field: _optional_list(config, lad.field) for lad in self.ladders}
+        for name, minimum in (
+            ("max_prefill_cudagraph_capture_tokens", 0),
+            ("max_decode_cudagraph_capture_requests", 0),
+            ("max_decode_cudagraph_capture_tokens", 1),
+        ):
+            value = getattr(config, name)
+            out[name] = None if value is None else check_int(name, value, minimum, MAX_CAPTURE_SIZE)
+        return out
 
     def sizes(self, config: Any) -> tuple[list[int], ...]:
         return tuple(_ints(getattr(config, ladder.field)) for ladder in self.ladders)
