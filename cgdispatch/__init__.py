@@ -36,7 +36,7 @@ _LAZY: dict[str, str] = {
     "CaptureKey": "core.generation",
     "PaddingTable": "core.generation",
     # the generation registry: one Generation per vLLM release
-    "Generation": "core.generation",
+    "Generation": "core.release",
     "GENERATIONS": "core.generation",
     "NEWEST": "core.generation",
     "VLLM_VERSIONS": "core.generation",

@@ -109,7 +109,7 @@ class GraphRunner:
         self._capture_enabled = True
         self.dispatcher: GraphDispatcher = make_graph_dispatcher(self.config)
         # the generation's per-step question, without the facade's checks (the hot path)
-        self._dispatch = generation_of(self.dispatcher).step_dispatch(self.dispatcher)
+        self._dispatch = generation_of(self.dispatcher).graphs.step_dispatch(self.dispatcher)
         largest = max(
             (k.num_tokens for k in capture_keys(self.dispatcher)),
             default=max(self.config.cudagraph_capture_sizes, default=0),
