@@ -82,6 +82,9 @@ class GraphBackend:
     """Records callables into graphs; one instance = one memory pool for all its graphs."""
 
     name = "abstract"
+    # the fewest warm-ups a capture needs (CUDA: 1, see cuda_backend.MIN_CUDA_WARMUPS);
+    # wrappers refuse fewer when they are built
+    min_warmups = 0
 
     def __init__(self) -> None:
         self.num_graphs = 0
