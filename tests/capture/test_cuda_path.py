@@ -7,6 +7,7 @@ import pytest
 import torch
 from fake_cuda import install
 
+from cgdispatch import BatchDescriptor
 from cgdispatch.capture import runner as runner_module
 from cgdispatch.capture.backends import CpuReplayBackend, get_backend
 from cgdispatch.capture.context import set_forward_context
@@ -15,7 +16,6 @@ from cgdispatch.capture.pool import OutputLifetime
 from cgdispatch.capture.runner import GraphRunner
 from cgdispatch.capture.wrapper import CUDAGraphWrapper
 from cgdispatch.core.config import GraphConfig
-from cgdispatch import BatchDescriptor
 from cgdispatch.core.modes import CUDAGraphMode as M
 from cgdispatch.models.toy import build_toy_model
 
