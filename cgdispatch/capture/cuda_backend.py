@@ -53,10 +53,11 @@ class CudaGraphBackend(GraphBackend):
     capture, synchronisation and memory counters all use it. Warm-ups and captures run on
     :func:`capture_stream` of that device, shared by every backend of the process (vLLM
     makes one); at least :data:`MIN_CUDA_WARMUPS` warm-up precedes each capture (the wrapper
-    refuses fewer). The device is synchronised before and after each capture; the graph is replayed once
-    right after capture so that the returned output holds this step's values (during
-    capture kernels are recorded, not run). WEAK outputs become weak references inside the
-    capture, as in vLLM, so their blocks are free for the next graph. Needs a CUDA device.
+    refuses fewer). The device is synchronised before and after each capture; the graph
+    is replayed once right after capture so that the returned output holds this step's
+    values (during capture kernels are recorded, not run). WEAK outputs become weak
+    references inside the capture, as in vLLM, so their blocks are free for the next graph.
+    Needs a CUDA device.
     """
 
     name = "cuda"
