@@ -57,7 +57,9 @@ def load(root: Path, folder: str, version: str) -> dict[str, pd.DataFrame]:
     gemm = pd.read_parquet(base / "gemm/vllm" / version / "gemm_perf.parquet")
     gemm = gemm[(gemm.n >= 256) & (gemm.k >= 256)]
     tables = {"gemm": gemm[gemm.gemm_dtype == "bfloat16"]}
-    fp8 = gemm[(gemm.gemm_dtype == "fp8") & (gemm.kernel_source == "CutlassFP8ScaledMMLinearKernel")]
+    fp8 = gemm[
+        (gemm.gemm_dtype == "fp8") & (gemm.kernel_source == "CutlassFP8ScaledMMLinearKernel")
+    ]
     if len(fp8):  # per-tensor scaled W8A8 (vLLM's fp8 checkpoints), Hopper only
         tables["gemm_fp8"] = fp8
     for kind in ("context", "generation"):
@@ -141,7 +143,13 @@ PARAMS = {
         ("t0_us_tp8", 0.0, 100.0),
     ],
 }
-GROUP = {"gemm": "gemm", "gemm_fp8": "gemm_fp8", "generation": "decode", "context": "prefill", "allreduce": "allreduce"}
+GROUP = {
+    "gemm": "gemm",
+    "gemm_fp8": "gemm_fp8",
+    "generation": "decode",
+    "context": "prefill",
+    "allreduce": "allreduce",
+}
 
 
 def fit(op: str, t: pd.DataFrame, spec, values) -> None:

@@ -1,6 +1,6 @@
 """What the capture layer reads of a graph key, for either generation of vLLM's dispatch.
 
-Each release keys graphs by its own descriptor (``Generation.key_type``: V1's
+Each release keys graphs by its own descriptor (``Generation.graphs.key_type``: V1's
 ``BatchDescriptor``, generation 2's ``BatchExecutionDescriptor``). Wrappers key their
 graphs by any of them (all are frozen and hashable) and never ask which; the runner, the
 capture report and the replay check need two facts more, which every key answers.
@@ -16,8 +16,8 @@ __all__ = ["GraphKey", "graph_key_types", "uniform_query_len", "is_uniform_key"]
 
 def graph_key_types() -> tuple[type, ...]:
     """The descriptor classes a forward context may carry: every registered release's
-    ``Generation.key_type`` (checked by set_forward_context)."""
-    return tuple(dict.fromkeys(g.key_type for g in GENERATIONS.values()))
+    ``Generation.graphs.key_type`` (checked by set_forward_context)."""
+    return tuple(dict.fromkeys(g.graphs.key_type for g in GENERATIONS.values()))
 
 
 def uniform_query_len(key: GraphKey, config: GraphConfig) -> int | None:

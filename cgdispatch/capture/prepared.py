@@ -1,6 +1,6 @@
 """`PreparedStep`: what the runner builds once per dispatch answer and reuses every step.
 
-Every generation's answer reaches the runner through its ``Generation.step_dispatch``
+Every generation's answer reaches the runner through its ``Generation.graphs.step_dispatch``
 (the dispatcher's own answer object, its runtime mode and graph key) and becomes one.
 Nothing here dispatches or runs a step (``runner.py`` does).
 """

@@ -115,7 +115,7 @@ class GraphRunner:
         self._capture_enabled = True
         self.dispatcher: GraphDispatcher = make_graph_dispatcher(self.config)
         # the generation's per-step question, without the facade's checks (the hot path)
-        self._dispatch = generation_of(self.dispatcher).step_dispatch(self.dispatcher)
+        self._dispatch = generation_of(self.dispatcher).graphs.step_dispatch(self.dispatcher)
         largest = max((k.num_tokens for k in capture_keys(self.dispatcher)), default=0)
         # persistent inputs (eager steps above them use their own tensors): one [3, max]
         # buffer so that a packed batch is one copy; rows are ids, positions, slots

@@ -14,6 +14,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ..core.generation import GENERATIONS, generation_for
+from ..core.ladder_shape import SplitLadders, TokenLadder
 from ..core.validate import check_device
 from ..measure.replay_check import check_replay
 from .dispatch import add_generation_arguments, generation_line, parse_sizes
@@ -74,8 +75,9 @@ def _size_fields(args: argparse.Namespace) -> dict[str, list[int] | None]:
     would.
     """
     generation = generation_for(getattr(args, "vllm_version", None))
-    if not generation.splits_ladders:
-        two = [g.release for g in GENERATIONS.values() if g.splits_ladders]
+    shape = generation.ladder
+    if isinstance(shape, TokenLadder):
+        two = [g.release for g in GENERATIONS.values() if isinstance(g.ladder, SplitLadders)]
         for flag in ("prefill_sizes", "decode_sizes"):
             if getattr(args, flag, None) is not None:
                 raise ValueError(
@@ -84,17 +86,11 @@ def _size_fields(args: argparse.Namespace) -> dict[str, list[int] | None]:
                     f"--vllm-version {two[-1]}"
                 )
         return {"cudagraph_capture_sizes": parse_sizes(args.sizes)}
-    prefill, decode = parse_sizes(args.prefill_sizes), parse_sizes(args.decode_sizes)
+    # one option per ladder of the shape (--prefill-sizes, --decode-sizes)
+    lists = {lad.field: parse_sizes(getattr(args, lad.flag, None)) for lad in shape.ladders}
     if args.sizes is not None:
-        return {
-            "cudagraph_capture_sizes": parse_sizes(args.sizes),
-            "prefill_cudagraph_capture_token_sizes": prefill,
-            "decode_cudagraph_capture_request_sizes": decode,
-        }
-    return {
-        "prefill_cudagraph_capture_token_sizes": prefill or parse_sizes(_DEFAULT_SIZES),
-        "decode_cudagraph_capture_request_sizes": decode or parse_sizes(_DEFAULT_SIZES),
-    }
+        return {"cudagraph_capture_sizes": parse_sizes(args.sizes), **lists}
+    return {field: sizes or parse_sizes(_DEFAULT_SIZES) for field, sizes in lists.items()}
 
 
 def add_runner_arguments(
@@ -144,7 +140,7 @@ def add_runner_arguments(
 def run_capture(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    if not generation_for(args.vllm_version).splits_ladders and args.sizes is None:
+    if isinstance(generation_for(args.vllm_version).ladder, TokenLadder) and args.sizes is None:
         args.sizes = _DEFAULT_SIZES  # a small V1 set; gen 2's defaults are in _size_fields
 
     runner = build_runner(args)

@@ -14,11 +14,11 @@ import random
 from ..core.config import GraphConfig
 from ..core.generation import (
     GENERATIONS,
-    NEWEST,
     Generation,
     GraphKey,
     capture_keys,
     default_num_reqs,
+    default_release,
     dispatch_step,
     generation_of,
     make_graph_dispatcher,
@@ -62,7 +62,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--vllm-version",
         choices=list(GENERATIONS),
-        default=NEWEST.release,
+        default=default_release(),
         help="vLLM release whose graph dispatch to model: "
         + ", ".join(g.describe() for g in reversed(GENERATIONS.values()))
         + "; default %(default)s, the newest",
@@ -110,7 +110,7 @@ def other_releases(generation: Generation, template: str, separator: str) -> str
 def generation_line(config: GraphConfig) -> str:
     """Which generation answers, and how to ask the other."""
     generation = generation_of(config)
-    newest = "; the newest, the default" if generation is NEWEST else ""
+    newest = "; the newest, the default" if generation.release == default_release() else ""
     others = other_releases(generation, "--vllm-version {release} for {name}", "; ")
     return (
         f"vLLM {generation.release} ({generation.name}, {generation.dispatcher_name}{newest}): "
@@ -169,15 +169,12 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _sizes_line(config: GraphConfig) -> str:
-    if generation_of(config).splits_ladders:
-        prefill = config.prefill_cudagraph_capture_token_sizes or []
-        decode = config.decode_cudagraph_capture_request_sizes or []
-        return (
-            f"{len(prefill)} prefill token sizes {_ends(prefill)}, "
-            f"{len(decode)} decode request sizes {_ends(decode)}"
-        )
-    sizes = config.cudagraph_capture_sizes
-    return f"{len(sizes)} capture sizes {_ends(sizes)}"
+    """``"12 capture sizes [1, 2, ...]"``, one part per ladder of the release's shape."""
+    shape = generation_of(config).ladder
+    return ", ".join(
+        f"{len(sizes)} {ladder.name} {_ends(sizes)}"
+        for ladder, sizes in zip(shape.ladders, shape.sizes(config))
+    )
 
 
 def _ends(sizes: list[int]) -> str:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS, NEWEST, generation_for
+from ..core.generation import GENERATIONS, default_release, generation_for
 from ..core.jsonout import strict_json
+from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
 from .dispatch import other_releases
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
@@ -60,14 +61,15 @@ def _check(args: argparse.Namespace) -> None:
     if args.holdout is not None and args.evaluate_on is not None:
         raise ValueError("--holdout and --evaluate-on exclude each other: give one")
     generation = generation_for(args.vllm_version)
-    gen2 = generation.splits_ladders
-    if gen2 and args.sequence_parallel:
-        v1 = [g.release for g in GENERATIONS.values() if not g.splits_ladders]
+    # sequence parallelism filters one token ladder's sizes (V1); other shapes plan no NONE
+    one_list = isinstance(generation.ladder, TokenLadder)
+    if not one_list and args.sequence_parallel:
+        v1 = [g.release for g in GENERATIONS.values() if isinstance(g.ladder, TokenLadder)]
         raise ValueError(
             f"--sequence-parallel filters sizes in V1 only (vLLM {generation.release} applies "
             f"none): drop it, or pass --vllm-version {v1[-1]}"
         )
-    if gen2 and CUDAGraphMode.parse(args.mode) is CUDAGraphMode.NONE:
+    if not one_list and CUDAGraphMode.parse(args.mode) is CUDAGraphMode.NONE:
         raise ValueError("--mode NONE captures nothing: pick a graph mode")
     CUDAGraphMode.parse(args.mode)
     usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
@@ -90,7 +92,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..workload.sources import split_holdout, workload_requests, workload_trace
     from ..workload.trace import check_step_budget
 
-    gen2 = generation_for(args.vllm_version).splits_ladders
+    shape = generation_for(args.vllm_version).ladder
     config = GraphConfig(
         vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
@@ -179,9 +181,9 @@ def run_plan(args: argparse.Namespace) -> int:
         return 0
     print(_generation_line(args.vllm_version))
     print(f"{len(plan_on)} steps planned on ({label}); {len(test)} evaluated: {evaluated_on}")
-    if gen2:
+    if len(shape.ladders) > 1:  # a column per ladder: prefill_tokens, decode_requests
         table = table.drop(columns="sizes").rename(
-            columns={"prefill_sizes": "prefill_tokens", "decode_sizes": "decode_requests"}
+            columns={lad.flag: lad.box.replace(" ", "_") for lad in shape.ladders}
         )
     lists = [c for c in ("sizes", "prefill_tokens", "decode_requests") if c in table]
     shown = table.assign(**{c: table[c].map(_short) for c in lists})
@@ -201,12 +203,9 @@ def run_plan(args: argparse.Namespace) -> int:
 def _generation_line(version: str) -> str:
     """The generation the plan is for, and how to pick the other."""
     generation = generation_for(version)
-    newest = " (the newest; default)" if generation is NEWEST else ""
+    newest = " (the newest; default)" if generation.release == default_release() else ""
     others = other_releases(generation, "--vllm-version {release} for {name}'s {dispatcher}", ", ")
-    if generation.splits_ladders:
-        what = "decode graphs by request count and prefill graphs by token count"
-    else:
-        what = "one token ladder"
+    what = generation.ladder.name  # "one token ladder"
     return f"vLLM {generation.release}{newest}: {generation.dispatcher_name}, {what} ({others})"
 
 
@@ -279,7 +278,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--vllm-version",
         choices=tuple(GENERATIONS),
-        default=NEWEST.release,
+        default=default_release(),
         help="vLLM release whose graph dispatch to plan for: "
         + ", ".join(g.describe() for g in GENERATIONS.values())
         + "; default %(default)s, the newest",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.generation import GENERATIONS, NEWEST
+from ..core.generation import GENERATIONS, default_release
 from .model_args import add_device_args, check_model_flag, device_from_args
 from .plan import check_int_flags
 
@@ -134,7 +134,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument(
         "--vllm-version",
         choices=tuple(GENERATIONS),
-        default=NEWEST.release,
+        default=default_release(),
         help="vLLM release whose dispatch and defaults to use (default %(default)s, the newest)",
     )
     tune.add_argument("--max-num-seqs", type=int, default=256)

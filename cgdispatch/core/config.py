@@ -17,7 +17,13 @@ from typing import Any
 
 from . import validate as _bounds
 from . import vllm_io
-from .generation import GENERATIONS, Generation, check_version, generation_for
+from .generation import (
+    GENERATIONS,
+    Generation,
+    check_version,
+    default_release,
+    generation_for,
+)
 from .modes import DEFAULT_SPLITTING_OPS, AttentionCGSupport, CUDAGraphMode
 from .validate import as_index, check_bool, check_int
 
@@ -80,7 +86,7 @@ def _checked(values: dict[str, Any]) -> dict[str, Any]:
     out["cudagraph_mode"] = CUDAGraphMode.parse(values["cudagraph_mode"])
     # first: every later rule reads the version as a registered release string (a float
     # from papermill or YAML becomes its string); None: the newest release, the default
-    out["vllm_version"] = check_version(values["vllm_version"]) or generation_for(None).release
+    out["vllm_version"] = check_version(values["vllm_version"]) or default_release()
     for name in _LIST_FIELDS:  # a scalar or a mapping where a list belongs
         value = values[name]
         if value is not None and (
@@ -193,9 +199,11 @@ class GraphConfig(metaclass=_BuiltFromRules):
             else list(values["cudagraph_capture_sizes"]),
             values["max_cudagraph_capture_size"],
         )
-        draft = draft._with(**generation.check_fields(draft))
+        draft = draft._with(**generation.rules.check_fields(draft))
         asked_own = {f: getattr(draft, f) for f in generation.own_fields}
-        return draft._with(_asked=asked, _asked_own=asked_own, **generation.derive_sizes(draft))
+        return draft._with(
+            _asked=asked, _asked_own=asked_own, **generation.rules.derive_sizes(draft)
+        )
 
     @classmethod
     def _exactly(cls, values: dict[str, Any]) -> GraphConfig:
@@ -288,7 +296,7 @@ class GraphConfig(metaclass=_BuiltFromRules):
         """Active-LoRA counts that have graphs; 0 is the no-LoRA case (the generation's
         rule: V1 ``CudagraphDispatcher._get_lora_cases``, generation 2
         ``get_lora_capture_cases``)."""
-        return self.generation.lora_cases(self)
+        return self.generation.rules.lora_cases(self)
 
     def replace(self, **changes: Any) -> GraphConfig:
         """A new config with ``changes`` applied and everything re-derived."""
@@ -336,7 +344,7 @@ class GraphConfig(metaclass=_BuiltFromRules):
         ``piecewise_capture_available=False`` drops piecewise.
         """
         support = AttentionCGSupport(attention_support)
-        changes = self.generation.resolve(self, support, piecewise_capture_available)
+        changes = self.generation.rules.resolve(self, support, piecewise_capture_available)
         if not changes:
             return self
         if "cudagraph_capture_sizes" in changes:  # a resolved config asks for what it has

@@ -4,11 +4,11 @@ with, and what does it capture?
 vLLM has had two generations of graph dispatch (docs/semantics.md): V1's
 ``CudagraphDispatcher`` keyed on ``BatchDescriptor`` (:mod:`cgdispatch.core.v1`) and
 generation 2's ``CudaGraphManager`` keyed on ``BatchExecutionDescriptor``
-(:mod:`cgdispatch.core.v2`). Each release lives in its own package and describes itself
-with one :class:`Generation`: the config fields it owns, how it derives and resolves sizes,
-its dispatcher and the adapter of its answer to :class:`StepDispatch`, its capture keys and
-their table columns, its vLLM JSON, its scheduler rules and its planner. The package
-registers itself with :func:`register_generation` when ``cgdispatch.core`` is imported;
+(:mod:`cgdispatch.core.v2`). Each release lives in its own package and declares itself as
+one :class:`~cgdispatch.core.release.Generation`: its ladder shape, its config rules, its
+dispatcher and the adapter of its answer to :class:`StepDispatch`, its scheduler rules and
+what its runner does. The package registers itself with :func:`register_generation` when
+``cgdispatch.core`` is imported;
 everything else asks the registry (:func:`generation_of`, :func:`generation_for`,
 :data:`GENERATIONS`, :data:`NEWEST`) and never compares release strings.
 
@@ -19,22 +19,23 @@ config names. It decides nothing itself: every answer is the generation's dispat
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import re
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from .arith import cdiv
-from .modes import AttentionCGSupport, CUDAGraphMode
+from .modes import CUDAGraphMode
+from .release import ConfigRules, Generation, GraphRules, RunnerTraits, SchedulerRules
 from .validate import MAX_CAPTURE_SIZE, MAX_STEP_TOKENS, check_bool, check_int
 
 __all__ = [
     "Generation",
+    "ConfigRules",
+    "GraphRules",
     "SchedulerRules",
+    "RunnerTraits",
     "GENERATIONS",
     "NEWEST",  # noqa: F822  (computed on access by __getattr__, after registration)
     "VLLM_VERSIONS",  # noqa: F822
@@ -43,6 +44,7 @@ __all__ = [
     "generation_for",
     "generation_of",
     "check_version",
+    "default_release",
     "GraphDispatcher",
     "GraphKey",
     "StepDispatch",
@@ -137,92 +139,6 @@ class PaddingTable:
     padded_tokens: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerRules:
-    """What one vLLM release's ``Scheduler`` does where releases differ."""
-
-    async_by_default: bool  # SchedulerConfig.async_scheduling when the user leaves it unset
-    # apply long_prefill_token_threshold only with chunked prefill on (0.34), or always (0.33)
-    long_prefill_needs_chunked: bool
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One vLLM release's graph dispatch, as the rest of cgdispatch sees it.
-
-    Callables take a ``GraphConfig`` (``config``) or the generation's dispatcher. The
-    flags at the end say what differs between releases in words the callers use, so that
-    no caller compares release strings.
-    """
-
-    release: str  # "0.34": the value of GraphConfig.vllm_version
-    name: str  # "generation 2": for prose
-    label: str  # "gen 2": for widget options and legends
-    dispatcher_class: type  # CudaGraphManager
-    key_type: type  # its graph key, BatchExecutionDescriptor (a GraphKey)
-    # GraphConfig fields only this generation reads, with their defaults (set elsewhere: error)
-    own_fields: Mapping[str, Any]
-    # its own keys in vLLM's --compilation-config JSON (a JSON holding them names this release)
-    compilation_keys: tuple[str, ...]
-    # config -> normalised values of own_fields (ValueError on a bad one)
-    check_fields: Callable[[Any], dict[str, Any]]
-    # config -> every field vLLM derives when it builds its config (sizes, compile sizes, mode)
-    derive_sizes: Callable[[Any], dict[str, Any]]
-    # (config, support, piecewise_capture_available) -> the fields the model runner changes
-    resolve: Callable[[Any, AttentionCGSupport, bool], dict[str, Any]]
-    # config -> the active-LoRA counts that have graphs (0: no LoRA)
-    lora_cases: Callable[[Any], list[int]]
-    # config or None, record_stats -> a dispatcher ready to dispatch
-    make_dispatcher: Callable[[Any, bool], Any]
-    # (dispatcher, num_tokens, num_reqs, uniform_decode, num_active_loras, use_cascade_attn)
-    dispatch: Callable[[Any, int, int, bool, int, bool], StepDispatch]
-    capture_keys: Callable[[Any], list[CaptureKey]]  # dispatcher -> keys in capture order
-    # dispatcher -> the runner's per-step question (num_tokens, num_reqs or None, uniform)
-    # -> (cache key, answer to keep alive, runtime mode, graph key): the runner's hot path
-    step_dispatch: Callable[[Any], Callable[[int, int | None, bool], tuple[Any, Any, Any, Any]]]
-    key_columns: tuple[str, ...]  # keys table columns: runtime_mode, then descriptor fields
-    # (dispatcher, num_tokens, num_reqs, uniform_decode, loras, cascade, StepDispatch) -> why,
-    # one line (explain_dispatch, the explorer)
-    explain: Callable[[Any, int, int, bool, int, bool, StepDispatch], str]
-    compilation_sizes: Callable[[Any], dict[str, Any]]  # config -> its size keys for the JSON
-    scheduler: SchedulerRules
-    planner: str  # "module:function" of its capture-size planner (plan layer, loaded lazily)
-    # two size lists, prefill tokens and decode requests (generation 2), or one token list
-    splits_ladders: bool
-    # graphs hold a request count that each batch's is checked against (V1 reads none)
-    keys_count_requests: bool
-    cascade_attention: bool  # the runner has cascade attention (excludes FULL)
-    # vLLM's memory profile subtracts its estimate of graph memory from the KV cache
-    profiles_graph_memory: bool
-
-    @classmethod
-    def from_module(cls, module: str | ModuleType) -> Generation:
-        """The Generation a release package describes: every field read from the module
-        attribute of the same name (``cgdispatch/core/v1/__init__.py`` is an example).
-        ValueError names the fields the module lacks."""
-        module = sys.modules[module] if isinstance(module, str) else module
-        missing = [f.name for f in dataclasses.fields(cls) if not hasattr(module, f.name)]
-        if missing:
-            raise ValueError(
-                f"release package {module.__name__} lacks {', '.join(missing)}: define every "
-                "Generation field at module level"
-            )
-        return cls(**{f.name: getattr(module, f.name) for f in dataclasses.fields(cls)})
-
-    @property
-    def dispatcher_name(self) -> str:
-        return self.dispatcher_class.__name__
-
-    def describe(self) -> str:
-        """``"0.34 (generation 2, CudaGraphManager)"``"""
-        return f"{self.release} ({self.name}, {self.dispatcher_name})"
-
-    def plan_ladder(self, *args: Any, **kwargs: Any) -> Any:
-        """The generation's capture-size planner (``planner``), called with these arguments."""
-        module, _, function = self.planner.partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
-
-
 _REGISTRY: dict[str, Generation] = {}
 # release -> Generation, oldest first (a read-only live view of the registry)
 GENERATIONS: Mapping[str, Generation] = MappingProxyType(_REGISTRY)
@@ -257,8 +173,21 @@ def unregister_generation(release: str) -> Generation:
     return _REGISTRY.pop(release)
 
 
+def default_release() -> str:
+    """The release a tool models when none is given: the newest registered one.
+
+    The one place that decides what "no release" means (``GraphConfig()``,
+    ``generation_for(None)``, the CLIs' and settings' defaults, read when they are built,
+    never frozen at import). Stored sweep rows that predate the version column are not
+    "no release": they name theirs when read (``cgdispatch.sweep.rows.LEGACY_VERSION``).
+    """
+    if not _REGISTRY:
+        raise ValueError("no vLLM release is registered: import cgdispatch.core first")
+    return next(reversed(_REGISTRY))
+
+
 def _newest() -> Generation:
-    return next(reversed(_REGISTRY.values()))
+    return _REGISTRY[default_release()]
 
 
 def __getattr__(name: str) -> Any:
@@ -304,7 +233,7 @@ def generation_for(version: Any) -> Generation:
 
 def generation_of(target: Any) -> Generation:
     """The generation of a config or of a dispatcher (the release its config names)."""
-    if any(isinstance(target, g.dispatcher_class) for g in _REGISTRY.values()):
+    if any(isinstance(target, g.graphs.dispatcher_class) for g in _REGISTRY.values()):
         return generation_for(target.config.vllm_version)
     if hasattr(target, "vllm_version") and hasattr(target, "cudagraph_capture_sizes"):
         return generation_for(target.vllm_version)
@@ -325,8 +254,8 @@ def make_graph_dispatcher(config: Any = None, *, record_stats: bool = True) -> G
     Resolve the config first (``config.resolve(support)``) as the model runner does.
     """
     if config is None:
-        return _newest().make_dispatcher(None, record_stats)
-    return generation_of(config).make_dispatcher(config, record_stats)
+        return _newest().graphs.make_dispatcher(None, record_stats)
+    return generation_of(config).graphs.make_dispatcher(config, record_stats)
 
 
 def for_generation(config: Any, vllm_version: Any) -> Any:
@@ -399,18 +328,18 @@ def dispatch_step(
             f"num_reqs={num_reqs} is invalid with num_tokens={num_tokens}: every request "
             "schedules at least one token; lower num_reqs or leave it None"
         )
-    if use_cascade_attn and not generation.cascade_attention:
+    if use_cascade_attn and not generation.runner.cascade_attention:
         raise ValueError(
             f"use_cascade_attn=True is invalid for vLLM {generation.describe()}: its model "
             "runner has no cascade attention; pass False, or use a release that has it"
         )
-    return generation.dispatch(
+    return generation.graphs.dispatch(
         dispatcher, num_tokens, num_reqs, uniform_decode, num_active_loras, use_cascade_attn
     )
 
 
 def _dispatcher_generation(dispatcher: Any) -> Generation:
-    if not any(isinstance(dispatcher, g.dispatcher_class) for g in _REGISTRY.values()):
+    if not any(isinstance(dispatcher, g.graphs.dispatcher_class) for g in _REGISTRY.values()):
         names = " or ".join(sorted({g.dispatcher_name for g in _REGISTRY.values()}))
         raise ValueError(
             f"dispatcher={dispatcher!r} is invalid: pass a {names} "
@@ -425,7 +354,7 @@ def capture_keys(config: Any) -> list[CaptureKey]:
     Every release captures PIECEWISE before FULL, each widest first, into one pool.
     """
     dispatcher = make_graph_dispatcher(config, record_stats=False)
-    return generation_of(dispatcher).capture_keys(dispatcher)
+    return generation_of(dispatcher).graphs.capture_keys(dispatcher)
 
 
 def padded_token_table(

@@ -131,7 +131,7 @@ def compilation_json(config: Any) -> str:
     """vLLM's ``--compilation-config`` JSON for ``config``: the mode, the generation's size
     keys, then the settings every release reads."""
     cc: dict[str, Any] = {"cudagraph_mode": str(config.cudagraph_mode)}
-    cc.update(config.generation.compilation_sizes(config))
+    cc.update(config.generation.rules.compilation_sizes(config))
     if config.splitting_ops is not None:
         cc["splitting_ops"] = list(config.splitting_ops)
     if config.compile_sizes:

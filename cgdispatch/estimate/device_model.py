@@ -408,7 +408,7 @@ def _device_cost_model(
     model: object, device: str | DeviceSpec, context_len: int, tensor_parallel_size: int | None
 ) -> DeviceCostModel:
     from ..core.config import GraphConfig
-    from ..core.generation import GENERATIONS
+    from ..core.v1 import RELEASE as V1_RELEASE
     from ..models.published import PublishedModel
     from .graph_memory import estimate_graph_memory
     from .kernels import linear_profile
@@ -441,8 +441,8 @@ def _device_cost_model(
     for mode in ("FULL", "PIECEWISE"):
         pools = []
         for size in anchors:
-            config = GraphConfig(  # one token size: V1's (the oldest release's) graphs
-                vllm_version=next(iter(GENERATIONS)),
+            config = GraphConfig(  # one token size: V1's graphs
+                vllm_version=V1_RELEASE,
                 cudagraph_mode=mode,
                 cudagraph_capture_sizes=[size],
             )

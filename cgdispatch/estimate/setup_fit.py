@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
+from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DeviceSpec, device_label, device_spec
 from .setup_profile import CalibrationProfile, LoggedFile, published_id
 from .startup import StartupEstimate, estimate_startup
@@ -92,7 +92,7 @@ def run_config(path: str, log: VllmStartupLog, device: str | DeviceSpec) -> Grap
         max_num_seqs=seqs,
         max_num_batched_tokens=log.max_num_batched_tokens,
         tensor_parallel_size=log.tensor_parallel_size,
-        vllm_version=next(iter(GENERATIONS)),
+        vllm_version=V1_RELEASE,
     )
     no_full = log.full_graphs == 0 and log.piecewise_graphs > 0
     return config.resolve(AttentionCGSupport.NEVER if no_full else AttentionCGSupport.ALWAYS)

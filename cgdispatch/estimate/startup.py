@@ -208,7 +208,7 @@ def estimate_startup(
         + c.activation_moe_gib * a["moe"]
     )
     non_torch = _non_torch_gib(c, tp, pp)
-    subtract = generation_of(config).profiles_graph_memory
+    subtract = generation_of(config).runner.profiles_graph_memory
     budget = device_spec(device).memory_bytes * gpu_memory_utilization
     kv_bytes, blocks = math.inf, None
     for rank in range(pp):

@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS
 from ..core.modes import AttentionCGSupport
+from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DEVICE_PRESETS, device_spec
 
 __all__ = ["fitted_devices", "logged_devices", "reference_config", "reference_startups", "run_args"]
@@ -97,7 +97,7 @@ def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
         max_num_batched_tokens=int(_field(row, "max_num_batched_tokens")),
         tensor_parallel_size=int(_field(row, "tensor_parallel_size")),
         # the logged runs are vLLM 0.19: V1's dispatch, the oldest generation modelled here
-        vllm_version=next(iter(GENERATIONS)),
+        vllm_version=V1_RELEASE,
     )
     no_full = int(_field(row, "full_graphs")) == 0 and int(_field(row, "piecewise_graphs")) > 0
     support = AttentionCGSupport.NEVER if no_full else AttentionCGSupport.ALWAYS

@@ -169,11 +169,12 @@ def fuse_pointwise(profile: LinearProfile, *, at_tokens: int = 1024) -> LinearPr
 @functools.lru_cache(maxsize=64)
 def _routes(mode_name: str, sizes: tuple[int, ...], uniform_decode: bool) -> tuple[str, ...]:
     from ..core.config import GraphConfig
-    from ..core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
+    from ..core.generation import dispatch_step, make_graph_dispatcher
+    from ..core.v1 import RELEASE as V1_RELEASE
 
     top = max(sizes)
-    config = GraphConfig(  # one token ladder: V1's (the oldest release's) sizes
-        vllm_version=next(iter(GENERATIONS)),
+    config = GraphConfig(  # one token ladder: V1's sizes
+        vllm_version=V1_RELEASE,
         cudagraph_mode=mode_name,
         cudagraph_capture_sizes=list(sizes),
         max_num_seqs=top,

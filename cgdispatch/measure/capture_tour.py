@@ -149,20 +149,12 @@ def tour_config(
     sizes (a decode graph for more requests than the scheduler forms would never run;
     with none left, vLLM's default decode grid).
     """
-    if generation_for(vllm_version).splits_ladders:
-        decode = [s for s in sizes if s <= max_num_seqs]
-        return GraphConfig(
-            vllm_version=check_version(vllm_version),
-            cudagraph_mode=mode,
-            max_num_seqs=max_num_seqs,
-            prefill_cudagraph_capture_token_sizes=list(sizes),
-            decode_cudagraph_capture_request_sizes=decode or None,
-        )
+    shape = generation_for(vllm_version).ladder  # maps the one list onto its ladders
     return GraphConfig(
-        vllm_version=vllm_version,
+        vllm_version=check_version(vllm_version),
         cudagraph_mode=mode,
-        cudagraph_capture_sizes=list(sizes),
         max_num_seqs=max_num_seqs,
+        **shape.one_list_changes(list(sizes), max_num_seqs),
     )
 
 

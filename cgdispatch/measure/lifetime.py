@@ -16,7 +16,7 @@ import torch
 
 from ..capture.runner import GraphRunner
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS
+from ..core.v1 import RELEASE as V1_RELEASE
 from ..estimate.graph_memory import estimate_graph_memory
 from ..models.toy import build_toy_model
 
@@ -43,8 +43,8 @@ def output_lifetime_table(
     for weak in (True, False):
         model = build_toy_model(preset, seed=seed)
         model.fill_kv_cache_(seed + 1)
-        config = GraphConfig(  # one token ladder: V1's (the oldest release's) sizes
-            vllm_version=next(iter(GENERATIONS)),
+        config = GraphConfig(  # one token ladder: V1's sizes
+            vllm_version=V1_RELEASE,
             cudagraph_mode=mode,
             cudagraph_capture_sizes=list(sizes),
             max_num_seqs=model.num_slots,

@@ -68,7 +68,9 @@ def check_replay(
 
     # a generation whose graphs count requests checks each batch's against them
     max_reqs = (
-        runner.config.max_num_seqs if generation_of(runner.config).keys_count_requests else None
+        runner.config.max_num_seqs
+        if generation_of(runner.config).runner.keys_count_requests
+        else None
     )
 
     eager_only = runner.cudagraph_mode is CUDAGraphMode.NONE

@@ -18,6 +18,7 @@ from numbers import Integral
 
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS
+from ..core.ladder_shape import SplitLadders
 
 __all__ = ["Gen2Ladder", "gen2_config", "ladder_config", "resolved_ladder", "vllm_gen2_ladder"]
 
@@ -66,8 +67,8 @@ def _quiet_resolve(config: GraphConfig, **changes: object) -> GraphConfig:
 
 
 def _check_gen2(config: GraphConfig) -> None:
-    if config.vllm_version is None or not config.generation.splits_ladders:
-        two = [g.release for g in GENERATIONS.values() if g.splits_ladders]
+    if config.vllm_version is None or not isinstance(config.generation.ladder, SplitLadders):
+        two = [g.release for g in GENERATIONS.values() if isinstance(g.ladder, SplitLadders)]
         raise ValueError(
             f"config has vllm_version={config.vllm_version!r}: a Gen2Ladder is the two ladders "
             f"of vLLM {', '.join(two)}; build the config with vllm_version={two[-1]!r} (or give "
@@ -106,16 +107,7 @@ def ladder_config(config: GraphConfig, ladder: Gen2Ladder | list[int]) -> GraphC
     if isinstance(ladder, Gen2Ladder):
         return gen2_config(config, ladder)
     sizes = [int(s) for s in ladder]
-    if config.generation.splits_ladders:
-        return _quiet_resolve(
-            config,
-            cudagraph_capture_sizes=sizes,
-            prefill_cudagraph_capture_token_sizes=None,
-            decode_cudagraph_capture_request_sizes=None,
-            max_prefill_cudagraph_capture_tokens=None,
-            max_decode_cudagraph_capture_requests=None,
-        )
-    return _quiet_resolve(config, cudagraph_capture_sizes=sizes)
+    return _quiet_resolve(config, **config.generation.ladder.token_list_changes(sizes))
 
 
 def resolved_ladder(config: GraphConfig) -> Gen2Ladder:
@@ -131,13 +123,13 @@ def vllm_gen2_ladder(config: GraphConfig) -> Gen2Ladder:
     """vLLM 0.34's default ladder for ``config``'s engine settings (scheduler limits, mode,
     speculative decoding, device capability, performance mode): every size field unset."""
     _check_gen2(config)
-    defaults = _quiet_resolve(
-        config,
-        cudagraph_capture_sizes=None,
-        max_cudagraph_capture_size=None,
-        prefill_cudagraph_capture_token_sizes=None,
-        decode_cudagraph_capture_request_sizes=None,
-        max_prefill_cudagraph_capture_tokens=None,
-        max_decode_cudagraph_capture_requests=None,
-    )
-    return resolved_ladder(defaults)
+    return as_ladder(config, config.generation.ladder.default_sizes(config))
+
+
+def as_ladder(config: GraphConfig, lists: tuple[list[int], ...]) -> Gen2Ladder | list[int]:
+    """The plan layer's value of a shape's lists: a :class:`Gen2Ladder` for split prefill and
+    decode ladders, else the one token list."""
+    if isinstance(config.generation.ladder, SplitLadders):
+        return Gen2Ladder(*(tuple(sizes) for sizes in lists))
+    (sizes,) = lists
+    return list(sizes)

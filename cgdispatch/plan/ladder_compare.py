@@ -19,16 +19,16 @@ import yaml
 
 from ..core.config import GraphConfig
 from ..core.jsonout import strict_json
+from ..core.ladder_shape import SplitLadders
 from ..core.ladders import (
     every_size_ladder,
     powers_of_two_ladder,
     sglang_ladder,
     trtllm_ladder,
-    vllm_ladder,
 )
 from ..workload.scheduler import SchedulerLimits
 from .costs import CostModel
-from .gen2_ladder import Gen2Ladder, ladder_config, resolved_ladder, vllm_gen2_ladder
+from .gen2_ladder import Gen2Ladder, as_ladder, ladder_config, resolved_ladder
 from .ladder_latency import KvBlocksFn, ladder_latency
 from .whatif import evaluate
 
@@ -64,16 +64,11 @@ def engine_ladders(config: GraphConfig | None = None) -> dict[str, Ladder]:
     largest token size), so that the rows differ in ladder shape, not coverage.
     """
     config = GraphConfig() if config is None else config
-    vllm: Ladder
-    if config.generation.splits_ladders:
-        vllm = vllm_gen2_ladder(config)
+    # the release's own default ladders (LadderShape.default_sizes), as a plan value
+    vllm = as_ladder(config, config.generation.ladder.default_sizes(config))
+    if isinstance(vllm, Gen2Ladder):
         top = max(vllm.prefill_token_sizes, default=config.max_num_seqs)
     else:
-        vllm = vllm_ladder(
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            num_speculative_tokens=config.num_speculative_tokens,
-        )
         top = vllm[-1]
     return {
         "vllm": vllm,
@@ -126,10 +121,9 @@ def compare(
         row = {"ladder": name, "sizes": list(cfg.cudagraph_capture_sizes)}
         row.update({c: summary[c] for c in COMPARE_COLUMNS[2:]})
         row.update({c: summary[c] for c in _COST_COLUMNS if c in summary})
-        if cfg.generation.splits_ladders:
-            resolved = resolved_ladder(cfg)
-            row["prefill_sizes"] = list(resolved.prefill_token_sizes)
-            row["decode_sizes"] = list(resolved.decode_request_sizes)
+        shape = cfg.generation.ladder
+        if len(shape.ladders) > 1:  # each list of the shape: prefill_sizes, decode_sizes
+            row.update((lad.flag, sizes) for lad, sizes in zip(shape.ladders, shape.sizes(cfg)))
         row["vllm_version"] = summary["vllm_version"]
         if requests is not None:
             row.update(
@@ -181,7 +175,8 @@ def export_plan(
     cfg = ladder_config(config, sizes)
     q = config.uniform_decode_query_len
     dropped: list[str] = []
-    if cfg.generation.splits_ladders:
+    split = isinstance(cfg.generation.ladder, SplitLadders)  # the flags of two ladders
+    if split:
         cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
         prefill = cfg.prefill_cudagraph_capture_token_sizes or []
         # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
@@ -222,7 +217,7 @@ def export_plan(
         out["trtllm"] = yaml.safe_dump(trt, default_flow_style=None, sort_keys=False)
     notes = []
     if "decode" in leave:
-        what = "vLLM's decode request sizes, " if cfg.generation.splits_ladders else ""
+        what = "vLLM's decode request sizes, " if split else ""
         notes.append(
             f"{what}SGLang's and TensorRT-LLM's batch sizes (the trace has no decode steps "
             "to plan them on)"
@@ -232,7 +227,7 @@ def export_plan(
             f"SGLang's and TensorRT-LLM's batch sizes (they graph decodes by request count, "
             f"and no planned size is a decode batch of q={q} tokens a request)"
         )
-    if "prefill" in leave and cfg.generation.splits_ladders:
+    if "prefill" in leave and split:
         notes.append("vLLM's prefill token sizes (the trace has no prefill or mixed steps)")
     if notes:
         out["left_at_default"] = "; ".join(notes)

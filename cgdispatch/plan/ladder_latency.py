@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST
 from ..core.modes import CUDAGraphMode
 from ..workload import result_cache
 from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
@@ -36,7 +35,7 @@ def scheduler_limits_for(config: GraphConfig) -> SchedulerLimits:
         max_num_batched_tokens=config.max_num_batched_tokens,
         num_speculative_tokens=config.num_speculative_tokens,
         max_loras=config.max_loras or None,
-        vllm_version=config.vllm_version or NEWEST.release,
+        vllm_version=config.vllm_version,
     )
 
 
@@ -55,7 +54,7 @@ def ladder_latency(
     (the same for every ladder)."""
     limits = limits or scheduler_limits_for(config)
     if limits.vllm_version is None:
-        limits = replace(limits, vllm_version=config.vllm_version or NEWEST.release)
+        limits = replace(limits, vllm_version=config.vllm_version)
     if kv_blocks is not None:
         limits = replace(limits, num_gpu_blocks=kv_blocks(config))
     step = default_step_time_ms if cost_model is None else dispatched_step_time(config, cost_model)

@@ -29,6 +29,7 @@ import pandas as pd
 from ..core.arith import cdiv
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS
+from ..core.ladder_shape import SplitLadders
 from ..core.modes import CUDAGraphMode
 from ..core.validate import check_int
 from .costs import CostModel, as_cost_model
@@ -80,7 +81,7 @@ class Gen2Rules:
 
 def _two_ladder_release() -> str:
     """The newest registered release with two ladders: the planner's default."""
-    return [g.release for g in GENERATIONS.values() if g.splits_ladders][-1]
+    return [g.release for g in GENERATIONS.values() if isinstance(g.ladder, SplitLadders)][-1]
 
 
 def _gen2(config: GraphConfig | None) -> GraphConfig:
@@ -90,7 +91,7 @@ def _gen2(config: GraphConfig | None) -> GraphConfig:
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig or None")
     if config.vllm_version is None:
         config = config.replace(vllm_version=_two_ladder_release())
-    if not config.generation.splits_ladders:
+    if not isinstance(config.generation.ladder, SplitLadders):
         raise ValueError(
             f"config has vllm_version={config.vllm_version!r} ({config.generation.name}, one "
             "token ladder): plan it with plan_capture_sizes, or build it with "

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS
+from ..core.v1 import RELEASE as V1_RELEASE
 from ..estimate.device_model import device_cost_model
 from ..estimate.startup import estimate_startup
 from ..workload.bench_traffic import (
@@ -73,10 +73,10 @@ MAX_CLOSED_LOOP_PASSES = 200
 
 
 def oldest_release() -> str:
-    """The oldest scheduler the registry holds (vLLM's V1 scheduler): the nearest to the
-    published runs' releases (0.11, V1 engines too), run with synchronous scheduling as
-    0.11 ran by default."""
-    return next(iter(GENERATIONS))
+    """V1's release (vLLM 0.33), named: its scheduler is the nearest to the published runs'
+    releases (0.11, V1 engines too), run with synchronous scheduling as 0.11 ran by
+    default."""
+    return V1_RELEASE
 
 
 @functools.lru_cache(maxsize=16)

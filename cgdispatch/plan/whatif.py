@@ -128,7 +128,7 @@ def _answers(
     modes = np.zeros(len(keys), dtype=np.int8)
     padded = np.zeros(len(keys), dtype=np.int64)
     fields = [a.tolist() for a in steps.decode(keys)]
-    gen2 = generation_of(dispatcher).keys_count_requests
+    gen2 = generation_of(dispatcher).runner.keys_count_requests
     was_recording = getattr(dispatcher, "record_stats", False)
     if not gen2:
         dispatcher.record_stats = False
@@ -189,7 +189,7 @@ def evaluate(
     trace = check_trace(trace)
     if len(trace) == 0:
         raise ValueError("the step trace is empty: give at least one step")
-    gen2 = generation_of(dispatcher).keys_count_requests
+    gen2 = generation_of(dispatcher).runner.keys_count_requests
     graph_reqs = [k.num_reqs for k in capture_keys(dispatcher) if k.num_reqs is not None]
     steps = _step_keys(trace, graph_reqs if gen2 else None)
     present, count, index = _group(steps.key)
@@ -282,14 +282,7 @@ def _num_graphs(dispatcher: GraphDispatcher, keys: list[CaptureKey]) -> int:
     """The sizes ``max_graphs`` counts: V1's capture sizes; generation 2's prefill token
     sizes and decode request sizes that capture a graph (LoRA cases and microbatch twins
     of one size count once)."""
-    if not generation_of(dispatcher).splits_ladders:
-        return len(dispatcher.config.cudagraph_capture_sizes) if dispatcher.keys_initialized else 0
-    return len(
-        {
-            (k.key.uniform_token_count, k.num_reqs if k.key.uniform_token_count else k.num_tokens)
-            for k in keys
-        }
-    )
+    return generation_of(dispatcher).ladder.num_sizes(dispatcher, keys)
 
 
 def graph_costs(keys: list[CaptureKey], model: CostModel) -> dict[str, float]:

@@ -9,11 +9,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.generation import GENERATIONS
+from ..core.v1 import RELEASE as V1_RELEASE
 
-# the oldest release (V1): rows stored before sweeps knew generation 2 read as it (new
-# sweeps default to the newest, cgdispatch.sweep.spec.SweepSpec.vllm_version)
-LEGACY_VERSION = next(iter(GENERATIONS))
+# rows stored before sweeps knew generation 2 were measured under V1 (vLLM 0.33): read, they
+# name that release (new sweeps default to the newest, SweepSpec.vllm_version)
+LEGACY_VERSION = V1_RELEASE
 
 __all__ = ["SweepRow", "CaptureRecord", "SWEEP_COLUMNS", "CAPTURE_COLUMNS", "POINT_COLUMNS"]
 

@@ -96,26 +96,20 @@ def _failed(base: dict[str, Any], n: int, uniform: bool, err: BaseException) -> 
 def unit_config(spec: SweepSpec, mode: str, sizes: Sequence[int]) -> GraphConfig:
     """The config of one unit, in the spec's generation.
 
-    V1: the ladder is ``cudagraph_capture_sizes``. Generation 2: the ladder is
+    The release's ladder shape maps the one list of sizes onto its ladders
+    (``LadderShape.one_list_changes``): V1's ``cudagraph_capture_sizes``; generation 2's
     ``prefill_cudagraph_capture_token_sizes`` and, up to ``max_num_seqs``, also
     ``decode_cudagraph_capture_request_sizes`` (a sweep's decode batches have one token per
     request, so a size is a token count and a request count alike).
     """
-    if generation_for(spec.vllm_version).splits_ladders:
-        decode = [s for s in sizes if s <= spec.max_num_seqs]
-        return GraphConfig(
-            vllm_version=spec.vllm_version,
-            cudagraph_mode=mode,
-            max_num_seqs=spec.max_num_seqs,
-            max_num_batched_tokens=max(MIN_BATCHED_TOKENS, *sizes),
-            prefill_cudagraph_capture_token_sizes=list(sizes),
-            decode_cudagraph_capture_request_sizes=decode or None,
-        )
+    shape = generation_for(spec.vllm_version).ladder
     return GraphConfig(
         vllm_version=spec.vllm_version,
         cudagraph_mode=mode,
-        cudagraph_capture_sizes=list(sizes),
         max_num_seqs=spec.max_num_seqs,
+        # the default step budget, raised to the largest size so that none is dropped
+        max_num_batched_tokens=max(MIN_BATCHED_TOKENS, *sizes),
+        **shape.one_list_changes(list(sizes), spec.max_num_seqs),
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import validate as _bounds
-from ..core.generation import NEWEST, VLLM_VERSIONS, check_version
+from ..core.generation import check_version, default_release
 from ..core.ladders import ENGINE_LADDERS
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_STEP_TOKENS, check_device, check_int
@@ -57,7 +57,7 @@ class SweepSpec:
     # that splits ladders (generation 2) each ladder gives the prefill token sizes and, up to
     # max_num_seqs, the decode request sizes: decode batches have one token per request.
     # Default: the newest release, as every tool's (stored rows without one read as V1).
-    vllm_version: str = NEWEST.release
+    vllm_version: str = field(default_factory=default_release)  # None: the same, the newest
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -77,12 +77,8 @@ class SweepSpec:
         for mode in self.modes:
             CUDAGraphMode.parse(mode)  # ValueError names the valid modes
         check_device("device", self.device)
-        if self.vllm_version is None:
-            raise ValueError(
-                f"vllm_version=None is invalid for a sweep: name a release, one of {VLLM_VERSIONS}"
-            )
         # YAML's unquoted 0.34 is a float, as GraphConfig takes it; unknown: ValueError
-        set_(self, "vllm_version", check_version(self.vllm_version))
+        set_(self, "vllm_version", check_version(self.vllm_version) or default_release())
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is invalid: use one of {list(DTYPES)}")
         set_(self, "warmup", check_int("warmup", self.warmup, 0, _bounds.MAX_WARMUPS))

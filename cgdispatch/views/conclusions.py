@@ -33,20 +33,20 @@ def _generation(config: GraphConfig) -> str:
 
 def generation_line(vllm_version: str) -> str:
     """The first line a notebook prints: which generation of vLLM's graph dispatch it models."""
-    from ..core.generation import GENERATIONS, NEWEST, generation_for
+    from ..core.generation import GENERATIONS, default_release, generation_for
+    from ..core.ladder_shape import TOKEN_LADDER
 
     generation = generation_for(vllm_version)
-    newest = ", the newest" if generation is NEWEST else ""
+    newest = ", the newest" if generation.release == default_release() else ""
     head = f"modelling vLLM {generation.release} ({generation.dispatcher_name}{newest})"
-    if not generation.splits_ladders:
-        return f"{head}: one ladder of token sizes"
-    one_ladder = [g for g in GENERATIONS.values() if not g.splits_ladders]
+    # another shape points to the newest release of one token ladder (V1), if any
+    one_list = [g for g in GENERATIONS.values() if g.ladder is TOKEN_LADDER]
     other = (
-        f"; -p vllm_version {one_ladder[-1].release} for {one_ladder[-1].name}"
-        if one_ladder
+        f"; -p vllm_version {one_list[-1].release} for {one_list[-1].name}"
+        if one_list and generation.ladder is not TOKEN_LADDER
         else ""
     )
-    return f"{head}: decode graphs keyed by request count, prefill graphs by token count{other}"
+    return f"{head}: {generation.ladder.keyed_by}{other}"
 
 
 def dispatch_tour_conclusion(config: GraphConfig, stats: pd.DataFrame, source: str) -> str:

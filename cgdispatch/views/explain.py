@@ -107,7 +107,7 @@ def explain_dispatch(
     answer = dispatch_step(
         dispatcher, num_tokens, reqs, bool(uniform), loras, use_cascade_attn=bool(cascade)
     )
-    reason = generation_of(dispatcher).explain(
+    reason = generation_of(dispatcher).graphs.explain(
         dispatcher, num_tokens, reqs, bool(uniform), loras, bool(cascade), answer
     )
     predicted_ms = (

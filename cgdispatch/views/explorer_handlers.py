@@ -86,22 +86,17 @@ def build_config(
     Warnings raised while building the config (e.g. sizes dropped for sequence parallelism)
     come back as notes beside a usable dispatcher.
     """
-    sizes, error = parse_sizes_box(sizes_text, base)
-    if error:
-        return None, [error]
-    gen2 = generation_of(base).splits_ladders
-    changes: dict[str, Any] = {"cudagraph_capture_sizes": sizes}
-    if gen2:  # the boxes are the only size source: legacy fields would have to agree
-        changes = {
-            "cudagraph_capture_sizes": None,
-            "max_cudagraph_capture_size": None,
-            "prefill_cudagraph_capture_token_sizes": sizes,
-        }
-        if decode_sizes_text is not None:
-            decode, error = parse_sizes_box(decode_sizes_text, base, limit_name="max_num_seqs")
-            if error:
-                return None, [f"decode request sizes: {error}"]
-            changes["decode_cudagraph_capture_request_sizes"] = decode
+    shape = generation_of(base).ladder  # one box per ladder of the release's shape
+    lists: list[list[int] | None] = []
+    for index, (ladder, text) in enumerate(zip(shape.ladders, (sizes_text, decode_sizes_text))):
+        if text is None:  # the release's default for that ladder
+            lists.append(None)
+            continue
+        sizes, error = parse_sizes_box(text, base, limit_name=ladder.limit)
+        if error:
+            return None, [f"{ladder.name}: {error}" if index else error]
+        lists.append(sizes)
+    changes = shape.changes(lists)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -157,20 +152,15 @@ def message_html(messages: list[str], kind: str = "error") -> str:
 
 def largest_size(dispatcher: GraphDispatcher) -> int:
     """The largest capture size (the token list's largest, or the widest graph)."""
-    widest = max((k.num_tokens for k in capture_keys(dispatcher)), default=0)
-    if generation_of(dispatcher).splits_ladders:
-        return widest
-    return max(dispatcher.config.cudagraph_capture_sizes, default=0)
+    shape = generation_of(dispatcher).ladder
+    return shape.largest_tokens(dispatcher.config, capture_keys(dispatcher))
 
 
 def box_sizes(config: GraphConfig) -> tuple[str, str]:
-    """What the sizes boxes show for a config: (token sizes, decode request sizes)."""
-    if generation_of(config).splits_ladders:
-        return (
-            format_sizes(config.prefill_cudagraph_capture_token_sizes or []),
-            format_sizes(config.decode_cudagraph_capture_request_sizes or []),
-        )
-    return format_sizes(config.cudagraph_capture_sizes), ""
+    """What the sizes boxes show for a config: (token sizes, decode request sizes); the
+    second is empty for a shape of one ladder."""
+    texts = [format_sizes(sizes) for sizes in generation_of(config).ladder.sizes(config)]
+    return texts[0], (texts[1] if len(texts) > 1 else "")
 
 
 def slider_max(dispatcher: GraphDispatcher) -> int:

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["modes_table", "keys_table", "keys_summary", "KEY_COLUMNS"]
 
-# the columns of keys_table per release: the descriptor's own fields (Generation.key_columns)
-KEY_COLUMNS: dict[str, list[str]] = {r: list(g.key_columns) for r, g in GENERATIONS.items()}
+# the columns of keys_table per release: the descriptor's own fields (Generation.graphs.key_columns)
+KEY_COLUMNS: dict[str, list[str]] = {r: list(g.graphs.key_columns) for r, g in GENERATIONS.items()}
 _OPTIONAL_INTS = ("num_reqs", "uniform_token_count", "max_query_len")  # None shows as <NA>
 
 
@@ -55,7 +55,7 @@ def keys_table(config: GraphConfig | GraphDispatcher) -> pd.DataFrame:
     """
     import pandas as pd
 
-    columns = list(generation_of(config).key_columns)
+    columns = list(generation_of(config).graphs.key_columns)
     rows = [
         {"runtime_mode": k.runtime_mode.name, **{c: getattr(k.key, c) for c in columns[1:]}}
         for k in capture_keys(config)

@@ -23,6 +23,7 @@ from ..core.generation import (
     make_graph_dispatcher,
     padded_token_table,
 )
+from ..core.ladder_shape import SplitLadders, TokenLadder
 from ..core.modes import CUDAGraphMode
 from ..core.v2.cudagraph_manager import CudaGraphManager
 from .sources import (
@@ -67,8 +68,19 @@ def ladder_figure(
     ladders (generation 2) both are drawn, see :func:`_gen2_ladder_figure`.
     """
     dispatcher = make_graph_dispatcher(config, record_stats=False)
-    if generation_of(dispatcher).splits_ladders:
-        return _gen2_ladder_figure(dispatcher, max_num_tokens, source, log_x)
+    shape = generation_of(dispatcher).ladder
+    if type(shape) not in _LADDER_FIGURES:
+        raise ValueError(
+            f"no ladder figure draws the ladder shape {shape.name!r}: add one to "
+            "cgdispatch.views.plots._LADDER_FIGURES"
+        )
+    return _LADDER_FIGURES[type(shape)](dispatcher, max_num_tokens, source, log_x)
+
+
+def _token_ladder_figure(
+    dispatcher: GraphDispatcher, max_num_tokens: int | None, source: str, log_x: bool
+) -> Figure:
+    """One token ladder (V1): the dispatcher's padding of every count, sizes marked."""
     cfg = dispatcher.config
     sizes = list(cfg.cudagraph_capture_sizes)
     largest = dispatcher.max_capture_size
@@ -356,3 +368,7 @@ def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure
     axes[0].set_ylabel("step time, median (ms)")
     fig.suptitle("step time: eager vs graphs")
     return label_source(fig, label)
+
+
+# ladder shape -> the figure that draws it (ladder_figure's one branch on the shape)
+_LADDER_FIGURES = {TokenLadder: _token_ladder_figure, SplitLadders: _gen2_ladder_figure}

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS
+from ..core.v1 import RELEASE as V1_RELEASE
 from ..sweep.spec import SWEEP_PRESETS, SweepSpec
 
 __all__ = [
@@ -97,8 +97,8 @@ def memory_estimates(rows: pd.DataFrame, *, progress: bool = False) -> pd.DataFr
             models[key] = build_toy_model(unit.model, device="meta", dtype=unit.dtype)
         seqs = 256 if pd.isna(unit.max_num_seqs) else int(unit.max_num_seqs)
         sizes = [int(s) for s in str(unit.capture_sizes).split(",")]
-        config = GraphConfig(  # one token ladder per unit: V1's (the oldest release's) sizes
-            vllm_version=next(iter(GENERATIONS)),
+        config = GraphConfig(  # one token ladder per unit: V1's sizes
+            vllm_version=V1_RELEASE,
             cudagraph_mode=unit.mode,
             cudagraph_capture_sizes=sizes,
             max_num_seqs=seqs,
@@ -204,8 +204,8 @@ def modelled_speedup(
     frames = []
     for kind in spec.batch_kinds:
         for mode in spec.modes:
-            config = GraphConfig(  # one token ladder: V1's (the oldest release's) sizes
-                vllm_version=next(iter(GENERATIONS)),
+            config = GraphConfig(  # one token ladder: V1's sizes
+                vllm_version=V1_RELEASE,
                 cudagraph_mode=mode,
                 cudagraph_capture_sizes=list(sizes),
                 max_num_seqs=spec.max_num_seqs,

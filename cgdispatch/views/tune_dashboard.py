@@ -26,7 +26,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..core.generation import GENERATIONS, NEWEST
+from ..core.generation import GENERATIONS, check_version, default_release
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.devices import DeviceSpec, device_label
 from ..estimate.startup import DoesNotFitError
@@ -64,7 +64,7 @@ class TuneDashboard(Snapshot, w.VBox):
         trace: str = "sharegpt",
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 8192,
-        vllm_version: str = NEWEST.release,
+        vllm_version: str | None = None,
         num_requests: int = 1000,
         rate_per_s: float = 8.0,
         holdout: float = 0.5,
@@ -106,7 +106,7 @@ class TuneDashboard(Snapshot, w.VBox):
         )
         self.version_box = w.ToggleButtons(
             options=list(reversed(GENERATIONS)),  # newest first
-            value=vllm_version,
+            value=check_version(vllm_version) or default_release(),  # None: the newest
             description="vLLM",
             style=style,
         )

@@ -11,10 +11,10 @@ KV cache. It does not parse flags or draw: the CLI and the dashboard do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..core.generation import NEWEST
+from ..core.generation import default_release
 
 if TYPE_CHECKING:
     from ..estimate.devices import DeviceSpec
@@ -34,7 +34,7 @@ class TuneSettings:
     num_requests: int = 1000  # preset traces only
     rate_per_s: float = 8.0  # preset traces only
     seed: int = 0  # synthetic traffic's draw
-    vllm_version: str = NEWEST.release
+    vllm_version: str = field(default_factory=default_release)  # the newest
     cudagraph_mode: str = "FULL_AND_PIECEWISE"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST, generation_for, generation_of
+from ..core.generation import default_release, generation_for, generation_of
 from ..core.modes import CUDAGraphMode
 from ..plan.costs import CostModel, as_cost_model
 from ..plan.gen2_ladder import Gen2Ladder
@@ -43,8 +43,9 @@ def whatif_for_box(
     Returns ``(result, notes)`` (notes: warnings raised while building the config), or
     ``(None, [message])`` for a bad entry or a failing cost model; it never raises.
     """
-    gen2 = generation_of(base).splits_ladders
-    dispatcher, notes = build_config(base, sizes_text, mode, decode_sizes_text if gen2 else None)
+    ladders = len(generation_of(base).ladder.ladders)  # a second box only for a second ladder
+    decode = decode_sizes_text if ladders > 1 else None
+    dispatcher, notes = build_config(base, sizes_text, mode, decode)
     if dispatcher is None:
         return None, notes
     try:
@@ -120,17 +121,9 @@ def metrics_html(
     eager_steps = s["steps"] - s["graph_steps"]
     release = generation_for(s["vllm_version"])
     generation = f"{release.release} ({release.dispatcher_name}, {release.name})"
-    if release.splits_ladders:
-        sizes = cfg.prefill_cudagraph_capture_token_sizes or []
-        decode = cfg.decode_cudagraph_capture_request_sizes or []
-        config_text = (
-            f"{len(sizes)} prefill token sizes, {len(decode)} decode request sizes "
-            f"({s['num_graphs']} that capture graphs)"
-        )
-    else:
-        sizes = cfg.cudagraph_capture_sizes
-        config_text = f"{s['num_graphs']} capture sizes"
-    if release is NEWEST:
+    sizes, *others = release.ladder.sizes(cfg)  # the first ladder's, then the others'
+    config_text = release.ladder.config_text(cfg, s["num_graphs"])
+    if release.release == default_release():
         generation += ", the newest"
     rows = [
         ("vLLM", e(generation)),
@@ -193,8 +186,8 @@ def metrics_html(
         "padded-token-ratio": repr(float(s["padded_token_ratio"])),
         "num-graphs": s["num_graphs"],
     }
-    if release.splits_ladders:
-        attrs["decode-sizes"] = ",".join(str(x) for x in decode)
+    for ladder, values in zip(release.ladder.ladders[1:], others):  # "decode-sizes"
+        attrs[ladder.flag.replace("_", "-")] = ",".join(str(x) for x in values)
     if "mean_step_ms" in s:
         attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
         attrs["source"] = s["source"]

@@ -78,11 +78,11 @@ def ladder_comparison_figure(table: pd.DataFrame, *, source: str) -> Figure:
         table, ["ladder", "num_graphs", "eager_step_share"], "ladder_comparison_figure"
     )
     panels = [p for p in _PANELS if p[0] in table.columns]
-    if "vllm_version" in table.columns and all(
-        generation_for(v).splits_ladders for v in table["vllm_version"]
-    ):
-        # a release with two ladders counts prefill token sizes and decode request sizes
-        panels[0] = ("num_graphs", "sizes (prefill + decode)", 1.0)
+    if "vllm_version" in table.columns:
+        # each shape names its count (two ladders: prefill token + decode request sizes)
+        labels = {generation_for(v).ladder.count_label for v in table["vllm_version"]}
+        if len(labels) == 1 and panels[0][0] == "num_graphs":
+            panels[0] = ("num_graphs", labels.pop(), 1.0)
     fig = SourcedFigure(figsize=(3.2 * len(panels), 3.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     names = table["ladder"].astype(str).tolist()

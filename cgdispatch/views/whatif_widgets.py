@@ -28,7 +28,6 @@ import ipywidgets as w
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..core.generation import NEWEST
 from ..plan.costs import CostModel, as_cost_model, cost_source
 from ..plan.ladder_latency import ladder_latency
 from ..plan.whatif import WhatIfResult
@@ -70,7 +69,7 @@ class WhatIfDashboard(DispatchExplorer):
         requests: pd.DataFrame | None = None,
     ) -> None:
         # no config: the newest generation, as every tool that chooses for the user
-        config = GraphConfig(vllm_version=NEWEST.release) if config is None else config
+        config = GraphConfig() if config is None else config  # the newest release
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
         self.trace = check_trace(trace)
@@ -197,7 +196,7 @@ def whatif_dashboard(
     time and graph memory labelled with its source, and a hit-rate figure; below, the
     batch-shape picker (num_tokens, uniform decode, LoRAs, cascade) with the dispatch
     decision, padded size and predicted step time. ``config`` (default
-    ``GraphConfig(vllm_version=NEWEST.release)``, the newest generation; a toggle switches
+    ``GraphConfig()``, the newest generation; a toggle switches
     to V1)
     gives the generation, the scheduler limits and the starting sizes and mode; ``trace_source`` names the
     trace in the figure and the table (say ``synthetic`` when it is). ``cost_models``

@@ -155,12 +155,12 @@ class DispatchExplorer(Snapshot, w.VBox):
     def _show_generation_controls(self) -> None:
         """Two ladders show the decode request sizes box; no cascade attention, no toggle."""
         generation = generation_of(self.base_config)
-        gen2 = generation.splits_ladders
-        self.sizes_box.description = "prefill tokens" if gen2 else "capture sizes"
-        self.decode_box.layout.display = None if gen2 else "none"
-        if not generation.cascade_attention:
+        ladders = generation.ladder.ladders  # one box per ladder of the release's shape
+        self.sizes_box.description = ladders[0].box
+        self.decode_box.layout.display = None if len(ladders) > 1 else "none"
+        if not generation.runner.cascade_attention:
             self.cascade.value = False
-        self.cascade.disabled = not generation.cascade_attention
+        self.cascade.disabled = not generation.runner.cascade_attention
 
     def _on_version(self, change: dict[str, Any]) -> None:
         version = change["new"]
@@ -187,12 +187,12 @@ class DispatchExplorer(Snapshot, w.VBox):
     def _on_config(self, _change: dict[str, Any]) -> None:
         if self._quiet:
             return
-        gen2 = generation_of(self.base_config).splits_ladders
+        second_box = len(generation_of(self.base_config).ladder.ladders) > 1
         dispatcher, notes = build_config(
             self.base_config,
             self.sizes_box.value,
             self.mode_box.value,
-            self.decode_box.value if gen2 else None,
+            self.decode_box.value if second_box else None,
         )
         if dispatcher is None:  # keep the last good dispatcher; say what is wrong
             self._show_error(notes[0])

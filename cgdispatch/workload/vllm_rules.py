@@ -9,7 +9,7 @@ from the registry.
 
 from __future__ import annotations
 
-from ..core.generation import GENERATIONS, NEWEST, SchedulerRules, check_version
+from ..core.generation import GENERATIONS, SchedulerRules, check_version, default_release
 
 __all__ = ["SchedulerRules", "scheduler_rules"]
 
@@ -21,6 +21,6 @@ def scheduler_rules(vllm_version: str) -> SchedulerRules:
     if version is None:
         raise ValueError(
             "vllm_version=None has no scheduler rules: name a release, e.g. "
-            f"{NEWEST.release!r} (known: {', '.join(GENERATIONS)})"
+            f"{default_release()!r} (known: {', '.join(GENERATIONS)})"
         )
     return GENERATIONS[version].scheduler

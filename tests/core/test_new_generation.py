@@ -47,7 +47,7 @@ SIZE_FIELDS = (
 def _powers_of_two_default(config):
     """0.34's rules, but with no size given the prefill grid is the powers of two up to
     min(max_num_batched_tokens, 512) (0.34's default grid is 1, 2, 4, 8, 16, 24, ...)."""
-    base = GENERATIONS[BASE].derive_sizes
+    base = GENERATIONS[BASE].rules.derive_sizes
     if all(getattr(config, f) is None for f in SIZE_FIELDS):
         top = min(config.max_num_batched_tokens, 512)
         grid = [1 << k for k in range(top.bit_length()) if 1 << k <= top]
@@ -63,7 +63,7 @@ def release():
         release=TEST_RELEASE,
         name="test generation",
         label="test",
-        derive_sizes=_powers_of_two_default,
+        rules=dataclasses.replace(GENERATIONS[BASE].rules, derive_sizes=_powers_of_two_default),
     )
     register_generation(generation)
     try:
@@ -234,25 +234,27 @@ def test_plan_compare_and_export_agree_with_0_34(release):
 def test_the_keys_table_has_the_generations_columns_and_0_34s_rows(release):
     base, new = _pair(cudagraph_mode="FULL_AND_PIECEWISE", **GIVEN_SIZES)
     table_a, table_b = keys_table(base), keys_table(new)
-    assert list(table_b.columns) == list(release.key_columns)
+    assert list(table_b.columns) == list(release.graphs.key_columns)
     assert table_a.astype(str).equals(table_b.astype(str)) and len(table_b) > 0
 
 
-def test_a_release_package_is_read_field_by_field():
-    """Generation.from_module: the built-in packages round-trip; a missing field is named."""
-    import types
-
-    from cgdispatch.core import v2
+def test_a_release_is_declared_as_one_class_of_few_fields():
+    """Generation.from_class: the built-in packages round-trip; a missing field is named."""
+    from cgdispatch.core import v1, v2
     from cgdispatch.core.generation import Generation
 
-    assert Generation.from_module(v2) == GENERATIONS[BASE]
-    package = types.ModuleType("cgdispatch_test_release")
-    for field in dataclasses.fields(Generation):
-        setattr(package, field.name, getattr(GENERATIONS[BASE], field.name))
-    del package.planner, package.scheduler
-    with pytest.raises(ValueError, match="scheduler, planner"):
-        Generation.from_module(package)
+    assert len(dataclasses.fields(Generation)) < 10
+    assert Generation.from_class(v2.Gen2) == GENERATIONS[BASE]
+    assert Generation.from_class(v1.V1) == GENERATIONS["0.33"]
+    declared = type(
+        "Declared",
+        (),
+        {f.name: getattr(GENERATIONS[BASE], f.name) for f in dataclasses.fields(Generation)},
+    )
+    del declared.ladder, declared.scheduler
+    with pytest.raises(ValueError, match="lacks ladder, scheduler"):
+        Generation.from_class(declared)
     with pytest.raises(ValueError, match="pass a Generation"):
-        register_generation(package)
+        register_generation(declared)
     with pytest.raises(ValueError, match="not registered"):
         unregister_generation("0.98")

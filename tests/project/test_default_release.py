@@ -5,6 +5,7 @@ release; only stored sweep rows that predate the version column read as the olde
 """
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,10 +13,18 @@ import pytest
 
 from cgdispatch import GraphConfig
 from cgdispatch.__main__ import build_parser
-from cgdispatch.core.generation import GENERATIONS, NEWEST, generation_for
+from cgdispatch.core.generation import (
+    GENERATIONS,
+    NEWEST,
+    default_release,
+    generation_for,
+    register_generation,
+    unregister_generation,
+)
 from cgdispatch.sweep.rows import LEGACY_VERSION
 from cgdispatch.sweep.spec import SWEEP_PRESETS, SweepSpec
 from cgdispatch.views.notebook_params import NOTEBOOK_PARAMETERS
+from cgdispatch.views.tune_run import TuneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -38,7 +47,29 @@ def test_sweeps_default_to_the_newest_and_old_rows_read_as_v1():
     # the sweep CLI follows the spec unless --vllm-version is given
     args = build_parser().parse_args(["sweep", "--preset", "smoke", "--out", "x"])
     assert args.vllm_version is None
-    assert LEGACY_VERSION == list(GENERATIONS)[0] != NEWEST.release
+    assert LEGACY_VERSION == "0.33" != NEWEST.release  # V1's release, by name
+    assert SweepSpec(vllm_version=None).vllm_version == NEWEST.release  # one meaning of None
+
+
+def test_defaults_are_read_when_used_not_frozen_at_import():
+    """A release registered after import becomes every tool's default (default_release)."""
+    newer = dataclasses.replace(GENERATIONS["0.34"], release="0.98", name="a later release")
+    register_generation(newer)
+    try:
+        assert default_release() == "0.98" and generation_for(None) is newer
+        assert GraphConfig().vllm_version == "0.98"
+        assert SweepSpec().vllm_version == "0.98" == SweepSpec(vllm_version=None).vllm_version
+        assert TuneSettings().vllm_version == "0.98"
+        for argv in (
+            ["tune"],
+            ["dispatch", "4"],
+            ["plan", "--trace", "sharegpt", "--max-graphs", "4"],
+        ):
+            assert build_parser().parse_args(argv).vllm_version == "0.98", argv
+        assert LEGACY_VERSION == "0.33"  # old rows keep naming their own release
+    finally:
+        unregister_generation("0.98")
+    assert default_release() == NEWEST.release
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,36 @@ def module_level_imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+_MODULE_STRING = re.compile(r"^cgdispatch(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")
+_IMPORT_CALLS = {"import_module", "__import__", "find_spec"}
+
+
+def string_imports_of(path: Path, package_root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, absolute module) for every module named by a string: a constant that is a
+    dotted ``cgdispatch.`` path (``"cgdispatch.plan.planner:plan"``, as a registry entry
+    loaded later by ``importlib`` would be), and the string argument of an
+    ``import_module`` / ``__import__`` / ``find_spec`` call, relative ones resolved against
+    the module's package. The import statements are ``imports_of``'s."""
+    here = _module_name(path, package_root).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _MODULE_STRING.match(node.value):
+                found.append((node.lineno, node.value.partition(":")[0]))
+        elif isinstance(node, ast.Call) and node.args:
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            first = node.args[0]
+            if name in _IMPORT_CALLS and isinstance(first, ast.Constant):
+                target = str(first.value)
+                if target.startswith("."):
+                    level = len(target) - len(target.lstrip("."))
+                    base = package[: len(package) - level + 1]
+                    target = ".".join([*base, target.lstrip(".")]).rstrip(".")
+                found.append((node.lineno, target))
+    return found
+
+
 def layer_violations(package: Path = PACKAGE) -> list[str]:
     bad = []
     for path in sorted(package.rglob("*.py")):
@@ -99,6 +129,10 @@ def layer_violations(package: Path = PACKAGE) -> list[str]:
                 bad.append(f"{path}:{line}: {own} imports {target} ({other})")
             if other is None and target.split(".")[0] == "cgdispatch":
                 bad.append(f"{path}:{line}: {own} imports the package root ({target})")
+        for line, target in string_imports_of(path, package):
+            other = _layer(target)  # cgdispatch.data holds files (importlib.resources)
+            if other in ALLOWED and other != own and other not in ALLOWED[own]:
+                bad.append(f"{path}:{line}: {own} names {target} ({other}) in a string")
         for line, target in module_level_imports(path):
             if target.split(".")[0] in FORBIDDEN_THIRD_PARTY.get(own, set()):
                 bad.append(f"{path}:{line}: {own} imports {target}")
@@ -127,6 +161,30 @@ def test_checker_catches_an_upward_import(tmp_path):
     found = layer_violations(package)
     assert any("core imports cgdispatch.plan (plan)" in line for line in found)
     assert any("core imports torch" in line for line in found)
+
+
+def test_checker_catches_an_upward_import_by_string(tmp_path):
+    """A lower layer naming a higher one in a string that importlib loads later (the
+    planner entry core once held) is as upward as an import statement."""
+    package = tmp_path / "cgdispatch"
+    (package / "core").mkdir(parents=True)
+    (package / "plan").mkdir()
+    for init in (package, package / "core", package / "plan"):
+        (init / "__init__.py").write_text("")
+    (package / "core" / "entry.py").write_text('planner = "cgdispatch.plan.planner:plan"\n')
+    (package / "core" / "lazy.py").write_text(
+        "import importlib\n\ndef f():\n    return importlib.import_module('..plan.dp', "
+        "'cgdispatch.core')\n"
+    )
+    (package / "core" / "fine.py").write_text(
+        '"""Docs may cite cgdispatch.plan.planner in prose."""\nown = "cgdispatch.core.x"\n'
+    )
+    (package / "plan" / "up.py").write_text('core = "cgdispatch.core.generation"\n')
+    found = layer_violations(package)
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "core names cgdispatch.plan.planner (plan) in a string",
+        "core names cgdispatch.plan.dp (plan) in a string",
+    ]
 
 
 def test_sources_cite_the_repo_docs_not_outside_files():

@@ -1,9 +1,8 @@
 """vLLM 0.33: V1's ``CudagraphDispatcher``, keyed on ``BatchDescriptor``.
 
 This package is V1's one home: its config rules (:mod:`.config`), its dispatcher
-(:mod:`.dispatcher`) and, at module level here, every field of its
-:class:`~cgdispatch.core.generation.Generation` (``Generation.from_module`` reads them by
-name), registered on import.
+(:mod:`.dispatcher`) and, here, its :class:`~cgdispatch.core.release.Generation` declared
+as one class (:class:`V1`), registered on import.
 """
 
 from __future__ import annotations
@@ -12,34 +11,28 @@ from dataclasses import fields
 from typing import Any
 
 from ..batch import BatchDescriptor
-from ..generation import CaptureKey, Generation, SchedulerRules, StepDispatch, register_generation
+from ..generation import (
+    CaptureKey,
+    ConfigRules,
+    Generation,
+    GraphRules,
+    RunnerTraits,
+    SchedulerRules,
+    StepDispatch,
+    register_generation,
+)
+from ..ladder_shape import TOKEN_LADDER
 from ..modes import CUDAGraphMode
-from .config import RELEASE
-
-# the config rules, Generation fields under their own names (read by Generation.from_module)
-from .config import compilation_sizes as compilation_sizes
-from .config import derive_sizes as derive_sizes
-from .config import lora_cases as lora_cases
-from .config import resolve as resolve
+from .config import RELEASE, compilation_sizes, derive_sizes, lora_cases, resolve
 from .dispatcher import CudagraphDispatcher, ready_dispatcher
-from .explain import explain as explain
+from .explain import explain
 
-__all__ = ["GENERATION", "RELEASE"]
-
-release, name, label = RELEASE, "V1", "V1"
-# V1 reads no field of its own; its sizes are the one token list (cudagraph_capture_sizes)
-own_fields: dict[str, Any] = {}
-compilation_keys: tuple[str, ...] = ()
+__all__ = ["GENERATION", "RELEASE", "V1"]
 
 
 def check_fields(config: Any) -> dict[str, Any]:
     """No field of its own to check."""
     return {}
-
-
-# ----- its dispatcher -----------------------------------------------------------------------
-dispatcher_class, key_type = CudagraphDispatcher, BatchDescriptor
-key_columns = ("runtime_mode", *(f.name for f in fields(BatchDescriptor)))
 
 
 def make_dispatcher(config: Any, record_stats: bool) -> CudagraphDispatcher:
@@ -77,10 +70,28 @@ def capture_keys(dispatcher: CudagraphDispatcher) -> list[CaptureKey]:
     return [CaptureKey(mode, d) for mode, descs in dispatcher.get_capture_descs() for d in descs]
 
 
-# ----- its scheduler and planner, and what differs from other releases -----------------------
-scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False)
-planner = "cgdispatch.plan.planner:plan_capture_sizes"
-splits_ladders = keys_count_requests = profiles_graph_memory = False
-cascade_attention = True  # the V1 runner has cascade attention (it excludes FULL)
+class V1:
+    """vLLM 0.33's Generation: one token ladder, ``CudagraphDispatcher``, cascade attention."""
 
-GENERATION = register_generation(Generation.from_module(__name__))
+    release, name, label = RELEASE, "V1", "V1"
+    ladder = TOKEN_LADDER  # cudagraph_capture_sizes; its planner: registered by cgdispatch.plan
+    # V1 reads no field of its own
+    rules = ConfigRules({}, check_fields, derive_sizes, resolve, lora_cases, compilation_sizes)
+    graphs = GraphRules(
+        dispatcher_class=CudagraphDispatcher,
+        key_type=BatchDescriptor,
+        key_columns=("runtime_mode", *(f.name for f in fields(BatchDescriptor))),
+        make_dispatcher=make_dispatcher,
+        dispatch=dispatch,
+        capture_keys=capture_keys,
+        step_dispatch=step_dispatch,
+        explain=explain,
+    )
+    scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False)
+    # the V1 runner has cascade attention (it excludes FULL); its keys count no requests
+    runner = RunnerTraits(
+        keys_count_requests=False, cascade_attention=True, profiles_graph_memory=False
+    )
+
+
+GENERATION = register_generation(Generation.from_class(V1))

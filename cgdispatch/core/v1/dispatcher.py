@@ -92,7 +92,7 @@ class CudagraphDispatcher:
         config = GraphConfig(vllm_version=RELEASE) if config is None else config
         if not isinstance(config, GraphConfig):
             raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
-        if config.generation.splits_ladders:
+        if config.generation.graphs.dispatcher_class is not CudagraphDispatcher:
             raise ValueError(
                 f"this GraphConfig has vllm_version={config.vllm_version!r}, not V1: use "
                 f"cgdispatch.{config.generation.dispatcher_name} for it (make_graph_dispatcher("

@@ -1,9 +1,8 @@
 """vLLM 0.34: generation 2's ``CudaGraphManager``, keyed on ``BatchExecutionDescriptor``.
 
 This package is generation 2's one home: its config rules (:mod:`.config`), its manager
-(:mod:`.cudagraph_manager`) and, at module level here, every field of its
-:class:`~cgdispatch.core.generation.Generation` (``Generation.from_module`` reads them by
-name), registered on import.
+(:mod:`.cudagraph_manager`) and, here, its :class:`~cgdispatch.core.release.Generation`
+declared as one class (:class:`Gen2`), registered on import.
 """
 
 from __future__ import annotations
@@ -13,37 +12,30 @@ from typing import Any
 
 from ..generation import (
     CaptureKey,
+    ConfigRules,
     Generation,
+    GraphRules,
+    RunnerTraits,
     SchedulerRules,
     StepDispatch,
     dispatch_step,
     register_generation,
 )
+from ..ladder_shape import SPLIT_LADDERS
 from ..modes import CUDAGraphMode
-from .config import GEN2_COMPILATION_KEYS, GEN2_FIELDS, RELEASE
-
-# the config rules, Generation fields under their own names (read by Generation.from_module)
-from .config import check_fields as check_fields
-from .config import compilation_sizes as compilation_sizes
-from .config import derive_sizes as derive_sizes
-from .config import lora_cases as lora_cases
-from .config import resolve as resolve
-from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
-from .explain import explain as explain
-
-__all__ = ["GENERATION", "RELEASE"]
-
-release, name, label = RELEASE, "generation 2", "gen 2"
-# the prefill and decode size lists, DBO, performance mode ... (config.GEN2_FIELDS)
-own_fields, compilation_keys = GEN2_FIELDS, GEN2_COMPILATION_KEYS
-
-# ----- its dispatcher -----------------------------------------------------------------------
-dispatcher_class, key_type = CudaGraphManager, BatchExecutionDescriptor
-# the descriptor's fields, its mode (cg_mode) as the first column
-key_columns = (
-    "runtime_mode",
-    *(f.name for f in fields(BatchExecutionDescriptor) if f.name != "cg_mode"),
+from .config import (
+    GEN2_OWN_FIELDS,
+    RELEASE,
+    check_fields,
+    compilation_sizes,
+    derive_sizes,
+    lora_cases,
+    resolve,
 )
+from .cudagraph_manager import BatchExecutionDescriptor, CudaGraphManager
+from .explain import explain
+
+__all__ = ["GENERATION", "RELEASE", "Gen2"]
 
 
 def make_dispatcher(config: Any, record_stats: bool) -> CudaGraphManager:
@@ -80,10 +72,34 @@ def capture_keys(manager: CudaGraphManager) -> list[CaptureKey]:
     return [CaptureKey(d.cg_mode, d) for d in manager.capture_order()]
 
 
-# ----- its scheduler and planner, and what differs from other releases -----------------------
-scheduler = SchedulerRules(async_by_default=True, long_prefill_needs_chunked=True)
-planner = "cgdispatch.plan.planner_v2:plan_two_ladders"
-splits_ladders = keys_count_requests = profiles_graph_memory = True
-cascade_attention = False  # the gen-2 runner has no cascade attention
+class Gen2:
+    """vLLM 0.34's Generation: split prefill and decode ladders, ``CudaGraphManager``."""
 
-GENERATION = register_generation(Generation.from_module(__name__))
+    release, name, label = RELEASE, "generation 2", "gen 2"
+    ladder = SPLIT_LADDERS  # prefill token and decode request sizes; planner: cgdispatch.plan
+    # its own fields beyond the ladders': DBO, performance mode ... (config.GEN2_OWN_FIELDS)
+    rules = ConfigRules(
+        GEN2_OWN_FIELDS, check_fields, derive_sizes, resolve, lora_cases, compilation_sizes
+    )
+    graphs = GraphRules(
+        dispatcher_class=CudaGraphManager,
+        key_type=BatchExecutionDescriptor,
+        # the descriptor's fields, its mode (cg_mode) as the first column
+        key_columns=(
+            "runtime_mode",
+            *(f.name for f in fields(BatchExecutionDescriptor) if f.name != "cg_mode"),
+        ),
+        make_dispatcher=make_dispatcher,
+        dispatch=dispatch,
+        capture_keys=capture_keys,
+        step_dispatch=step_dispatch,
+        explain=explain,
+    )
+    scheduler = SchedulerRules(async_by_default=True, long_prefill_needs_chunked=True)
+    # keys count requests; the runner has no cascade attention; vLLM profiles graph memory
+    runner = RunnerTraits(
+        keys_count_requests=True, cascade_attention=False, profiles_graph_memory=True
+    )
+
+
+GENERATION = register_generation(Generation.from_class(Gen2))

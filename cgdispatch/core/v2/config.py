@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..arith import cdiv
+from ..ladder_shape import SPLIT_LADDERS
 from ..lora import captured_lora_counts
 from ..modes import (
     DEFAULT_SPLITTING_OPS,
@@ -25,10 +26,8 @@ from ..modes import (
 )
 from ..validate import (
     MAX_CAPTURE_SIZE,
-    MAX_CAPTURE_SIZES,
     MAX_PARALLEL,
     MAX_STEP_TOKENS,
-    as_index,
     check_bool,
     check_int,
     check_size_list,
@@ -42,6 +41,7 @@ GraphConfig = Any
 __all__ = [
     "RELEASE",
     "GEN2_FIELDS",
+    "GEN2_OWN_FIELDS",
     "GEN2_COMPILATION_KEYS",
     "check_fields",
     "prefill_cudagraph_capture_grid",
@@ -62,13 +62,9 @@ M = CUDAGraphMode
 
 RELEASE = "0.34"  # the value of GraphConfig.vllm_version for generation 2
 
-# GraphConfig fields that exist only in generation 2, with their defaults
-GEN2_FIELDS: dict[str, Any] = {
-    "prefill_cudagraph_capture_token_sizes": None,
-    "max_prefill_cudagraph_capture_tokens": None,
-    "decode_cudagraph_capture_request_sizes": None,
-    "max_decode_cudagraph_capture_requests": None,
-    "max_decode_cudagraph_capture_tokens": None,
+# GraphConfig fields that exist only in generation 2 beyond its ladder shape's size fields
+# (cgdispatch.core.ladder_shape.SplitLadders), with their defaults
+GEN2_OWN_FIELDS: dict[str, Any] = {
     "performance_mode": "balanced",
     "speculative_method": None,
     "enable_adaptive_verification": False,
@@ -77,14 +73,10 @@ GEN2_FIELDS: dict[str, Any] = {
     "ubatch_size": 0,
     "dbo_decode_token_threshold": 32,
 }
-# the gen-2 keys of vLLM's --compilation-config JSON
-GEN2_COMPILATION_KEYS = (
-    "prefill_cudagraph_capture_token_sizes",
-    "max_prefill_cudagraph_capture_tokens",
-    "decode_cudagraph_capture_request_sizes",
-    "max_decode_cudagraph_capture_requests",
-    "max_decode_cudagraph_capture_tokens",
-)
+# every field only generation 2 reads: its shape's, then its own
+GEN2_FIELDS: dict[str, Any] = {**SPLIT_LADDERS.own_fields, **GEN2_OWN_FIELDS}
+# the gen-2 keys of vLLM's --compilation-config JSON: its ladder shape's
+GEN2_COMPILATION_KEYS = SPLIT_LADDERS.compilation_keys
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 # vllm/config/compilation.py CompilationConfig._attention_ops (0.34.0)
 VLLM_ATTENTION_OPS = (
@@ -184,56 +176,11 @@ def lora_cases(config: GraphConfig) -> list[int]:
 
 
 # ----- validation of the gen-2 fields -----------------------------------------------------
-def _optional_int(config: GraphConfig, name: str, minimum: int) -> int | None:
-    value = getattr(config, name)
-    return None if value is None else check_int(name, value, minimum, MAX_CAPTURE_SIZE)
-
-
-def _optional_list(config: GraphConfig, name: str) -> list[int] | None:
-    value = getattr(config, name)
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
-        raise ValueError(
-            f"{name}={value!r} is invalid: give a list of integers (e.g. [1, 2, 4, 8]), "
-            "[] to capture none, or None for vLLM's default grid"
-        )
-    if len(value) > MAX_CAPTURE_SIZES:
-        raise ValueError(
-            f"{name} has {len(value):_} sizes: at most {MAX_CAPTURE_SIZES:_} "
-            "(each is a graph to capture; cgdispatch.core.validate.BOUNDS)"
-        )
-    out = []
-    for s in value:
-        number = as_index(s)
-        if number is None:
-            raise ValueError(f"{name} holds {s!r}: every size must be an integer")
-        if number > MAX_CAPTURE_SIZE:
-            check_int(f"size in {name}", number, 0, MAX_CAPTURE_SIZE)
-        out.append(number)
-    return out
-
-
 def check_fields(config: GraphConfig) -> dict[str, Any]:
     """The gen-2 fields checked and normalised (lists of ints, ints, bools, a tuple)."""
     # the scheduler refusals (max_num_batched_tokens against max_num_seqs, LoRA with spec
     # decode) are the same in both generations: GraphConfig checks them
-    out: dict[str, Any] = {
-        name: _optional_list(config, name)
-        for name in (
-            "prefill_cudagraph_capture_token_sizes",
-            "decode_cudagraph_capture_request_sizes",
-        )
-    }
-    out["max_prefill_cudagraph_capture_tokens"] = _optional_int(
-        config, "max_prefill_cudagraph_capture_tokens", 0
-    )
-    out["max_decode_cudagraph_capture_requests"] = _optional_int(
-        config, "max_decode_cudagraph_capture_requests", 0
-    )
-    out["max_decode_cudagraph_capture_tokens"] = _optional_int(
-        config, "max_decode_cudagraph_capture_tokens", 1
-    )
+    out: dict[str, Any] = SPLIT_LADDERS.check_fields(config)  # the two ladders' fields first
     for name, minimum, bound in (
         ("data_parallel_size", 1, MAX_PARALLEL),
         ("ubatch_size", 0, MAX_STEP_TOKENS),

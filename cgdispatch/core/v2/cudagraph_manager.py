@@ -95,7 +95,7 @@ def _gen2_config(config: GraphConfig | None) -> GraphConfig:
         raise ValueError(f"config={config!r} is invalid: pass a cgdispatch.GraphConfig")
     if config.vllm_version is None:  # left unset: CudaGraphManager's own generation
         return config.replace(vllm_version=_v2.RELEASE)
-    if not config.generation.splits_ladders:
+    if config.generation.graphs.dispatcher_class is not CudaGraphManager:
         raise ValueError(
             f"this GraphConfig has vllm_version={config.vllm_version!r}, whose graphs are "
             f"keyed on one token list: use cgdispatch.{config.generation.dispatcher_name} for it "
