@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         pd.DataFrame(rows).assign(source=where).to_csv(out, index=False)  # so far
         pd.concat(captures).to_csv(beside("captures"), index=False)
         pool = report["pool_bytes"].sum() if report["pool_bytes"].notna().any() else float("nan")
+        drop = report["device_bytes"]
+        drop = drop.sum() if drop.notna().any() else float("nan")
         summary.append(
             {
                 "mode": str(runner.cudagraph_mode),
@@ -317,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 "keys": len(report),
                 "capture_s": report["capture_s"].sum(),
                 "capture_wall_s": capture_wall_s,
-                "pool_MiB": pool / 2**20,
+                "pool_MiB": pool / MIB,  # reserved bytes the graph captures added
+                "graphs_device_MiB": drop / MIB,  # free memory they took (no warm-ups)
                 "replay_checks": len(checks),
                 "failed": bad,
                 "max_abs_err": checks["max_abs_err"].max() if len(checks) else float("nan"),

@@ -40,6 +40,7 @@ class FakeCuda:
         self.calls: list[tuple[str, int]] = []
         self.free_bytes = {i: 80 << 30 for i in range(num_devices)}
         self.counters = {i: dict.fromkeys(_COUNTERS, 0) for i in range(num_devices)}
+        self.capturing = False  # between a fake graph's capture_begin and capture_end
         fake = self
 
         class Graph:
@@ -52,9 +53,10 @@ class FakeCuda:
             def capture_begin(self, pool: object = None) -> None:
                 i = fake.device_index
                 self.began_on = (i, fake.current[i])
+                fake.capturing = True
 
             def capture_end(self) -> None:
-                pass
+                fake.capturing = False
 
             def replay(self) -> None:
                 self.replays += 1

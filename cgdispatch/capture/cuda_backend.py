@@ -117,6 +117,7 @@ class CudaGraphBackend(GraphBackend):
         cuda_graph = torch.cuda.CUDAGraph()
         self.synchronize()
         reserved_before = torch.cuda.memory_reserved(self.device)
+        free_before, _ = torch.cuda.mem_get_info(self.device)
         start = time.perf_counter()
         # capture_begin/end rather than torch.cuda.graph(): the context manager runs
         # gc.collect() and empty_cache() before every graph, which capture_session avoids.
@@ -134,6 +135,9 @@ class CudaGraphBackend(GraphBackend):
         self.synchronize()
         capture_s = time.perf_counter() - start
         pool_bytes = torch.cuda.memory_reserved(self.device) - reserved_before
+        # as vLLM measures graph memory (free memory, after a synchronise), per graph: it
+        # counts the instantiated graph's driver memory, which memory_reserved cannot see
+        device_bytes = free_before - torch.cuda.mem_get_info(self.device)[0]
         cuda_graph.replay()  # fill the outputs with this step's values
         kept = output if lifetime is OutputLifetime.GRAPH else alias_tensors(output)[0]
         if lifetime is OutputLifetime.CALLER:
@@ -148,6 +152,7 @@ class CudaGraphBackend(GraphBackend):
             kept, released_replay, capture_s, pool_bytes, lifetime, keepalive=[cuda_graph, *inputs]
         )
         graph.capture_output = output
+        graph.device_bytes = int(device_bytes)
 
         def replay() -> Any:
             cuda_graph.replay()

@@ -319,8 +319,10 @@ class GraphRunner:
         capturing is switched off afterwards (an uncaptured key then raises). Returns the
         capture report (also kept as ``capture_report_``): one row per key with mode,
         num_tokens, num_reqs, uniform, num_graphs, capture_s (graph captures only),
-        step_s (the whole dummy step incl. warm-ups) and pool_bytes (CUDA; NaN on CPU,
-        where ``backend.ledger`` holds the stand-in's pool model).
+        step_s (the whole dummy step incl. warm-ups), pool_bytes (reserved bytes the graph
+        captures added) and device_bytes (the drop in free device memory over them, driver
+        memory of the instantiated graphs included) (CUDA; NaN on CPU, where
+        ``backend.ledger`` holds the stand-in's pool model).
         """
         self.capture_report_ = capture_every_key(self, progress=progress, lock=lock)
         return self.capture_report_

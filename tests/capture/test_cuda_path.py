@@ -146,3 +146,33 @@ def test_max_num_tokens_below_the_largest_key_is_refused():
     with pytest.raises(ValueError, match=r"max_num_tokens=4 is invalid.*>= 8"):
         GraphRunner(model, config, max_num_tokens=4)
     assert GraphRunner(model, config, max_num_tokens=16).max_num_tokens == 16
+
+
+def test_each_graph_records_the_free_memory_its_capture_took(cuda):
+    """Per graph, as vLLM measures the whole capture: free memory before and after (on the
+    model's device), so the driver's memory for the graph counts beside the pool's."""
+    rng = np.random.default_rng()
+    backend = CudaGraphBackend("cuda:1")
+    costs = [tuple(int(v) << 20 for v in rng.integers(1, 64, 2)) for _ in range(3)]
+    for i, (segment, driver) in enumerate(costs):
+
+        def step(x: torch.Tensor, segment=segment, driver=driver) -> torch.Tensor:
+            if cuda.capturing:  # what the graph's capture takes; warm-ups take nothing here
+                cuda.allocate(1, reserved=segment, allocated=segment, driver=driver)
+            return x + 1
+
+        wrapper = CUDAGraphWrapper(step, M.FULL, backend, output_lifetime=OutputLifetime.GRAPH)
+        with set_forward_context(M.FULL, BatchDescriptor(i + 1, i + 1)):
+            wrapper(torch.zeros(i + 1))
+    per_graph = [(g.pool_bytes, g.device_bytes) for g in backend.graphs]
+    assert per_graph == [(s, s + d) for s, d in costs]
+    assert backend.device_bytes_total == sum(s + d for s, d in costs)
+    assert {i for name, i in cuda.calls if name == "mem_get_info"} == {1}
+
+
+def test_the_capture_report_has_device_bytes_nan_on_cpu():
+    model = build_toy_model("toy-tiny")
+    config = GraphConfig(cudagraph_mode="FULL", cudagraph_capture_sizes=[1, 2])
+    with GraphRunner(model, config) as runner:
+        report = runner.capture_all(progress=False)
+    assert "device_bytes" in report.columns and report["device_bytes"].isna().all()
