@@ -4,24 +4,35 @@ On CUDA (default ``--model toy-small``, vLLM's ladder 1..512): for each mode in 
 (FULL, FULL_DECODE_ONLY, PIECEWISE, FULL_AND_PIECEWISE by default) it captures every key,
 compares replay with eager on fresh random decode and mixed batches, and times a decode
 and a mixed step per capture size through the graph runner and through an eager (NONE)
-runner on the same model, with CUDA events. It writes step times (one row per mode, size
-and batch kind) and the per-key capture report (capture_s, pool bytes) as CSV and prints
-a per-mode summary (graphs, capture time, pool MiB, errors) and the speed-up table. Then,
-per mode and output policy (weak as vLLM, and strong), it captures again on a warmed-up
-allocator and prints the graph pool measured around capture (``torch.cuda.memory_stats``
-reserved and allocated bytes, and the graph pools' own segments from the memory snapshot)
-beside the estimate (``model``) and the CPU stand-in's ledger; CSV ``<out>_pools.csv``.
-Runs on CPU too (timings then use perf_counter and are labelled ``measured (CPU)``; the
-pool columns are then the stand-in's ledger):
+runner on the same model, with CUDA events. Then, per mode and output policy (weak as
+vLLM, and strong), it captures again and measures graph memory two ways: as vLLM reports
+it (the drop in free device memory, ``torch.cuda.mem_get_info``, around the whole
+capture: ``device_MiB``) and from the allocator (reserved and allocated bytes, the graph
+pools' own segments), beside the start-up model's prediction for the same model, sizes
+and mode (``predicted_MiB``: ``device_cost_model(model).graph_memory_bytes`` through
+``graph_memory_of``), the fake-tensor estimate and the CPU stand-in's ledger.
 
-    PYTHONPATH=. python scripts/gpu_check.py                       # on a GPU machine
-    PYTHONPATH=. python scripts/gpu_check.py --device cpu --model toy-tiny --sizes 1,2,4,8
+Output, in the folder of ``--out`` (default ``results/gpu/gpu_check.csv``; the folder is
+made at start and each CSV is written as soon as its rows are ready): ``gpu_check.csv``
+(step times: one row per mode, size and batch kind), ``gpu_check_captures.csv`` (per-key
+capture report), ``gpu_check_pools.csv`` (graph memory per mode and outputs),
+``gpu_check_checks.csv`` (each rule of :mod:`cgdispatch.measure.gpu_checks` and whether
+it held). Runs on CPU too (timings then use perf_counter and are labelled
+``measured (CPU)``; the pool columns are then the stand-in's ledger, and only the replay
+rules apply):
+
+    PYTHONPATH=. python3 scripts/gpu_check.py                       # on a GPU machine
+    PYTHONPATH=. python3 scripts/gpu_check.py --device cpu --model toy-tiny --sizes 1,2,4,8
 
 ``--vllm-version`` picks the generation of vLLM's graph dispatch the runner follows: 0.33
-(V1) or 0.34 (generation 2, the newest and the default, as everywhere in cgdispatch: ``--sizes`` are then the prefill token sizes and, up to max_num_seqs, the
-decode request sizes; the graph-memory estimate then models generation 2's keys).
+(V1) or 0.34 (generation 2, the newest and the default, as everywhere in cgdispatch:
+``--sizes`` are then the prefill token sizes and, up to max_num_seqs, the decode request
+sizes; the graph-memory estimate then models generation 2's keys).
 
-Exit status 1 when a replay differs from eager beyond tolerance.
+Exit status 1 when a rule fails (``gpu_check_checks.csv``): a replay differs from eager,
+a mode ran no replay check, and on a GPU: a memory figure is NaN or negative, weak outputs
+hold no less than strong ones, a replayed one-token decode is slower than eager, or the
+measured graph memory is more than 2x off the prediction.
 """
 
 from __future__ import annotations
@@ -43,10 +54,14 @@ from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
 from cgdispatch.core.generation import GENERATIONS, NEWEST, dispatch_step  # noqa: E402
 from cgdispatch.core.ladders import ENGINE_LADDERS  # noqa: E402
+from cgdispatch.estimate.device_model import device_cost_model  # noqa: E402
 from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
+from cgdispatch.estimate.vllm_logs import gpu_preset  # noqa: E402
+from cgdispatch.measure.gpu_checks import gpu_check_table  # noqa: E402
 from cgdispatch.measure.replay_check import check_replay  # noqa: E402
 from cgdispatch.measure.timing import measure_capture_memory  # noqa: E402
 from cgdispatch.models.toy import PRESETS, build_toy_model  # noqa: E402
+from cgdispatch.plan.latency_sweep import graph_memory_of  # noqa: E402
 
 MIB = 2**20
 
@@ -59,13 +74,16 @@ def step_ms(runner: GraphRunner, batch, iters: int, repeats: int) -> float:
         runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
     samples = []
     for _ in range(repeats):
-        if dev.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if dev.type == "cuda":  # events on the model's device and stream (cuda:N too)
             torch.cuda.synchronize(dev)
-            start.record()
-            for _ in range(iters):
-                runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
-            end.record()
+            stream = torch.cuda.current_stream(dev)
+            with torch.cuda.device(dev):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                for _ in range(iters):
+                    runner.execute_packed(tokens, batch.uniform_decode, batch.num_reqs)
+                end.record(stream)
             torch.cuda.synchronize(dev)
             samples.append(start.elapsed_time(end) / iters)
         else:
@@ -112,21 +130,19 @@ def time_mode(
 def pool_rows(
     model, eager: GraphRunner, sizes: list[int], modes: list[str], args, where: str
 ) -> list[dict]:
-    """Graph-pool bytes per mode and output policy: measured, stand-in ledger, estimate.
+    """Graph memory per mode and output policy: measured two ways, ledger, estimate, model.
 
     ``sizes`` are the capture sizes of the timed runs (the eager runner, mode NONE, keeps
-    none: vLLM 0.33 clears the sizes of a NONE config)."""
+    none: vLLM 0.33 clears the sizes of a NONE config). No warm-up on the default stream
+    first: each capture warms up on the process's capture stream, whose blocks and cuBLAS
+    workspace the timed captures before have already made (vLLM's order too)."""
     rows = []
-    for n in sizes:  # warm the allocator's default pool, so capture's warm-ups stay in it
-        try:
-            eager.execute_batch(eager.make_decode_batch(n, seed=n))
-        except ValueError:  # more requests than the model has KV slots
-            continue
     meta = (
         build_toy_model(args.model, device="meta", dtype=args.dtype)
         if args.model in PRESETS
         else None
     )
+    cost_model = prediction_model(args.model, where)
     est = None
     for mode in modes:
         for weak in (True, False):
@@ -139,23 +155,47 @@ def pool_rows(
                 if meta is not None and weak:  # one estimate gives both policies
                     est = estimate_graph_memory(meta, runner.config)
                 pool = est.pool_bytes(keep_outputs=not weak) if est is not None else None
+                predicted = (
+                    graph_memory_of(runner.config, cost_model) if cost_model else float("nan")
+                )
                 rows.append(
                     {
                         "mode": str(runner.cudagraph_mode),
                         "outputs": "weak" if weak else "strong",
-                        "reserved_MiB": memory.pool_bytes / MIB if memory else float("nan"),
-                        "allocated_MiB": memory.allocated_bytes / MIB if memory else float("nan"),
-                        "graph_pool_MiB": (memory.private_pool_bytes or 0) / MIB
-                        if memory and memory.private_pool_bytes is not None
-                        else float("nan"),
-                        "stand_in_MiB": ledger.pool_bytes / MIB if ledger else float("nan"),
+                        "device_MiB": _mib(memory, "device_bytes"),
+                        "reserved_MiB": _mib(memory, "pool_bytes"),
+                        "allocated_MiB": _mib(memory, "allocated_bytes"),
+                        "graph_pool_MiB": _mib(memory, "private_pool_bytes"),
+                        "peak_allocated_MiB": _mib(memory, "peak_allocated_bytes"),
+                        "predicted_MiB": predicted / MIB,
                         "estimate_MiB": pool / MIB if pool is not None else float("nan"),
+                        "stand_in_MiB": ledger.pool_bytes / MIB if ledger else float("nan"),
                         "source": where,
+                        "prediction_source": cost_model.memory_source if cost_model else "",
                     }
                 )
             if runner.device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
+
+
+def _mib(memory, field: str) -> float:
+    """A CaptureMemory field in MiB; NaN off CUDA or where it was not measured."""
+    value = None if memory is None else getattr(memory, field)
+    return float("nan") if value is None else value / MIB
+
+
+def prediction_model(model: str, where: str):
+    """The device model whose ``graph_memory_bytes`` predicts graph memory for ``model``
+    on the GPU ``where`` names (its preset; H100 when the name maps to none, which only
+    labels the figure: a toy model's graph memory is its fake-tensor pool, the same on
+    every device). None, with a line printed, when the model has no device model."""
+    _, preset = gpu_preset(where)
+    try:
+        return device_cost_model(model, preset or "H100")
+    except (ValueError, KeyError) as err:
+        print(f"no graph-memory prediction for {model}: {err}", file=sys.stderr)
+        return None
 
 
 def mode_config(mode: str, sizes: list[int], max_num_seqs: int, vllm_version: str) -> GraphConfig:
@@ -195,12 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         help="modes to check and time",
     )
     p.add_argument("--sizes", default=None, help="capture sizes (default: vLLM's ladder up to 512)")
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if any)")
     p.add_argument("--dtype", default=None, help="default: the preset's")
     p.add_argument("--iters", type=int, default=20, help="steps per timing sample")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument(
-        "--out", default="gpu_check.csv", help="CSV of step times (one row per mode, size, batch)"
+        "--out",
+        type=Path,
+        default=Path("results/gpu/gpu_check.csv"),
+        help="CSV of step times; the other CSVs go beside it (folder made at start)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -211,15 +254,18 @@ def main(argv: list[str] | None = None) -> int:
         "the newest)",
     )
     args = p.parse_args(argv)
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)  # now, not after the GPU work
+
+    def beside(suffix: str) -> Path:
+        return out.with_name(f"{out.stem}_{suffix}.csv")
+
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    where = (
-        f"measured ({torch.cuda.get_device_name(device)})"
-        if device.startswith("cuda")
-        else "measured (CPU)"
-    )
+    on_gpu = torch.device(device).type == "cuda"
+    where = f"measured ({torch.cuda.get_device_name(device)})" if on_gpu else "measured (CPU)"
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     gen2 = gen2_sizes(args) if args.vllm_version == "0.34" else {}
-    failures, rows, captures, summary = 0, [], [], []
+    rows, captures, summary, resolved = [], [], [], []
     eager, eager_cache, capture_sizes = None, {}, []
     for mode in modes:
         ns = SimpleNamespace(
@@ -238,13 +284,14 @@ def main(argv: list[str] | None = None) -> int:
             **gen2,
         )
         runner = build_runner(ns)
+        resolved.append(str(runner.cudagraph_mode))
         start = time.perf_counter()
         report = runner.capture_all()
         capture_wall_s = time.perf_counter() - start
         checks = check_replay(runner, seed=args.seed + 1)
         bad = int((~checks["ok"]).sum())
-        failures += bad
         if eager is None:  # one eager runner on the same model times every mode's baseline
+            # (its input buffers cover every timed size: one packed copy, as the graph path)
             eager = GraphRunner(
                 runner.model,
                 GraphConfig(
@@ -260,7 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows += time_mode(runner, eager, args, eager_cache)
         captures.append(report.assign(config_mode=str(runner.cudagraph_mode), source=where))
+        pd.DataFrame(rows).assign(source=where).to_csv(out, index=False)  # so far
+        pd.concat(captures).to_csv(beside("captures"), index=False)
         pool = report["pool_bytes"].sum() if report["pool_bytes"].notna().any() else float("nan")
+        drop = report["device_bytes"]
+        drop = drop.sum() if drop.notna().any() else float("nan")
         summary.append(
             {
                 "mode": str(runner.cudagraph_mode),
@@ -268,35 +319,44 @@ def main(argv: list[str] | None = None) -> int:
                 "keys": len(report),
                 "capture_s": report["capture_s"].sum(),
                 "capture_wall_s": capture_wall_s,
-                "pool_MiB": pool / 2**20,
+                "pool_MiB": pool / MIB,  # reserved bytes the graph captures added
+                "graphs_device_MiB": drop / MIB,  # free memory they took (no warm-ups)
                 "replay_checks": len(checks),
                 "failed": bad,
-                "max_abs_err": checks["max_abs_err"].max(),
+                "max_abs_err": checks["max_abs_err"].max() if len(checks) else float("nan"),
             }
         )
         runner.release_graphs()
-        if device.startswith("cuda"):
+        if on_gpu:
             torch.cuda.empty_cache()
-    pools = pd.DataFrame(pool_rows(eager.model, eager, capture_sizes, modes, args, where))
     table = pd.DataFrame(rows).assign(source=where)
-    table.to_csv(args.out, index=False)
-    captures_path = Path(args.out).with_name(Path(args.out).stem + "_captures.csv")
-    pd.concat(captures).to_csv(captures_path, index=False)
-    pools_path = Path(args.out).with_name(Path(args.out).stem + "_pools.csv")
-    pools.to_csv(pools_path, index=False)
-    print(f"\n{args.model}, {where}; CSV: {args.out}, {captures_path}, {pools_path}")
-    with pd.option_context("display.width", 160, "display.float_format", "{:.4g}".format):
-        print(pd.DataFrame(summary).to_string(index=False))
+    pools = pd.DataFrame(pool_rows(eager.model, eager, capture_sizes, modes, args, where))
+    pools.to_csv(beside("pools"), index=False)
+    summary = pd.DataFrame(summary)
+    verdict = gpu_check_table(summary, table, pools, modes=resolved, on_gpu=on_gpu)
+    verdict.to_csv(beside("checks"), index=False)
+    print_results(args.model, where, out, summary, table, pools, verdict)
+    return 0 if verdict["ok"].all() else 1
+
+
+def print_results(model, where, out, summary, table, pools, verdict) -> None:
+    """The per-mode summary, the speed-up table, graph memory and the rules that failed."""
+    print(f"\n{model}, {where}; CSV in {out.parent}: {out.name} and its _captures, _pools, _checks")
+    with pd.option_context("display.width", 200, "display.float_format", "{:.4g}".format):
+        print(summary.to_string(index=False))
         speed = table.pivot_table(index="num_tokens", columns=["mode", "batch"], values="speedup_x")
         print("\nspeed-up (eager ms / graph ms) by size:")
         print(speed.to_string())
         print(
-            f"\ngraph pool per mode and outputs: reserved/allocated/graph_pool {where} "
-            "(memory_stats and memory_snapshot around capture), stand_in (CPU ledger), "
-            "estimate (model)"
+            f"\ngraph memory per mode and outputs, {where}: device (free-memory drop around "
+            "capture, as vLLM logs it), reserved/allocated/graph_pool (allocator), "
+            "predicted (model), estimate (fake tensors), stand_in (CPU ledger)"
         )
-        print(pools.drop(columns="source").to_string(index=False))
-    return 1 if failures else 0
+        print(pools.drop(columns=["source", "prediction_source"]).to_string(index=False))
+        failed = verdict[~verdict["ok"]]
+        print(f"\nchecks: {len(verdict) - len(failed)} of {len(verdict)} hold")
+        if len(failed):
+            print(failed.to_string(index=False))
 
 
 if __name__ == "__main__":

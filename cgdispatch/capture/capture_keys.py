@@ -34,6 +34,7 @@ REPORT_COLUMNS = [
     "capture_s",
     "step_s",
     "pool_bytes",
+    "device_bytes",
 ]
 
 
@@ -60,10 +61,11 @@ def capture_every_key(runner: RunnerState, *, progress: bool, lock: bool) -> pd.
 def _capture_one(runner: RunnerState, mode: CUDAGraphMode, desc: GraphKey) -> dict[str, Any]:
     backend = runner.backend
     n = desc.num_tokens
-    graphs0, capture_s0, pool0 = (
+    graphs0, capture_s0, pool0, device0 = (
         backend.num_graphs,
         backend.capture_s_total,
         backend.pool_bytes_total,
+        backend.device_bytes_total,
     )
     ids, pos, slots = runner.input_ids[:n], runner.positions[:n], runner.slots[:n]
     slots.fill_(runner.model.dummy_slot)  # capture writes K/V into the dummy slot only
@@ -83,4 +85,8 @@ def _capture_one(runner: RunnerState, mode: CUDAGraphMode, desc: GraphKey) -> di
         "capture_s": backend.capture_s_total - capture_s0,
         "step_s": step_s,
         "pool_bytes": backend.pool_bytes_total - pool0 if backend.name == "cuda" else float("nan"),
+        # the drop in free device memory over the key's graph captures (CUDA; NaN on CPU)
+        "device_bytes": (
+            backend.device_bytes_total - device0 if backend.name == "cuda" else float("nan")
+        ),
     }

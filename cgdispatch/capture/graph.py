@@ -44,7 +44,9 @@ class CapturedGraph:
     pool may give it to another graph), otherwise the graph's own. ``capture_s`` is the
     wall time of the capture itself (no warm-ups); ``pool_bytes`` is what the capture added
     to the backend's memory pool (CUDA: reserved bytes of the caching allocator; None on
-    CPU, where ``memory`` holds the stand-in ledger's record instead).
+    CPU, where ``memory`` holds the stand-in ledger's record instead). ``device_bytes``
+    (CUDA): the drop in free device memory across the capture, which also counts what the
+    allocator cannot see (the driver's memory for the instantiated graph); None on CPU.
     """
 
     output: Any
@@ -58,6 +60,7 @@ class CapturedGraph:
     # what the capture call returns, handed over once by take_capture_output(): CALLER
     # outputs must not stay referenced here, or their blocks would never go back
     capture_output: Any = field(default=None, repr=False)
+    device_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _LIVE_GRAPHS.add(self)
@@ -82,10 +85,14 @@ class GraphBackend:
     """Records callables into graphs; one instance = one memory pool for all its graphs."""
 
     name = "abstract"
+    # the fewest warm-ups a capture needs (CUDA: 1, see cuda_backend.MIN_CUDA_WARMUPS);
+    # wrappers refuse fewer when they are built
+    min_warmups = 0
 
     def __init__(self) -> None:
         self.num_graphs = 0
         self.pool_bytes_total = 0  # 0 on CPU
+        self.device_bytes_total = 0  # free device memory the captures took; 0 on CPU
         self.capture_s_total = 0.0
         self.graphs: list[CapturedGraph] = []
 
@@ -104,6 +111,7 @@ class GraphBackend:
         self.num_graphs += 1
         self.capture_s_total += graph.capture_s
         self.pool_bytes_total += graph.pool_bytes or 0
+        self.device_bytes_total += graph.device_bytes or 0
         self.graphs.append(graph)
         return graph
 
@@ -116,6 +124,7 @@ class GraphBackend:
         self.graphs.clear()
         self.num_graphs = 0
         self.pool_bytes_total = 0
+        self.device_bytes_total = 0
 
     @contextlib.contextmanager
     def capture_session(self) -> Iterator[None]:

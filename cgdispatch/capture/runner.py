@@ -41,14 +41,14 @@ from .model import RunnerModel, check_token_ranges, decode_batch, mixed_batch
 from .pool import OutputLifetime
 from .prepared import PreparedStep
 from .stepbatch import StepBatch
-from .wrapper import CUDAGraphWrapper
+from .wrapper import CUDAGraphWrapper, check_warmups
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from .piecewise import PiecewiseBackend
 
-__all__ = ["GraphRunner", "RunnerModel"]
+__all__ = ["GraphRunner", "RunnerModel", "persistent_tokens"]
 
 _NONE = CUDAGraphMode.NONE
 
@@ -68,6 +68,9 @@ class GraphRunner:
     ``compile_pieces=True`` adds inductor). The config's generation builds the dispatcher
     (``self.dispatcher``); the persistent buffers cover its widest descriptor. Model
     parameters should not require grad (the runner adds no ``no_grad`` per step).
+    ``max_num_tokens``: rows of the persistent input buffers (see :func:`persistent_tokens`);
+    an eager baseline timed against a graph runner should get the graph runner's, so that
+    both copy a step's inputs the same way.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class GraphRunner:
         debug: bool = False,
         compile_pieces: bool = False,
         weak_outputs: bool = True,
+        max_num_tokens: int | None = None,
     ) -> None:
         config = GraphConfig(cudagraph_mode="FULL") if config is None else config
         if not isinstance(config, GraphConfig):
@@ -96,7 +100,9 @@ class GraphRunner:
                 "CUDA kernels only, so its replays would skip the model and return stale "
                 "outputs; move the model to a CUDA device or use backend='cpu'"
             )
-        self.backend = get_backend(backend)
+        self.backend = get_backend(backend, self.device)  # on the model's own device
+        if self.cudagraph_mode is not _NONE:  # before any wrapper or compile is built
+            check_warmups(self.config.cudagraph_num_of_warmups, self.backend)
         self.debug = debug
         self.compile_pieces = compile_pieces  # piecewise modes: compile pieces with inductor
         # the outputs a step hands back: WEAK as vLLM, GRAPH for the strong-output option
@@ -110,13 +116,10 @@ class GraphRunner:
         self.dispatcher: GraphDispatcher = make_graph_dispatcher(self.config)
         # the generation's per-step question, without the facade's checks (the hot path)
         self._dispatch = generation_of(self.dispatcher).graphs.step_dispatch(self.dispatcher)
-        largest = max(
-            (k.num_tokens for k in capture_keys(self.dispatcher)),
-            default=max(self.config.cudagraph_capture_sizes, default=0),
-        )
-        # persistent inputs, sized for the largest capture (eager steps above it use their own):
-        # one [3, max] buffer so that a packed batch is one copy; rows are ids, positions, slots
-        self.max_num_tokens = max(largest, 1)
+        largest = max((k.num_tokens for k in capture_keys(self.dispatcher)), default=0)
+        # persistent inputs (eager steps above them use their own tensors): one [3, max]
+        # buffer so that a packed batch is one copy; rows are ids, positions, slots
+        self.max_num_tokens = persistent_tokens(self.config, largest, max_num_tokens)
         self.inputs = torch.zeros(3, self.max_num_tokens, dtype=torch.long, device=self.device)
         self.input_ids, self.positions, self.slots = self.inputs.unbind(0)
         self.slots.fill_(model.dummy_slot)
@@ -316,8 +319,10 @@ class GraphRunner:
         capturing is switched off afterwards (an uncaptured key then raises). Returns the
         capture report (also kept as ``capture_report_``): one row per key with mode,
         num_tokens, num_reqs, uniform, num_graphs, capture_s (graph captures only),
-        step_s (the whole dummy step incl. warm-ups) and pool_bytes (CUDA; NaN on CPU,
-        where ``backend.ledger`` holds the stand-in's pool model).
+        step_s (the whole dummy step incl. warm-ups), pool_bytes (reserved bytes the graph
+        captures added) and device_bytes (the drop in free device memory over them, driver
+        memory of the instantiated graphs included) (CUDA; NaN on CPU, where
+        ``backend.ledger`` holds the stand-in's pool model).
         """
         self.capture_report_ = capture_every_key(self, progress=progress, lock=lock)
         return self.capture_report_
@@ -351,3 +356,26 @@ class GraphRunner:
             f"GraphRunner(mode={self.cudagraph_mode}, backend={self.backend.name}, "
             f"max_num_tokens={self.max_num_tokens}, captured={len(self.captured_keys)})"
         )
+
+
+def persistent_tokens(config: GraphConfig, largest_key: int, asked: int | None) -> int:
+    """Rows of the runner's persistent input buffers.
+
+    ``asked`` when given (at least the largest captured key); else the largest key, or, for
+    a config that captures nothing (NONE), ``max_num_batched_tokens``, as vLLM sizes its
+    input buffers for every mode (``vllm/v1/worker/gpu_model_runner.py``:
+    ``max_num_tokens = scheduler_config.max_num_batched_tokens``). A step above it takes the
+    eager path on the caller's tensors (three copies instead of one packed copy), so an
+    eager baseline sized 1 would be slowed at every size above one token.
+    """
+    if asked is None:
+        if largest_key >= 1:
+            return largest_key
+        return max([config.max_num_batched_tokens, *config.cudagraph_capture_sizes])
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < max(largest_key, 1):
+        raise ValueError(
+            f"max_num_tokens={asked!r} is invalid: the persistent buffers must hold the "
+            f"largest captured key ({largest_key} tokens) and at least 1 token; pass an "
+            f"integer >= {max(largest_key, 1)} or None"
+        )
+    return asked

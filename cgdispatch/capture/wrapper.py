@@ -106,6 +106,7 @@ class CUDAGraphWrapper:
         self.runnable = runnable
         self.runtime_mode = runtime_mode
         self.backend = get_backend(backend)
+        check_warmups(num_warmups, self.backend)
         self.num_warmups = num_warmups
         self.debug = debug
         self.name = name or getattr(runnable, "__name__", type(runnable).__name__)
@@ -224,4 +225,21 @@ class CUDAGraphWrapper:
         return (
             f"CUDAGraphWrapper({self.name}, mode={self.runtime_mode}, backend={self.backend.name}, "
             f"captured={len(self.entries)}, replays={self.num_replays}, bypasses={self.num_bypasses})"
+        )
+
+
+def check_warmups(num_warmups: int, backend: GraphBackend) -> None:
+    """ValueError when ``num_warmups`` is below what ``backend`` needs before a capture.
+
+    On CUDA at least one warm-up runs on the capture stream: the cuBLAS workspace of that
+    stream, and Triton's compiles of compiled pieces, are made lazily by the first run; made
+    inside the capture, the workspace would stay in the graph pool and a compile would fail.
+    Refused rather than silently raised, so that a config says what actually runs (the
+    capture-time model counts ``cudagraph_num_of_warmups + 1`` runs per key)."""
+    if num_warmups < backend.min_warmups:
+        raise ValueError(
+            f"cudagraph_num_of_warmups={num_warmups} is invalid with the '{backend.name}' "
+            f"graph backend: it needs at least {backend.min_warmups} warm-up on its capture "
+            "stream before each capture, so that cuBLAS workspaces and Triton compiles are "
+            f"made outside the graph; set cudagraph_num_of_warmups >= {backend.min_warmups}"
         )

@@ -75,7 +75,15 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         if executor is not None:
             stop_workers(executor)
     ok = int((rows["status"] == "ok").sum())
-    print(f"sweep {spec.name}: {ok} ok, {len(rows) - ok} failed -> {store.path}")
+    failed = len(rows) - ok
+    print(f"sweep {spec.name}: {ok} ok, {failed} failed -> {store.path}")
+    if failed and (ok == 0 or args.strict):
+        # a run that measured nothing (or, with --strict, missed a point) must not look done
+        errors = rows.loc[rows["status"] != "ok", "error"].astype(str).value_counts()
+        print(f"failed points ({failed}); errors by count:", file=sys.stderr)
+        for error, count in errors.head(5).items():
+            print(f"  {count} x {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -109,6 +117,7 @@ def _interrupted_line(args: argparse.Namespace, sweep: str, store) -> str:
         *(["--modes", args.modes] if args.modes is not None else []),
         *(["--vllm-version", args.vllm_version] if args.vllm_version is not None else []),
         *(["--workers", str(args.workers)] if args.workers != 1 else []),
+        *(["--strict"] if getattr(args, "strict", False) else []),
         "--resume",
     ]
     command = shlex.join(["python", "-m", "cgdispatch", "sweep", *flags])
@@ -195,6 +204,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="vLLM release whose graph dispatch the runner follows: "
         + ", ".join(f"{g.release} ({g.name})" for g in GENERATIONS.values())
         + "; default: the spec's (the presets': the newest)",
+    )
+    sweep.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when any point failed (without it: only when every point failed)",
     )
     sweep.add_argument("--no-progress", action="store_true")
     sweep.set_defaults(func=run_sweep_command)

@@ -65,15 +65,23 @@ class StepTiming:
 
 @dataclass(frozen=True)
 class CaptureMemory:
-    """Allocator statistics around one capture (CUDA only), in bytes.
+    """Device memory around one capture (CUDA only), in bytes.
 
-    ``pool_bytes``: reserved memory added by the capture (the graph pool grows by
-    whole segments; warm-up runs may add to it unless the caller warmed the allocator up
-    first); ``allocated_bytes``: allocated memory still held afterwards (the graphs'
-    kept outputs and blocks); ``peak_*``: high-water marks during capture.
-    ``private_pool_bytes``: bytes of the segments that belong to graph pools (private
-    pools, from ``torch.cuda.memory_snapshot``) added by the capture, warm-ups excluded;
-    None where the snapshot does not say which pool a segment belongs to.
+    ``device_bytes``: the drop in free device memory (``torch.cuda.mem_get_info``) from
+    before to after the whole capture, each read after a synchronise: what vLLM logs as
+    "Graph capturing finished in N secs, took X GiB" (``vllm/v1/worker/gpu_model_runner.py``,
+    ``capture_model``). It includes what the allocator's counters cannot see: the driver
+    memory of instantiated graphs (their kernel nodes) and new cuBLAS workspaces. It is
+    device-wide, so another process allocating meanwhile shows in it.
+    ``pool_bytes``: reserved memory added by the capture (the graph pool grows by whole
+    segments; warm-up runs may add to it unless the caller warmed the allocator up first);
+    ``allocated_bytes``: allocated memory still held afterwards (the graphs' kept outputs
+    and blocks); ``peak_allocated_bytes``/``peak_reserved_bytes``: the high-water marks
+    during the capture above the allocated/reserved bytes before it (weights and KV cache
+    excluded; the counters are reset first). ``private_pool_bytes``: bytes of the segments
+    that belong to graph pools (private pools, from ``torch.cuda.memory_snapshot``) added
+    by the capture, warm-ups excluded; None where the snapshot does not say which pool a
+    segment belongs to.
     """
 
     pool_bytes: int
@@ -81,6 +89,7 @@ class CaptureMemory:
     peak_allocated_bytes: int
     peak_reserved_bytes: int
     private_pool_bytes: int | None = None
+    device_bytes: int | None = None
 
 
 def _quantile(sorted_values: list[float], q: float) -> float:
@@ -123,12 +132,17 @@ def time_step(
     for i in range(repeats):
         inputs = input_sets[(warmup + i) % n]
         if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            t0 = time.perf_counter_ns()
-            step(inputs)
-            t1 = time.perf_counter_ns()
-            end.record()
+            # events on the step's device and its current stream, not the current device's
+            # (a model on cuda:1 would otherwise be timed by events on cuda:0)
+            stream = torch.cuda.current_stream(dev)
+            with torch.cuda.device(dev):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                t0 = time.perf_counter_ns()
+                step(inputs)
+                t1 = time.perf_counter_ns()
+                end.record(stream)
             end.synchronize()
             step_ms.append(start.elapsed_time(end))
         else:
@@ -165,10 +179,12 @@ def time_call(fn: Callable[[], T], device: str | torch.device = "cpu") -> tuple[
 def measure_capture_memory(
     capture: Callable[[], T], device: str | torch.device = "cuda"
 ) -> tuple[T, CaptureMemory | None]:
-    """``(capture(), CaptureMemory)`` from torch's allocator statistics around the call.
+    """``(capture(), CaptureMemory)``: free device memory and allocator statistics around it.
 
-    Resets the peak counters first. Returns ``None`` for the memory off CUDA, where there
-    is no graph pool to measure (use :func:`cgdispatch.estimate.graph_memory.estimate_graph_memory`).
+    Synchronises, resets the peak counters and reads the free memory before, runs the
+    capture, synchronises and reads again (vLLM's measure of graph memory, see
+    :class:`CaptureMemory`). Returns ``None`` for the memory off CUDA, where there is no
+    graph pool to measure (use :func:`cgdispatch.estimate.graph_memory.estimate_graph_memory`).
     """
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -179,15 +195,18 @@ def measure_capture_memory(
     reserved0 = torch.cuda.memory_reserved(dev)
     allocated0 = torch.cuda.memory_allocated(dev)
     private0 = _private_pool_bytes(dev)
+    free0, _ = torch.cuda.mem_get_info(dev)
     result = capture()
     torch.cuda.synchronize(dev)
+    free1, _ = torch.cuda.mem_get_info(dev)
     private = _private_pool_bytes(dev)
     memory = CaptureMemory(
         pool_bytes=torch.cuda.memory_reserved(dev) - reserved0,
         allocated_bytes=torch.cuda.memory_allocated(dev) - allocated0,
-        peak_allocated_bytes=torch.cuda.max_memory_allocated(dev),
-        peak_reserved_bytes=torch.cuda.max_memory_reserved(dev),
+        peak_allocated_bytes=torch.cuda.max_memory_allocated(dev) - allocated0,
+        peak_reserved_bytes=torch.cuda.max_memory_reserved(dev) - reserved0,
         private_pool_bytes=None if private is None or private0 is None else private - private0,
+        device_bytes=int(free0 - free1),
     )
     return result, memory
 

@@ -51,8 +51,10 @@ SWEEP_COLUMNS: dict[str, str] = {
     "capture_s": "wall time of capturing every key, warm-ups included",
     "graph_capture_s": "time inside graph capture only (sum over keys)",
     "pool_bytes": "graph-pool bytes: sum of what each graph capture reserved (CUDA; empty on CPU)",
-    "peak_allocated_bytes": "peak allocated bytes during the capture (CUDA; empty on CPU)",
-    "peak_reserved_bytes": "peak reserved bytes during the capture (CUDA; empty on CPU)",
+    "peak_allocated_bytes": "peak allocated bytes during the capture above those allocated "
+    "before it (weights and KV cache excluded; CUDA; empty on CPU)",
+    "peak_reserved_bytes": "peak reserved bytes during the capture above those reserved "
+    "before it (CUDA; empty on CPU)",
     "repeats": "timed runs per median",
     "warmup": "discarded runs before the timed ones",
     "input_sets": "random batches rotated through the timed runs",

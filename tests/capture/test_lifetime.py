@@ -120,6 +120,7 @@ def test_bad_output_lifetime_is_a_value_error():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_weak_outputs_shrink_the_pool_and_replays_stay_correct():
+    from cgdispatch.capture.cuda_backend import capture_stream
     from cgdispatch.measure.timing import measure_capture_memory
 
     model = build_toy_model(TINY.replace(num_slots=256), device="cuda")
@@ -128,9 +129,14 @@ def test_cuda_weak_outputs_shrink_the_pool_and_replays_stay_correct():
     held = {}
     for weak in (True, False):
         with GraphRunner(model, config, weak_outputs=weak) as runner:
-            with torch.no_grad():  # warm the default pool: capture's warm-ups stay in it
+            # warm up where the captures warm up (the process's capture stream): the blocks
+            # and cuBLAS workspace it makes there are reused by capture, not added to it
+            stream = capture_stream(runner.device)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.no_grad(), torch.cuda.stream(stream):
                 for n in (64, 128, 256):
                     model(*runner.make_mixed_batch(n, seed=n).tokens.cuda())
+            torch.cuda.current_stream().wait_stream(stream)
             _, memory = measure_capture_memory(lambda: runner.capture_all(progress=False))
             held[weak] = memory.allocated_bytes  # pool blocks still held after capture
             batch = runner.make_mixed_batch(100, seed=3)

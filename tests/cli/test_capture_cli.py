@@ -191,7 +191,11 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
     assert (pools["stand_in_MiB"] - pools["estimate_MiB"]).abs().max() < 1e-12
     weak, strong = (pools[pools["outputs"] == o].set_index("mode") for o in ("weak", "strong"))
     assert (weak["estimate_MiB"] < strong["estimate_MiB"]).all()
-    assert "graph pool per mode and outputs" in printed
+    assert "graph memory per mode and outputs" in printed
+    # the model's prediction beside the measures, from the same device model as the planner
+    assert (pools["predicted_MiB"] > 0).all() and pools["device_MiB"].isna().all()
+    checks = pd.read_csv(tmp_path / "check_checks.csv")
+    assert checks["ok"].all() and set(checks["check"]) == {"checked", "replay"}  # CPU rules
 
 
 def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):

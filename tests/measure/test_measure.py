@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import numpy as np
@@ -114,7 +115,7 @@ def test_cuda_branch_with_stand_in_events_and_allocator(monkeypatch: pytest.Monk
             self.is_end = Event.created % 2 == 1  # time_step makes (start, end) pairs
             Event.created += 1
 
-        def record(self) -> None:
+        def record(self, stream: object = None) -> None:
             self.t_ms = clock.now / 1e6 + (device_lag_ms if self.is_end else 0.0)
 
         def synchronize(self) -> None:
@@ -124,10 +125,13 @@ def test_cuda_branch_with_stand_in_events_and_allocator(monkeypatch: pytest.Monk
             return end.t_ms - self.t_ms
 
     counters = {"reserved": 10 << 20, "allocated": 4 << 20, "peak_alloc": 0, "peak_res": 0}
+    counters["free"] = 40 << 30
     fake_cuda = {
         "Event": Event, "synchronize": lambda *a: None, "reset_peak_memory_stats": lambda *a: None,
         "memory_reserved": lambda *a: counters["reserved"], "memory_allocated": lambda *a: counters["allocated"],
         "max_memory_allocated": lambda *a: counters["peak_alloc"], "max_memory_reserved": lambda *a: counters["peak_res"],
+        "mem_get_info": lambda *a: (counters["free"], 80 << 30), "current_stream": lambda *a: None,
+        "device": lambda *a: contextlib.nullcontext(),
     }  # fmt: skip
     for name, value in fake_cuda.items():
         monkeypatch.setattr(torch.cuda, name, value)
@@ -148,9 +152,66 @@ def test_cuda_branch_with_stand_in_events_and_allocator(monkeypatch: pytest.Monk
         counters["reserved"] += 6 << 20  # a new 6 MiB segment for the graph pool
         counters["allocated"] += 1 << 20  # the graph's outputs stay allocated
         counters["peak_alloc"], counters["peak_res"] = 9 << 20, 16 << 20
+        counters["free"] -= (6 << 20) + (3 << 20)  # the pool's segment + graph executables
         return "graph"
 
     result, memory = measure_capture_memory(capture, "cuda")
     assert result == "graph"
     assert (memory.pool_bytes, memory.allocated_bytes) == (6 << 20, 1 << 20)
-    assert (memory.peak_allocated_bytes, memory.peak_reserved_bytes) == (9 << 20, 16 << 20)
+    # peaks above what was held before the capture (4 MiB allocated, 10 MiB reserved)
+    assert (memory.peak_allocated_bytes, memory.peak_reserved_bytes) == (5 << 20, 6 << 20)
+    assert memory.device_bytes == 9 << 20
+
+
+def test_capture_memory_is_the_free_memory_drop_with_peaks_above_the_start(monkeypatch):
+    """On a fake GPU holding weights before the capture: the free-memory drop counts the
+    driver's graph memory the allocator cannot see, and the peaks exclude the weights."""
+    from fake_cuda import install
+
+    cuda = install(monkeypatch)
+    rng = np.random.default_rng()
+    mib = 1 << 20
+    weights, kv = (int(x) * mib for x in rng.integers(100, 1000, 2))
+    cuda.allocate(1, reserved=weights + kv, allocated=weights + kv)
+    segments = [int(x) * 2 * mib for x in rng.integers(1, 10, rng.integers(2, 6))]
+    driver = [int(x) * mib for x in rng.integers(1, 8, len(segments))]
+    transient = int(rng.integers(1, 50)) * mib  # a warm-up's activations, freed after
+
+    def capture() -> int:
+        cuda.allocate(1, reserved=0, allocated=transient)
+        cuda.allocate(1, reserved=0, allocated=-transient)
+        for seg, exe in zip(segments, driver):
+            cuda.allocate(1, reserved=seg, allocated=seg // 2, driver=exe)
+        return len(segments)
+
+    free_on_0 = cuda.free_bytes[0]
+    result, memory = measure_capture_memory(capture, "cuda:1")
+    assert result == len(segments) and cuda.free_bytes[0] == free_on_0
+    assert memory.device_bytes == sum(segments) + sum(driver)
+    assert memory.pool_bytes == sum(segments)
+    assert memory.allocated_bytes == sum(s // 2 for s in segments)
+    assert memory.peak_reserved_bytes == sum(segments)
+    assert memory.peak_allocated_bytes == max(transient, sum(s // 2 for s in segments))
+    reads = {i for name, i in cuda.calls if name in ("mem_get_info", "synchronize")}
+    assert reads == {1}  # the model's device, not the current one (0)
+
+
+def test_cuda_step_events_are_recorded_on_the_steps_device(monkeypatch):
+    from fake_cuda import install
+
+    cuda = install(monkeypatch)
+    made = []
+    event_class = torch.cuda.Event
+
+    def event(enable_timing: bool = False):
+        made.append(event_class(enable_timing))
+        return made[-1]
+
+    monkeypatch.setattr(torch.cuda, "Event", event)
+    launched = []
+    timing = time_step(
+        lambda x: launched.append(cuda.on_thread()), [1, 2], warmup=1, repeats=3, device="cuda:1"
+    )
+    assert timing.device == "cuda:1" and len(made) == 6
+    assert {e.recorded for e in made} == {(1, cuda.default[1])}
+    assert launched[1:] == [(1, cuda.default[1])] * 3
