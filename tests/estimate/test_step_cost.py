@@ -113,3 +113,68 @@ def test_bad_steps_are_refused_with_the_rule(llama8b, kwargs, words):
     with pytest.raises(ValueError, match=None) as err:
         price_step(llama8b, **kwargs)
     assert words in str(err.value)
+
+
+def test_quantized_weights_are_priced_with_their_bytes():
+    """A decode of one token reads every weight once: int4 weights read a quarter of the
+    bf16 bytes, fp8 half; each GEMM row is the fitted formula on those bytes."""
+    from cgdispatch.estimate.kernel_model import gemm_us
+
+    bf16 = device_cost_model("llama-3.1-8b", "A100")
+    int4 = device_cost_model("llama-3.1-8b", "A100", weight_dtype="int4")
+    assert int4.weight_dtype == "int4" and bf16.weight_dtype == "bfloat16"
+    p16, p4 = bf16.pricer(), int4.pricer()
+    gemm = p16.kinds == 1
+    n = np.array([1.0])
+    rows16 = p16.kernel_rows(n, n, np.zeros(1))[0]
+    rows4 = p4.kernel_rows(n, n, np.zeros(1))[0]
+    prof = bf16.profile
+    expected = gemm_us(
+        prof.flops_at_zero[gemm] + prof.flops_per_token[gemm],
+        prof.bytes_at_zero[gemm] * 0.25 + prof.bytes_per_token[gemm],
+        1.0,
+        int4.spec,
+        p4.coeffs,
+    )
+    assert rows4[gemm] == pytest.approx(expected)
+    assert rows4[gemm].sum() < 0.5 * rows16[gemm].sum()
+    with pytest.raises(ValueError, match="weight_dtype='int3' is unknown"):
+        device_cost_model("llama-3.1-8b", "A100", weight_dtype="int3")
+
+
+def test_an_fp8_kv_cache_halves_what_decodes_read():
+    base = device_cost_model("llama-3.1-8b", "H100")
+    fp8 = device_cost_model("llama-3.1-8b", "H100", kv_cache_dtype="fp8")
+    assert fp8.attention.kv_bytes_per_token == base.attention.kv_bytes_per_token / 2
+    rng = np.random.default_rng()
+    content = StepContent.of(rng.integers(500, 9000, 48).tolist())
+    a, b = base.pricer().attention_us(content), fp8.pricer().attention_us(content)
+    kv = content.decode_kv_tokens * base.attention.kv_bytes_per_token / 2
+    eb = base.pricer().coeffs.decode["eb"]
+    assert a - b == pytest.approx(kv / (base.spec.bandwidth_bytes_per_s * eb) * 1e6)
+    with pytest.raises(ValueError, match="kv_cache_dtype='int8' is unknown"):
+        device_cost_model("llama-3.1-8b", "H100", kv_cache_dtype="int8")
+
+
+def test_routed_experts_read_the_weights_of_the_experts_reached():
+    """Qwen3-30B-A3B: 128 experts, 8 per token. One token reaches 8 experts; many tokens
+    reach (nearly) all 128: the expert GEMMs' weight bytes grow with the expected count."""
+    from cgdispatch.estimate.kernel_model import gemm_us
+
+    cm = device_cost_model("Qwen/Qwen3-30B-A3B", "H100")
+    pricer = cm.pricer()
+    assert cm.num_experts == 128
+    routed = (pricer.kinds == 1) & (pricer.top_k > 1)
+    assert routed.any() and set(pricer.top_k[routed]) == {8.0}
+    prof = cm.profile
+    for tokens in (1, int(np.random.default_rng().integers(2, 4000))):
+        active = 128 * (1 - (1 - 8 / 128) ** tokens)
+        rows = pricer.kernel_rows(np.array([tokens]), np.array([1]), np.zeros(1))[0]
+        expected = gemm_us(
+            prof.flops_at_zero[routed] + tokens * prof.flops_per_token[routed],
+            prof.bytes_at_zero[routed] * active + tokens * prof.bytes_per_token[routed],
+            tokens * 8 / active,
+            cm.spec,
+            pricer.coeffs,
+        )
+        assert rows[routed] == pytest.approx(expected)
