@@ -108,10 +108,16 @@ def verdict_lines(
             f"\u00b1{result.band:,.3g}{unit} band of model error and noise"
         )
     elif result.reason == "no measurable difference":
+        # a loss is said as one, never as a negative gain (issue 40)
+        change = (
+            f"the plan's {name} gain of {result.gain:+,.3g}{unit} is"
+            if result.gain >= 0
+            else f"the plan's {name} is worse by {-result.gain:,.3g}{unit},"
+        )
         head = (
             f"recommendation: no measurable difference: keep vLLM's default "
-            f"({default[graphs]} graphs): the plan's {name} gain of {result.gain:+,.3g}{unit} "
-            f"is inside the \u00b1{result.band:,.3g}{unit} band of model error and noise"
+            f"({default[graphs]} graphs): {change} inside the "
+            f"\u00b1{result.band:,.3g}{unit} band of model error and noise"
         )
     else:
         head = (

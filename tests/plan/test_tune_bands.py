@@ -119,3 +119,20 @@ def test_tune_judges_with_the_errors_of_its_device(device: str, expected: str) -
     errors = MODEL_ERRORS if expected == "fitted" else OTHER_GPU_ERRORS
     assert result.errors is errors
     assert result.band == pytest.approx(errors.capture * abs(result.gain), rel=1e-9)
+
+
+def test_a_loss_inside_the_band_is_said_as_worse_never_as_a_negative_gain():
+    import dataclasses
+
+    rng = np.random.default_rng()
+    config = GraphConfig(vllm_version="0.33", max_num_seqs=32, max_num_batched_tokens=512)
+    trace = make_trace(rng.choice([1, 2, 4, 8, 16], 600), uniform_decode=True)
+    result = tune(trace, config=config.resolve(), cost_model=MemoryAffine(), max_graphs=40)
+    loss = float(rng.uniform(0.01, 5.0))
+    worse = dataclasses.replace(result, gain=-loss, band=2 * loss)
+    head = verdict_lines(worse, model="m", device="d")[0]
+    assert f"is worse by {loss:,.3g} ms, inside the" in head and "gain of -" not in head
+    better = dataclasses.replace(result, gain=loss, band=2 * loss)
+    assert (
+        f"gain of +{loss:,.3g} ms is inside the" in verdict_lines(better, model="m", device="d")[0]
+    )
