@@ -25,6 +25,7 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cgdispatch.estimate.aic_data import aic_data_dir  # noqa: E402
 from cgdispatch.estimate.devices import DEVICE_PRESETS  # noqa: E402
 from cgdispatch.estimate.kernel_model import (  # noqa: E402
     KernelCoefficients,
@@ -39,17 +40,6 @@ FITTED = {"Hopper": ("h100_sxm", "0.24.0", "H100"), "Ampere": ("a100_sxm", "0.14
 HELD_OUT = {"H200": ("h200_sxm", "0.24.0", "Hopper")}
 OUT = ROOT / "cgdispatch" / "data" / "kernel_model.json"
 WEIGHT_US = 500.0  # kernels shorter than this weigh sqrt(t / WEIGHT_US) in the fit
-
-
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    import importlib.util
-
-    spec = importlib.util.find_spec("aiconfigurator_core")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("aiconfigurator_core is not installed: pass --data DIR (see module doc)")
-    return Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
 
 
 def load(root: Path, folder: str, version: str) -> dict[str, pd.DataFrame]:
@@ -180,7 +170,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--sample", type=int, default=6000, help="rows per op fitted (seeded)")
     args = parser.parse_args()
-    root = data_dir(args.data)
+    root = aic_data_dir(args.data)  # --data, CGDISPATCH_AIC_DATA or the installed package
     table: dict = {
         "source": (
             "fitted by scripts/fit_kernel_model.py on aiconfigurator-core 0.12.0 (NVIDIA, "

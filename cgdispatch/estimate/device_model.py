@@ -35,11 +35,11 @@ from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
 from .profiles import AttentionShape, LinearProfile, StepProfile
 from .startup import startup_source
 from .startup_pricing import GraphPricing, graph_pricing
-from .step_cost import StepPricer
+from .step_cost import WEIGHT_BYTES, StepPricer
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
-# bytes of one weight element per weight dtype a checkpoint may use
-WEIGHT_DTYPES = {"auto": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# the weight dtypes device_cost_model takes ("auto": the config's 16-bit dtype)
+WEIGHT_DTYPES = {"auto": 2.0, **WEIGHT_BYTES}
 
 __all__ = [
     "DeviceSpec",

@@ -44,7 +44,6 @@ __all__ = [
     "decode_attention_us",
     "prefill_attention_us",
     "allreduce_us",
-    "KERNEL_MODEL_SOURCE",
 ]
 
 
@@ -71,13 +70,6 @@ class KernelCoefficients:
 def _table() -> dict:
     with resources.files("cgdispatch.data").joinpath("kernel_model.json").open() as f:
         return json.load(f)
-
-
-def _source() -> str:
-    return _table()["source"]
-
-
-KERNEL_MODEL_SOURCE = "kernel times fitted on aiconfigurator-core 0.12.0 measurements"
 
 
 def kernel_coefficients(spec: DeviceSpec) -> KernelCoefficients:

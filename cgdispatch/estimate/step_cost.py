@@ -43,7 +43,7 @@ from .kernel_model import (
 )
 from .step_time import issue_items, kernel_times_us
 
-# bytes of one weight element (device_model.WEIGHT_DTYPES; repeated: no import cycle)
+# bytes of one weight element per weight dtype a checkpoint may use
 WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
 if TYPE_CHECKING:
