@@ -1,5 +1,5 @@
 """The `tune` decision as a dashboard: pick the model, device, tensor-parallel size, traffic,
-scheduler limits and vLLM generation, and the verdict (recommendation, deltas against
+scheduler limits, vLLM generation and a ``calibrate`` profile, and the verdict (recommendation, deltas against
 vLLM's default held out, the flags to paste) and the trade-off figure follow each change.
 
 ``make dashboard`` serves it alone as a Voila app (``notebooks/dashboard.ipynb``). Every
@@ -68,6 +68,7 @@ class TuneDashboard(Snapshot, w.VBox):
         num_requests: int = 1000,
         rate_per_s: float = 8.0,
         holdout: float = 0.5,
+        calibration: str | None = None,  # a `calibrate` profile's name or path
         draw: bool = True,
     ) -> None:
         super().__init__()
@@ -110,6 +111,11 @@ class TuneDashboard(Snapshot, w.VBox):
             description="vLLM",
             style=style,
         )
+        # tune --calibration: empty for the shipped models; read on Enter or leaving the box
+        self.calibration_box = w.Text(
+            value=calibration or "", description="calibration", continuous_update=False,
+            placeholder="calibrate profile (name or path); empty: shipped model", style=style,
+        )  # fmt: skip
         self.busy = w.HTML()
         self.verdict = w.HTML(layout=w.Layout(width="100%"))
         # hidden while it holds no figure: an empty Image shows a broken-image icon
@@ -120,9 +126,11 @@ class TuneDashboard(Snapshot, w.VBox):
             box.observe(self._on_change, names="value")
         self.version_box.observe(self._on_change, names="value")
         self.trace_box.observe(self._on_change, names="value")
+        self.calibration_box.observe(self._on_change, names="value")
         self.children = [
             w.HBox([self.model_box, self.device_box, self.tp_box, self.version_box]),
             w.HBox([self.trace_box, self.seqs_box, self.tokens_box]),
+            self.calibration_box,
             w.HTML(_STALE_CSS),
             self.busy,
             self.verdict,
@@ -217,6 +225,7 @@ class TuneDashboard(Snapshot, w.VBox):
             max_num_seqs=int(self.seqs_box.value),
             max_num_batched_tokens=int(self.tokens_box.value),
             holdout=self.holdout,
+            calibration=str(self.calibration_box.value).strip() or None,
         )
         return tune_for(settings)
 
@@ -238,6 +247,6 @@ def _entry_message(err: ValueError | OSError, traffic: str) -> str:
 
 def tune_dashboard(**settings: Any) -> TuneDashboard:
     """:class:`TuneDashboard` with ``settings`` (model, device, tensor_parallel_size, trace,
-    max_num_seqs, max_num_batched_tokens, vllm_version, num_requests, rate_per_s, holdout)
-    as its start."""
+    max_num_seqs, max_num_batched_tokens, vllm_version, num_requests, rate_per_s, holdout,
+    calibration) as its start."""
     return TuneDashboard(**settings)

@@ -230,3 +230,29 @@ def test_tp_on_a_toy_model_is_refused_and_a_model_change_resets_tp() -> None:
     assert dash.tp_box.value == 8 and dash.runs == runs + 1  # one recompute, not two
     assert shown(dash.verdict.value)["tensor-parallel-size"] == "8"
     assert "--tensor-parallel-size 8" in shown(dash.verdict.value)["flags"]
+
+
+def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch) -> None:
+    """A profile fitted by ``calibrate`` on real log excerpts, typed into the box: the verdict
+    says "calibrated on your logs"; an unknown profile shows its message, and emptying the
+    box brings the shipped model back."""
+    from pathlib import Path
+
+    from cgdispatch.__main__ import main
+
+    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path / "cache"))
+    logs = Path(__file__).resolve().parents[1] / "data" / "vllm_logs"
+    llama = sorted(str(p) for p in logs.glob("llama-3.1-8b-h100-tp1-*.log"))
+    profile = tmp_path / "mine.json"
+    assert main(["calibrate", *llama, "--device", "H100", "--out", str(profile)]) == 0
+    dash = tune_dashboard(
+        model="llama-3.1-8b", device="H100", trace="alpaca", num_requests=120, draw=False
+    )
+    assert "calibrated on your logs" not in dash.verdict.value
+    dash.calibration_box.value = str(profile)
+    assert dash.result is not None, dash.message.value
+    assert f"calibrated on your logs ({len(llama)} runs)" in html.unescape(dash.verdict.value)
+    dash.calibration_box.value = str(tmp_path / "nothing.json")
+    assert dash.result is None and "nothing.json" in dash.message.value
+    dash.calibration_box.value = ""
+    assert dash.result is not None and "calibrated on your logs" not in dash.verdict.value
