@@ -42,6 +42,7 @@ __all__ = [
     "kernel_coefficients",
     "gemm_us",
     "decode_attention_us",
+    "decode_rates",
     "prefill_attention_us",
     "allreduce_us",
 ]
@@ -113,6 +114,14 @@ def gemm_us(
     return c["t0_us"] + np.maximum(compute, memory) * 1e6
 
 
+def decode_rates(heads: float, spec: DeviceSpec, coeffs: KernelCoefficients) -> tuple[float, float]:
+    """``(us per KV byte, us per request)`` of decode attention: the formula's two slopes
+    (a replay prices each step with them in scalar arithmetic, :mod:`.step_cost`)."""
+    c = coeffs.decode
+    per_byte = 1e6 / (spec.bandwidth_bytes_per_s * c["eb"])
+    return per_byte, c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
+
+
 def decode_attention_us(
     kv_bytes: np.ndarray,
     num_decodes: np.ndarray,
@@ -122,12 +131,10 @@ def decode_attention_us(
 ) -> np.ndarray:
     """One layer's decode attention: ``num_decodes`` requests reading ``kv_bytes`` of KV
     cache in all (zero when there are no decodes; the launch is the caller's)."""
-    c = coeffs.decode
+    per_byte, per_request = decode_rates(heads, spec, coeffs)
     kv_bytes = np.asarray(kv_bytes, dtype=np.float64)
     n = np.asarray(num_decodes, dtype=np.float64)
-    work = kv_bytes / (spec.bandwidth_bytes_per_s * c["eb"]) * 1e6
-    per_request = c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
-    return np.where(n > 0, work + per_request * n, 0.0)
+    return np.where(n > 0, kv_bytes * per_byte + per_request * n, 0.0)
 
 
 def prefill_attention_us(

@@ -25,18 +25,15 @@ __all__ = ["MeasuredKernelPricer", "KERNEL_SOURCES", "check_measured_backend"]
 KERNEL_SOURCES = ("model", "aic")
 
 
-def check_measured_backend(model_name: str, device: str) -> str:
-    """The source label of measured kernels for ``model_name`` on ``device``, or ValueError
-    naming what is missing (the package, the GPU's tables, the model's config)."""
+def check_measured_backend(model_name: str, device: str) -> None:
+    """ValueError naming what is missing for measured kernels of ``model_name`` on
+    ``device``: the package (or its data folder), the GPU's tables, the model's config."""
     from .aic_data import aic_data_dir, gpu_folder
     from .aic_steps import aic_model
 
-    root = aic_data_dir()
-    folder = gpu_folder(device)
+    aic_data_dir()
+    gpu_folder(device)
     aic_model(model_name)  # a published config the measured tables can be read for
-    return (
-        f"kernels measured on {device} (aiconfigurator-core, {root.parent.parent.name}: {folder})"
-    )
 
 
 class MeasuredKernelPricer(StepPricer):

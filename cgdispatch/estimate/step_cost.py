@@ -37,6 +37,7 @@ from ..core.step_content import StepContent
 from .kernel_model import (
     allreduce_us,
     decode_attention_us,
+    decode_rates,
     gemm_us,
     kernel_coefficients,
     prefill_attention_us,
@@ -117,6 +118,9 @@ class StepPricer:
         self.num_layers = int((self.kinds == _ATTN).sum())
         self._lines: dict[tuple[CUDAGraphMode, int], tuple[np.ndarray, ...]] = {}
         self._heads: dict[int, float] = {}
+        self._per_kv_byte_us, self._per_decode_us = decode_rates(
+            shape.heads, self.spec, self.coeffs
+        )
 
     # ----- the two content-dependent terms ------------------------------------------------
     def attention_us(self, content: StepContent) -> float:
@@ -124,12 +128,9 @@ class StepPricer:
         c, s = self.coeffs, self.shape
         t = t0 = 0.0
         if content.decode_reqs:  # scalar arithmetic: the replay prices every step
-            dec = c.decode
             kv_bytes = content.decode_kv_tokens * s.kv_bytes_per_token
-            t = kv_bytes / (self.spec.bandwidth_bytes_per_s * dec["eb"]) * 1e6
-            per_request = dec["per_head_req_us"] * s.heads / 64.0 + dec.get("per_req_us", 0.0)
-            t += per_request * content.decode_reqs
-            t0 = dec["t0_us"]
+            t = kv_bytes * self._per_kv_byte_us + content.decode_reqs * self._per_decode_us
+            t0 = c.decode["t0_us"]
         if content.chunks:
             done, new = np.array(content.chunks, dtype=np.float64).T
             t += float(

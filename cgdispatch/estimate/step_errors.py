@@ -14,6 +14,7 @@ prints and what the step band of :mod:`~cgdispatch.estimate.uncertainty` is read
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,12 @@ def _content(row: pd.Series) -> StepContent:
 
 def priced_reference(path: str | Path = REFERENCE_STEPS) -> pd.DataFrame:
     """The measured steps with the built-in model's device work beside them (``model_ms``)
-    and the relative error ``error`` (model / measured - 1)."""
+    and the relative error ``error`` (model / measured - 1); a fresh copy each call."""
+    return _priced(Path(path)).copy()
+
+
+@functools.lru_cache(maxsize=4)
+def _priced(path: Path) -> pd.DataFrame:
     from .device_model import device_cost_model
 
     steps = pd.read_csv(path, comment="#")
