@@ -322,37 +322,12 @@ def device_cost_model(
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
-    from ..models.arch_spec import ARCHITECTURES
-    from ..models.config_json import is_config_source
-    from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
+    from ..models.published import PublishedModel
 
     tp = tensor_parallel_size
     if tp is not None:
         tp = check_int("tensor_parallel_size", tp, 1, MAX_PARALLEL)
-    if isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
-        model = published_model(model)  # hashable: the cache below keys on it
-    elif not isinstance(model, str):
-        raise ValueError(
-            f"model={model!r} is invalid: give a registry model's name, a Hugging Face id "
-            "with a published config, or a config.json path"
-        )
-    elif (
-        tp is not None
-        and model in ARCHITECTURES
-        and tp != ARCHITECTURES[model].tensor_parallel_size
-    ):
-        spec = ARCHITECTURES[model]
-        if not spec.published:
-            raise ValueError(
-                f"tensor_parallel_size={tp} is invalid for {model!r}: it has no published "
-                f"config to shard again; it runs at its own {spec.tensor_parallel_size}"
-            )
-        model = published_model(spec.published)
-    elif tp not in (None, 1) and model not in ARCHITECTURES:
-        raise ValueError(
-            f"tensor_parallel_size={tp} is invalid for {model!r}: only models with a "
-            "published config (registry models with one, Hugging Face ids, config.json) shard"
-        )
+    model = _sharded_model(model, tp)
     device_spec(device)  # before the cache hashes the arguments (a list cannot be)
     context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
     if weight_dtype not in WEIGHT_DTYPES:
@@ -378,6 +353,41 @@ def device_cost_model(
     name = model.model if isinstance(model, PublishedModel) else model
     check_measured_backend(name, device)
     return dataclasses.replace(built, kernel_source="aic", kernel_device=device)
+
+
+def _sharded_model(model: object, tp: int | None) -> object:
+    """The model to build at TP size ``tp``: a published config (hashable, for the cache)
+    where one exists or the size differs from a registry model's own; refused where a model
+    cannot shard."""
+    from ..models.arch_spec import ARCHITECTURES
+    from ..models.config_json import is_config_source
+    from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
+
+    if isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
+        model = published_model(model)  # hashable: the cache below keys on it
+    elif not isinstance(model, str):
+        raise ValueError(
+            f"model={model!r} is invalid: give a registry model's name, a Hugging Face id "
+            "with a published config, or a config.json path"
+        )
+    elif (
+        tp is not None
+        and model in ARCHITECTURES
+        and tp != ARCHITECTURES[model].tensor_parallel_size
+    ):
+        spec = ARCHITECTURES[model]
+        if not spec.published:
+            raise ValueError(
+                f"tensor_parallel_size={tp} is invalid for {model!r}: it has no published "
+                f"config to shard again; it runs at its own {spec.tensor_parallel_size}"
+            )
+        model = published_model(spec.published)
+    elif tp not in (None, 1) and model not in ARCHITECTURES:
+        raise ValueError(
+            f"tensor_parallel_size={tp} is invalid for {model!r}: only models with a "
+            "published config (registry models with one, Hugging Face ids, config.json) shard"
+        )
+    return model
 
 
 def _build(model: object, tensor_parallel_size: int | None = None) -> object:
