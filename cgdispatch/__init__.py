@@ -83,7 +83,7 @@ _LAZY: dict[str, str] = {
     "TuneResult": "plan.tune_result",
     "verdict_text": "views.tune_verdict",
     "verdict_lines": "views.tune_verdict",
-    "cached_cost_model": "views.model_cache",
+    "cached_cost_model": "estimate.device_model",
     "kv_bytes_per_token": "estimate.kv_bytes",
     "WhatIfResult": "plan.whatif",
     "CostModel": "plan.costs",
