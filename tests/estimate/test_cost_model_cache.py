@@ -89,7 +89,9 @@ def test_a_crafted_file_cannot_run_code(folder, tmp_path):
     device_cost_model("toy-tiny", "H100", context_len=16)
     (path,) = folder.glob("cost-model-*.json")
     marker = tmp_path / "ran"
-    inner = json.dumps({"dataclass": "subprocess:Popen", "fields": {"args": ["touch", str(marker)]}})
+    inner = json.dumps(
+        {"dataclass": "subprocess:Popen", "fields": {"args": ["touch", str(marker)]}}
+    )
     head = {"format": FORMAT, "kind": "DeviceCostModel",
             "sha256": hashlib.sha256(inner.encode()).hexdigest()}  # fmt: skip
     payload = (json.dumps(head) + "\n" + inner + "\n").encode()
