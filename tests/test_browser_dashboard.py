@@ -35,8 +35,8 @@ TIMEOUT_MS = 90_000
 def expected_verdict(max_num_seqs: int) -> Any:
     """``tune`` with the dashboard's defaults and ``max_num_seqs``, computed in this process."""
     from cgdispatch import GraphConfig, tune
-    from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
     from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
     from cgdispatch.workload.sources import workload_requests, workload_trace
 
     config = GraphConfig(

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from cgdispatch import GraphConfig, tune, tune_dashboard
-from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
 from cgdispatch.estimate.device_model import device_cost_model
+from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
 
