@@ -118,6 +118,8 @@ def enabled() -> bool:
 
 def _private_temp_folder() -> Path | None:
     """A folder under the temporary folder that only this uid owns and can enter, or None."""
+    if not hasattr(os, "getuid"):  # no uids to check ownership by: no shared folder
+        return None
     folder = Path(tempfile.gettempdir()) / f"cgdispatch-cache-{os.getuid()}"
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
@@ -151,7 +153,9 @@ def cache_dir() -> Path | None:
     if xdg and Path(xdg).is_absolute():
         return Path(xdg) / "cgdispatch"
     try:
-        return Path.home() / ".cache" / "cgdispatch"
+        home = Path.home()
+        if home.is_absolute():  # HOME="" would make it the working folder
+            return home / ".cache" / "cgdispatch"
     except (RuntimeError, KeyError, OSError):  # HOME unset and no passwd entry for this uid
         pass
     folder = _private_temp_folder()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -328,7 +329,11 @@ def device_cost_model(
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
 
-    source = cache.source_digest(model)  # a config.json by its resolved path and bytes
+    # a config.json file or folder by its resolved path and bytes; any other model by the
+    # value it resolves to below (a registry name, or the PublishedModel of a config)
+    source = cache.source_digest(model) if isinstance(model, (str, Path)) else ""
+    if source.startswith("value "):
+        source = ""
     tp = tensor_parallel_size
     if tp is not None:
         tp = check_int("tensor_parallel_size", tp, 1, MAX_PARALLEL)
