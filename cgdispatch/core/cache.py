@@ -259,11 +259,15 @@ def frame_parts(table: Any) -> list[Any]:
 
 
 class _Memory:
-    """A bounded least-recently-used map, safe across threads."""
+    """A least-recently-used map bounded by entries and, given ``weigh``, by bytes (an entry
+    heavier than the whole budget is not held); safe across threads."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+    def __init__(
+        self, size: int, max_bytes: int | None = None, weigh: Callable[[Any], int] | None = None
+    ) -> None:
+        self.size, self.max_bytes, self.weigh = size, max_bytes, weigh
+        self.items: collections.OrderedDict[Hashable, tuple[Any, int]] = collections.OrderedDict()
+        self.bytes = 0
         self.lock = threading.Lock()
 
     def get(self, key: Hashable) -> tuple[bool, Any]:
@@ -271,18 +275,26 @@ class _Memory:
             if key not in self.items:
                 return False, None
             self.items.move_to_end(key)
-            return True, self.items[key]
+            return True, self.items[key][0]
 
     def put(self, key: Hashable, value: Any) -> None:
+        weight = self.weigh(value) if self.weigh is not None else 0
+        if self.max_bytes is not None and weight > self.max_bytes:
+            return
         with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
+            if key in self.items:
+                self.bytes -= self.items.pop(key)[1]
+            self.items[key] = (value, weight)
+            self.bytes += weight
+            while len(self.items) > self.size or (
+                self.max_bytes is not None and self.bytes > self.max_bytes
+            ):
+                self.bytes -= self.items.popitem(last=False)[1][1]
 
     def clear(self) -> None:
         with self.lock:
             self.items.clear()
+            self.bytes = 0
 
 
 _memories: dict[str, _Memory] = {}
@@ -297,10 +309,12 @@ def clear_memory() -> None:
         function.cache_clear()  # type: ignore[attr-defined]
 
 
-def _memory(kind: str, size: int) -> _Memory:
+def _memory(
+    kind: str, size: int, max_bytes: int | None, weigh: Callable[[Any], int] | None
+) -> _Memory:
     with _lock:
         if kind not in _memories:
-            _memories[kind] = _Memory(size)
+            _memories[kind] = _Memory(size, max_bytes, weigh)
         return _memories[kind]
 
 
@@ -370,11 +384,12 @@ def cached(
     key: str,
     build: Callable[[], T],
     *,
-    encode: Callable[[T], bytes] | None = None,
+    encode: Callable[[T], bytes | None] | None = None,
     decode: Callable[[bytes], T] | None = None,
     suffix: str = "bin",
     memory: int = 16,
-    copy: Callable[[T], T] | None = None,
+    memory_bytes: int | None = None,
+    weigh: Callable[[T], int] | None = None,
 ) -> T:
     """``build()``'s result for ``key``: from memory, else from the disk folder, else built
     and kept in both. With caching off, ``build()`` every time.
@@ -382,41 +397,40 @@ def cached(
     ``kind`` names the files and the memory (``cost-model``, ``steps``); ``key`` is a
     :func:`digest` of everything the result depends on (the code fingerprint is added
     here). ``encode``/``decode`` turn the result into bytes and back (memory only without
-    them; ``encode`` returning None keeps that result in memory only); ``memory``: how many
-    results of this kind memory holds; ``copy``: applied to what memory hands out, for
-    results a caller may change."""
+    them; ``encode`` returning None keeps that result in memory only). Memory holds up to
+    ``memory`` results of this kind and, with ``weigh`` (a result's bytes), up to
+    ``memory_bytes``. What memory holds is handed to every caller: give immutable results
+    (frozen dataclasses, read-only arrays)."""
     _check_kind(kind)
     if not enabled():
         return build()
     key = digest(kind, key, code_fingerprint())
     folder = cache_dir()
-    store = _memory(kind, memory)
+    store = _memory(kind, memory, memory_bytes, weigh)
     found, value = store.get((str(folder), key))
     if found:
-        return copy(value) if copy is not None else value
+        return value
     path = None if folder is None or encode is None else folder / f"{kind}-{key[:32]}.{suffix}"
-    built: Any = None
     if path is not None and decode is not None:
         payload = _read(path, key)
         if payload is not None:
             try:
-                built = decode(payload)
+                stored = decode(payload)
             except Exception as e:  # noqa: BLE001 - any damage means rebuild
                 warn_user(f"cache file {path} is damaged ({e}): rebuilding it")
-                built = None
-            if built is not None:
-                store.put((str(folder), key), built)
-                return copy(built) if copy is not None else built
+            else:
+                store.put((str(folder), key), stored)
+                return stored
     built = build()
     if path is not None and encode is not None:
         try:
-            payload = encode(built)
+            raw = encode(built)
         except (TypeError, ValueError):
-            payload = None  # not storable (object arrays): memory only
-        if payload is not None:
-            _write(path, key, payload)
+            raw = None  # not storable: memory only
+        if raw is not None:
+            _write(path, key, raw)
     store.put((str(folder), key), built)
-    return copy(built) if copy is not None else built
+    return built
 
 
 def _arrays_bytes(arrays: Mapping[str, Any]) -> bytes | None:
@@ -433,27 +447,45 @@ def _bytes_arrays(payload: bytes) -> dict[str, Any]:
     import numpy as np
 
     with np.load(io.BytesIO(payload), allow_pickle=False) as f:
-        return {name: f[name] for name in f.files}
+        return _read_only({name: f[name] for name in f.files})
 
 
-def _copy_arrays(arrays: dict[str, Any]) -> dict[str, Any]:
-    return {name: a.copy() for name, a in arrays.items()}
+def _read_only(arrays: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    out = {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        a.flags.writeable = False  # shared by every caller that asks for this key
+        out[name] = a
+    return out
+
+
+def _nbytes(arrays: dict[str, Any]) -> int:
+    return sum(int(getattr(a, "nbytes", 0)) for a in arrays.values())
 
 
 def cached_arrays(
-    kind: str, key: str, build: Callable[[], dict[str, Any]], *, memory: int = 16
+    kind: str,
+    key: str,
+    build: Callable[[], dict[str, Any]],
+    *,
+    memory: int = 16,
+    memory_bytes: int = 256 << 20,
 ) -> dict[str, Any]:
-    """:func:`cached` for a dict of numpy arrays, stored as ``.npz`` read without pickles;
-    each caller gets its own copies."""
+    """:func:`cached` for a dict of numpy arrays, stored as ``.npz`` read without pickles.
+    The arrays are read-only (every caller gets the ones memory holds: copy to change
+    them); memory holds at most ``memory_bytes`` of this kind."""
     return cached(
         kind,
         key,
-        build,
+        lambda: _read_only(build()),
         encode=_arrays_bytes,
         decode=_bytes_arrays,
         suffix="npz",
         memory=memory,
-        copy=_copy_arrays,
+        memory_bytes=memory_bytes,
+        weigh=_nbytes,
     )
 
 

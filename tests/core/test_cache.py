@@ -63,7 +63,8 @@ def test_memory_then_disk_then_build(folder):
     cold = cache.cached_arrays("unit", key, build)
     assert build.calls == 1 and len(list(folder.glob("unit-*.npz"))) == 1
     _equal(cold, value)
-    cold["ints"][:] = 0  # a caller's change does not reach the cache
+    with pytest.raises(ValueError, match="read-only"):
+        cold["ints"][:] = 0  # shared arrays: a caller cannot change what others get
     warm = cache.cached_arrays("unit", key, build)
     assert build.calls == 1
     _equal(warm, value)
@@ -78,6 +79,30 @@ def test_memory_then_disk_then_build(folder):
     assert build.calls == 1
     cache.cached_arrays("unit", cache.digest(key, "other"), build)  # another key builds
     assert build.calls == 2
+
+
+def test_memory_holds_at_most_its_bytes(folder):
+    rng = np.random.default_rng()
+    n = int(rng.integers(1000, 5000))
+    builds = {i: Builder({"a": rng.normal(size=n)}) for i in range(4)}
+    budget = 2 * n * 8 + 100  # two of these results
+
+    def ask(i: int) -> dict[str, np.ndarray]:
+        return cache.cached_arrays("weigh", f"k{i}", builds[i], memory_bytes=budget)
+
+    for i in range(4):
+        ask(i)
+    for path in folder.glob("weigh-*.npz"):
+        path.unlink()  # from now on only memory (or a build) can answer
+    for i in (2, 3, 0):  # the last two stayed; the first was evicted and is built again
+        _equal(ask(i), builds[i].value)
+    assert [builds[i].calls for i in range(4)] == [2, 1, 1, 1]
+    big = Builder({"a": rng.normal(size=4 * n)})  # heavier than the whole budget
+    cache.cached_arrays("weigh", "big", big, memory_bytes=budget)
+    for path in folder.glob("weigh-*.npz"):
+        path.unlink()
+    cache.cached_arrays("weigh", "big", big, memory_bytes=budget)
+    assert big.calls == 2
 
 
 def test_the_switch_turns_memory_and_disk_off(folder, monkeypatch):
