@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from small_models import small_config
 
 from cgdispatch.core import cache
 from cgdispatch.core.config import GraphConfig
@@ -19,7 +19,6 @@ from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
 from cgdispatch.estimate.startup import startup_for
 
-QWEN = Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json"
 SIZES = np.arange(1, 513)
 
 
@@ -31,22 +30,6 @@ def folder(tmp_path, monkeypatch):
     cache.clear_memory()
     yield tmp_path / "cache"
     cache.clear_memory()
-
-
-def _small_config(rng: np.random.Generator) -> dict:
-    """A small random decoder in Qwen2's config.json layout (built on meta in well under a
-    second)."""
-    cfg = json.loads(QWEN.read_text())
-    heads = int(rng.choice([4, 8]))
-    cfg.update(
-        num_hidden_layers=int(rng.integers(2, 9)),
-        num_attention_heads=heads,
-        num_key_value_heads=int(rng.choice([1, 2, 4])),
-        hidden_size=heads * 64,
-        intermediate_size=int(rng.integers(2, 9)) * 128,
-        vocab_size=int(rng.integers(1000, 4000)),
-    )
-    return cfg
 
 
 def _figures(model) -> np.ndarray:  # noqa: ANN001
@@ -112,7 +95,7 @@ def test_a_config_edited_in_place_gets_new_figures(folder, monkeypatch, tmp_path
     rng = np.random.default_rng()
     model_dir = tmp_path / "mdl"
     model_dir.mkdir()
-    cfg = _small_config(rng)
+    cfg = small_config(rng)
     config = GraphConfig(vllm_version="0.34", max_num_seqs=32).resolve()
     seen = []
     for layers in (cfg["num_hidden_layers"], cfg["num_hidden_layers"] * 2):
@@ -143,7 +126,7 @@ def test_one_relative_path_under_two_working_folders_is_two_models(folder, monke
     figures = []
     for name in ("one", "two"):
         (tmp_path / name / "mdl").mkdir(parents=True)
-        (tmp_path / name / "mdl" / "config.json").write_text(json.dumps(_small_config(rng)))
+        (tmp_path / name / "mdl" / "config.json").write_text(json.dumps(small_config(rng)))
     for name in ("one", "two"):
         monkeypatch.chdir(tmp_path / name)
         got = _figures(device_cost_model("mdl", "L40S"))

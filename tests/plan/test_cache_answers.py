@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from small_models import small_config
 
 from cgdispatch.core import cache
 from cgdispatch.core.config import GraphConfig
@@ -20,8 +21,6 @@ from cgdispatch.plan.ladder_latency import ladder_latency
 from cgdispatch.plan.tune import tune
 from cgdispatch.plan.whatif import evaluate
 from cgdispatch.workload.trace import simulate_steps
-
-QWEN = Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json"
 
 
 class MemoryAffine(AffineCostModel):
@@ -156,20 +155,6 @@ def test_tune_with_an_affine_model_equal_off_cold_and_warm(switch):
     assert switch.files("steps") and switch.files("latency")
 
 
-def _small_config(rng: np.random.Generator) -> dict:
-    cfg = json.loads(QWEN.read_text())
-    heads = int(rng.choice([4, 8]))
-    cfg.update(
-        num_hidden_layers=int(rng.integers(2, 7)),
-        num_attention_heads=heads,
-        num_key_value_heads=int(rng.choice([1, 2, 4])),
-        hidden_size=heads * 64,
-        intermediate_size=int(rng.integers(2, 9)) * 128,
-        vocab_size=int(rng.integers(1000, 4000)),
-    )
-    return cfg
-
-
 def test_tunes_verdict_equal_off_cold_and_warm_and_after_a_config_edit(switch, tmp_path):
     """The person's ``tune`` (tune_for: the real cost model and start-up estimate of a
     config.json folder) gives one verdict with caches off, cold and warm; after the config
@@ -180,7 +165,7 @@ def test_tunes_verdict_equal_off_cold_and_warm_and_after_a_config_edit(switch, t
     rng = np.random.default_rng()
     model_dir = tmp_path / "mdl"
     model_dir.mkdir()
-    cfg = _small_config(rng)
+    cfg = small_config(rng)
     settings = TuneSettings(
         model=str(model_dir),
         device=str(rng.choice(["H100", "A100", "L40S"])),
