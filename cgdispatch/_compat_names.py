@@ -66,7 +66,7 @@ COMPAT_NAMES: dict[str, str] = {
     "build_arch_model": "models.architectures",
     "build_hf_model": "models.hf.presets",
     "byom_conclusion": "views.conclusions",
-    "cached_cost_model": "views.model_cache",
+    "cached_cost_model": "estimate.device_model",
     "calibrate": "estimate.calibration",
     "calibrate_rows": "estimate.calibration",
     "calibration_figure": "views.calibration_figures",

@@ -35,8 +35,8 @@ TIMEOUT_MS = 90_000
 def expected_verdict(max_num_seqs: int) -> Any:
     """``tune`` with the dashboard's defaults and ``max_num_seqs``, computed in this process."""
     from cgdispatch import GraphConfig, tune
+    from cgdispatch.estimate.device_model import device_cost_model
     from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-    from cgdispatch.views.model_cache import cached_cost_model
     from cgdispatch.workload.sources import workload_requests, workload_trace
 
     config = GraphConfig(
@@ -49,7 +49,7 @@ def expected_verdict(max_num_seqs: int) -> Any:
     return tune(
         trace,
         config=config,
-        cost_model=cached_cost_model("llama-3.1-8b", "H200"),
+        cost_model=device_cost_model("llama-3.1-8b", "H200"),
         kv_bytes_per_token=kv_bytes_per_token("llama-3.1-8b"),
         trace_label=label,
         requests=workload_requests("sharegpt", num_requests=1000, rate_per_s=8.0),

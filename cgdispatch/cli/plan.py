@@ -84,10 +84,10 @@ def run_plan(args: argparse.Namespace) -> int:
     _check(args)
     import pandas as pd
 
+    from ..estimate.device_model import device_cost_model
     from ..models.registry import tensor_parallel_flag, tensor_parallel_size_for
     from ..plan.ladder_compare import compare, engine_ladders, export_plan, kinds_absent
     from ..plan.planner import plan_ladder
-    from ..views.model_cache import cached_cost_model
     from ..workload.scheduler import SchedulerLimits
     from ..workload.sources import split_holdout, workload_requests, workload_trace
     from ..workload.trace import check_step_budget
@@ -126,7 +126,7 @@ def run_plan(args: argparse.Namespace) -> int:
         check_step_budget(test, args.max_num_batched_tokens, f"--evaluate-on {args.evaluate_on}")
         evaluated_on = f"other trace: {other}"
     device = device_from_args(args)
-    cost_model = cached_cost_model(  # the disk cache tune reads too: ~4 s to build
+    cost_model = device_cost_model(  # the disk cache tune reads too: ~4 s to build
         args.model,
         device,
         context_len=args.context_len,

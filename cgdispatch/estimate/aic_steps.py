@@ -34,7 +34,6 @@ engine (within 2% on H100/H200, 5.2% on A100): ``docs/references_kernels.md``.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -43,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from ..core import cache
 from ..models.published import PublishedModel, published_model
 from .aic_data import AIC_DEVICE_FOLDERS
 from .aic_tables import AicTables, aic_tables
@@ -93,7 +93,7 @@ class StepBreakdown:
         return sum(asdict(self).values())
 
 
-@functools.lru_cache(maxsize=8)
+@cache.memo(maxsize=8)
 def _memory_op_constants(device: str, data_dir: Path) -> tuple[float, float]:
     """(effective bytes/s, fixed seconds) of aiconfigurator's memory-op formula."""
     spec = yaml.safe_load((data_dir.parent / f"{AIC_DEVICE_FOLDERS[device]}.yaml").read_text())[

@@ -21,20 +21,22 @@ measured sweep rows instead.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
+from .datafile import DataFileError, data_bytes, data_from_bytes
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
 from .profiles import AttentionShape, LinearProfile, StepProfile
 from .startup import startup_source
-from .startup_pricing import GraphPricing, graph_pricing
+from .startup_pricing import GraphPricing, StartupCoefficients, graph_pricing
 from .step_cost import WEIGHT_BYTES, StepPricer
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
@@ -50,6 +52,7 @@ __all__ = [
     "step_times_ms",
     "DeviceCostModel",
     "device_cost_model",
+    "cached_cost_model",
     "attention_shape",
 ]
 
@@ -324,6 +327,11 @@ def device_cost_model(
     """
     from ..models.published import PublishedModel
 
+    # a config.json file or folder by its resolved path and bytes; any other model by the
+    # value it resolves to below (a registry name, or the PublishedModel of a config)
+    source = cache.source_digest(model) if isinstance(model, (str, Path)) else ""
+    if source.startswith("value "):
+        source = ""
     tp = tensor_parallel_size
     if tp is not None:
         tp = check_int("tensor_parallel_size", tp, 1, MAX_PARALLEL)
@@ -338,9 +346,9 @@ def device_cost_model(
         raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or 'fp8'")
     if isinstance(model, PublishedModel):
         model.check_parallel(tp or 1, 1)
-        built = _device_cost_model(model, device, context_len, tp or 1)
+        built = _cached_cost_model(source, model, device, context_len, tp or 1)
     else:
-        built = _device_cost_model(model, device, context_len, None)
+        built = _cached_cost_model(source, model, device, context_len, None)
     built = built.with_dtypes(weight_dtype, kv_cache_dtype)
     if kernels == "model":
         return built
@@ -413,7 +421,49 @@ def _build(model: object, tensor_parallel_size: int | None = None) -> object:
     return net
 
 
-@functools.lru_cache(maxsize=16)
+# the name of older releases, when the disk cache was a module of its own: device_cost_model
+# is cached itself now (core.cache), so both names are one function
+cached_cost_model = device_cost_model
+
+
+# the classes a cached cost model may hold: nothing else is rebuilt from a cache file
+_STORED = (
+    DeviceCostModel, DeviceSpec, LinearProfile, MemoryLine, GraphPricing, AttentionShape,
+    StartupCoefficients,
+)  # fmt: skip
+
+
+def _cached_cost_model(
+    source: str,
+    model: object,
+    device: str | DeviceSpec,
+    context_len: int,
+    tensor_parallel_size: int | None,
+) -> DeviceCostModel:
+    """The cost model's one cache (memory, then disk: :mod:`cgdispatch.core.cache`), keyed
+    by the model's source (a config.json's resolved path and bytes), its parsed value, the
+    device's spec, the context length and the TP size. Building one traces the model on
+    fake tensors (about 10 s for an 8B model on two cores); a cached one needs no torch."""
+    key = cache.digest(
+        source, repr(model), repr(device_spec(device)), str(context_len), repr(tensor_parallel_size)
+    )
+    return cache.cached(
+        "cost-model",
+        key,
+        lambda: _device_cost_model(model, device, context_len, tensor_parallel_size),
+        encode=lambda built: data_bytes(built, kind="DeviceCostModel"),
+        decode=_decode_cost_model,
+        suffix="json",
+    )
+
+
+def _decode_cost_model(raw: bytes) -> DeviceCostModel:
+    built = data_from_bytes(raw, kind="DeviceCostModel", classes=_STORED)
+    if not isinstance(built, DeviceCostModel):
+        raise DataFileError(f"holds a {type(built).__name__}, not a DeviceCostModel")
+    return built
+
+
 def _device_cost_model(
     model: object, device: str | DeviceSpec, context_len: int, tensor_parallel_size: int | None
 ) -> DeviceCostModel:

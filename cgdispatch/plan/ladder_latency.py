@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
-from ..workload import result_cache
 from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
 from ..workload.request_table import check_requests
 from ..workload.scheduler import SchedulerLimits, default_step_time_ms
@@ -65,11 +65,11 @@ def ladder_latency(
 
     # vLLM's scheduler over azure-conv's held-out half takes about 7 s per ladder on two
     # cores (bench_trace_switch.py); the run is a pure function of this key
-    key = result_cache.request_key(
-        "ladder_latency", check_requests(requests), repr(limits), repr(config), str(seed),
+    key = cache.digest(
+        *cache.frame_parts(check_requests(requests)), repr(limits), repr(config), str(seed),
         *_price_table(cost_model, config),
     )  # fmt: skip
-    stored = result_cache.cached_arrays("latency", key, build)
+    stored = cache.cached_arrays("latency", key, build, memory=64)
     return {c: stored[c].item() for c in LATENCY_COLUMNS}
 
 

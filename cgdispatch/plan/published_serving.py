@@ -16,7 +16,6 @@ finish times, until they stop moving (the residual is reported). All simulated f
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -79,7 +78,6 @@ def oldest_release() -> str:
     return V1_RELEASE
 
 
-@functools.lru_cache(maxsize=16)
 def _cost_model(model: str, gpu: str, tensor_parallel_size: int) -> CostModel:
     return device_cost_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
 

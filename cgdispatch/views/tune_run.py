@@ -12,7 +12,7 @@ KV cache. It does not parse flags or draw: the CLI and the dashboard do.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.generation import default_release
 
@@ -60,14 +60,15 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     trace is simulated. Raises ValueError (``DoesNotFitError`` among them) for a setting
     that cannot run, naming it."""
     from ..core.config import GraphConfig
+    from ..estimate.device_model import device_cost_model
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
+    from ..estimate.startup import startup_for
     from ..estimate.uncertainty import errors_for
     from ..models.registry import tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
-    from .model_cache import cached_cost_model, cached_startup
     from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
@@ -85,12 +86,13 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     profile = None
     if s.calibration is not None:  # refused here when it is of another model, GPU or TP
         profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
-    startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
-        s.model,
-        s.device,
-        gpu_memory_utilization=s.gpu_memory_utilization,
-        tensor_parallel_size=tp_flag,
-        coefficients=None if profile is None else profile.coefficients(),
+    startup_options: dict[str, Any] = {}  # left out when not given: startup_for's defaults
+    if tp_flag is not None:
+        startup_options["tensor_parallel_size"] = tp_flag
+    if profile is not None:
+        startup_options["coefficients"] = profile.coefficients()
+    startup = startup_for(  # its stage profile (~5 s to build) comes from the cache
+        s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization, **startup_options
     )
     if profile is not None and startup is not None:
         startup = calibrated_startup(startup, profile)
@@ -100,7 +102,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
             where = f"{s.model} on {device_label(s.device)}, model estimate"
             check_requests_fit(requests, kv, where)
     # before simulating too: it refuses a TP size the model cannot take
-    cost_model = cached_cost_model(
+    cost_model = device_cost_model(
         s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
     )
     errors = None

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
@@ -144,9 +144,10 @@ class DispatchedStepTime:
         self.scale = float(getattr(cost_model, "step_scale", 1.0))
         # many (num_tokens, num_reqs) pad to one (mode, size): azure-conv's held-out replay
         # prices ~18k pairs at ~2.5k sizes, ~150 us a cost-model call (bench_trace_switch.py)
-        self._padded_ms = lru_cache(maxsize=cache_size)(self._padded_ms_uncached)
-        self._route = lru_cache(maxsize=cache_size)(self._route_uncached)
-        self._sized = lru_cache(maxsize=cache_size)(self._sized_uncached)
+        memo = cache.local_memo(maxsize=cache_size)  # none when caching is off
+        self._padded_ms = memo(self._padded_ms_uncached)
+        self._route = memo(self._route_uncached)
+        self._sized = memo(self._sized_uncached)
 
     def _padded_ms_uncached(self, mode: CUDAGraphMode, padded_tokens: int) -> float:
         ms = self.cost_model.step_time_ms(mode, np.asarray([padded_tokens]))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from . import result_cache
+from ..core import cache
 from .scheduler import (
     LORA_COLUMN,
     SchedulerLimits,
@@ -176,10 +176,8 @@ def simulate_steps(
         return pd.DataFrame(build(), columns=columns)
     # a long trace takes seconds to simulate (azure-conv: 1.7 s on two cores); its steps
     # are a pure function of this key
-    key = result_cache.request_key(
-        "simulate_steps", check_requests(requests), repr(limits), str(seed)
-    )
-    return pd.DataFrame(result_cache.cached_arrays("steps", key, build), columns=columns)
+    key = cache.digest(*cache.frame_parts(check_requests(requests)), repr(limits), str(seed))
+    return pd.DataFrame(cache.cached_arrays("steps", key, build), columns=columns)
 
 
 def step_histogram(trace: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ SMALL = ("--model", "toy-tiny", "--num-requests", "120", "--max-num-seqs", "32")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cost-cache"))
 
 
 def _one_token_requests(path, n=160, seed=0):
@@ -268,7 +268,7 @@ def test_a_latin1_file_name_prints_escaped(tmp_path):
     req.rename(columns={"arrival_s": "timestamp"}).to_csv(os.fsdecode(name), index=False)
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(repo),
-           "CGDISPATCH_CACHE": str(tmp_path / "cache")}  # fmt: skip
+           "CGDISPATCH_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
     argv = [sys.executable, "-m", "cgdispatch", "tune", *SMALL, "--trace", os.fsdecode(name)]
     done = subprocess.run(argv, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]

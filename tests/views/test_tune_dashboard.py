@@ -10,8 +10,8 @@ import re
 import pytest
 
 from cgdispatch import GraphConfig, tune, tune_dashboard
+from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.views.model_cache import cached_cost_model
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
 
@@ -29,7 +29,7 @@ def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
     return tune(
         steps,
         config=config,
-        cost_model=cached_cost_model("qwen2.5-7b", "H100"),
+        cost_model=device_cost_model("qwen2.5-7b", "H100"),
         kv_bytes_per_token=kv_bytes_per_token("qwen2.5-7b"),
         trace_label=label,
         requests=workload_requests(trace, num_requests=200, rate_per_s=8.0),
@@ -158,7 +158,7 @@ def test_a_config_json_and_a_listed_gpu_are_choices(tmp_path, monkeypatch) -> No
 
     from cgdispatch.estimate.devices import DEVICE_PRESETS
 
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path))
     path = str(Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json")
     dash = tune_dashboard(model=path, device="L40S", num_requests=100, draw=False)
     assert (
@@ -240,7 +240,7 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
 
     from cgdispatch.__main__ import main
 
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     logs = Path(__file__).resolve().parents[1] / "data" / "vllm_logs"
     llama = sorted(str(p) for p in logs.glob("llama-3.1-8b-h100-tp1-*.log"))
     profile = tmp_path / "mine.json"

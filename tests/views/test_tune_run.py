@@ -9,8 +9,9 @@ import random
 
 from cgdispatch import GraphConfig, tune, tune_dashboard
 from cgdispatch.__main__ import main
+from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.views.model_cache import cached_cost_model, cached_startup
+from cgdispatch.estimate.startup import startup_for
 from cgdispatch.views.tune_run import TuneSettings, tune_for
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
@@ -45,11 +46,11 @@ def _by_hand(s: TuneSettings):
     return tune(
         steps,
         config=config,
-        cost_model=cached_cost_model(s.model, s.device),
+        cost_model=device_cost_model(s.model, s.device),
         kv_bytes_per_token=kv_bytes_per_token(s.model),
         trace_label=label,
         requests=workload_requests(s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s),
-        startup=cached_startup(s.model, s.device),
+        startup=startup_for(s.model, s.device),
     )
 
 
