@@ -24,7 +24,7 @@ _LIVE = frozenset({"NEWEST", "VLLM_VERSIONS"})
 
 # The public API, one screen: name -> module that defines it (imported lazily: these
 # modules import torch or pandas). Everything else is importable from its subpackage; the
-# names public before this list was cut (_compat_names.py) still resolve as
+# names public before this list was cut (core/compat_names.py) still resolve as
 # ``cgdispatch.<name>``, so older snippets keep working, but are not listed here.
 _LAZY: dict[str, str] = {
     # dispatch exactly as vLLM (both generations)
@@ -88,7 +88,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        from ._compat_names import COMPAT_NAMES
+        from .core.compat_names import COMPAT_NAMES
 
         module = COMPAT_NAMES.get(name)
     if module is None:

@@ -19,7 +19,7 @@ def test_no_public_name_equals_a_submodule_name():
 
 
 def test_every_lazy_name_resolves_to_its_module_object():
-    from cgdispatch._compat_names import COMPAT_NAMES
+    from cgdispatch.core.compat_names import COMPAT_NAMES
 
     for name, module in {**cgdispatch._LAZY, **COMPAT_NAMES}.items():
         value = getattr(cgdispatch, name)

@@ -1,7 +1,7 @@
 """Every public name of cgdispatch 0.1 (before the layout moved into subpackages) still
 resolves as ``cgdispatch.<name>``, so README snippets, notebooks and users' code keep working;
 the public API proper (``__all__``) is one screen, every other name is importable from its
-subpackage (cgdispatch/_compat_names.py says where)."""
+subpackage (cgdispatch/core/compat_names.py says where)."""
 
 from __future__ import annotations
 
@@ -229,10 +229,10 @@ def test_every_public_name_still_resolves():
 
 def test_the_api_is_one_screen_and_every_other_name_has_a_home():
     """``__all__`` is short (issue 38: one screen, at most 50 names); a name outside it
-    resolves to the object of the module ``_compat_names`` gives as its home."""
+    resolves to the object of the module ``core.compat_names`` gives as its home."""
     import importlib
 
-    from cgdispatch._compat_names import COMPAT_NAMES
+    from cgdispatch.core.compat_names import COMPAT_NAMES
 
     assert len(cgdispatch.__all__) <= 50
     assert not set(COMPAT_NAMES) & set(cgdispatch.__all__)

@@ -1,4 +1,4 @@
-"""Names public before the API was cut to one screen (issue 38): each resolves as
+"""Names public before the API was cut to one screen: each resolves as
 ``cgdispatch.<name>`` for compatibility and is importable from the module named here,
 its home; new code imports it from there. Not part of ``cgdispatch.__all__``."""
 
