@@ -50,6 +50,8 @@ _LAZY: dict[str, str] = {
     "simulate_steps": "workload.trace",
     "SchedulerSimulator": "workload.scheduler",
     "SchedulerLimits": "workload.limits",
+    "scheduler_limits": "workload.limits",
+    "replay_scheduler": "workload.replay",
     "scheduler_rules": "workload.vllm_rules",
     "LatencyRun": "workload.latency",
     "request_latencies": "workload.latency",
