@@ -28,7 +28,7 @@ import pandas as pd
 from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
 from .exact_run import AcceptFn, ExactRun
-from .limits import SchedulerLimits
+from .limits import SchedulerLimits, scheduler_limits
 from .request_table import check_requests
 
 __all__ = ["replay_scheduler", "start_replay", "default_step_time_ms", "StepClock"]
@@ -63,11 +63,11 @@ def start_replay(
     with its per-request lists (``calls``, for oracle checks); otherwise steady decodes run in
     bulk, which gives the same steps and request times far faster."""
     if limits is None:
-        limits = SchedulerLimits()
+        limits = scheduler_limits()  # vLLM's defaults, the newest release
     elif not isinstance(limits, SchedulerLimits):
         raise ValueError(
             f"limits={limits!r} is not a SchedulerLimits: build one with "
-            "cgdispatch.SchedulerLimits(...) or cgdispatch.scheduler_limits(config)"
+            "cgdispatch.scheduler_limits(config, **settings) or cgdispatch.SchedulerLimits"
         )
     if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
         raise ValueError(f"seed={seed!r} is invalid: give a whole number >= 0")
