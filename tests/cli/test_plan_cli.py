@@ -200,7 +200,7 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
 
 
 def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_path, capsys):
-    from cgdispatch import GraphConfig
+    from cgdispatch import GraphConfig, SchedulerLimits
     from cgdispatch.plan.planner import plan_multiple_of
     from cgdispatch.workload.sources import workload_trace
 
@@ -213,7 +213,10 @@ def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_pa
     assert rows["planned"]["evaluated_on"].startswith("other trace: requests from req2.csv")
     # notebook 04 / dashboard path: workload_trace + plan_capture_sizes(config=...)
     config = GraphConfig(max_num_seqs=64, num_speculative_tokens=1).resolve()
-    trace, _ = workload_trace(path, max_num_seqs=64, num_speculative_tokens=1)
+    # the steps of vLLM 0.33's scheduler, the release the command was given
+    trace, _ = workload_trace(
+        path, max_num_seqs=64, num_speculative_tokens=1, limits=SchedulerLimits(vllm_version="0.33")
+    )
     assert plan_multiple_of(config) == 2
     assert rows["planned"]["sizes"] == plan_capture_sizes(trace, 6, config=config)
 
