@@ -8,8 +8,8 @@ process (imports included, as a user waits for it), for vLLM 0.33 and 0.34:
 * ``cold``: the cache on but empty (its files deleted first): the run computes and stores;
 * ``warm``: the same switch again, served from the cache.
 
-Also ``in-process warm``: the dashboard's path on a switch (``workload_trace``,
-``workload_requests``, ``tune``) timed inside one process whose imports are done, as the
+Also ``in-process warm``: the dashboard's path on a switch (``tune_for``: the trace
+replayed through vLLM's scheduler, the requests, ``tune``) timed inside one process whose imports are done, as the
 dashboard's kernel is. Every JSON answer must equal the ``off`` one (checked). The cache
 folder is a temporary one whose cost-model and start-up pickles are built by a small
 warm-up run first, so only the result cache differs between the rows.
@@ -35,20 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 IN_PROCESS = """
 import sys, time
-from cgdispatch.core.config import GraphConfig
-from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.plan.tune import tune
 from cgdispatch.views.model_cache import cached_cost_model, cached_startup
-from cgdispatch.workload.sources import workload_requests, workload_trace
+from cgdispatch.views.tune_run import TuneSettings, tune_for
 version = sys.argv[1]
-model = cached_cost_model("llama-3.1-8b", "H200")
-startup = cached_startup("llama-3.1-8b", "H200")
+cached_cost_model("llama-3.1-8b", "H200")
+cached_startup("llama-3.1-8b", "H200")
 start = time.perf_counter()
-config = GraphConfig(vllm_version=version).resolve()
-trace, label = workload_trace("azure-conv", num_requests=1000)
-requests = workload_requests("azure-conv", num_requests=1000)
-tune(trace, config=config, cost_model=model, kv_bytes_per_token=kv_bytes_per_token(
-    "llama-3.1-8b"), trace_label=label, requests=requests, startup=startup)
+tune_for(TuneSettings(trace="azure-conv", vllm_version=version))  # the dashboard's call
 print(time.perf_counter() - start)
 """
 
