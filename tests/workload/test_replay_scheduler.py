@@ -235,3 +235,23 @@ def _code(text: str) -> str:
     """``text`` without comments and docstrings' double-backquoted names."""
     text = re.sub(r"#.*", "", text)
     return re.sub(r"``[^`]*``", "", text)
+
+
+def test_workload_trace_replays_the_configs_release() -> None:
+    """What notebook 04, ``plan`` and ``tune`` read: a preset's requests through the replay of
+    the config's release (0.33 here and there), one ``scheduler_limits`` value."""
+    from cgdispatch import synthetic_requests, workload_trace
+
+    rng = np.random.default_rng()
+    version = str(rng.choice(list(VLLM_VERSIONS)))
+    config = GraphConfig(vllm_version=version, max_num_seqs=int(rng.integers(4, 64))).resolve()
+    seed = int(rng.integers(1 << 20))
+    trace, label = workload_trace("sharegpt", num_requests=80, rate_per_s=30.0, seed=seed,
+                                  limits=scheduler_limits(config, num_gpu_blocks=400))  # fmt: skip
+    requests = synthetic_requests(80, "sharegpt", rate_per_s=30.0, seed=seed)
+    limits = SchedulerLimits(vllm_version=version, max_num_seqs=config.max_num_seqs,
+                             max_num_batched_tokens=config.max_num_batched_tokens,
+                             num_gpu_blocks=400)  # fmt: skip
+    want = replay_scheduler(requests, limits)
+    pd.testing.assert_frame_equal(trace, want[list(trace.columns)], check_exact=True)
+    assert "vLLM's scheduler replayed" in label
