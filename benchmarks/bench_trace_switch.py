@@ -8,12 +8,12 @@ process (imports included, as a user waits for it), for vLLM 0.33 and 0.34:
   the result cache, and stores them;
 * ``warm``: the same switch again, served from the cache.
 
-Also ``in-process warm``: the dashboard's path on a switch (``workload_trace``,
-``workload_requests``, ``tune``) timed inside one process whose imports are done, as the
-dashboard's kernel is. Every JSON answer must equal the cold one (checked). The cache
-folder (``CGDISPATCH_CACHE_DIR``) is a temporary one whose cost model and stage profile are
-built by a small warm-up run first, so only the simulated results differ between the rows
-(``CGDISPATCH_CACHE=0`` would rebuild those models too on every run).
+Also ``in-process warm``: the dashboard's path on a switch (``tune_for``: the trace
+replayed through vLLM's scheduler, the requests, ``tune``) timed inside one process whose
+imports are done, as the dashboard's kernel is. Every JSON answer must equal the cold one
+(checked). The cache folder (``CGDISPATCH_CACHE_DIR``) is a temporary one whose cost model
+and stage profile are built by a small warm-up run first, so only the simulated results
+differ between the rows (``CGDISPATCH_CACHE=0`` would rebuild those models too on every run).
 
 Run: ``PYTHONPATH=. python benchmarks/bench_trace_switch.py [WARM_RUNS [SLOW_RUNS]]``: warm
 and in-process rows WARM_RUNS times (default 3), the cold row SLOW_RUNS times (default 1;
@@ -36,21 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 IN_PROCESS = """
 import sys, time
-from cgdispatch.core.config import GraphConfig
-from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.plan.tune import tune
 from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.startup import startup_for
-from cgdispatch.workload.sources import workload_requests, workload_trace
+from cgdispatch.views.tune_run import TuneSettings, tune_for
 version = sys.argv[1]
-model = device_cost_model("llama-3.1-8b", "H200")
-startup = startup_for("llama-3.1-8b", "H200")
+device_cost_model("llama-3.1-8b", "H200")
+startup_for("llama-3.1-8b", "H200")
 start = time.perf_counter()
-config = GraphConfig(vllm_version=version).resolve()
-trace, label = workload_trace("azure-conv", num_requests=1000)
-requests = workload_requests("azure-conv", num_requests=1000)
-tune(trace, config=config, cost_model=model, kv_bytes_per_token=kv_bytes_per_token(
-    "llama-3.1-8b"), trace_label=label, requests=requests, startup=startup)
+tune_for(TuneSettings(trace="azure-conv", vllm_version=version))  # the dashboard's call
 print(time.perf_counter() - start)
 """
 

@@ -47,6 +47,8 @@ _LAZY: dict[str, str] = {
     "split_holdout": "workload.sources",
     "make_trace": "workload.trace",
     "SchedulerLimits": "workload.limits",
+    "scheduler_limits": "workload.limits",
+    "replay_scheduler": "workload.replay",
     "simulate_steps": "workload.trace",
     "simulate_latencies": "workload.latency",
     "latency_summary": "workload.latency",

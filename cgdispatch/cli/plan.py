@@ -88,7 +88,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..models.registry import tensor_parallel_flag, tensor_parallel_size_for
     from ..plan.ladder_compare import compare, engine_ladders, export_plan, kinds_absent
     from ..plan.planner import plan_ladder
-    from ..workload.scheduler import SchedulerLimits
+    from ..workload.limits import scheduler_limits
     from ..workload.sources import split_holdout, workload_requests, workload_trace
     from ..workload.trace import check_step_budget
 
@@ -103,15 +103,14 @@ def run_plan(args: argparse.Namespace) -> int:
         tensor_parallel_size=tensor_parallel_size_for(args.model, args.tensor_parallel_size),
         sequence_parallel=args.sequence_parallel,
     ).resolve()
+    # the one value the planning trace and the latency replay obey
+    limits = scheduler_limits(config, num_gpu_blocks=args.num_gpu_blocks)
 
     def load(path: str) -> tuple[pd.DataFrame, str]:
         return workload_trace(
             path,
             seed=args.seed,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            num_speculative_tokens=args.num_speculative_tokens,
-            max_loras=args.max_loras,
+            limits=limits,
             progress=sys.stderr.isatty(),  # on stderr, so --json output stays clean
         )
 
@@ -153,14 +152,7 @@ def run_plan(args: argparse.Namespace) -> int:
             )
         latency = {
             "requests": requests,
-            "scheduler": SchedulerLimits(
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                num_speculative_tokens=args.num_speculative_tokens,
-                max_loras=args.max_loras or None,
-                vllm_version=args.vllm_version,
-                num_gpu_blocks=args.num_gpu_blocks,
-            ),
+            "scheduler": limits,
         }
     # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
     plan_on.attrs["step_kinds_known"] = trace.attrs.get("step_kinds_known", True)
@@ -273,7 +265,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--num-gpu-blocks", type=int, default=None,
-        help="KV-cache blocks for --latency (vLLM's num_gpu_blocks; default unlimited)",
+        help="KV-cache blocks of the replay of vLLM's scheduler, for the planning trace and "
+        "--latency (vLLM's num_gpu_blocks; default unlimited)",
     )  # fmt: skip
     plan.add_argument(
         "--vllm-version",

@@ -36,7 +36,7 @@ from ..workload.bench_traffic import (
     sharegpt_like_lengths,
 )
 from ..workload.latency import dispatched_step_time, simulate_latencies
-from ..workload.scheduler import SchedulerLimits
+from ..workload.limits import SchedulerLimits, scheduler_limits
 from .costs import CostModel
 from .published_runs import is_open_loop, offered_rate, published_serving_runs, serve_default_limits
 
@@ -106,10 +106,8 @@ def run_config(row: pd.Series, scheduler_release: str | None = None) -> GraphCon
 
 def run_limits(row: pd.Series, config: GraphConfig, num_gpu_blocks: int | None) -> SchedulerLimits:
     """The scheduler limits of a run: ``config``'s, its ``max_model_len``, KV blocks."""
-    return SchedulerLimits(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        vllm_version=config.vllm_version,
+    return scheduler_limits(
+        config,
         max_model_len=None if pd.isna(row["max_model_len"]) else int(row["max_model_len"]),
         num_gpu_blocks=num_gpu_blocks,
         async_scheduling=False,

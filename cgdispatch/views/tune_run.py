@@ -67,6 +67,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..estimate.uncertainty import errors_for
     from ..models.registry import tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
+    from ..workload.limits import kv_cache_blocks, scheduler_limits
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
     from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
@@ -96,11 +97,16 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     )
     if profile is not None and startup is not None:
         startup = calibrated_startup(startup, profile)
+    num_gpu_blocks = None  # no start-up estimate: an unlimited KV cache
     if startup is not None:  # a model that does not fit is refused here, before simulating
         kv = startup(config).kv_cache_tokens
         if requests is not None:
             where = f"{s.model} on {device_label(s.device)}, model estimate"
             check_requests_fit(requests, kv, where)
+        num_gpu_blocks = kv_cache_blocks(kv)
+    # the one value the planning trace obeys: the config's limits with vLLM's default ladder's
+    # KV cache, so the plan is made on the steps the judge replays for vLLM's default
+    limits = scheduler_limits(config, num_gpu_blocks=num_gpu_blocks)
     # before simulating too: it refuses a TP size the model cannot take
     cost_model = device_cost_model(
         s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
@@ -113,8 +119,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         num_requests=s.num_requests,
         rate_per_s=s.rate_per_s,
         seed=s.seed,
-        max_num_seqs=s.max_num_seqs,
-        max_num_batched_tokens=s.max_num_batched_tokens,
+        limits=limits,
         progress=progress,
     )
     return tune(

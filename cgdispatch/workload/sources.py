@@ -1,4 +1,4 @@
-"""Where a step trace comes from: a synthetic preset or a file, simulated the same way for
+"""Where a step trace comes from: a synthetic preset or a file, replayed the same way for
 every caller (``python -m cgdispatch plan``, notebook 04, the what-if dashboard), and how a
 trace is split into a planning part and a held-out part.
 """
@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .files import TIME_ORDERED, load_trace, shown_name
+from .limits import SchedulerLimits
 from .synthetic import LENGTH_PRESETS, synthetic_requests
 from .trace import simulate_steps
 
@@ -47,21 +48,26 @@ def workload_trace(
     num_requests: int = 300,
     rate_per_s: float = 8.0,
     seed: int = 0,
-    max_num_seqs: int = 256,
-    max_num_batched_tokens: int = 8192,
-    num_speculative_tokens: int = 0,
+    limits: SchedulerLimits | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    num_speculative_tokens: int | None = None,
     max_loras: int | None = None,
     progress: bool = False,
 ) -> tuple[pd.DataFrame, str]:
     """``(step trace, source label)`` for a synthetic length preset or a CSV file.
 
     A preset name (``"sharegpt"``, ``"alpaca"``) gives ``num_requests`` synthetic requests at
-    ``rate_per_s`` simulated through the scheduler model; a CSV of requests is simulated the
-    same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log) is used as is. The CLI's
-    ``plan`` and notebook 04 both read traces through this function. The label says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
+    ``rate_per_s`` run through the replay of vLLM's scheduler under ``limits`` (default: the
+    newest release's defaults; the keyword limits, when given, replace those fields); a CSV of
+    requests is replayed the same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log)
+    is used as is. The CLI's ``plan`` and ``tune``, the dashboards and notebook 04 read traces
+    through this function. The label says which (``synthetic ...`` / ``... replayed from
+    <file>`` / ``steps from <file>``).
     """
     workload = trace_path(workload)
-    limits = {
+    settings = {
+        "limits": limits,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "num_speculative_tokens": num_speculative_tokens,
@@ -70,10 +76,10 @@ def workload_trace(
     }
     if isinstance(workload, str) and workload in LENGTH_PRESETS:
         requests = synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
-        trace = simulate_steps(requests, seed=seed, **limits)
+        trace = simulate_steps(requests, seed=seed, **settings)
         label = (
             f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
-            f"seed {seed}; scheduler simulated)"
+            f"seed {seed}; vLLM's scheduler replayed)"
         )
         return trace, label
     path = Path(workload)
@@ -90,9 +96,8 @@ def workload_trace(
     kind, table = load_trace(path, progress=progress)
     name = "stdin" if str(path) == "-" else shown_name(path.name)
     if kind == "requests":
-        return simulate_steps(
-            table, seed=seed, **limits
-        ), f"requests from {name}, scheduler simulated"
+        trace = simulate_steps(table, seed=seed, **settings)
+        return trace, f"requests from {name}, vLLM's scheduler replayed"
     return table, f"steps from {name}"
 
 

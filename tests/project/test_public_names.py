@@ -60,6 +60,8 @@ PUBLIC_NAMES = [
     "SWEEP_PRESETS",
     "SchedulerLimits",
     "SchedulerSimulator",
+    "replay_scheduler",
+    "scheduler_limits",
     "StartupCoefficients",
     "StartupCosts",
     "StartupEstimate",

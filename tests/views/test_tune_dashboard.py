@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from cgdispatch import GraphConfig, tune, tune_dashboard
+from cgdispatch import GraphConfig, SchedulerLimits, tune, tune_dashboard
 from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
+from cgdispatch.estimate.startup import startup_for
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
 
@@ -23,9 +24,15 @@ def shown(widget_html: str) -> dict[str, str]:
 def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
     config = GraphConfig(vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     config = config.resolve()
-    steps, label = workload_trace(
-        trace, num_requests=200, rate_per_s=8.0, max_num_seqs=seqs, max_num_batched_tokens=tokens
-    )
+    # the dashboard plans on vLLM's scheduler of the release with the default ladder's KV
+    # cache (whole 16-token blocks plus the null block) from the start-up estimate
+    startup = startup_for("qwen2.5-7b", "H100")
+    blocks = int(startup(config).kv_cache_tokens // 16) + 1
+    limits = SchedulerLimits(
+        vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+        num_gpu_blocks=blocks,
+    )  # fmt: skip
+    steps, label = workload_trace(trace, num_requests=200, rate_per_s=8.0, limits=limits)
     return tune(
         steps,
         config=config,
@@ -33,6 +40,7 @@ def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
         kv_bytes_per_token=kv_bytes_per_token("qwen2.5-7b"),
         trace_label=label,
         requests=workload_requests(trace, num_requests=200, rate_per_s=8.0),
+        startup=startup,
     )
 
 

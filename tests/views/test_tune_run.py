@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 
-from cgdispatch import GraphConfig, tune, tune_dashboard
+from cgdispatch import GraphConfig, SchedulerLimits, tune, tune_dashboard
 from cgdispatch.__main__ import main
 from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
@@ -36,12 +36,17 @@ def _by_hand(s: TuneSettings):
         max_num_seqs=s.max_num_seqs,
         max_num_batched_tokens=s.max_num_batched_tokens,
     ).resolve()
-    steps, label = workload_trace(
-        s.trace,
-        num_requests=s.num_requests,
-        rate_per_s=s.rate_per_s,
+    startup = startup_for(s.model, s.device)
+    # the planning trace: vLLM's scheduler of the release, with vLLM's default ladder's KV
+    # cache (whole 16-token blocks plus the null block)
+    limits = SchedulerLimits(
+        vllm_version=s.vllm_version,
         max_num_seqs=s.max_num_seqs,
         max_num_batched_tokens=s.max_num_batched_tokens,
+        num_gpu_blocks=int(startup(config).kv_cache_tokens // 16) + 1,
+    )
+    steps, label = workload_trace(
+        s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s, limits=limits
     )
     return tune(
         steps,
@@ -50,7 +55,7 @@ def _by_hand(s: TuneSettings):
         kv_bytes_per_token=kv_bytes_per_token(s.model),
         trace_label=label,
         requests=workload_requests(s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s),
-        startup=startup_for(s.model, s.device),
+        startup=startup,
     )
 
 
