@@ -223,7 +223,7 @@ def _one_line_error(message: str) -> NoReturn:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"

@@ -23,7 +23,7 @@ _MIB = 1 << 20
 def _check(args: argparse.Namespace) -> None:
     from ..models.registry import model_names
     from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     check_int_flags(args)
     for flag in ("memory_budget_mib", "capture_budget_s"):
@@ -100,7 +100,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
     from ..plan.tune_result import OBJECTIVES
     from ..workload.sources import PRODUCTION_TRACES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     tune = subparsers.add_parser(
         "tune",
