@@ -76,7 +76,13 @@ def request_key(kind: str, table: Any, *parts: str | bytes | np.ndarray) -> str:
     """The key of a result that is a pure function of a checked request table (every column,
     by name and values), ``parts`` and this package's code."""
     columns = [table[c].to_numpy() for c in table.columns]
-    return digest(kind, code_fingerprint(), *parts, *columns, *map(str, table.columns))
+    # a client's concurrency limit changes every arrival (workload.closed_loop)
+    limit = (
+        [f"max_concurrency={table.attrs['max_concurrency']}"]
+        if "max_concurrency" in table.attrs
+        else []
+    )
+    return digest(kind, code_fingerprint(), *parts, *columns, *map(str, table.columns), *limit)
 
 
 def _checksum(arrays: Arrays) -> str:
