@@ -40,6 +40,9 @@ def check_int_flags(args: argparse.Namespace) -> None:
         "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
         "max_loras": (0, v.MAX_LORAS),
         "tensor_parallel_size": (1, v.MAX_PARALLEL),
+        "max_model_len": (2, v.MAX_MODEL_LEN),
+        "max_concurrency": (1, v.MAX_REQUESTS),
+        "hash_block_size": (1, v.MAX_STEP_TOKENS),
     }
     for flag, (least, bound) in bounds.items():
         value = getattr(args, flag, None)

@@ -114,7 +114,8 @@ class ClosedLoop:
 
 def closed_loop_for(requests: pd.DataFrame) -> ClosedLoop | None:
     """The :class:`ClosedLoop` of a checked request table in the replay's row order (sorted
-    by arrival), or None when its arrivals are all fixed (no delayed turns, no limit)."""
+    by arrival), or None when its arrivals are all fixed (no delayed turns, no limit). A
+    turn whose previous turn is not in the table arrives at its ``arrival_s``."""
     limit = max_concurrency_of(requests)
     has_turns = "delay_s" in requests.columns and requests["delay_s"].notna().any()
     if limit is None and not has_turns:
@@ -129,12 +130,7 @@ def closed_loop_for(requests: pd.DataFrame) -> ClosedLoop | None:
         row_of = {(s, t): k for k, (s, t) in enumerate(zip(session, turn)) if s >= 0}
         for k in np.flatnonzero(~np.isnan(wait)):
             prev = row_of.get((int(session[k]), int(turn[k]) - 1))
-            if prev is None:
-                raise ValueError(
-                    f"request row {k}: turn {int(turn[k])} of session {int(session[k])} has a "
-                    "delay but its session has no previous turn to wait on: give the turns "
-                    "0, 1, ... of each session, or drop delay_s for that row"
-                )
-            after[k], delay[k] = prev, wait[k]
+            if prev is not None:  # else its previous turn is not in this table (a held-out
+                after[k], delay[k] = prev, wait[k]  # part, a rejected turn): its arrival_s
     due = requests["arrival_s"].to_numpy(np.float64)
     return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit)

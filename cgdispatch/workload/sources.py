@@ -75,6 +75,7 @@ def workload_trace(
     max_loras: int | None = None,
     progress: bool = False,
     hash_block_size: int = HASH_BLOCK_SIZE,
+    requests: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """``(step trace, source label)`` for a synthetic length preset or a CSV file.
 
@@ -84,7 +85,8 @@ def workload_trace(
     ``plan`` and notebook 04 both read traces through this function. The label says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
     A preset of :data:`~cgdispatch.workload.prefix_presets.PREFIX_PRESETS` and a
     mooncake_trace ``.jsonl`` file give requests with ``hash_ids`` (``hash_block_size``
-    tokens per id).
+    tokens per id). ``requests``: the workload's request table as the caller already has it
+    (e.g. without the requests vLLM would reject), simulated instead of a fresh read.
     """
     workload = trace_path(workload)
     limits = {
@@ -95,13 +97,14 @@ def workload_trace(
         "progress": progress,
     }
     if isinstance(workload, str) and workload in SYNTHETIC_NAMES:
-        requests = preset_requests(
-            workload,
-            num_requests=num_requests,
-            rate_per_s=rate_per_s,
-            seed=seed,
-            hash_block_size=hash_block_size,
-        )
+        if requests is None:
+            requests = preset_requests(
+                workload,
+                num_requests=num_requests,
+                rate_per_s=rate_per_s,
+                seed=seed,
+                hash_block_size=hash_block_size,
+            )
         trace = simulate_steps(requests, seed=seed, **limits)
         label = (
             f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
@@ -119,7 +122,10 @@ def workload_trace(
             f"a production trace ({sorted(PRODUCTION_TRACES)}) nor a file: give one of those "
             "names or the path of a requests/steps CSV"
         )
-    kind, table = load_trace(path, progress=progress, hash_block_size=hash_block_size)
+    if requests is not None:
+        kind, table = "requests", requests
+    else:
+        kind, table = load_trace(path, progress=progress, hash_block_size=hash_block_size)
     name = "stdin" if str(path) == "-" else shown_name(path.name)
     if kind == "requests":
         return simulate_steps(
