@@ -106,9 +106,9 @@ def parse_hash_ids(cell: object, where: str) -> list[int]:
     text = str(cell).strip()
     try:
         ids = json.loads(text) if text.startswith("[") else [int(t) for t in text.split()]
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ValueError(
-            f"{where}: found {text!r}, expected block ids as a JSON list ('[3, 4, 9]') or "
+            f"{where}: found {text[:80]!r}, expected block ids as a JSON list ('[3, 4, 9]') or "
             "separated by spaces ('3 4 9')"
         ) from None
     return ids

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cgdispatch.workload.files import load_requests, load_trace
 from cgdispatch.workload.mooncake import load_mooncake
@@ -202,3 +204,29 @@ def test_multi_turn_sessions_chain_their_turns():
         p, o = rows["prompt_tokens"].to_numpy(), rows["output_tokens"].to_numpy()
         assert (p[1:] > p[:-1] + o[:-1]).all()  # history plus a new text of >= 1 token
         assert rows["delay_s"].iloc[1:].notna().all() and math.isnan(rows["delay_s"].iloc[0])
+
+
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 10**20), st.floats(allow_nan=True),
+    st.text(max_size=4), st.lists(st.integers(-2, 10**20), max_size=5),
+    st.lists(st.lists(st.integers(0, 3), max_size=2), max_size=2),
+)  # fmt: skip
+FIELDS = ["timestamp", "input_length", "output_length", "hash_ids", "session_id", "delay"]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=st.lists(st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=6), max_size=6))
+def test_random_lines_give_requests_or_one_error_line(tmp_path, lines) -> None:
+    """Any JSON objects: a request table, or one ValueError naming the file."""
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    try:
+        req = load_mooncake(path, hash_block_size=2)
+    except ValueError as err:
+        text = " ".join(str(err).split())
+        assert str(path) in text and len(text) < 2000
+        return
+    assert len(req) == len(lines) and req["arrival_s"].min() == 0.0
+    assert (req["prompt_tokens"] >= 1).all() and (req["output_tokens"] >= 1).all()
