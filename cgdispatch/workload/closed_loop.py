@@ -13,7 +13,9 @@ request is due at its own time (``arrival_s``: the request rate's schedule, ``in
 all at 0) and then waits on an ``asyncio.Semaphore(max_concurrency)`` whose waiters are
 served first come, first served; a slot frees when a request's last token comes back. A
 turn with a delay is due ``delay_s`` after its session's previous turn finished, then waits
-for a slot likewise.
+for a slot likewise. A finish is known when its step's output is processed: sync, before the
+next schedule call; async, after it (the next step was scheduled at that same clock), so a
+request sent at that finish joins the call after. Its recorded arrival is the finish time.
 """
 
 from __future__ import annotations
