@@ -235,8 +235,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--trace",
         required=True,
-        help="CSV of requests or steps, a vLLM --cudagraph-metrics log, a synthetic preset "
-        f"({', '.join(LENGTH_PRESETS)}) or a shipped production trace "
+        help="requests or steps CSV, mooncake_trace .jsonl, --cudagraph-metrics log, "
+        f"preset ({', '.join(LENGTH_PRESETS)}) or production trace "
         f"({', '.join(PRODUCTION_TRACES)})",
     )
     plan.add_argument("--max-graphs", type=int, required=True, help="most capture sizes to plan")
