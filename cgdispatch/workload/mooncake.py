@@ -100,7 +100,9 @@ def check_hash_ids(ids: object, prompt_tokens: int, block: int, where: str) -> l
 
 def parse_hash_ids(cell: object, where: str) -> list[int]:
     """A CSV cell of block ids: a JSON list (``"[3, 4, 9]"``) or ids separated by spaces
-    (``"3 4 9"``); a blank cell is no ids."""
+    (``"3 4 9"``); a blank cell is no ids; a list or array (a DataFrame's cell) as it is."""
+    if isinstance(cell, (list, tuple, np.ndarray)):  # a DataFrame built in Python
+        return [i.item() if isinstance(i, np.generic) else i for i in cell]
     if cell is None or (isinstance(cell, float) and cell != cell):
         return []
     text = str(cell).strip()

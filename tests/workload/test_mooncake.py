@@ -150,6 +150,8 @@ def test_csv_hash_ids_json_or_spaces(tmp_path):
     frame.to_csv(tmp_path / "r.csv", index=False)
     kind, req = load_trace(tmp_path / "r.csv", hash_block_size=block)
     assert kind == "requests" and req["hash_ids"].tolist() == ids
+    as_lists = frame.assign(hash_ids=[np.asarray(i) if k % 2 else i for k, i in enumerate(ids)])
+    assert load_requests(as_lists, hash_block_size=block)["hash_ids"].tolist() == ids
     frame.loc[3, "hash_ids"] = "1 x"
     with pytest.raises(ValueError, match="row 4, column 'hash_ids': found '1 x'"):
         load_requests(frame, hash_block_size=block)
