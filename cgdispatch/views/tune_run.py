@@ -72,7 +72,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..models.registry import tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
     from ..workload.closed_loop import with_max_concurrency
-    from ..workload.model_len import config_max_model_len, served_requests, vllm_max_model_len
+    from ..workload.model_len import served_requests
     from ..workload.prefix_stats import prefix_hit_rate
     from ..workload.sources import workload_requests, workload_trace
     from .model_cache import cached_cost_model, cached_startup
@@ -112,7 +112,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     if startup is not None:  # a model that does not fit is refused here, before simulating
         kv = startup(config).kv_cache_tokens
     where = f"{s.model} on {device_label(s.device)}, model estimate"
-    max_model_len = _max_model_len(s, kv, where, config_max_model_len(s.model), vllm_max_model_len)
+    max_model_len = _max_model_len(s, kv, where)
     rejected = 0
     if requests is not None:  # vLLM rejects a prompt that reaches max_model_len
         requests, rejected = served_requests(requests, max_model_len, where)
@@ -158,12 +158,14 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     return replace(result, traffic=traffic)
 
 
-def _max_model_len(s: TuneSettings, kv: float | None, where: str, config_len, pick) -> int | None:
+def _max_model_len(s: TuneSettings, kv: float | None, where: str) -> int | None:
     """The ``max_model_len`` vLLM would run with: the one asked for, else vLLM's pick (the
-    config's length capped by the KV cache). ValueError for one asked for that the KV cache
-    cannot hold a request of: vLLM would refuse to start."""
+    config's length capped by the KV cache of ``kv`` tokens). ValueError for one asked for
+    that the KV cache cannot hold a request of: vLLM would refuse to start."""
+    from ..workload.model_len import config_max_model_len, vllm_max_model_len
+
     if s.max_model_len is None:
-        return pick(config_len, kv)
+        return vllm_max_model_len(config_max_model_len(s.model), kv)
     if kv is not None and s.max_model_len > kv:
         raise ValueError(
             f"--max-model-len {s.max_model_len:,}: one request of that length needs more KV "
