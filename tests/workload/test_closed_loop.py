@@ -168,3 +168,17 @@ def test_bad_concurrency_is_refused_and_orphan_turns_keep_their_time() -> None:
     limits = SchedulerLimits(vllm_version="0.34")
     got = _run(orphan, limits)[1]
     assert got["arrival_s"].tolist() == req["arrival_s"].tolist()
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "match"),
+    [("delay_s", -1.0, "delay_s=-1.0 is invalid"), ("delay_s", np.inf, "delay_s=inf is invalid"),
+     ("turn", -1, "turn=-1.0 is invalid"), ("session_id", 0.5, "session_id=0.5 is invalid")],
+)  # fmt: skip
+def test_bad_session_cells_name_their_row(column, value, match) -> None:
+    req = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [5, 6], "output_tokens": [3, 4],
+                        "session_id": [0, 0], "turn": [0, 1], "delay_s": [np.nan, 1.0]})  # fmt: skip
+    req[column] = req[column].astype(float)
+    req.loc[1, column] = value
+    with pytest.raises(ValueError, match=f"row 1: {match}"):
+        _run(req, SchedulerLimits(vllm_version="0.34"))
