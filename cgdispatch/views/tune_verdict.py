@@ -166,8 +166,9 @@ def traffic_note(result: TuneResult) -> str:
     if t.get("max_concurrency") is not None:
         parts.append(f"closed loop, at most {t['max_concurrency']} requests in flight")
     if t.get("rejected_requests"):
+        n = t["rejected_requests"]
         parts.append(
-            f"{t['rejected_requests']:,} requests rejected as vLLM would (prompt >= "
+            f"{n:,} request{'s' if n > 1 else ''} rejected as vLLM would (prompt >= "
             f"max_model_len {t['max_model_len']:,})"
         )
     if t.get("prefix_hit_rate") is not None:

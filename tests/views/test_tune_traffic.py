@@ -123,7 +123,8 @@ def test_a_mooncake_trace_tunes_with_its_rejections_and_hit_rate(tmp_path, capsy
     header = capsys.readouterr().out.split("\n")[1]
     assert f"prefix hit rate (trace): {100 * want:.1f}%" in header
     rejected = len(lines) - len(served)
-    assert (f"{rejected:,} requests rejected as vLLM would" in header) == (rejected > 0)
+    said = f"{rejected:,} request{'s' if rejected > 1 else ''} rejected as vLLM would"
+    assert (said in header) == (rejected > 0)
 
 
 def test_a_trace_vllm_would_reject_whole_is_one_error_line(tmp_path, capsys) -> None:
