@@ -40,6 +40,9 @@ def check_int_flags(args: argparse.Namespace) -> None:
         "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
         "max_loras": (0, v.MAX_LORAS),
         "tensor_parallel_size": (1, v.MAX_PARALLEL),
+        "max_model_len": (2, v.MAX_MODEL_LEN),
+        "max_concurrency": (1, v.MAX_REQUESTS),
+        "hash_block_size": (1, v.MAX_STEP_TOKENS),
     }
     for flag, (least, bound) in bounds.items():
         value = getattr(args, flag, None)
@@ -215,7 +218,7 @@ def _one_line_error(message: str) -> NoReturn:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
@@ -224,8 +227,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--trace",
         required=True,
-        help="CSV of requests or steps, a vLLM --cudagraph-metrics log, a synthetic preset "
-        f"({', '.join(LENGTH_PRESETS)}) or a shipped production trace "
+        help="requests or steps CSV, mooncake_trace .jsonl, --cudagraph-metrics log, "
+        f"preset ({', '.join(LENGTH_PRESETS)}) or production trace "
         f"({', '.join(PRODUCTION_TRACES)})",
     )
     plan.add_argument("--max-graphs", type=int, required=True, help="most capture sizes to plan")

@@ -223,7 +223,10 @@ def digest(*parts: str | bytes | Any) -> str:
 
             part = np.ascontiguousarray(part)
             h.update(f"array {part.dtype.str} {part.shape}".encode())
-            h.update(part.tobytes())
+            if part.dtype.hasobject:  # cells such as lists of hash ids: by value, not address
+                h.update(digest(*(repr(v) for v in part.ravel().tolist())).encode())
+            else:
+                h.update(part.tobytes())
             continue
         if not isinstance(part, (str, bytes)):
             part = repr(part)
@@ -251,8 +254,10 @@ def source_digest(source: object, *, inside: str = "config.json") -> str:
 
 
 def frame_parts(table: Any) -> list[Any]:
-    """A table (pandas DataFrame) as :func:`digest` parts: every column's name and values."""
-    return [*(table[c].to_numpy() for c in table.columns), *map(str, table.columns)]
+    """A table (pandas DataFrame) as :func:`digest` parts: every column's name and values,
+    and its ``attrs`` (a client's concurrency limit rides there: workload.closed_loop)."""
+    attrs = [f"{k}={v!r}" for k, v in sorted(table.attrs.items(), key=lambda kv: str(kv[0]))]
+    return [*(table[c].to_numpy() for c in table.columns), *map(str, table.columns), *attrs]
 
 
 # ----------------------------------------------------------------------------- memory

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 from cgdispatch import GraphConfig, SchedulerLimits, tune, tune_dashboard
 from cgdispatch.__main__ import main
@@ -48,15 +49,23 @@ def _by_hand(s: TuneSettings):
     steps, label = workload_trace(
         s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s, limits=limits
     )
-    return tune(
+    requests = workload_requests(s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s)
+    # vLLM's max_model_len: a registry model states no context length, so the KV cache's
+    # whole 16-token blocks; these presets' prompts are far shorter, none is rejected
+    max_model_len = int(startup(config).kv_cache_tokens // 16) * 16
+    assert (requests["prompt_tokens"] < max_model_len).all()
+    result = tune(
         steps,
         config=config,
         cost_model=device_cost_model(s.model, s.device),
         kv_bytes_per_token=kv_bytes_per_token(s.model),
         trace_label=label,
-        requests=workload_requests(s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s),
+        requests=requests,
         startup=startup,
     )
+    traffic = {"max_model_len": max_model_len, "rejected_requests": 0,
+               "prefix_hit_rate": None, "max_concurrency": None}  # fmt: skip
+    return replace(result, traffic=traffic)
 
 
 def test_the_cli_the_dashboard_and_a_hand_assembled_call_agree(capsys) -> None:
