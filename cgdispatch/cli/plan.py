@@ -40,6 +40,7 @@ def check_int_flags(args: argparse.Namespace) -> None:
         "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
         "max_loras": (0, v.MAX_LORAS),
         "tensor_parallel_size": (1, v.MAX_PARALLEL),
+        "replicas": (1, v.MAX_PARALLEL),
     }
     for flag, (least, bound) in bounds.items():
         value = getattr(args, flag, None)

@@ -86,9 +86,12 @@ def _holds(
     """Every replica's share of ``requests`` split ``replicas`` ways is sustainable."""
     assignment = split_for(requests, replicas, balance, config, cost_model, kv_blocks)
     for share in replica_shares(requests, assignment, replicas):
-        if len(share) and not ladder_sustainability(
-            config, share.reset_index(drop=True), cost_model, kv_blocks=kv_blocks
-        ).sustainable:
+        if (
+            len(share)
+            and not ladder_sustainability(
+                config, share.reset_index(drop=True), cost_model, kv_blocks=kv_blocks
+            ).sustainable
+        ):
             return False
     return True
 

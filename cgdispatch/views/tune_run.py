@@ -46,6 +46,8 @@ class TuneSettings:
     gpu_memory_utilization: float = 0.9  # vLLM's flag, for the KV-cache estimate
     objective: str | None = None  # None: p99-ttft with requests, step for a trace of steps
     calibration: str | None = None  # a calibrate profile's name or path: its factors and bands
+    replicas: int = 1  # identical replicas the arrivals are split across; one's share is tuned
+    balance: str = "round-robin"  # how (workload.replicas.BALANCES)
 
     def tp_flag(self) -> int | None:
         """The TP size as ``tune``'s flag: None at the model's own size (the same figures,
@@ -65,12 +67,14 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..estimate.uncertainty import errors_for
     from ..models.registry import tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
+    from ..workload.replicas import check_balance
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
     from .model_cache import cached_cost_model, cached_startup
     from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
+    check_balance(s.balance, s.replicas)  # before any work
     tp_flag = s.tp_flag()
     config = GraphConfig(
         vllm_version=s.vllm_version,
@@ -82,6 +86,12 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     requests = workload_requests(
         s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s, seed=s.seed
     )  # None for a file of steps: then no latency figures
+    if s.replicas > 1 and requests is None:
+        raise ValueError(
+            f"replicas={s.replicas}: traffic {s.trace!r} is a file of steps, which cannot be "
+            "split across replicas; give requests (a requests CSV, a preset or a production "
+            "trace), or 1 replica"
+        )
     profile = None
     if s.calibration is not None:  # refused here when it is of another model, GPU or TP
         profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
@@ -129,4 +139,6 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         startup=startup,
         objective=s.objective,
         errors=errors,
+        replicas=s.replicas,
+        balance=s.balance,
     )

@@ -166,7 +166,7 @@ def verdict_lines(
 
 
 def _fleet(result: TuneResult) -> str:
-    """"N replicas (--replicas N)", or that no fleet the search tried holds the traffic."""
+    """ "N replicas (--replicas N)", or that no fleet the search tried holds the traffic."""
     n = result.replicas_needed
     if n is None:
         from ..plan.overload import MAX_REPLICAS

@@ -115,7 +115,9 @@ def least_outstanding(arrival_s: np.ndarray, finish_s: np.ndarray, replicas: int
     return out
 
 
-def replica_shares(requests: pd.DataFrame, assignment: np.ndarray, replicas: int) -> list[pd.DataFrame]:
+def replica_shares(
+    requests: pd.DataFrame, assignment: np.ndarray, replicas: int
+) -> list[pd.DataFrame]:
     """Each replica's requests (rows kept in order, the caller's index kept)."""
     assignment = np.asarray(assignment)
     return [requests[assignment == r] for r in range(replicas)]
@@ -155,9 +157,9 @@ def split_requests(
         for share in replica_shares(table, assignment, replicas):
             if len(share):
                 times = replay(share)
-                in_system[share.index.to_numpy()] = (
-                    times["finish_s"].to_numpy(np.float64) - times["arrival_s"].to_numpy(np.float64)
-                )
+                in_system[share.index.to_numpy()] = times["finish_s"].to_numpy(np.float64) - times[
+                    "arrival_s"
+                ].to_numpy(np.float64)
         new = least_outstanding(arrival, arrival + in_system, replicas)
         if np.array_equal(new, assignment):
             break
