@@ -82,12 +82,34 @@ def test_verdict_is_short_and_labelled(tmp_path, capsys):
         (["--rate", "0"], "--rate=0"),
         (["--model", "gpt-9"], "--model 'gpt-9'"),
         (["--max-graphs", "0"], "--max-graphs=0"),
+        (["--replicas", "0"], "--replicas=0"),
     ],
 )
 def test_bad_flags_end_in_one_line(argv, needle, capsys):
     assert main(["tune", *argv]) == 2
     err = capsys.readouterr().err.strip().split("\n")
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_overload_is_the_first_line_and_replicas_give_a_per_replica_verdict(capsys):
+    """Traffic far above one replica: the first line says so with a replica count N;
+    ``--replicas N`` then tunes one replica's share, and its verdict says per replica."""
+    flood = (*SMALL, "--rate", "400", "--num-requests", "200", "--max-num-batched-tokens", "1024")
+    assert main(["tune", *flood]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert lines[0].startswith("overloaded: one replica cannot hold the held-out traffic")
+    assert len(lines) <= MAX_VERDICT_LINES and lines[-1].startswith("vllm serve ")
+    assert main(["tune", *flood, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    n = out["replicas_needed"]
+    assert out["overload"]["sustainable"] is False and f"--replicas {n}" in lines[0]
+    assert main(["tune", *flood, "--replicas", str(n), "--json"]) == 0
+    share = json.loads(capsys.readouterr().out)
+    assert share["replicas"] == n and share["balance"] == "round-robin"
+    assert f"of {n} (round-robin, the busiest)" in share["trace"]
+    with pytest.raises(SystemExit):  # argparse's choices: one line, exit status 2
+        main(["tune", *SMALL, "--balance", "random"])
+    assert "invalid choice: 'random'" in capsys.readouterr().err
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
