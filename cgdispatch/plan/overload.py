@@ -29,6 +29,7 @@ from ..workload.latency import dispatched_step_time, simulate_latencies
 from ..workload.replicas import replica_shares, split_requests
 from ..workload.scheduler import SchedulerLimits
 from ..workload.sustain import RATE_TOLERANCE, Sustainability
+from ..workload.trace import simulate_steps
 from .costs import CostModel
 from .gen2_ladder import Gen2Ladder
 from .ladder_compare import Ladder
@@ -39,6 +40,9 @@ __all__ = [
     "MIX_GAP",
     "replicas_needed",
     "split_for",
+    "busiest_share",
+    "offered_before",
+    "first_guess",
     "decode_share",
     "window_notes",
     "drops_decodes",
@@ -140,6 +144,47 @@ def replicas_needed(
         else:
             low = mid
     return high
+
+
+def busiest_share(
+    fleet: pd.DataFrame,
+    replicas: int,
+    balance: str,
+    config: GraphConfig,
+    default_cfg: GraphConfig,
+    cost_model: CostModel,
+    kv_blocks: KvBlocksFn | None,
+    trace_label: str,
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(steps, requests, label) of the busiest replica's share (the most prompt and output
+    tokens; ties: the lowest index) when ``fleet`` is split ``replicas`` ways by ``balance``."""
+    assignment = split_for(fleet, replicas, balance, default_cfg, cost_model, kv_blocks)
+    work = (fleet["prompt_tokens"] + fleet["output_tokens"]).to_numpy(dtype=np.float64)
+    which = int(np.argmax(np.bincount(assignment, weights=work, minlength=replicas)))
+    share = fleet[assignment == which].reset_index(drop=True)
+    trace = simulate_steps(
+        share,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        num_speculative_tokens=config.num_speculative_tokens,
+        max_loras=config.max_loras or None,
+    )
+    label = (
+        f"{trace_label}; per replica: replica {which + 1} of {replicas} ({balance}, the "
+        f"busiest), {len(share):,} of {len(fleet):,} requests"
+    )
+    return trace, share, label
+
+
+def offered_before(requests: pd.DataFrame, cut_s: float) -> float | None:
+    """Tokens a second the requests arriving before ``cut_s`` (the planning window) need
+    computed, as :mod:`~cgdispatch.workload.sustain` counts them; None without a span."""
+    first = requests[requests["arrival_s"].to_numpy() < cut_s]
+    span = float(cut_s - first["arrival_s"].min()) if len(first) else 0.0
+    if not span > 0:
+        return None
+    work = (first["prompt_tokens"] + first["output_tokens"] - 1).clip(lower=0).sum()
+    return float(work) / span
 
 
 def first_guess(held: Sustainability, replicas: int) -> int:

@@ -33,17 +33,18 @@ from ..core.config import GraphConfig
 from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
 from ..workload.replicas import check_balance
 from ..workload.sources import arrival_cut, split_holdout
-from ..workload.trace import check_step_budget, simulate_steps
+from ..workload.trace import check_step_budget
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan, kinds_absent
 from .ladder_latency import ladder_latency, ladder_sustainability
 from .overload import (
+    busiest_share,
     decode_share,
     drops_decodes,
     first_guess,
+    offered_before,
     replicas_needed,
-    split_for,
     window_notes,
     with_default_decodes,
 )
@@ -170,7 +171,7 @@ def tune(
     default_cfg = ladder_config(config, default_ladder)
     fleet = requests  # every replica's requests; ``requests`` becomes the tuned replica's
     if replicas > 1:
-        trace, requests, trace_label = _one_share(
+        trace, requests, trace_label = busiest_share(
             fleet, replicas, balance, config, default_cfg, cost_model,
             kv_blocks or _kv_blocks(startup, {"d": None if startup is None else startup(default_cfg)}),
             trace_label,
@@ -225,7 +226,7 @@ def tune(
                 guess=first_guess(overload, replicas),
             )  # fmt: skip
         notes += window_notes(
-            train, test, held=overload, planning_offered_tok_s=_offered_before(requests, cut_s)
+            train, test, held=overload, planning_offered_tok_s=offered_before(requests, cut_s)
         )
     elif requests is None:
         notes += window_notes(train, test)
@@ -428,47 +429,6 @@ def _held_out_requests(requests: pd.DataFrame, cut_s: float) -> pd.DataFrame:
     """The requests arriving from ``cut_s`` on (the held-out part), arrivals shifted to 0."""
     held = requests[requests["arrival_s"].to_numpy() >= cut_s].reset_index(drop=True)
     return held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
-
-
-def _one_share(
-    fleet: pd.DataFrame,
-    replicas: int,
-    balance: str,
-    config: GraphConfig,
-    default_cfg: GraphConfig,
-    cost_model: CostModel,
-    kv_blocks: Callable | None,
-    trace_label: str,
-) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """(steps, requests, label) of the busiest replica's share (the most prompt and output
-    tokens; ties: the lowest index) when ``fleet`` is split ``replicas`` ways by ``balance``."""
-    assignment = split_for(fleet, replicas, balance, default_cfg, cost_model, kv_blocks)
-    work = (fleet["prompt_tokens"] + fleet["output_tokens"]).to_numpy(dtype=np.float64)
-    which = int(np.argmax(np.bincount(assignment, weights=work, minlength=replicas)))
-    share = fleet[assignment == which].reset_index(drop=True)
-    trace = simulate_steps(
-        share,
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        num_speculative_tokens=config.num_speculative_tokens,
-        max_loras=config.max_loras or None,
-    )
-    label = (
-        f"{trace_label}; per replica: replica {which + 1} of {replicas} ({balance}, the "
-        f"busiest), {len(share):,} of {len(fleet):,} requests"
-    )
-    return trace, share, label
-
-
-def _offered_before(requests: pd.DataFrame, cut_s: float) -> float | None:
-    """Tokens a second the requests arriving before ``cut_s`` (the planning window) need
-    computed, as :mod:`~cgdispatch.workload.sustain` counts them; None without a span."""
-    first = requests[requests["arrival_s"].to_numpy() < cut_s]
-    span = float(cut_s - first["arrival_s"].min()) if len(first) else 0.0
-    if not span > 0:
-        return None
-    work = (first["prompt_tokens"] + first["output_tokens"] - 1).clip(lower=0).sum()
-    return float(work) / span
 
 
 def _with_latency(requests: pd.DataFrame, kv_blocks: Callable | None = None) -> ReplayFn:
