@@ -188,8 +188,8 @@ def overload_line(result: TuneResult) -> str:
     judged = (
         "no verdict on p99 TTFT"
         if result.reason == "overloaded"
-        else f"judged on {_NAMES.get(OBJECTIVES[result.objective][0], result.objective)}, "
-        "not on queueing"
+        else "a p99 TTFT verdict needs them or lower traffic: judged on "
+        f"{_NAMES.get(OBJECTIVES[result.objective][0], result.objective)}, not on queueing"
     )
     return (
         f"overloaded: {who} cannot hold the held-out traffic: waiting requests "
