@@ -212,9 +212,54 @@ def test_a_plan_made_on_prompts_only_keeps_decode_sizes(version):
     text = "\n".join(verdict_lines(result, model="m", device="d"))
     assert "planned on 0% decode steps, held out on 100%" in text
     assert "keeps vLLM's default ones" in text
-    for name in result.pareto:  # no printed ladder drops the decodes either
-        assert result.pareto[name]["num_graphs"] >= 1
     assert result.as_dict()["notes"] == list(result.notes)
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_the_smaller_plans_of_the_pareto_set_keep_decode_sizes_too(version):
+    """The 8-size plan the Pareto set weighs, made on prompts only, is priced held out with
+    vLLM's default decode sizes added: its figures are those of that ladder, not the bare one."""
+    from cgdispatch.plan.overload import with_default_decodes
+    from cgdispatch.plan.whatif import evaluate
+
+    rng = np.random.default_rng()
+    seqs = int(rng.integers(8, 48))
+    config = _config(version, seqs=seqs)
+    trace = _prompts_then_decodes(rng, seqs)
+    train, test = split_holdout(trace, 0.5)
+    result = tune(trace, config=config, cost_model=MODEL, max_graphs=12, budgets=(8,))
+    bare = plan_ladder(train, 8, config=config, objective="time", cost_model=MODEL)
+    kept = with_default_decodes(bare, engine_ladders(config)["vllm"], config)
+    want = evaluate(ladder_config(config, kept), test, MODEL).summary["mean_step_ms"]
+    naked = evaluate(ladder_config(config, bare), test, MODEL).summary["mean_step_ms"]
+    assert want < naked  # the decodes the bare plan leaves eager cost time
+    if "planned (8 sizes)" in result.pareto:
+        assert result.pareto["planned (8 sizes)"]["mean_step_ms"] == pytest.approx(want)
+    # either way, what tune compared is the ladder with decode sizes: it is never beaten by
+    # the bare one on mean step time, which would have put it in the set
+    assert all(f["mean_step_ms"] != pytest.approx(naked) for f in result.pareto.values())
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_decode_sizes_are_dropped_only_when_no_size_serves_a_decode(version):
+    from cgdispatch.plan.overload import drops_decodes, with_default_decodes
+
+    rng = np.random.default_rng()
+    seqs = int(rng.integers(4, 64))
+    config = _config(version, seqs=seqs, tokens=1024)
+    default = engine_ladders(config)["vllm"]
+    big = sorted({int(x) for x in rng.integers(seqs + 1, 1025, int(rng.integers(1, 6)))})
+    small = sorted({int(x) for x in rng.integers(1, seqs + 1, int(rng.integers(1, 4)))})
+    if isinstance(default, Gen2Ladder):
+        assert drops_decodes(Gen2Ladder(tuple(big + small), ()), config)
+        assert not drops_decodes(Gen2Ladder(tuple(big), tuple(small)), config)
+        kept = with_default_decodes(Gen2Ladder(tuple(big), ()), default, config)
+        assert kept.decode_request_sizes == default.decode_request_sizes
+    else:
+        assert drops_decodes(big, config) and not drops_decodes(big + small, config)
+        kept = with_default_decodes(big, default, config)
+        assert kept == sorted(set(big) | {s for s in default if s <= seqs})
+    assert not drops_decodes(kept, config)
 
 
 def test_overload_that_begins_after_the_cut_is_named():
