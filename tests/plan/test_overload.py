@@ -281,3 +281,29 @@ def test_overload_that_begins_after_the_cut_is_named():
     )
     assert offered <= (1 + RATE_TOLERANCE) * result.overload.served_tok_s
     assert f"overload begins after the cut: {offered:,.0f} tok/s offered" in " ".join(result.notes)
+
+
+def test_the_windows_differ_in_kind_when_their_decode_shares_are_far_apart():
+    from cgdispatch.plan.overload import MIX_GAP, window_notes
+
+    rng = np.random.default_rng()
+    for _ in range(20):
+        parts = []
+        for _ in range(2):
+            n = int(rng.integers(5, 200))
+            parts.append(
+                make_trace(rng.integers(1, 64, n), uniform_decode=rng.random(n) < rng.random())
+            )
+        train, test = parts
+        a, b = train["uniform_decode"].mean(), test["uniform_decode"].mean()
+        notes = window_notes(train, test)
+        if abs(a - b) >= MIX_GAP:
+            assert notes == [
+                f"the windows differ in kind: planned on {100 * a:.0f}% decode steps, "
+                f"held out on {100 * b:.0f}%"
+            ]
+        else:
+            assert notes == []
+    unknown = train.copy()
+    unknown.attrs["step_kinds_known"] = False  # a bare num_tokens column: kinds unknown
+    assert window_notes(unknown, test) == []
