@@ -157,3 +157,17 @@ def test_a_model_that_does_not_fit_is_an_error_not_a_serve_line(argv, needle, ca
     err = captured.err.strip().split("\n")
     assert "vllm serve" not in captured.out
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_replicas_of_a_file_of_steps_is_refused_naming_the_fix(tmp_path, capsys):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng()
+    n = int(rng.integers(50, 200))
+    path = tmp_path / "steps.csv"
+    pd.DataFrame({"num_tokens": rng.integers(1, 64, n), "num_reqs": 1,
+                  "uniform_decode": False}).to_csv(path, index=False)  # fmt: skip
+    assert main(["tune", *SMALL, "--trace", str(path), "--replicas", "2"]) == 2
+    err = capsys.readouterr().err.strip().split("\n")
+    assert len(err) == 1 and "replicas=2" in err[0] and "file of steps" in err[0]
