@@ -43,6 +43,7 @@ def check_int_flags(args: argparse.Namespace) -> None:
         "max_model_len": (2, v.MAX_MODEL_LEN),
         "max_concurrency": (1, v.MAX_REQUESTS),
         "hash_block_size": (1, v.MAX_STEP_TOKENS),
+        "replicas": (1, v.MAX_PARALLEL),
     }
     for flag, (least, bound) in bounds.items():
         value = getattr(args, flag, None)

@@ -81,6 +81,8 @@ def run_tune(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len,
         max_concurrency=args.max_concurrency,
         hash_block_size=args.hash_block_size,
+        replicas=args.replicas,
+        balance=args.balance,
     )
     result = tune_for(settings, progress=not args.json and sys.stderr.isatty())
     if args.json:
@@ -102,6 +104,7 @@ def _one_line_error(message: str) -> NoReturn:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
     from ..plan.tune_result import OBJECTIVES
+    from ..workload.replicas import BALANCES
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
@@ -209,6 +212,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=512,
         help="prompt tokens per hash id of a mooncake_trace or a hash_ids column (%(default)s)",
+    )
+    tune.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="identical vLLM replicas the arrivals are split across, as a load balancer "
+        "would; the busiest replica's share is tuned and the verdict is per replica "
+        "(default %(default)s)",
+    )
+    tune.add_argument(
+        "--balance",
+        choices=BALANCES,
+        default="round-robin",
+        help="how --replicas splits arrivals: round-robin (default), least-outstanding (the "
+        "replica with the fewest unfinished requests), prefix (a request goes to the replica "
+        "that served its first prefix block, hash_ids; round-robin without them)",
     )
     tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
     tune.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,5 +1,6 @@
 """The `tune` decision as a dashboard: pick the model, device, tensor-parallel size, traffic,
-scheduler limits, vLLM generation and a ``calibrate`` profile, and the verdict (recommendation, deltas against
+scheduler limits, vLLM generation, a ``calibrate`` profile and the replicas the traffic is
+split across (``tune --replicas``/``--balance``: the verdict is then one replica's), and the verdict (recommendation, deltas against
 vLLM's default held out, the flags to paste) and the trade-off figure follow each change.
 
 ``make dashboard`` serves it alone as a Voila app (``notebooks/dashboard.ipynb``). Every
@@ -33,6 +34,7 @@ from ..estimate.startup import DoesNotFitError
 from ..models.architectures import ARCHITECTURES
 from ..models.registry import tensor_parallel_size_for
 from ..plan.tune_result import TuneResult
+from ..workload.replicas import BALANCES
 from ..workload.sources import TRACE_NAMES
 from .explorer_handlers import message_html
 from .snapshots import Snapshot
@@ -69,6 +71,8 @@ class TuneDashboard(Snapshot, w.VBox):
         rate_per_s: float = 8.0,
         holdout: float = 0.5,
         calibration: str | None = None,  # a `calibrate` profile's name or path
+        replicas: int = 1,  # tune --replicas: the verdict is one replica's
+        balance: str = "round-robin",  # tune --balance
         draw: bool = True,
     ) -> None:
         super().__init__()
@@ -105,6 +109,11 @@ class TuneDashboard(Snapshot, w.VBox):
             description="tensor_parallel_size",
             style=style,
         )
+        # tune --replicas and --balance; unbounded too: 0 replicas is named, not clamped
+        self.replicas_box = w.IntText(value=replicas, description="replicas", style=style)
+        self.balance_box = w.Dropdown(
+            options=list(BALANCES), value=balance, description="balance", style=style
+        )
         self.version_box = w.ToggleButtons(
             options=list(reversed(GENERATIONS)),  # newest first
             value=check_version(vllm_version) or default_release(),  # None: the newest
@@ -122,7 +131,8 @@ class TuneDashboard(Snapshot, w.VBox):
         self.plot = w.Image(format="png", layout=w.Layout(max_width="1100px", display="none"))
         self.message = w.HTML()
         self.model_box.observe(self._on_model, names="value")
-        for box in (self.device_box, self.tp_box, self.seqs_box, self.tokens_box):
+        for box in (self.device_box, self.tp_box, self.seqs_box, self.tokens_box,
+                    self.replicas_box, self.balance_box):  # fmt: skip
             box.observe(self._on_change, names="value")
         self.version_box.observe(self._on_change, names="value")
         self.trace_box.observe(self._on_change, names="value")
@@ -130,6 +140,7 @@ class TuneDashboard(Snapshot, w.VBox):
         self.children = [
             w.HBox([self.model_box, self.device_box, self.tp_box, self.version_box]),
             w.HBox([self.trace_box, self.seqs_box, self.tokens_box]),
+            w.HBox([self.replicas_box, self.balance_box]),
             self.calibration_box,
             w.HTML(_STALE_CSS),
             self.busy,
@@ -195,6 +206,10 @@ class TuneDashboard(Snapshot, w.VBox):
             "tensor-parallel-size": result.config.tensor_parallel_size,
             "mean-step-pct": repr(float(d["mean_step_pct"])),
             "flags": result.flags,
+            "replicas": result.replicas,
+            "balance": result.balance,
+            "overloaded": result.overload is not None,
+            "replicas-needed": result.replicas_needed,
         }
         text = " ".join(f'data-{k}="{html.escape(str(v))}"' for k, v in attrs.items())
         body = html.escape("\n".join(lines))
@@ -226,6 +241,8 @@ class TuneDashboard(Snapshot, w.VBox):
             max_num_batched_tokens=int(self.tokens_box.value),
             holdout=self.holdout,
             calibration=str(self.calibration_box.value).strip() or None,
+            replicas=int(self.replicas_box.value),
+            balance=str(self.balance_box.value),
         )
         return tune_for(settings)
 
@@ -248,5 +265,5 @@ def _entry_message(err: ValueError | OSError, traffic: str) -> str:
 def tune_dashboard(**settings: Any) -> TuneDashboard:
     """:class:`TuneDashboard` with ``settings`` (model, device, tensor_parallel_size, trace,
     max_num_seqs, max_num_batched_tokens, vllm_version, num_requests, rate_per_s, holdout,
-    calibration) as its start."""
+    calibration, replicas, balance) as its start."""
     return TuneDashboard(**settings)

@@ -52,6 +52,8 @@ class TuneSettings:
     max_model_len: int | None = None
     max_concurrency: int | None = None  # a client's requests in flight (None: open loop)
     hash_block_size: int = 512  # prompt tokens per hash id of a mooncake_trace or hash_ids
+    replicas: int = 1  # identical replicas the arrivals are split across; one's share is tuned
+    balance: str = "round-robin"  # how (workload.replicas.BALANCES)
 
     def tp_flag(self) -> int | None:
         """The TP size as ``tune``'s flag: None at the model's own size (the same figures,
@@ -77,10 +79,12 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..workload.limits import kv_cache_blocks, scheduler_limits
     from ..workload.model_len import served_requests
     from ..workload.prefix_stats import prefix_hit_rate
+    from ..workload.replicas import check_balance
     from ..workload.sources import workload_requests, workload_trace
     from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
+    check_balance(s.balance, s.replicas)  # before any work
     tp_flag = s.tp_flag()
     config = GraphConfig(
         vllm_version=s.vllm_version,
@@ -98,6 +102,12 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     )  # None for a file of steps: then no latency figures
     if requests is not None and s.max_concurrency is not None:
         requests = with_max_concurrency(requests, s.max_concurrency)
+    if s.replicas > 1 and requests is None:
+        raise ValueError(
+            f"replicas={s.replicas}: traffic {s.trace!r} is a file of steps, which cannot be "
+            "split across replicas; give requests (a requests CSV, a preset or a production "
+            "trace), or 1 replica"
+        )
     profile = None
     if s.calibration is not None:  # refused here when it is of another model, GPU or TP
         profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
@@ -155,6 +165,8 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         startup=startup,
         objective=s.objective,
         errors=errors,
+        replicas=s.replicas,
+        balance=s.balance,
     )
     traffic = {
         "max_model_len": max_model_len,

@@ -18,6 +18,7 @@ __all__ = [
     "verdict_text",
     "delta_rows",
     "traffic_note",
+    "overload_line",
     "MAX_VERDICT_LINES",
 ]
 
@@ -57,7 +58,9 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str, str]]:
 
     def add(key: str, fmt, change: str) -> None:
         band = _rel(u.get(key))
-        if key == objective_key:
+        if key == "p99_ttft_ms" and result.overload is not None:
+            band = "queueing: not judged"
+        elif key == objective_key:
             band = f"\u00b1{result.band:,.3g}{_UNITS.get(key, '')} (judged)"
         rows.append((_NAMES.get(key, key), fmt(p[key]), fmt(d[key]), change, band))
 
@@ -107,7 +110,12 @@ def verdict_lines(
     unit = _UNITS.get(key, "")
     graphs = "num_captured_graphs" if "num_captured_graphs" in planned else "num_graphs"
     better = "lower" if lower else "higher"
-    if result.recommendation == "planned":
+    if result.reason == "overloaded":
+        head = (
+            f"recommendation: keep vLLM's default ({default[graphs]} graphs): no {name} "
+            f"verdict, it would measure the queue; it needs {_fleet(result)} or lower traffic"
+        )
+    elif result.recommendation == "planned":
         head = (
             f"recommendation: use the planned sizes ({planned[graphs]} graphs): {name} "
             f"{result.gain:,.3g}{unit} {better} than vLLM's default held out, outside the "
@@ -131,8 +139,12 @@ def verdict_lines(
             f"worse held out on {name} ({-result.gain:+,.3g}{unit}, band "
             f"\u00b1{result.band:,.3g}{unit})"
         )
-    lines = [
+    if result.replicas > 1:
+        head += f" (per replica, of {result.replicas})"
+    lines = [] if result.overload is None else [overload_line(result)]
+    lines += [
         head,
+        *([f"note: {'; '.join(result.notes)}"] if result.notes else []),
         f"{model} on {device}"
         + (
             f" x{cfg.tensor_parallel_size} (TP {cfg.tensor_parallel_size}, figures per GPU)"
@@ -154,8 +166,44 @@ def verdict_lines(
             + "): "
             + ", ".join(result.pareto)
         )
-    lines.append(f"vllm serve {serve_model or serve_name(model)} {result.flags}")
-    return lines[:MAX_VERDICT_LINES]
+    serve = f"vllm serve {serve_model or serve_name(model)} {result.flags}"
+    if len(lines) + 1 > MAX_VERDICT_LINES and result.pareto:  # the serve line stays
+        lines = [line for line in lines if not line.startswith("Pareto set")]
+    return [*lines[: MAX_VERDICT_LINES - 1], serve]
+
+
+def _fleet(result: TuneResult) -> str:
+    """ "N replicas (--replicas N)", or that no fleet the search tried holds the traffic."""
+    n = result.replicas_needed
+    if n is None:
+        from ..plan.overload import MAX_REPLICAS
+
+        return f"more than {MAX_REPLICAS} replicas with --balance {result.balance}"
+    return f"{n} replicas (--replicas {n})"
+
+
+def overload_line(result: TuneResult) -> str:
+    """The verdict's first line when one replica cannot hold the held-out traffic: the
+    waiting queue at the start and end of the window, offered and served tokens a second,
+    and the replicas that would hold it."""
+    o = result.overload
+    who = (
+        "one replica"
+        if result.replicas == 1
+        else f"one replica's share ({result.replicas} replicas, {result.balance})"
+    )
+    judged = (
+        "no verdict on p99 TTFT"
+        if result.reason == "overloaded"
+        else "a p99 TTFT verdict needs them or lower traffic: judged on "
+        f"{_NAMES.get(OBJECTIVES[result.objective][0], result.objective)}, not on queueing"
+    )
+    return (
+        f"overloaded: {who} cannot hold the held-out traffic: waiting requests "
+        f"{o.queue_start:,.0f} -> {o.queue_end:,.0f} from the start to the end of the "
+        f"{o.window_s:,.0f} s window, {o.offered_tok_s:,.0f} tok/s offered vs "
+        f"{o.served_tok_s:,.0f} served (model); {_fleet(result)} would hold it; {judged}"
+    )
 
 
 def traffic_note(result: TuneResult) -> str:

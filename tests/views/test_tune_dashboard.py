@@ -264,3 +264,34 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
     assert dash.result is None and "nothing.json" in dash.message.value
     dash.calibration_box.value = ""
     assert dash.result is not None and "calibrated on your logs" not in dash.verdict.value
+
+
+def test_the_replicas_and_balance_controls_are_tunes_flags() -> None:
+    """The replicas box and the balance dropdown are ``tune --replicas/--balance``: the
+    verdict is tune's for the busiest replica's share; 0 replicas is named, not clamped."""
+    from cgdispatch.views.tune_run import TuneSettings, tune_for
+
+    dash = tune_dashboard(
+        model="qwen2.5-7b", device="H100", trace="alpaca", max_num_seqs=32,
+        max_num_batched_tokens=1024, num_requests=200, draw=False,
+    )  # fmt: skip
+    for replicas, balance in ((2, "round-robin"), (3, "prefix"), (2, "least-outstanding")):
+        dash.replicas_box.value = replicas
+        dash.balance_box.value = balance
+        got = shown(dash.verdict.value)
+        assert got["replicas"] == str(replicas) and got["balance"] == balance
+        assert f"(per replica, of {replicas})" in html.unescape(dash.verdict.value)
+        assert dash.result is not None and dash.result.replicas == replicas
+        # the CLI's path with the same settings (it plans on vLLM's scheduler with the
+        # start-up's KV cache, as the dashboard does)
+        want = tune_for(TuneSettings(model="qwen2.5-7b", device="H100", trace="alpaca",
+                                     num_requests=200, max_num_seqs=32,
+                                     max_num_batched_tokens=1024, replicas=replicas,
+                                     balance=balance))  # fmt: skip
+        assert float(got["mean-step-pct"]) == pytest.approx(want.deltas["mean_step_pct"])
+        assert dash.result.trace_label.endswith(want.trace_label.split("; per replica: ")[1])
+    dash.replicas_box.value = 0
+    assert dash.replicas_box.value == 0 and dash.result is None
+    assert "replicas=0 is invalid" in html.unescape(dash.message.value)
+    dash.replicas_box.value = 1
+    assert "tune-verdict" in dash.verdict.value and shown(dash.verdict.value)["replicas"] == "1"
