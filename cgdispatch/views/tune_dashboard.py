@@ -42,8 +42,12 @@ from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]
 
-# the verdict's lines (the `vllm serve` one is ~300 characters) wrap instead of being clipped
-_VERDICT_STYLE = "font-family:monospace;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere"
+# the verdict's lines wrap at spaces, never mid-word (the `vllm serve` JSON, one long word,
+# scrolls); the line height is set here, or the widget's 28 px line height double-spaces it
+_VERDICT_STYLE = (
+    "font-family:monospace;font-size:12px;line-height:1.4;margin:0;white-space:pre-wrap;"
+    "overflow-wrap:normal;word-break:normal;overflow-x:auto"
+)
 _STALE_CSS = "<style>.cg-stale{opacity:0.4}</style>"  # the verdict while it is recomputed
 
 
