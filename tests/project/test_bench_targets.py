@@ -40,3 +40,19 @@ def test_a_benchmark_that_prints_a_verdict_exits_with_it(path: Path) -> None:
         return  # no target: nothing to miss
     assert re.search(r"raise SystemExit\(main\(\)\)|sys\.exit\(main\(\)\)|exit_code\(\)", source)
     assert "return 0\n" not in source.split("def main", 1)[-1]  # not a fixed success
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    sorted((BENCH.parent / "tests" / "data" / "vllm_oracle").glob("*.json")),
+    ids=lambda p: p.name,
+)
+def test_the_oracle_fixtures_hold_no_run_time(fixture: Path) -> None:
+    """``make oracle`` leaves the checkout clean: nothing in a fixture differs run to run."""
+    import json
+
+    doc = json.loads(fixture.read_text())
+    assert not {"seconds", "wall_s", "elapsed_s"} & set(doc)
+    for script in ("vllm_oracle.py", "vllm_sched_oracle.py"):
+        source = (BENCH.parent / "scripts" / script).read_text()
+        assert '"seconds":' not in source
