@@ -7,6 +7,8 @@ point of the plan and the default says its eager share (the long prefills no gra
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -63,7 +65,7 @@ def tradeoff_figure(result: TuneResult) -> Figure:
     name, unit = _JUDGED.get(column, (column, ""))
     judged = column == OBJECTIVES[result.objective][0]
     panels = [p for p in _PANELS if p[0] in held.columns]
-    fig = SourcedFigure(figsize=(3.3 * len(panels), 3.7), layout="constrained")
+    fig = SourcedFigure(figsize=(3.6 * len(panels), 3.9), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
     tables = [(held, True, "held out")]
     if column in in_sample.columns:
@@ -104,7 +106,7 @@ def tradeoff_figure(result: TuneResult) -> Figure:
     axes[0].yaxis.set_major_formatter(FuncFormatter(_formatter(unit, sign=True)))
     lower = OBJECTIVES[result.objective][1] if judged else True  # mean step: lower is better
     better = "lower" if lower else "higher"
-    axes[0].set_ylabel(f"\u0394 {name} vs vLLM's default ({better} is better)", fontsize=_TEXT_PT)
+    axes[0].set_ylabel(f"\u0394 {name} vs vLLM's default\n({better} is better)", fontsize=_TEXT_PT)
     handles, labels = axes[0].get_legend_handles_labels()
     unique = dict(zip(labels, handles))
     legend_outside(axes[-1], list(unique.values()), list(unique.keys()))
@@ -121,17 +123,24 @@ def tradeoff_figure(result: TuneResult) -> Figure:
 
 
 def _formatter(unit: str, sign: bool = False):
-    """Tick text in ``unit`` as a person writes it (no 1e8 offset text)."""
-    if unit == "bytes":
-        return lambda v, _pos: nbytes(v, sign=sign)
-    if unit in ("tokens", "tok/s"):
-        return lambda v, _pos: format_in(v, unit, sign=sign).removesuffix(f" {unit}")
-    return lambda v, _pos: format_in(v, unit, sign=sign)
+    """Tick text in ``unit`` as a person writes it (no 1e8 offset text, no trailing zeros:
+    ``+0.08 ms``, ``1.5 s``)."""
+
+    def tick(value: float, _pos: int) -> str:
+        text = nbytes(value, sign=sign) if unit == "bytes" else format_in(value, unit, sign=sign)
+        text = _TRAILING_ZEROS.sub(r"\1", text).replace(". ", " ").removesuffix(".")
+        return text.removesuffix(f" {unit}" if "tok" in unit else "")
+
+    return tick
+
+
+_TRAILING_ZEROS = re.compile(r"(\.\d*?)0+(?=\s|$)")
 
 
 # where a point's label may go, in points from the point: right-above first, then around it
 _OFFSETS = [(5, 4), (5, -12), (-5, 4), (-5, -12), (5, 14), (-5, 14), (5, -22), (-5, -22),
-            (5, 24), (-5, 24), (5, -32), (-5, -32)]  # fmt: skip
+            (5, 24), (-5, 24), (5, -32), (-5, -32), (5, 36), (-5, 36), (5, -44), (-5, -44),
+            (5, 48), (-5, 48), (5, -56), (-5, -56)]  # fmt: skip
 
 
 _MARKER_RADIUS_PT = 3.5  # s=46 points²: a marker about 7 points across
