@@ -21,7 +21,7 @@ from ..plan.costs import CostModel, as_cost_model
 from ..plan.gen2_ladder import Gen2Ladder
 from ..plan.planner import plan_ladder
 from ..plan.whatif import WhatIfResult, evaluate
-from .explorer_handlers import build_config
+from .explorer_handlers import build_config, format_sizes
 
 __all__ = ["whatif_for_box", "plan_boxes", "plan_for_box", "PlannedBoxes", "metrics_html"]
 
@@ -83,12 +83,14 @@ def plan_boxes(
         )
     except ValueError as err:
         return None, [str(err)]
+    # an empty ladder (a time plan may take no prefill graph) is "none", which the boxes
+    # read back as no sizes: a plan is always an entry its own widget accepts (issue 37)
     if isinstance(ladder, Gen2Ladder):
         return PlannedBoxes(
-            ", ".join(map(str, ladder.prefill_token_sizes)),
-            ", ".join(map(str, ladder.decode_request_sizes)),
+            format_sizes(ladder.prefill_token_sizes),
+            format_sizes(ladder.decode_request_sizes),
         ), []
-    return PlannedBoxes(", ".join(map(str, ladder))), []
+    return PlannedBoxes(format_sizes(ladder)), []
 
 
 def plan_for_box(
