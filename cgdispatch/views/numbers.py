@@ -11,6 +11,10 @@ through here. It formats; it rounds nothing that is computed on.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "duration",
@@ -21,6 +25,7 @@ __all__ = [
     "percent",
     "band",
     "format_in",
+    "readable_table",
 ]
 
 # (unit, size in ms), smallest first: a duration takes the largest unit it is >= 1 of
@@ -121,3 +126,32 @@ def format_in(value: float, unit: str, *, sign: bool = False) -> str:
         f"unit={unit!r} is invalid: give 'ms', 's', 'bytes', 'tokens', 'tok/s' or '' "
         "(a plain number)"
     )
+
+
+def readable_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each number as a person reads it, by its column's unit suffix:
+    ``*_ms`` durations, ``*_s`` seconds (not rates: ``*_req_s``, ``*_tok_s``), ``*_bytes``
+    bytes, ``*_tokens`` and integer columns counts, other floats :func:`number`. For display
+    only: the cells become text (the numbers stay in ``frame``)."""
+    import pandas as pd
+
+    out = frame.copy()
+    for column in out.columns:
+        values = out[column]
+        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            continue
+        name = str(column)
+        if name.endswith("_ms"):
+            fmt = duration
+        elif name.endswith("_s") and not name.endswith(("_req_s", "_tok_s")):
+            fmt = duration_s
+        elif name.endswith("_bytes"):
+            fmt = nbytes
+        elif name.endswith(("_tokens", "_tok_s", "_req_s")) or pd.api.types.is_integer_dtype(
+            values
+        ):
+            fmt = count if not name.endswith("_req_s") else number
+        else:
+            fmt = number
+        out[column] = [fmt(float(v)) if pd.notna(v) else "n/a" for v in values]
+    return out

@@ -17,7 +17,14 @@ from ..plan.tune_result import OBJECTIVES, TuneResult
 from .numbers import band as _band
 from .numbers import count, duration, duration_s, format_in, nbytes
 
-__all__ = ["verdict_lines", "verdict_text", "wrap_line", "delta_rows", "MAX_VERDICT_LINES"]
+__all__ = [
+    "verdict_lines",
+    "verdict_text",
+    "wrap_line",
+    "delta_rows",
+    "engine_flags",
+    "MAX_VERDICT_LINES",
+]
 
 MAX_VERDICT_LINES = 12
 _P, _D = "planned", "vllm default"
@@ -193,3 +200,17 @@ def wrap_line(line: str, width: int) -> list[str]:
     return textwrap.wrap(
         line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
     )
+
+
+def engine_flags(result: TuneResult) -> dict[str, str]:
+    """What each engine takes for the verdict of ``result``: ``vllm`` the flags the verdict
+    prints (``result.flags``); ``sglang`` and ``trtllm`` the planned sizes when the plan is
+    recommended, else a line saying to keep their defaults. One source for a notebook's
+    flags and its verdict, so that they cannot differ."""
+    from ..plan.ladder_compare import export_plan
+
+    if result.recommendation == "planned":
+        planned = export_plan(result.planned, result.config)
+        return {"vllm": result.flags, "sglang": planned["sglang"], "trtllm": planned["trtllm"]}
+    keep = "keep the engine's default capture sizes (the verdict keeps vLLM's default)"
+    return {"vllm": result.flags, "sglang": keep, "trtllm": keep}

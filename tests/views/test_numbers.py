@@ -105,3 +105,35 @@ def test_verdict_lines_wrap_at_spaces_and_the_serve_command_still_pastes() -> No
     assert shlex.split(joined) == shlex.split(serve)
     with pytest.raises(ValueError, match="width=5 is invalid"):
         wrap_line(line, 5)
+
+
+def test_a_readable_table_says_each_column_in_its_unit() -> None:
+    import pandas as pd
+
+    from cgdispatch.views.numbers import readable_table
+
+    rng = np.random.default_rng()
+    n = 20
+    frame = pd.DataFrame({
+        "ladder": [f"l{i}" for i in range(n)],
+        "p99_ttft_ms": 10.0 ** rng.uniform(-1, 8, n),
+        "capture_s": 10.0 ** rng.uniform(-2, 4, n),
+        "graph_memory_bytes": 10.0 ** rng.uniform(3, 11, n),
+        "kv_cache_tokens": rng.integers(0, 10**7, n).astype(float),
+        "num_graphs": rng.integers(1, 600, n),
+        "throughput_req_s": rng.uniform(0, 50, n),
+        "padded_token_ratio": rng.uniform(0, 1, n),
+    })  # fmt: skip
+    shown = readable_table(frame)
+    assert list(shown.columns) == list(frame.columns) and (shown["ladder"] == frame["ladder"]).all()
+    for text, value in zip(shown["p99_ttft_ms"], frame["p99_ttft_ms"]):
+        assert read_back(text, TIME)[0] == pytest.approx(value, rel=5e-3)
+    for text, value in zip(shown["capture_s"], frame["capture_s"]):
+        assert read_back(text, TIME)[0] == pytest.approx(value * 1e3, rel=5e-3)
+    for text, value in zip(shown["graph_memory_bytes"], frame["graph_memory_bytes"]):
+        assert read_back(text, BYTES)[0] == pytest.approx(value, rel=5e-3)
+    for column in ("kv_cache_tokens", "num_graphs"):
+        assert [int(t.replace(",", "")) for t in shown[column]] == frame[column].astype(
+            int
+        ).tolist()
+    assert not shown.map(lambda t: "e+" in str(t) or "e-" in str(t)).any().any()
