@@ -268,8 +268,12 @@ def _same_as_tune_for(dash, **changes) -> None:
     from cgdispatch.views.tune_run import TuneSettings, tune_for
 
     assert dash.result is not None, dash.message.value
-    base = dict(model="llama-3.1-8b", device="H200", num_requests=100, max_num_seqs=32,
-                max_num_batched_tokens=1024, tensor_parallel_size=1)  # fmt: skip
+    base = dict(  # the other controls as the shared dashboard holds them now
+        model=dash.model_box.value, device=dash.device_box.value, num_requests=100,
+        tensor_parallel_size=int(dash.tp_box.value), trace=dash.trace_box.value,
+        max_num_seqs=int(dash.seqs_box.value), max_num_batched_tokens=int(dash.tokens_box.value),
+        vllm_version=dash.version_box.value,
+    )  # fmt: skip
     want = tune_for(TuneSettings(**{**base, **changes}))
     got = dash.result
     assert (got.recommendation, got.flags, got.objective) == (
