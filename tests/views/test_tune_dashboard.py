@@ -363,3 +363,24 @@ def test_the_verdict_wraps_at_spaces_with_its_own_line_height(dash) -> None:
     style = dash.verdict.value.split("style='", 1)[1].split("'", 1)[0]
     assert "overflow-wrap:anywhere" not in style and "word-break:break-all" not in style
     assert "white-space:pre-wrap" in style and "line-height:1.4" in style
+
+
+def test_the_dashboards_default_is_the_readmes_tune(capsys) -> None:
+    """Issue 37: one verdict per setting: the dashboard as it opens runs the README's `tune`
+    command and shows its recommendation, flags and gain."""
+    import re as _re
+    import shlex
+    from pathlib import Path
+
+    from cgdispatch.__main__ import main
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    command = _re.search(r"```bash\n\.venv/bin/python -m cgdispatch (tune [^\n]*)\n```", readme)
+    assert main([*shlex.split(command.group(1)), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    dash = tune_dashboard(draw=False)
+    assert dash.result is not None, dash.message.value
+    mine = dash.result.as_dict()
+    for key in ("recommendation", "flags", "sizes", "objective", "reason", "trace"):
+        assert mine[key] == cli[key], key
+    assert mine["gain"] == pytest.approx(cli["gain"]) and mine["band"] == pytest.approx(cli["band"])
