@@ -245,6 +245,23 @@ def test_the_vllm_serve_line_wraps_instead_of_being_clipped(dashboard: Any) -> N
     assert broken_images(dashboard) == 0
 
 
+def test_the_verdict_is_single_spaced_and_never_breaks_a_word(dashboard: Any) -> None:
+    """Issue 37: the widget's 28 px line height no longer double-spaces the verdict, and its
+    lines break at spaces (and after the JSON's commas), not mid-word."""
+    verdict = dashboard.locator("[data-testid=tune-verdict]")
+    verdict.wait_for(state="visible")
+    style = verdict.evaluate(
+        """pre => { const s = getComputedStyle(pre);
+          return [parseFloat(s.lineHeight), parseFloat(s.fontSize), s.wordBreak, s.overflowWrap]; }"""
+    )
+    line_px, font_px, word_break, overflow_wrap = style
+    assert line_px < 1.6 * font_px, style
+    assert word_break != "break-all" and overflow_wrap != "anywhere"
+    lines = verdict.inner_text().splitlines()
+    shown = verdict.evaluate("pre => pre.getClientRects().length")
+    assert shown >= 1 and len(lines) >= 6
+
+
 def test_every_notebooks_conclusion_shows_in_a_browser(browser: Any, tmp_path: Path) -> None:
     """The committed notebooks rendered to HTML (nbconvert, as the offline report does) show
     their question first and their conclusion last, non-empty, in Chromium."""

@@ -213,7 +213,9 @@ class TuneDashboard(Snapshot, w.VBox):
             "flags": result.flags,
         }
         text = " ".join(f'data-{k}="{html.escape(str(v))}"' for k, v in attrs.items())
-        body = html.escape("\n".join(lines))
+        # a break opportunity after each comma: the `--compilation-config` JSON, one word of
+        # ~250 characters, wraps between its fields instead of mid-word or off the right edge
+        body = html.escape("\n".join(lines)).replace(",", ",<wbr>")
         self.result = result
         self.message.value = ""
         self.verdict.value = f"<pre {text} style='{_VERDICT_STYLE}'>{body}</pre>"

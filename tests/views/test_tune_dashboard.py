@@ -363,6 +363,8 @@ def test_the_verdict_wraps_at_spaces_with_its_own_line_height(dash) -> None:
     style = dash.verdict.value.split("style='", 1)[1].split("'", 1)[0]
     assert "overflow-wrap:anywhere" not in style and "word-break:break-all" not in style
     assert "white-space:pre-wrap" in style and "line-height:1.4" in style
+    body = dash.verdict.value.split(">", 1)[1]
+    assert "," in html.unescape(body) and body.count(",") == body.count(",<wbr>")
 
 
 def test_the_dashboards_default_is_the_readmes_tune(capsys) -> None:
