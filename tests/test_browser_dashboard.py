@@ -282,3 +282,31 @@ def test_every_notebooks_conclusion_shows_in_a_browser(browser: Any, tmp_path: P
             assert len(last) > 80
     finally:
         context.close()
+
+
+def test_a_config_json_path_and_a_device_spec_file_in_the_browser(
+    dashboard: Any, tmp_path: Path
+) -> None:
+    """Issue 37: the dashboard takes what `tune --model PATH --device-spec FILE` takes."""
+    import dataclasses
+    import json
+
+    from cgdispatch.estimate.devices import DEVICE_PRESETS
+
+    page = dashboard
+    config = REPO_ROOT / "tests" / "data" / "configs" / "qwen2-7b.json"
+    spec = tmp_path / "gpu.json"
+    spec.write_text(json.dumps(dataclasses.asdict(DEVICE_PRESETS["L40S"].replace(name="my-gpu"))))
+    for label, entry, needle in (
+        ("config.json", str(config), f"vllm serve {config.parent}"),
+        ("device spec", str(spec), "on my-gpu"),
+        ("device spec", "", "on H200"),
+        ("config.json", "", "vllm serve meta-llama/Llama-3.1-8B"),
+    ):
+        run = current_run(page)
+        field = box(page, label)
+        field.fill(entry)
+        field.press("Enter")
+        verdict = page.locator(f"[data-testid=tune-verdict][data-run='{run + 1}']")
+        verdict.wait_for(state="attached")
+        assert needle in verdict.inner_text().replace("\u200b", ""), (label, entry)
