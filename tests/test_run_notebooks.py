@@ -245,3 +245,30 @@ def test_a_notebook_page_scrolls_wide_tables_and_a_what_if_verdict_is_labelled(t
     _executed(executed / "04_what_if.ipynb", "04", "q?", "recommendation: keep vLLM's default")
     page = runner.write_index(report, [("04_what_if", "ok", 1.0)], executed).read_text()
     assert "what-if" not in page
+
+
+def test_the_readmes_decision_heads_the_index_and_make_run_writes_it(tmp_path):
+    """Issue 37: `make run` ends with the README's tune command, whose verdict heads the
+    offline report (the notebooks' own verdict follows, labelled as theirs)."""
+    import re
+    import shlex
+
+    from cgdispatch.views.notebook_index import HEADLINE_FILE
+
+    root = SCRIPT.parent.parent
+    readme = (root / "README.md").read_text()
+    command = re.search(r"```bash\n\.venv/bin/python -m cgdispatch tune ([^\n]*)\n```", readme)
+    makefile = (root / "Makefile").read_text()
+    flags = re.search(r"^README_TUNE \?= (.*)$", makefile, re.M)
+    assert shlex.split(flags.group(1)) == shlex.split(command.group(1))
+    assert f"$(PY) -m cgdispatch tune $(README_TUNE) > build/report/{HEADLINE_FILE}" in makefile
+    runner = load_runner()
+    report = tmp_path / "report"
+    report.mkdir()
+    gain = random.uniform(0.1, 9.0)
+    (report / HEADLINE_FILE).write_text(f"recommendation: keep vLLM's default: {gain:.2f} ms\n")
+    page = runner.write_index(report, [], tmp_path).read_text()
+    head = page.split("<div class='wide'>")[0]
+    assert "the decision: tune on the README" in head and f"{gain:.2f} ms" in head
+    (report / HEADLINE_FILE).write_text("Traceback: something broke\n")
+    assert "the decision" not in runner.write_index(report, [], tmp_path).read_text()

@@ -23,6 +23,7 @@ __all__ = [
     "index_html",
     "scroll_wide_outputs",
     "WIDE_OUTPUT_CSS",
+    "HEADLINE_FILE",
 ]
 
 _QUESTION = "**The question:**"
@@ -97,10 +98,26 @@ def scroll_wide_outputs(page: str) -> str:
     return page[:head_end] + WIDE_OUTPUT_CSS + page[head_end:]
 
 
+HEADLINE_FILE = "headline.txt"  # `make run` writes the README's tune verdict here
+
+
 def index_html(rows: list[NotebookSummary], report_dir: Path, sweep_index: Path | None) -> str:
-    """The page: a table of ``rows``, the tune verdict and the sweep report's link (relative
-    to ``report_dir``, or "not built" when ``sweep_index`` does not exist)."""
+    """The page: a table of ``rows``, the README's tune verdict (``HEADLINE_FILE`` in
+    ``report_dir``, when `make run` wrote it), the notebooks' tune verdict and the sweep
+    report's link (relative to ``report_dir``, or "not built" when ``sweep_index`` does not
+    exist)."""
     e = html.escape
+    try:
+        headline = (report_dir / HEADLINE_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        headline = ""
+    headline_part = (
+        "<h2>the decision: tune on the README's settings</h2>"
+        f"<pre>{e(headline)}</pre><p>(<code>python -m cgdispatch tune</code> as the README "
+        "runs it; written by <code>make run</code>)</p>"
+        if headline.startswith(_VERDICT)
+        else ""
+    )
     body = "\n".join(
         f'<tr><td><a href="{e(r.name)}.html">{e(r.title or r.name)}</a></td>'
         f"<td>{e(r.question) or '-'}</td>"
@@ -131,8 +148,8 @@ def index_html(rows: list[NotebookSummary], report_dir: Path, sweep_index: Path 
         "<!doctype html><html><head><meta charset='utf-8'><title>cgdispatch notebooks</title>"
         "<style>td{vertical-align:top}pre{white-space:pre-wrap;margin:0;overflow-wrap:normal;"
         "word-break:normal}.wide{overflow-x:auto;max-width:100%}</style></head>"
-        "<body><h1>cgdispatch notebooks</h1><div class='wide'><table><tr><th>notebook</th>"
-        "<th>question</th><th>conclusion</th><th>status</th><th>wall time</th></tr>\n"
-        f"{body}\n</table></div>"
+        f"<body><h1>cgdispatch notebooks</h1>{headline_part}<div class='wide'><table><tr>"
+        "<th>notebook</th><th>question</th><th>conclusion</th><th>status</th><th>wall time</th>"
+        f"</tr>\n{body}\n</table></div>"
         f"<h2>tune verdict</h2>{verdict_part}<h2>sweep report</h2>{sweep_part}</body></html>"
     )
