@@ -120,7 +120,7 @@ def main() -> int:
     )
     ok &= len(false) == 0
     print(f"\n{'all targets met' if ok else 'targets not met'}")
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from targets import Targets  # beside this script
 
 TARGET_S = 30.0
 TARGET_BYTES = 1 << 30
@@ -76,7 +77,7 @@ def run_plan(trace: Path, cache: Path) -> tuple[float, int]:
     return seconds, peak_kib * 1024
 
 
-def main() -> None:
+def main() -> int:
     num_requests = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     small = num_requests // 10
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +103,11 @@ def main() -> None:
         f"({'met' if big_s < TARGET_S else 'MISSED'}); target < 1 GiB: "
         f"{big_bytes / TARGET_BYTES:.2f} of it ({'met' if big_bytes < TARGET_BYTES else 'MISSED'})"
     )
+    targets = Targets()
+    targets.check(f"large trace < {TARGET_S:.0f} s", big_s < TARGET_S)
+    targets.check("large trace < 1 GiB", big_bytes < TARGET_BYTES)
+    return targets.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

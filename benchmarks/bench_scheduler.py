@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from targets import Targets  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_AZURE_S = 5.0
 TARGET_1M_S = 60.0
@@ -73,11 +75,15 @@ def synthetic(num_requests: int) -> tuple[int, float, int]:
     return int(steps), float(seconds), int(peak)
 
 
-def main() -> None:
+def main() -> int:
+    targets = Targets()
     print("figures: measured (CPU), this machine; vLLM's scheduler, default limits")
     for version in ("0.34", "0.33"):
         steps, bulk_s, slow_s = azure(version)
-        verdict = "met" if bulk_s < TARGET_AZURE_S else "MISSED"
+        met = targets.check(
+            f"Azure trace vLLM {version} < {TARGET_AZURE_S:.0f} s", bulk_s < TARGET_AZURE_S
+        )
+        verdict = "met" if met else "MISSED"
         print(
             f"Azure conversation trace, vLLM {version}: {steps:_} steps in {bulk_s:.2f} s "
             f"(per-request path {slow_s:.2f} s: {slow_s / bulk_s:.1f}x faster; same steps); "
@@ -93,13 +99,15 @@ def main() -> None:
         )
     _, big_s, big_peak = rows[1_000_000]
     _, small_s, small_peak = rows[200_000]
-    verdict = "met" if big_s < TARGET_1M_S else "MISSED"
+    met = targets.check(f"1M requests < {TARGET_1M_S:.0f} s", big_s < TARGET_1M_S)
+    verdict = "met" if met else "MISSED"
     print(
         f"1M requests: {big_s:.1f} s, target < {TARGET_1M_S:.0f} s: "
         f"{big_s / TARGET_1M_S:.2f} of it ({verdict}); 5x the requests cost "
         f"{big_s / small_s:.1f}x the time and {big_peak / small_peak:.1f}x the memory"
     )
+    return targets.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

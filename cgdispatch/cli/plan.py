@@ -18,6 +18,7 @@ from ..core.generation import GENERATIONS, default_release, generation_for
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
+from ..views.numbers import number
 from .dispatch import other_releases
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
@@ -185,7 +186,7 @@ def run_plan(args: argparse.Namespace) -> int:
     shown = table.assign(**{c: table[c].map(_short) for c in lists})
     shown = shown.drop(columns=["evaluated_on", "vllm_version"])
     with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        print(shown.to_string(index=False, float_format=number))  # never 2.949e+08
     print(f"\nstep times, graph memory and capture time: {cost_model.source}, {args.model}")
     print("engine settings for the planned sizes:")
     for engine, text in flags.items():
