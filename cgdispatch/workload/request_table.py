@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.validate import MAX_REQUEST_TOKENS
-from .steps import LORA_COLUMN
+from .steps import HASH_IDS_COLUMN, LORA_COLUMN, TOKEN_IDS_COLUMN
 
 __all__ = ["check_requests"]
 
@@ -27,7 +27,13 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
     if len(requests) == 0:
         raise ValueError("request table is empty: give at least one request")
     cols = [*_REQUEST_COLUMNS, *([LORA_COLUMN] if LORA_COLUMN in requests.columns else [])]
-    frame = requests[cols].reset_index(drop=True)
+    lists = [c for c in (HASH_IDS_COLUMN, TOKEN_IDS_COLUMN) if c in requests.columns]
+    if len(lists) > 1:
+        raise ValueError(
+            f"request table has both {HASH_IDS_COLUMN!r} and {TOKEN_IDS_COLUMN!r}: give one "
+            "source of prefix identity (drop the other column)"
+        )
+    frame = requests[cols + lists].reset_index(drop=True)
     arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(arrival)
     if bad.any():
@@ -51,7 +57,43 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
                 + (" (at most MAX_REQUEST_TOKENS per request)" if col != LORA_COLUMN else "")
             )
         out[col] = values.astype(np.int64)
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    for col in lists:
+        table[col] = _id_lists(frame[col], col, out["prompt_tokens"])
+    return table
+
+
+def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int, ...]]:
+    """A list-of-ints column as tuples of Python ints, or ValueError naming the first bad row
+    (token ids: exactly ``prompt_tokens`` of them)."""
+    out: list[tuple[int, ...]] = []
+    for row, value in enumerate(column.tolist()):
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        ok = isinstance(value, (list, tuple)) and len(value) > 0
+        if ok:
+            try:
+                ids = tuple(int(x) for x in value)
+            except (TypeError, ValueError):
+                ok = False
+            else:
+                ok = all(
+                    type(x).__name__ not in ("str", "float", "bool", "float64") and x == y
+                    for x, y in zip(value, ids)
+                )
+        if not ok:
+            raise ValueError(
+                f"request table row {row}: {col}={_shown(value)} is invalid: it must be a "
+                "non-empty list of integers (one id per hash block of the prompt for "
+                f"{HASH_IDS_COLUMN!r}, one per prompt token for {TOKEN_IDS_COLUMN!r})"
+            )
+        if col == TOKEN_IDS_COLUMN and len(ids) != int(prompt[row]):
+            raise ValueError(
+                f"request table row {row}: {col} holds {len(ids)} token ids but prompt_tokens="
+                f"{int(prompt[row])}: give one id per prompt token"
+            )
+        out.append(ids)
+    return out
 
 
 def _shown(value: object) -> str:

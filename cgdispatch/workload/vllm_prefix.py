@@ -1,0 +1,197 @@
+"""vLLM's prefix cache, block for block: the ``BlockPool`` (its free-block queue, reference
+counts and hash-to-block map) and the chained block hashes of each request, as vLLM 0.33 and
+0.34 keep them for one full-attention KV-cache group (``vllm/v1/core/block_pool.py``,
+``kv_cache_utils.py``'s ``FreeKVCacheBlockQueue`` and ``get_request_block_hasher``,
+``single_type_kv_cache_manager.py``'s ``FullAttentionManager``).
+
+:class:`PrefixPool` holds what the pool holds; :class:`BlockKeys` gives each request's block
+hashes. A hash here is any value equal exactly when vLLM's would be: a block's hash covers
+every token up to its end (chained) and the request's LoRA adapter. Prompt tokens come from
+the request's ``hash_ids`` (one id per ``hash_block_size`` tokens, equal ids = equal tokens,
+the mooncake_trace convention), or its explicit ``prompt_token_ids``, or neither (every
+prompt unique); output tokens are unique to their request, so a block holding any is shared
+with no other request (a preempted request can still hit its own).
+
+The scheduler side (admission, allocation, caching, freeing) is in
+:class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+__all__ = ["PrefixPool", "BlockKeys"]
+
+_INF = 1 << 62
+
+
+class BlockKeys:
+    """The block hashes of each request of a table (index 0..n-1), computed on demand.
+
+    ``hash_ids[i]``: request ``i``'s ids, one per ``hash_block_size`` prompt tokens (None:
+    not given); ``token_ids[i]``: its prompt token ids (None: not given). With neither, the
+    request's prompt is unique. ``lora[i]`` (< 0: none) enters every hash, as vLLM's
+    ``_gen_lora_extra_hash_keys`` does."""
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        lora: Sequence[int],
+        block_size: int,
+        hash_ids: Sequence[Sequence[int]] | None = None,
+        token_ids: Sequence[Sequence[int]] | None = None,
+        hash_block_size: int = 512,
+    ) -> None:
+        self.prompt, self.lora, self.bs = prompt, lora, block_size
+        self.hash_ids, self.token_ids, self.hbs = hash_ids, token_ids, hash_block_size
+        self.keys: dict[int, list[Hashable]] = {}  # request -> its prompt-only block hashes
+        self._chain: dict[tuple[Hashable, Hashable], int] = {}  # (parent, content) -> id
+
+    def _intern(self, parent: Hashable, content: Hashable) -> int:
+        key = (parent, content)
+        chain = self._chain
+        got = chain.get(key)
+        if got is None:
+            got = chain[key] = len(chain)
+        return got
+
+    def _prompt_keys(self, i: int) -> list[Hashable]:
+        """Request ``i``'s hashes of its blocks that hold prompt tokens only."""
+        bs, p = self.bs, self.prompt[i]
+        full = p // bs
+        lo = self.lora[i]
+        if self.hash_ids is not None:
+            ids, hbs = self.hash_ids[i], self.hbs
+            chain, parent = [], ("lora", lo)
+            for h in ids[: (full * bs + hbs - 1) // hbs]:
+                parent = self._intern(parent, h)
+                chain.append(parent)
+            # block j ends at token (j+1)*bs - 1, inside hash block ((j+1)*bs - 1) // hbs:
+            # the ids up to there and the position fix every token before its end
+            return [(chain[((j + 1) * bs - 1) // hbs], j) for j in range(full)]
+        if self.token_ids is not None:
+            tokens, keys, parent = self.token_ids[i], [], ("lora", lo)
+            for j in range(full):
+                parent = self._intern(parent, tuple(tokens[j * bs : (j + 1) * bs]))
+                keys.append(parent)
+            return keys
+        return [("u", i, j) for j in range(full)]
+
+    def key(self, i: int, j: int) -> Hashable:
+        """The hash of request ``i``'s block ``j`` (its tokens must exist)."""
+        keys = self.keys.get(i)
+        if keys is None:
+            keys = self.keys[i] = self._prompt_keys(i)
+        if j < len(keys):
+            return keys[j]
+        return ("o", i, j)  # holds output tokens: this request's own
+
+    def forget(self, i: int) -> None:
+        """Drop request ``i``'s memoised hashes (it finished)."""
+        self.keys.pop(i, None)
+
+
+class PrefixPool:
+    """vLLM's ``BlockPool`` with caching on: ``usable`` blocks (the null block apart; None:
+    unlimited), each with a reference count and at most one cached hash.
+
+    The free-block queue is ``front + fresh + back``: blocks freed without a hash are
+    prepended (reused first, ``free_blocks``' LIFO), never-used blocks follow in id order,
+    cached blocks freed are appended (LRU eviction from the front)."""
+
+    def __init__(self, usable: int | None) -> None:
+        self.front: OrderedDict[int, None] = OrderedDict()
+        self.back: OrderedDict[int, None] = OrderedDict()
+        self.fresh_next = 1  # block 0 is vLLM's null block
+        self.fresh_end = _INF if usable is None else usable + 1
+        self.ref: list[int] = [0]  # per block id
+        self.hash: list[Hashable | None] = [None]
+        self.cached: dict[Hashable, int] = {}  # hash -> the first block cached under it
+        self.dups: dict[Hashable, list[int]] = {}  # hash -> every block under it, if several
+
+    def num_free(self) -> int:
+        return len(self.front) + (self.fresh_end - self.fresh_next) + len(self.back)
+
+    def lookup(self, key: Hashable) -> int | None:
+        return self.cached.get(key)
+
+    def evictable(self, blocks: Sequence[int]) -> int:
+        """Hit blocks in the free queue (``_get_num_evictable_blocks``)."""
+        ref = self.ref
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    def touch(self, blocks: Sequence[int]) -> int:
+        """``BlockPool.touch``: one more reference each; the blocks newly in use (count)."""
+        ref, back = self.ref, self.back
+        taken = 0
+        for b in blocks:
+            if ref[b] == 0:
+                del back[b]  # a cached block in the free queue sits in its back part
+                taken += 1
+            ref[b] += 1
+        return taken
+
+    def get_new_blocks(self, n: int) -> list[int]:
+        """``get_new_blocks``: ``n`` blocks from the queue's front, their hashes evicted."""
+        out = []
+        front, back, ref, hashes = self.front, self.back, self.ref, self.hash
+        for _ in range(n):
+            if front:
+                b = front.popitem(last=False)[0]
+            elif self.fresh_next < self.fresh_end:
+                b = self.fresh_next
+                self.fresh_next += 1
+                ref.append(0)
+                hashes.append(None)
+            else:
+                b = back.popitem(last=False)[0]
+                if hashes[b] is not None:
+                    self._evict(b)
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def _evict(self, b: int) -> None:
+        key = self.hash[b]
+        self.hash[b] = None
+        dups = self.dups.get(key)
+        if dups is None:
+            if self.cached.get(key) == b:
+                del self.cached[key]
+            return
+        dups.remove(b)
+        self.cached[key] = dups[0]
+        if len(dups) == 1:
+            del self.dups[key]
+
+    def insert(self, key: Hashable, b: int) -> None:
+        """Cache block ``b`` under ``key`` (``_insert_block_hash`` of a block with none)."""
+        self.hash[b] = key
+        first = self.cached.setdefault(key, b)
+        if first != b:
+            dups = self.dups.get(key)
+            if dups is None:
+                self.dups[key] = [first, b]
+            else:
+                dups.append(b)
+
+    def free(self, blocks: Sequence[int]) -> int:
+        """``free_blocks`` of a request's blocks in reverse (tail first); the blocks that
+        are no longer in use (count)."""
+        ref, hashes = self.ref, self.hash
+        first: list[int] = []
+        last: list[int] = []
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                (first if hashes[b] is None else last).append(b)
+        if first:
+            front = self.front
+            for b in reversed(first):  # prepend_n: first[0] ends up at the very front
+                front[b] = None
+                front.move_to_end(b, last=False)
+        back = self.back
+        for b in last:
+            back[b] = None
+        return len(first) + len(last)
