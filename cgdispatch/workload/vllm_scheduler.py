@@ -89,7 +89,8 @@ class VllmSchedulerCore(SteadyDecodes):
             self.pc = PrefixPool(None if num_gpu_blocks is None else num_gpu_blocks - 1)
             self.blocks_of: dict[int, list[int]] = {}  # running request -> its blocks
             self.ncached: dict[int, int] = {}  # running request -> its blocks cached
-            bulk = False  # the bulk path keeps no block identity
+            self.run_seq: dict[int, int] = {}  # running request -> its place in running
+            self.pc_finished: list[int] = []  # finished in the update under way
         self._init_steady(n, bulk)  # the bulk path's state (SteadyDecodes)
 
     def prompt_total(self) -> int:
@@ -246,6 +247,7 @@ class VllmSchedulerCore(SteadyDecodes):
         """``KVCacheManager.free``: request ``i``'s blocks back to the pool, tail first."""
         blocks = self.blocks_of.pop(i, None)
         self.ncached.pop(i, None)
+        self.run_seq.pop(i, None)
         if blocks:
             self.used -= self.pc.free(blocks)
         self.held[i] = 0
@@ -337,6 +339,7 @@ class VllmSchedulerCore(SteadyDecodes):
             if loras is not None and lo >= 0:
                 loras.add(lo)
             self.status[i] = RUNNING
+            self.run_seq[i] = self.query_tokens  # grows with every admission
             self.computed[i] = h
             self.used += pc.touch(hits)
             self.blocks_of[i] = hits
@@ -433,6 +436,16 @@ class VllmSchedulerCore(SteadyDecodes):
                 if i in members and self.due[i] == call.tick:  # out reaches its limit now
                     self._leave(i, call.tick + 1)
                     self._finish(i, call.end_s)
+        if self.pc is not None and self.pc_finished:
+            # vLLM frees finished requests' blocks in the call's (running) order; the bulk
+            # path meets them out of it, so they are freed here, sorted
+            done, self.pc_finished = self.pc_finished, []
+            if len(done) > 1:
+                seq = self.run_seq
+                done.sort(key=lambda j: seq.get(j, -1))
+            for i in done:
+                self._pc_free(i)
+                self.keys.forget(i)
         if self.k and not self.is_async and call.reqs:
             # update_draft_token_ids: k drafts for every live request that sampled a token
             for i, g in zip(call.reqs, call.sampled):
@@ -446,8 +459,7 @@ class VllmSchedulerCore(SteadyDecodes):
         else:
             self.waiting.remove(i)
         if self.pc is not None:
-            self._pc_free(i)
-            self.keys.forget(i)
+            self.pc_finished.append(i)  # freed at the end of the update, in running order
         else:
             self.used -= self.held[i]
             self.held[i] = 0
