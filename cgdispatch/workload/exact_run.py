@@ -23,6 +23,12 @@ from .vllm_scheduler import VllmSchedulerCore
 
 __all__ = ["ExactRun", "AcceptFn"]
 
+# prefix caching with every prompt unique (no hash_ids / prompt_token_ids) and an unlimited KV
+# cache changes nothing vLLM schedules: no request can hit another's blocks, none is ever
+# preempted to hit its own, and no cached block is ever evicted. Such runs take the counting
+# path (test_prefix_cache.py checks both give the same steps); False: always block for block.
+UNIQUE_UNLIMITED_AS_OFF = True
+
 _BOOL_FIELDS = ("uniform_decode", "has_lora")
 _DTYPES = {"time_s": np.float64, **{f: np.bool_ for f in _BOOL_FIELDS}}
 _PY = {f: (float if f == "time_s" else bool if f in _BOOL_FIELDS else int) for f in STEP_FIELDS}
@@ -87,6 +93,9 @@ class ExactRun:
         keys = None
         if lim.enable_prefix_caching:
             keys = _block_keys(requests, prompt_list, lora_list, lim, rows)
+            if keys.all_unique and lim.num_gpu_blocks is None and UNIQUE_UNLIMITED_AS_OFF:
+                keys = None
+        self._pc_on = lim.enable_prefix_caching
         self.core = VllmSchedulerCore(
             prompt_list,
             output.tolist(),
@@ -217,7 +226,11 @@ class ExactRun:
         with prefix caching off or nothing admitted."""
         self.run()
         core = self.core
-        if core.pc is None or not core.query_tokens:
+        if not self._pc_on:
+            return float("nan")
+        if core.pc is None:  # every prompt unique, KV unlimited: nothing can hit
+            return 0.0 if core.num_unfinished < len(core.prompt) else float("nan")
+        if not core.query_tokens:
             return float("nan")
         return core.hit_tokens / core.query_tokens
 

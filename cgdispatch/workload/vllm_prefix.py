@@ -45,7 +45,7 @@ class BlockKeys:
     ) -> None:
         self.prompt, self.lora, self.bs = prompt, lora, block_size
         self.hash_ids, self.token_ids, self.hbs = hash_ids, token_ids, hash_block_size
-        self.keys: dict[int, list[Hashable]] = {}  # request -> its prompt-only block hashes
+        self.keys: dict[int, list[int]] = {}  # request -> its prompt-only block hashes
         self._chain: dict[tuple[Hashable, Hashable], int] = {}  # (parent, content) -> id
 
     def _intern(self, parent: Hashable, content: Hashable) -> int:
@@ -56,8 +56,14 @@ class BlockKeys:
             got = chain[key] = len(chain)
         return got
 
-    def _prompt_keys(self, i: int) -> list[Hashable]:
-        """Request ``i``'s hashes of its blocks that hold prompt tokens only."""
+    def prompt_keys(self, i: int) -> list[int]:
+        """Request ``i``'s hashes of its blocks that hold prompt tokens only (memoised).
+
+        Hashes are ints: ``>= 0`` for blocks named by their prompt content (shareable),
+        ``< 0`` for blocks unique to the request (:meth:`own_key`)."""
+        keys = self.keys.get(i)
+        if keys is not None:
+            return keys
         bs, p = self.bs, self.prompt[i]
         full = p // bs
         lo = self.lora[i]
@@ -69,23 +75,33 @@ class BlockKeys:
                 chain.append(parent)
             # block j ends at token (j+1)*bs - 1, inside hash block ((j+1)*bs - 1) // hbs:
             # the ids up to there and the position fix every token before its end
-            return [(chain[((j + 1) * bs - 1) // hbs], j) for j in range(full)]
-        if self.token_ids is not None:
+            keys = [(chain[((j + 1) * bs - 1) // hbs] << 32) | j for j in range(full)]
+        elif self.token_ids is not None:
             tokens, keys, parent = self.token_ids[i], [], ("lora", lo)
             for j in range(full):
                 parent = self._intern(parent, tuple(tokens[j * bs : (j + 1) * bs]))
                 keys.append(parent)
-            return keys
-        return [("u", i, j) for j in range(full)]
+        else:
+            keys = [self.own_key(i, j) for j in range(full)]
+        self.keys[i] = keys
+        return keys
 
-    def key(self, i: int, j: int) -> Hashable:
+    @staticmethod
+    def own_key(i: int, j: int) -> int:
+        """The hash of request ``i``'s block ``j`` when no other request has that block."""
+        return -((i << 32) | j) - 1
+
+    def key(self, i: int, j: int) -> int:
         """The hash of request ``i``'s block ``j`` (its tokens must exist)."""
-        keys = self.keys.get(i)
-        if keys is None:
-            keys = self.keys[i] = self._prompt_keys(i)
+        keys = self.prompt_keys(i)
         if j < len(keys):
             return keys[j]
-        return ("o", i, j)  # holds output tokens: this request's own
+        return -((i << 32) | j) - 1  # holds output tokens: this request's own
+
+    @property
+    def all_unique(self) -> bool:
+        """No prompt can share a block with another (no hash_ids, no token ids)."""
+        return self.hash_ids is None and self.token_ids is None
 
     def forget(self, i: int) -> None:
         """Drop request ``i``'s memoised hashes (it finished)."""
@@ -134,8 +150,14 @@ class PrefixPool:
 
     def get_new_blocks(self, n: int) -> list[int]:
         """``get_new_blocks``: ``n`` blocks from the queue's front, their hashes evicted."""
-        out = []
         front, back, ref, hashes = self.front, self.back, self.ref, self.hash
+        if not front and self.fresh_end - self.fresh_next >= n:  # never-used blocks only
+            first = self.fresh_next
+            self.fresh_next = first + n
+            ref.extend([1] * n)
+            hashes.extend([None] * n)
+            return list(range(first, first + n))
+        out = []
         for _ in range(n):
             if front:
                 b = front.popitem(last=False)[0]
@@ -170,11 +192,15 @@ class PrefixPool:
         self.hash[b] = key
         first = self.cached.setdefault(key, b)
         if first != b:
-            dups = self.dups.get(key)
-            if dups is None:
-                self.dups[key] = [first, b]
-            else:
-                dups.append(b)
+            self.add_dup(key, first, b)
+
+    def add_dup(self, key: Hashable, first: int, b: int) -> None:
+        """Block ``b`` cached under ``key`` besides ``first`` (found first while it lasts)."""
+        dups = self.dups.get(key)
+        if dups is None:
+            self.dups[key] = [first, b]
+        else:
+            dups.append(b)
 
     def free(self, blocks: Sequence[int]) -> int:
         """``free_blocks`` of a request's blocks in reverse (tail first); the blocks that

@@ -259,9 +259,18 @@ class VllmSchedulerCore(SteadyDecodes):
         done = self.ncached.get(i, 0)
         if done >= full:
             return
-        blocks, key, insert = self.blocks_of[i], self.keys.key, self.pc.insert
+        blocks, pc = self.blocks_of[i], self.pc
+        keys = self.keys.prompt_keys(i)
+        hashes, cached = pc.hash, pc.cached
+        shared = len(keys)
+        own = -(i << 32) - 1
         for j in range(done, full):
-            insert(key(i, j), blocks[j])
+            key = keys[j] if j < shared else own - j
+            b = blocks[j]
+            hashes[b] = key
+            first = cached.setdefault(key, b)
+            if first != b:
+                pc.add_dup(key, first, b)
         self.ncached[i] = full
 
     def _pc_allocate(self, i: int, want: int, cache_to: int) -> None:
