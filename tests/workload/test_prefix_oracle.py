@@ -11,7 +11,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -120,10 +119,112 @@ def differing(cases: list[dict[str, Any]], version: str, **kw: Any) -> list[Any]
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_every_prefix_oracle_case_matches_step_for_step(version: str, mode: str) -> None:
     cases = [
-        c
-        for c in fixture(version)["cases"]
-        if c["config"]["async_scheduling"] == (mode == "async")
+        c for c in fixture(version)["cases"] if c["config"]["async_scheduling"] == (mode == "async")
     ]
     assert len(cases) >= 100
     bad = differing(cases, version)
-    assert not bad, f"{len(bad)} of {len(cases)} {mode} cases differ from vLLM {version}: {bad[:10]}"
+    assert not bad, (
+        f"{len(bad)} of {len(cases)} {mode} cases differ from vLLM {version}: {bad[:10]}"
+    )
+
+
+def _instrumented(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts, over the replays that follow, of admissions that hit their own blocks after a
+    preemption and of hits on blocks cached by the very call that admits."""
+    from cgdispatch.workload.vllm_scheduler import VllmSchedulerCore
+
+    seen = {"resumed_self_hits": 0, "same_step_hits": 0}
+    cached_at: dict[tuple[int, int], int] = {}
+    hits, cache = VllmSchedulerCore._pc_hits, VllmSchedulerCore._pc_cache
+
+    def pc_cache(self: Any, i: int, num_tokens: int) -> None:
+        before = self.ncached.get(i, 0)
+        cache(self, i, num_tokens)
+        for j in range(before, self.ncached.get(i, 0)):
+            cached_at[id(self), self.blocks_of[i][j]] = self.tick
+
+    def pc_hits(self: Any, i: int, max_tokens: int) -> list[int]:
+        got = hits(self, i, max_tokens)
+        if got and self.preemptions_of[i]:
+            seen["resumed_self_hits"] += 1
+        if any(cached_at.get((id(self), b)) == self.tick for b in got):
+            seen["same_step_hits"] += 1
+        return got
+
+    monkeypatch.setattr(VllmSchedulerCore, "_pc_cache", pc_cache)
+    monkeypatch.setattr(VllmSchedulerCore, "_pc_hits", pc_hits)
+    return seen
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_prefix_fixtures_cover_what_the_issue_lists(
+    version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = fixture(version)["cases"]
+    cfg = [c["config"] for c in cases]
+    assert all(c["enable_prefix_caching"] for c in cfg)
+    assert {c["block_size"] for c in cfg} == {16, 32}
+    assert {c["async_scheduling"] for c in cfg} == {True, False}
+    assert any(c["num_speculative_tokens"] for c in cfg)
+    assert sum(any(s[2] for s in c["steps"]) for c in cases) >= 40  # preemptions
+    assert sum(any(s[4] for s in c["steps"]) for c in cases) >= 150  # cache hits
+    assert len({c["inputs"]["hash_block_size"] for c in cases}) >= 5
+    seen = _instrumented(monkeypatch)
+    for case in cases:
+        replay(case, version[:4])
+    # requests resumed after preemption that hit their own cached blocks, and hits on blocks
+    # cached in the step that scheduled them (the replay matches vLLM on all of these above)
+    assert seen["resumed_self_hits"] >= 20, seen
+    assert seen["same_step_hits"] >= 20, seen
+
+
+def test_mutants_of_the_prefix_cache_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Freeing a request's blocks head first, or letting a hit cover the last prompt token,
+    must make the replay disagree with vLLM."""
+    cases = [c for c in fixture("0.34.0")["cases"] if any(s[4] for s in c["steps"])][:60]
+    pressured = [c for c in fixture("0.34.0")["cases"] if any(s[2] for s in c["steps"])][:40]
+    original_free = vllm_prefix.PrefixPool.free
+    with monkeypatch.context() as m:
+        m.setattr(vllm_prefix.PrefixPool, "free", lambda self, b: original_free(self, b[::-1]))
+        assert len(differing(pressured, "0.34.0")) >= 3, "head-first freeing went unnoticed"
+    from cgdispatch.workload.vllm_scheduler import VllmSchedulerCore
+
+    hits = VllmSchedulerCore._pc_hits
+    with monkeypatch.context() as m:
+        m.setattr(VllmSchedulerCore, "_pc_hits", lambda self, i, n: hits(self, i, n + 1))
+        assert len(differing(cases, "0.34.0")) >= 5, "hits on the last prompt token went unnoticed"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_prompt_token_ids_give_what_hash_ids_give(version: str) -> None:
+    """The same prefixes given as the token ids vLLM saw: the same steps, vLLM's."""
+    cases = fixture(version)["cases"][::4]
+    assert not differing(cases, version, token_ids=True)
+
+
+def _seeded_cases(venv: Path, version: str, seed: int, num: int, tmp: Path) -> dict[str, Any]:
+    out = tmp / f"live-{version}.json"
+    cmd = [str(venv / "bin" / "python"), str(ROOT / "scripts" / "vllm_sched_oracle.py")]
+    cmd += ["--prefix", "--cases", str(num), "--seed", str(seed), "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1800)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.skipif(
+    not os.environ.get("CGDISPATCH_ORACLE_VENV"),
+    reason="no oracle virtualenv: set CGDISPATCH_ORACLE_VENV to a folder holding vllm-0.33.0/ "
+    "and vllm-0.34.0/ virtualenvs (as `make oracle` builds them) to run vLLM live",
+)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_vllm_live_on_freshly_seeded_traces(version: str, tmp_path: Path) -> None:
+    """vLLM's own Scheduler on traces drawn from a fresh seed (printed), replayed."""
+    venv = Path(os.environ["CGDISPATCH_ORACLE_VENV"]) / f"vllm-{version}"
+    if not (venv / "bin" / "python").exists():
+        pytest.skip(f"{venv} holds no virtualenv")
+    seed = random.SystemRandom().randrange(2**31)
+    num = int(os.environ.get("CGDISPATCH_ORACLE_CASES", "40"))
+    doc = _seeded_cases(venv, version, seed, num, tmp_path)
+    assert doc["vllm_version"] == version and doc["num_cases"] == num
+    bad = differing(doc["cases"], version)
+    assert not bad, f"seed {seed}: {len(bad)} of {num} cases differ from vLLM {version}: {bad}"
+    print(f"vLLM {version}, seed {seed}: {num} of {num} cases agree")
