@@ -57,7 +57,8 @@ class BlockKeys:
         return got
 
     def prompt_keys(self, i: int) -> list[int]:
-        """Request ``i``'s hashes of its blocks that hold prompt tokens only (memoised).
+        """Request ``i``'s hashes of its leading blocks that other requests may share
+        (prompt tokens only; none when its prompt is unique), memoised.
 
         Hashes are ints: ``>= 0`` for blocks named by their prompt content (shareable),
         ``< 0`` for blocks unique to the request (:meth:`own_key`)."""
@@ -82,7 +83,7 @@ class BlockKeys:
                 parent = self._intern(parent, tuple(tokens[j * bs : (j + 1) * bs]))
                 keys.append(parent)
         else:
-            keys = [self.own_key(i, j) for j in range(full)]
+            keys = []  # every block its own
         self.keys[i] = keys
         return keys
 
@@ -96,7 +97,7 @@ class BlockKeys:
         keys = self.prompt_keys(i)
         if j < len(keys):
             return keys[j]
-        return -((i << 32) | j) - 1  # holds output tokens: this request's own
+        return -((i << 32) | j) - 1  # this request's own (output tokens, or a unique prompt)
 
     @property
     def all_unique(self) -> bool:
@@ -113,12 +114,18 @@ class PrefixPool:
     unlimited), each with a reference count and at most one cached hash.
 
     The free-block queue is ``front + fresh + back``: blocks freed without a hash are
-    prepended (reused first, ``free_blocks``' LIFO), never-used blocks follow in id order,
-    cached blocks freed are appended (LRU eviction from the front)."""
+    prepended (``free_blocks``' LIFO; they are alike, so ``front`` is a stack), never-used
+    blocks follow in id order, cached blocks freed are appended (LRU eviction from the
+    front). A run of freed blocks whose hashes nothing can look up again (a finished
+    request's own blocks) is held in ``back`` as one entry, a count (its key < 0), with their
+    ids in ``anon``: they are alike too, and evicting them is taking them."""
 
     def __init__(self, usable: int | None) -> None:
-        self.front: OrderedDict[int, None] = OrderedDict()
-        self.back: OrderedDict[int, None] = OrderedDict()
+        self.front: list[int] = []
+        self.back: OrderedDict[int, int] = OrderedDict()  # block id -> 0, or run key -> count
+        self.n_back = 0  # blocks in back
+        self.anon: list[int] = []  # the ids of the blocks counted in back's runs
+        self._runs = 0  # run keys handed out (-1, -2, ...)
         self.fresh_next = 1  # block 0 is vLLM's null block
         self.fresh_end = _INF if usable is None else usable + 1
         self.ref: list[int] = [0]  # per block id
@@ -127,10 +134,7 @@ class PrefixPool:
         self.dups: dict[Hashable, list[int]] = {}  # hash -> every block under it, if several
 
     def num_free(self) -> int:
-        return len(self.front) + (self.fresh_end - self.fresh_next) + len(self.back)
-
-    def lookup(self, key: Hashable) -> int | None:
-        return self.cached.get(key)
+        return len(self.front) + (self.fresh_end - self.fresh_next) + self.n_back
 
     def evictable(self, blocks: Sequence[int]) -> int:
         """Hit blocks in the free queue (``_get_num_evictable_blocks``)."""
@@ -143,38 +147,62 @@ class PrefixPool:
         taken = 0
         for b in blocks:
             if ref[b] == 0:
-                del back[b]  # a cached block in the free queue sits in its back part
+                del back[b]  # a cached block in the free queue sits in back, by itself
                 taken += 1
             ref[b] += 1
+        self.n_back -= taken
         return taken
 
     def get_new_blocks(self, n: int) -> list[int]:
         """``get_new_blocks``: ``n`` blocks from the queue's front, their hashes evicted."""
-        front, back, ref, hashes = self.front, self.back, self.ref, self.hash
-        if not front and self.fresh_end - self.fresh_next >= n:  # never-used blocks only
-            first = self.fresh_next
-            self.fresh_next = first + n
-            ref.extend([1] * n)
-            hashes.extend([None] * n)
-            return list(range(first, first + n))
-        out = []
-        for _ in range(n):
-            if front:
-                b = front.popitem(last=False)[0]
-            elif self.fresh_next < self.fresh_end:
-                b = self.fresh_next
-                self.fresh_next += 1
-                ref.append(0)
-                hashes.append(None)
-            else:
-                b = back.popitem(last=False)[0]
-                if hashes[b] is not None:
-                    self._evict(b)
+        front, ref = self.front, self.ref
+        out: list[int] = []
+        if front:
+            out = front[-n:]
+            del front[-n:]
+            n -= len(out)
+            if not n:
+                for b in out:
+                    ref[b] = 1
+                return out
+        for b in out:
             ref[b] = 1
-            out.append(b)
+        fresh = min(n, self.fresh_end - self.fresh_next)
+        if fresh:
+            first = self.fresh_next
+            self.fresh_next = first + fresh
+            ref.extend([1] * fresh)
+            self.hash.extend([None] * fresh)
+            out.extend(range(first, first + fresh))
+            n -= fresh
+        back, hashes, anon = self.back, self.hash, self.anon
+        self.n_back -= n
+        while n:
+            key = next(iter(back))
+            if key < 0:  # a run of blocks nothing can hit
+                count = back[key]
+                take = min(count, n)
+                got = anon[-take:]
+                del anon[-take:]
+                if take == count:
+                    del back[key]
+                else:
+                    back[key] = count - take
+                for b in got:
+                    ref[b] = 1
+                out.extend(got)
+                n -= take
+            else:
+                back.popitem(last=False)
+                if hashes[key] is not None:
+                    self.evict(key)
+                ref[key] = 1
+                out.append(key)
+                n -= 1
         return out
 
-    def _evict(self, b: int) -> None:
+    def evict(self, b: int) -> None:
+        """Block ``b``'s hash out of the map (``_maybe_evict_cached_block``)."""
         key = self.hash[b]
         self.hash[b] = None
         dups = self.dups.get(key)
@@ -182,13 +210,16 @@ class PrefixPool:
             if self.cached.get(key) == b:
                 del self.cached[key]
             return
-        dups.remove(b)
-        self.cached[key] = dups[0]
-        if len(dups) == 1:
-            del self.dups[key]
+        if b in dups:
+            dups.remove(b)
+            self.cached[key] = dups[0]
+            if len(dups) == 1:
+                del self.dups[key]
 
     def insert(self, key: Hashable, b: int) -> None:
-        """Cache block ``b`` under ``key`` (``_insert_block_hash`` of a block with none)."""
+        """Cache block ``b`` under ``key`` (``_insert_block_hash``)."""
+        if self.hash[b] is not None:
+            return  # cached already (only ever under this key)
         self.hash[b] = key
         first = self.cached.setdefault(key, b)
         if first != b:
@@ -202,22 +233,43 @@ class PrefixPool:
         else:
             dups.append(b)
 
-    def free(self, blocks: Sequence[int]) -> int:
+    def free(self, blocks: Sequence[int], dead_from: int = _INF, dead_cached: int = 0) -> int:
         """``free_blocks`` of a request's blocks in reverse (tail first); the blocks that
-        are no longer in use (count)."""
+        are no longer in use (count). ``blocks[dead_from:]`` are the finished request's own
+        (one reference each), the first ``dead_cached`` of them cached: nothing can hit them
+        again, so they go to ``back`` as one run, their hashes dropped."""
         ref, hashes = self.ref, self.hash
+        released = 0
+        if dead_from < len(blocks):
+            own = blocks[dead_from:]
+            for b in own:
+                if hashes[b] is not None:
+                    self.evict(b)
+                ref[b] = 0
+            self.front.extend(own[dead_cached:])  # order is immaterial in front
+            cached_own = own[:dead_cached]
+            if cached_own:
+                back = self.back
+                last_key = next(reversed(back)) if back else 0
+                if last_key < 0:
+                    back[last_key] += len(cached_own)
+                else:
+                    self._runs -= 1
+                    back[self._runs] = len(cached_own)
+                self.anon.extend(cached_own)
+                self.n_back += len(cached_own)
+            released = len(own)
+            blocks = blocks[:dead_from]
         first: list[int] = []
         last: list[int] = []
         for b in reversed(blocks):
             ref[b] -= 1
             if ref[b] == 0:
                 (first if hashes[b] is None else last).append(b)
-        if first:
-            front = self.front
-            for b in reversed(first):  # prepend_n: first[0] ends up at the very front
-                front[b] = None
-                front.move_to_end(b, last=False)
-        back = self.back
-        for b in last:
-            back[b] = None
-        return len(first) + len(last)
+        self.front.extend(first)
+        if last:
+            back = self.back
+            for b in last:
+                back[b] = 0
+            self.n_back += len(last)
+        return released + len(first) + len(last)

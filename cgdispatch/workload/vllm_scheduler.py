@@ -243,35 +243,49 @@ class VllmSchedulerCore(SteadyDecodes):
         waiting.extendleft(reversed(skipped))
 
     # ----- prefix caching (vLLM's KVCacheManager with enable_caching) -----------------------
-    def _pc_free(self, i: int) -> None:
-        """``KVCacheManager.free``: request ``i``'s blocks back to the pool, tail first."""
+    def _pc_free(self, i: int, finished: bool = False) -> None:
+        """``KVCacheManager.free``: request ``i``'s blocks back to the pool, tail first. Its
+        own cached blocks (output tokens, a unique prompt) enter the hash map only now, when
+        preempted, as only it can hit them; finished, no one can."""
         blocks = self.blocks_of.pop(i, None)
-        self.ncached.pop(i, None)
+        ncached = self.ncached.pop(i, 0)
         self.run_seq.pop(i, None)
-        if blocks:
-            self.used -= self.pc.free(blocks)
         self.held[i] = 0
+        if not blocks:
+            return
+        pc = self.pc
+        shared = len(self.keys.prompt_keys(i))
+        if finished:
+            self.used -= pc.free(blocks, shared, max(ncached - shared, 0))
+            return
+        own = -(i << 32) - 1
+        for j in range(shared, ncached):
+            pc.insert(own - j, blocks[j])
+        self.used -= pc.free(blocks)
 
     def _pc_cache(self, i: int, num_tokens: int) -> None:
         """``cache_blocks``: request ``i``'s full blocks up to ``num_tokens`` (capped at the
-        tokens it has: drafts and in-flight tokens are never cached) enter the hash map."""
+        tokens it has: drafts and in-flight tokens are never cached) count as cached; those
+        others may share enter the hash map now, its own ones when it is preempted."""
         full = min(num_tokens, self.prompt[i] + self.out[i]) // self.bs
         done = self.ncached.get(i, 0)
         if done >= full:
             return
-        blocks, pc = self.blocks_of[i], self.pc
+        self.ncached[i] = full
         keys = self.keys.prompt_keys(i)
+        if done >= len(keys):
+            return
+        blocks, pc = self.blocks_of[i], self.pc
         hashes, cached = pc.hash, pc.cached
-        shared = len(keys)
-        own = -(i << 32) - 1
-        for j in range(done, full):
-            key = keys[j] if j < shared else own - j
+        for j in range(done, min(full, len(keys))):
+            key = keys[j]
             b = blocks[j]
+            if hashes[b] is not None:
+                continue  # a hit: cached under this key already
             hashes[b] = key
             first = cached.setdefault(key, b)
             if first != b:
                 pc.add_dup(key, first, b)
-        self.ncached[i] = full
 
     def _pc_allocate(self, i: int, want: int, cache_to: int) -> None:
         """``allocate_slots`` for running request ``i`` once the blocks fit: blocks up to
@@ -453,7 +467,7 @@ class VllmSchedulerCore(SteadyDecodes):
                 seq = self.run_seq
                 done.sort(key=lambda j: seq.get(j, -1))
             for i in done:
-                self._pc_free(i)
+                self._pc_free(i, finished=True)
                 self.keys.forget(i)
         if self.k and not self.is_async and call.reqs:
             # update_draft_token_ids: k drafts for every live request that sampled a token

@@ -184,8 +184,13 @@ def test_mutants_of_the_prefix_cache_fail(monkeypatch: pytest.MonkeyPatch) -> No
     cases = [c for c in fixture("0.34.0")["cases"] if any(s[4] for s in c["steps"])][:60]
     pressured = [c for c in fixture("0.34.0")["cases"] if any(s[2] for s in c["steps"])][:40]
     original_free = vllm_prefix.PrefixPool.free
+
+    def head_first(self: Any, blocks: list[int], *dead: int) -> int:
+        cut = dead[0] if dead else len(blocks)  # a finished request's own blocks stay as given
+        return original_free(self, list(blocks[:cut])[::-1] + list(blocks[cut:]), *dead)
+
     with monkeypatch.context() as m:
-        m.setattr(vllm_prefix.PrefixPool, "free", lambda self, b: original_free(self, b[::-1]))
+        m.setattr(vllm_prefix.PrefixPool, "free", head_first)
         assert len(differing(pressured, "0.34.0")) >= 3, "head-first freeing went unnoticed"
     from cgdispatch.workload.vllm_scheduler import VllmSchedulerCore
 
