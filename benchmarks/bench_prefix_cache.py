@@ -93,7 +93,9 @@ def main() -> None:
     )
     print("figures: measured (CPU), this machine")
     off_s, off_steps, _, off_pre = run(requests, prefix=False)
-    print(f"prefix caching off (baseline): {off_s:7.1f} s, {off_steps:_} steps, {off_pre} preempted")
+    print(
+        f"prefix caching off (baseline): {off_s:7.1f} s, {off_steps:_} steps, {off_pre} preempted"
+    )
     on_s, on_steps, rate, on_pre = run(requests, prefix=True)
     print(
         f"prefix caching on:             {on_s:7.1f} s, {on_steps:_} steps, {on_pre} preempted, "

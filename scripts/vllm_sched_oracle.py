@@ -126,7 +126,9 @@ def random_prefix_case(rng: random.Random) -> dict[str, Any]:
         arrival, _, max_tokens, lora = r
         roll = rng.random()
         if requests and roll < 0.35:  # a later turn: an earlier prompt and more
-            ids = list(rng.choice(requests)[4]) + [rng.randint(0, 10**6) for _ in range(rng.randint(0, 3))]
+            ids = list(rng.choice(requests)[4]) + [
+                rng.randint(0, 10**6) for _ in range(rng.randint(0, 3))
+            ]
         elif requests and roll < 0.45:  # the same prompt again
             ids = list(rng.choice(requests)[4])
         elif roll < 0.8:  # a shared system prompt, then its own

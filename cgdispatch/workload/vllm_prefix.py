@@ -233,19 +233,27 @@ class PrefixPool:
         else:
             dups.append(b)
 
-    def free(self, blocks: Sequence[int], dead_from: int = _INF, dead_cached: int = 0) -> int:
+    def free(
+        self,
+        blocks: Sequence[int],
+        dead_from: int = _INF,
+        dead_cached: int = 0,
+        dead_hashed: bool = True,
+    ) -> int:
         """``free_blocks`` of a request's blocks in reverse (tail first); the blocks that
         are no longer in use (count). ``blocks[dead_from:]`` are the finished request's own
         (one reference each), the first ``dead_cached`` of them cached: nothing can hit them
-        again, so they go to ``back`` as one run, their hashes dropped."""
+        again, so they go to ``back`` as one run, their hashes dropped (``dead_hashed``:
+        some may have one; if not, their reference counts are left for the next taker)."""
         ref, hashes = self.ref, self.hash
         released = 0
         if dead_from < len(blocks):
             own = blocks[dead_from:]
-            for b in own:
-                if hashes[b] is not None:
-                    self.evict(b)
-                ref[b] = 0
+            if dead_hashed:
+                for b in own:
+                    if hashes[b] is not None:
+                        self.evict(b)
+                    ref[b] = 0
             self.front.extend(own[dead_cached:])  # order is immaterial in front
             cached_own = own[:dead_cached]
             if cached_own:

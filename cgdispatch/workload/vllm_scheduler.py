@@ -91,6 +91,7 @@ class VllmSchedulerCore(SteadyDecodes):
             self.ncached: dict[int, int] = {}  # running request -> its blocks cached
             self.run_seq: dict[int, int] = {}  # running request -> its place in running
             self.pc_finished: list[int] = []  # finished in the update under way
+            self.pc_preempted: dict[int, bool] = {}  # requests whose own blocks were hashed
         self._init_steady(n, bulk)  # the bulk path's state (SteadyDecodes)
 
     def prompt_total(self) -> int:
@@ -256,8 +257,10 @@ class VllmSchedulerCore(SteadyDecodes):
         pc = self.pc
         shared = len(self.keys.prompt_keys(i))
         if finished:
-            self.used -= pc.free(blocks, shared, max(ncached - shared, 0))
+            hashed = self.pc_preempted.pop(i, False)  # else none of its own blocks has a hash
+            self.used -= pc.free(blocks, shared, max(ncached - shared, 0), hashed)
             return
+        self.pc_preempted[i] = True
         own = -(i << 32) - 1
         for j in range(shared, ncached):
             pc.insert(own - j, blocks[j])
@@ -301,14 +304,22 @@ class VllmSchedulerCore(SteadyDecodes):
     def _pc_hits(self, i: int, max_tokens: int) -> list[int]:
         """``get_computed_blocks``: the cached blocks of request ``i``'s longest prefix of
         whole blocks within ``max_tokens`` tokens (vLLM passes num_tokens - 1)."""
-        have = (self.prompt[i] + self.out[i]) // self.bs  # its block hashes
-        lookup, key = self.pc.cached.get, self.keys.key
+        most = min(max_tokens, self.prompt[i] + self.out[i]) // self.bs  # its block hashes
+        lookup = self.pc.cached.get
+        keys = self.keys.prompt_keys(i)
         hits = []
-        for j in range(min(max_tokens // self.bs, have)):
-            b = lookup(key(i, j))
+        for key in keys[:most]:
+            b = lookup(key)
             if b is None:
-                break
+                return hits
             hits.append(b)
+        if most > len(keys) and i in self.pc_preempted:  # its own blocks, cached when preempted
+            own = -(i << 32) - 1
+            for j in range(len(keys), most):
+                b = lookup(own - j)
+                if b is None:
+                    break
+                hits.append(b)
         return hits
 
     def _admit_pc(
