@@ -1,5 +1,5 @@
 """vLLM's own scheduler, step for step: ``Scheduler`` / ``AsyncScheduler`` of vLLM 0.33 and 0.34
-with FCFS, no prefix caching, KV blocks of one full-attention group, and preemption.
+with FCFS, KV blocks of one full-attention group, preemption, and prefix caching on or off.
 
 :class:`VllmSchedulerCore` keeps the request state vLLM keeps (``num_computed_tokens``,
 ``num_output_placeholders``, in-flight and stale tokens, drafts, blocks held) and makes
@@ -11,6 +11,11 @@ agrees with vLLM's own classes on every case of the scheduler oracle
 docs/semantics.md. The model is stood in for: a step samples one token per request that is
 not mid-prefill, plus the drafts the ``accept`` hook accepts. It schedules; the caller owns
 the clock's meaning (:class:`~cgdispatch.workload.scheduler.SchedulerSimulator`).
+
+Without prefix caching, KV blocks are counted (``held``, ``used``); with it (``prefix``: the
+requests' block hashes), blocks have identity in a
+:class:`~cgdispatch.workload.vllm_prefix.PrefixPool`, as vLLM's ``KVCacheManager`` keeps
+them (the ``_pc_*`` methods and :meth:`VllmSchedulerCore._admit_pc`).
 """
 
 from __future__ import annotations
