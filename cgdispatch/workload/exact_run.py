@@ -228,8 +228,8 @@ class ExactRun:
         core = self.core
         if not self._pc_on:
             return float("nan")
-        if core.pc is None:  # every prompt unique, KV unlimited: nothing can hit
-            return 0.0 if core.num_unfinished < len(core.prompt) else float("nan")
+        if core.pc is None:  # every prompt unique, KV unlimited: nothing could hit
+            return 0.0
         if not core.query_tokens:
             return float("nan")
         return core.hit_tokens / core.query_tokens
