@@ -5,6 +5,9 @@ It checks; it neither sorts nor simulates (:mod:`cgdispatch.workload.scheduler` 
 
 from __future__ import annotations
 
+import contextlib
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -65,11 +68,15 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
 
 def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int, ...]]:
     """A list-of-ints column as tuples of Python ints, or ValueError naming the first bad row
-    (token ids: exactly ``prompt_tokens`` of them)."""
+    (token ids: exactly ``prompt_tokens`` of them). A cell may be a list, a tuple, an array
+    or, as a CSV holds it, the text of a JSON list (``"[12, 7, 7]"``)."""
     out: list[tuple[int, ...]] = []
     for row, value in enumerate(column.tolist()):
         if isinstance(value, np.ndarray):
             value = value.tolist()
+        elif isinstance(value, str) and value.strip().startswith("["):
+            with contextlib.suppress(ValueError):  # else refused below, as written
+                value = json.loads(value)
         ok = isinstance(value, (list, tuple)) and len(value) > 0
         if ok:
             try:

@@ -121,6 +121,16 @@ def test_repeated_prompts_hit_all_their_whole_blocks_but_the_last_token(seed: in
     assert int(SchedulerSimulator(fresh, lim).run()["num_cached_tokens"].sum()) == 0
 
 
+def test_hash_ids_as_a_csv_holds_them_read_as_lists(tmp_path) -> None:
+    rng = np.random.default_rng()
+    req = shared_trace(rng, 40, 32)
+    path = tmp_path / "t.csv"
+    req.assign(hash_ids=[str(ids) for ids in req["hash_ids"]]).to_csv(path, index=False)
+    back = pd.read_csv(path)
+    lim = SchedulerLimits(vllm_version="0.34", hash_block_size=32, num_gpu_blocks=400)
+    assert SchedulerSimulator(back, lim).run().equals(SchedulerSimulator(req, lim).run())
+
+
 def test_bad_prefix_inputs_are_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="hash_block_size=0"):
         SchedulerLimits(vllm_version="0.34", hash_block_size=0)
@@ -132,6 +142,8 @@ def test_bad_prefix_inputs_are_refused_with_the_fix() -> None:
     lim = SchedulerLimits(vllm_version="0.34")
     with pytest.raises(ValueError, match="row 1: hash_ids="):
         SchedulerSimulator(base.assign(hash_ids=[[1], "ab"]), lim)
+    with pytest.raises(ValueError, match="row 1: hash_ids="):
+        SchedulerSimulator(base.assign(hash_ids=[[1], "[1, x]"]), lim)
     with pytest.raises(ValueError, match="row 0: hash_ids="):
         SchedulerSimulator(base.assign(hash_ids=[[1.5], [1, 2]]), lim)
     with pytest.raises(ValueError, match="2 token ids but prompt_tokens=3"):
