@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cgdispatch.core.step_content import StepContent
 from cgdispatch.workload import exact_run
 from cgdispatch.workload.scheduler import SchedulerLimits, SchedulerSimulator
 
@@ -154,3 +155,51 @@ def test_bad_prefix_inputs_are_refused_with_the_fix() -> None:
         )
     with pytest.raises(ValueError, match="1 hash_ids for prompt_tokens=600 at hash_block_size=512"):
         SchedulerSimulator(base.assign(hash_ids=[[1], [1]]), lim).run()
+
+
+class Recorder:
+    """A content-aware step-time function that records what it prices (a content clock)."""
+
+    def __init__(self) -> None:
+        self.contents: list[StepContent] = []
+
+    def __call__(self, num_tokens: int, num_reqs: int) -> float:
+        raise AssertionError("a content-aware function is priced by content_ms")
+
+    def content_ms(self, content: StepContent) -> float:
+        if content.num_tokens == 0:
+            return 0.0
+        self.contents.append(content)
+        return 5.0 + 0.001 * content.decode_kv_tokens + 0.01 * content.num_tokens
+
+
+def _expand(contents: list[StepContent]) -> list[tuple]:
+    return [(c.decode_reqs, c.decode_tokens, c.decode_kv_tokens, c.chunks) for c in contents]
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.34"])
+def test_step_contents_price_cached_context_alike_on_both_paths(version: str) -> None:
+    """A prompt chunk after a hit runs over its cached tokens as context: the contents the
+    step-time function sees start each admitted request's chunk at its hits (summing to the
+    call's num_cached_tokens), and the bulk path hands over the same contents."""
+    rng = np.random.default_rng()
+    req = shared_trace(rng, 80, 32)
+    lim = SchedulerLimits(vllm_version=version, hash_block_size=32, num_gpu_blocks=300,
+                          max_num_batched_tokens=512)  # fmt: skip
+    per_call, bulk = Recorder(), Recorder()
+    sim = SchedulerSimulator(req, lim, step_time_ms=per_call, record_calls=True)
+    sim.run()
+    SchedulerSimulator(req, lim, step_time_ms=bulk).run()
+    assert _expand(bulk.contents) == _expand(per_call.contents)
+    seen: set[int] = set()
+    ran = [c for c in sim.exact.calls if c.num_reqs]
+    for call, content in zip(ran, per_call.contents):
+        for i in call.preempted:
+            seen.discard(i)
+        starts = dict(zip((i for i, d in zip(call.reqs, call.decode) if not d), content.chunks))
+        admitted = [i for i in call.reqs if i not in seen]
+        seen.update(call.reqs)
+        hits = sum(starts[i][0] if i in starts else 0 for i in admitted)
+        assert hits == call.num_cached_tokens or any(
+            call.decode[call.reqs.index(i)] for i in admitted
+        )
