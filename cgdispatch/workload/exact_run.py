@@ -305,11 +305,13 @@ def _block_keys(
     rows: np.ndarray,
 ) -> BlockKeys:
     """The block hashes prefix caching reads: from the table's hash_ids or prompt_token_ids
-    column (checked against the prompt lengths), else every prompt unique."""
+    column (checked against the prompt lengths), else every prompt unique. The tokens per
+    hash id are the trace's own where its loader recorded them (``attrs["hash_block_size"]``:
+    a property of the ids, not of the engine), else the limits'."""
     hash_ids = token_ids = None
+    hbs = int(requests.attrs.get("hash_block_size", lim.hash_block_size))
     if HASH_IDS_COLUMN in requests:
         hash_ids = requests[HASH_IDS_COLUMN].tolist()
-        hbs = lim.hash_block_size
         for i, (ids, p) in enumerate(zip(hash_ids, prompt)):
             if len(ids) != -(-p // hbs):
                 raise ValueError(
@@ -319,7 +321,7 @@ def _block_keys(
                 )
     elif TOKEN_IDS_COLUMN in requests:
         token_ids = requests[TOKEN_IDS_COLUMN].tolist()
-    return BlockKeys(prompt, lora, lim.block_size, hash_ids, token_ids, lim.hash_block_size)
+    return BlockKeys(prompt, lora, lim.block_size, hash_ids, token_ids, hbs)
 
 
 def call_content(core: VllmSchedulerCore, call: ScheduleCall) -> StepContent:

@@ -67,8 +67,10 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
     checked = pd.DataFrame(out)
     for col in lists:
         checked[col] = _id_lists(frame[col], col, out["prompt_tokens"])
-    if "max_concurrency" in requests.attrs:  # the client's limit (workload.closed_loop)
-        checked.attrs["max_concurrency"] = requests.attrs["max_concurrency"]
+    # the client's limit (workload.closed_loop) and the tokens per hash id of the trace's ids
+    for key in ("max_concurrency", "hash_block_size"):
+        if key in requests.attrs:
+            checked.attrs[key] = requests.attrs[key]
     return checked
 
 
