@@ -269,7 +269,7 @@ def test_bad_flags_fail_at_once_with_one_line(tmp_path, extra, message):
         [sys.executable, "-m", "cgdispatch", "plan", "--trace", str(path), *extra],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,
     )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
