@@ -18,6 +18,7 @@ from ..core.generation import GENERATIONS, default_release, generation_for
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
+from ..core.release_table import release_arg
 from .dispatch import other_releases
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
@@ -277,11 +278,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     plan.add_argument(
         "--vllm-version",
-        choices=tuple(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=default_release(),
-        help="vLLM release whose graph dispatch to plan for: "
+        help="vLLM release whose graph dispatch to plan for, any from 0.8 on (each "
+        "dispatches as its generation: "
         + ", ".join(g.describe() for g in GENERATIONS.values())
-        + "; default %(default)s, the newest",
+        + "); default %(default)s, the newest",
     )
     plan.add_argument(
         "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"

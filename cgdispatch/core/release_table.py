@@ -31,15 +31,18 @@ from .ladders import vllm_ladder
 
 __all__ = [
     "OLDEST_RELEASE",
+    "NEWEST_RELEASE",
     "RELEASE_RULES",
     "ReleaseRule",
     "ReleaseDefaults",
     "parse_release",
+    "release_arg",
     "release_defaults",
     "release_rules",
 ]
 
 OLDEST_RELEASE = (0, 8)  # the oldest release modelled: V1's engine is the default from 0.8.0
+NEWEST_RELEASE = (0, 34)  # the newest release read (its patch releases too)
 
 _GIB = 1024**3
 
@@ -350,7 +353,25 @@ def parse_release(version: Any) -> tuple[int, ...]:
             f"vllm_version={version!r} is older than vLLM {oldest}, the oldest release "
             f"modelled (V1's engine){hint}: use {oldest} or later"
         )
+    if parts[:2] > NEWEST_RELEASE:
+        newest = ".".join(map(str, NEWEST_RELEASE))
+        raise ValueError(
+            f"vllm_version={version!r} is unknown: newer than vLLM {newest}, the newest "
+            f"release whose source was read; use a release from 0.8 to '{newest}' "
+            f"({newest}.x)"
+        )
     return parts
+
+
+def release_arg(text: str) -> str:
+    """A command line's ``--vllm-version``: any release from 0.8 on, normalised
+    (``"v0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the ValueError's text."""
+    import argparse
+
+    try:
+        return ".".join(str(p) for p in parse_release(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def release_rules(version: Any) -> dict[str, ReleaseRule]:
