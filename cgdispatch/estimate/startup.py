@@ -197,7 +197,10 @@ def estimate_startup(
         pm, device, config, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
     )
     graph_gib = c.pool_factor(device) * (
-        c.pool_base_gib + c.pool_per_node_gib * f["nodes"] + c.pool_per_boundary * f["boundary_gib"]
+        c.pool_base_gib
+        + c.pool_per_key_gib * f["keys"]
+        + c.pool_per_node_gib * f["nodes"]
+        + c.pool_per_boundary * f["boundary_gib"]
     )
     if not f["keys"]:
         graph_gib = 0.0
@@ -205,6 +208,7 @@ def estimate_startup(
     if f["keys"]:
         capture_s = (
             c.capture_base_s
+            + c.capture_per_key_s * f["keys"]
             + c.capture_per_node_s * f["nodes"]
             + c.capture_per_eager * f["eager_s"]
             + c.capture_per_moe_key_s * f["moe_keys"]
