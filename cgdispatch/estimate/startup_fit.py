@@ -110,15 +110,21 @@ def _capped_base(a: np.ndarray, b: np.ndarray, cap: float, scale: np.ndarray) ->
     return np.concatenate([[cap], rest])
 
 
-def _fit(features: pd.DataFrame, rows: pd.DataFrame) -> StartupCoefficients:
+def _fit(
+    features: pd.DataFrame,
+    rows: pd.DataFrame,
+    caps: tuple[float, float] = (POOL_BASE_CAP_GIB, CAPTURE_BASE_CAP_S),
+) -> StartupCoefficients:
+    """The constants fitted on ``rows``; ``caps``: the most the fixed pool (GiB) and
+    capture (s) bases may be (``(inf, inf)``: free, the fit before issue 35)."""
     x = features.assign(one=1.0)
     y = rows["graph_memory_gib"].to_numpy(float)
     a = x[list(_POOL)].to_numpy(float)
-    pool = _capped_base(a / y[:, None], np.ones_like(y), POOL_BASE_CAP_GIB, 1 / y)  # relative
+    pool = _capped_base(a / y[:, None], np.ones_like(y), caps[0], 1 / y)  # relative error
     cap = _capped_base(
         x[list(_CAPTURE)].to_numpy(float),
         rows["capture_s"].to_numpy(float),
-        CAPTURE_BASE_CAP_S,
+        caps[1],
         np.ones_like(y),
     )
     act = _nonnegative_lstsq(
