@@ -325,11 +325,11 @@ _FIELDS = (
     "capture_log",
 )
 
-_PATTERN = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
+_PATTERN = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?$")
 
 
 def parse_release(version: Any) -> tuple[int, ...]:
-    """A release string (``"0.10.1.1"``, ``"0.11"``, ``"v0.26.1"``) or a float naming one
+    """A release string (``"0.10.1.1"``, ``"0.11"``, ``"0.26.1"``) or a float naming one
     (``0.34``) as a tuple of ints; ValueError naming the value, the rule and the fix."""
     text = repr(version) if isinstance(version, float) else version
     fix = "pass the release as a string of dotted numbers, e.g. '0.10.1.1', '0.19' or '0.34.0'"
@@ -365,7 +365,7 @@ def parse_release(version: Any) -> tuple[int, ...]:
 
 def release_arg(text: str) -> str:
     """A command line's ``--vllm-version``: any release from 0.8 on, normalised
-    (``"v0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the ValueError's text."""
+    (``" 0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the ValueError's text."""
     import argparse
 
     try:

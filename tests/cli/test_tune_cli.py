@@ -135,3 +135,13 @@ def test_a_model_that_does_not_fit_is_an_error_not_a_serve_line(argv, needle, ca
     err = captured.err.strip().split("\n")
     assert "vllm serve" not in captured.out
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_any_release_from_0_8_is_taken_and_dispatches_as_its_generation(capsys):
+    """issue 35: real release strings; each runs under its generation's dispatcher."""
+    assert main(["tune", *SMALL, "--vllm-version", "0.10.1.1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.33"  # V1's dispatch
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", *SMALL, "--vllm-version", "0.7.3", "--json"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "'0.7.3' is older than vLLM 0.8" in err
