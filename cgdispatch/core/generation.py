@@ -215,7 +215,13 @@ def check_version(version: Any) -> str | None:
         return version
     if isinstance(version, float) and repr(version) in _REGISTRY:
         return repr(version)
-    parts = parse_release(version)  # ValueError: not dotted numbers, or older than 0.8
+    try:
+        parts = parse_release(version)  # not dotted numbers, older than 0.8 or unknown
+    except ValueError as exc:
+        known = ", ".join(
+            f"'{g.release}' ({g.name}, {g.dispatcher_name})" for g in _REGISTRY.values()
+        )
+        raise ValueError(f"{exc}; the registered generations are {known}") from None
     generation = release_defaults(version).generation
     if generation in _REGISTRY:
         return generation
