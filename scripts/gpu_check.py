@@ -52,9 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cgdispatch.capture.runner import GraphRunner  # noqa: E402
 from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
-from cgdispatch.core.generation import NEWEST, check_version, dispatch_step  # noqa: E402
+from cgdispatch.core.generation import NEWEST, check_version, dispatch_step, release_arg  # noqa: E402
 from cgdispatch.core.ladders import ENGINE_LADDERS  # noqa: E402
-from cgdispatch.core.release_table import release_arg  # noqa: E402
 from cgdispatch.estimate.device_model import device_cost_model  # noqa: E402
 from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
 from cgdispatch.estimate.vllm_logs import gpu_preset  # noqa: E402

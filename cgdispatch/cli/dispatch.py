@@ -22,8 +22,8 @@ from ..core.generation import (
     dispatch_step,
     generation_of,
     make_graph_dispatcher,
+    release_arg,
 )
-from ..core.release_table import release_arg
 from ..core.validate import MAX_STEPS, check_int
 
 

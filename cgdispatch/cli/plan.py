@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS, default_release, generation_for
+from ..core.generation import GENERATIONS, default_release, generation_for, release_arg
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
-from ..core.release_table import release_arg
 from .dispatch import other_releases
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 

@@ -10,8 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core.generation import GENERATIONS
-from ..core.release_table import release_arg
+from ..core.generation import GENERATIONS, release_arg
 from .dispatch import add_config_arguments, config_from_args
 
 __all__ = ["add_parser"]

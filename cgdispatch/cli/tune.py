@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.generation import default_release
-from ..core.release_table import release_arg
+from ..core.generation import default_release, release_arg
 from .model_args import add_device_args, check_model_flag, device_from_args
 from .plan import check_int_flags
 

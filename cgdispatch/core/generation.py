@@ -45,6 +45,7 @@ __all__ = [
     "generation_for",
     "generation_of",
     "check_version",
+    "release_arg",
     "default_release",
     "GraphDispatcher",
     "GraphKey",
@@ -235,6 +236,21 @@ def check_version(version: Any) -> str | None:
     raise ValueError(
         f"vllm_version={version!r} has no registered generation: import cgdispatch.core first"
     )
+
+
+def release_arg(text: str) -> str:
+    """A command line's ``--vllm-version``: a registered release as it is, else any release
+    from 0.8 on, normalised (``" 0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the
+    ValueError's text (it converts string defaults too)."""
+    import argparse
+
+    if text in _REGISTRY:
+        return text
+    try:
+        check_version(text)
+        return ".".join(str(p) for p in parse_release(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def generation_for(version: Any) -> Generation:

@@ -36,7 +36,6 @@ __all__ = [
     "ReleaseRule",
     "ReleaseDefaults",
     "parse_release",
-    "release_arg",
     "release_defaults",
     "release_rules",
 ]
@@ -361,17 +360,6 @@ def parse_release(version: Any) -> tuple[int, ...]:
             f"({newest}.x)"
         )
     return parts
-
-
-def release_arg(text: str) -> str:
-    """A command line's ``--vllm-version``: any release from 0.8 on, normalised
-    (``" 0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the ValueError's text."""
-    import argparse
-
-    try:
-        return ".".join(str(p) for p in parse_release(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def release_rules(version: Any) -> dict[str, ReleaseRule]:

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.release_table import release_defaults
+from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DEVICE_PRESETS
 from .startup import StartupEstimate, estimate_startup
 from .startup_data import reference_config, reference_startups
@@ -61,7 +62,7 @@ def run_max_num_seqs(row: Any) -> tuple[int, str]:
     spec = DEVICE_PRESETS.get(device)
     memory = spec.memory_bytes if spec is not None else 0.0
     release = row.get("vllm_version") if hasattr(row, "get") else None
-    defaults = release_defaults(str(release) if pd.notna(release) else "0.33")
+    defaults = release_defaults(str(release) if pd.notna(release) else V1_RELEASE)
     seqs, _ = defaults.batch_limits(device, memory)
     return seqs, f"vLLM {defaults.release} default for the GPU"
 
