@@ -130,7 +130,7 @@ def _ladder_with_tokens(seqs: int, tokens: int, blackwell: bool) -> list[int]:
 
 
 def _ladder_with_seqs(seqs: int, tokens: int, blackwell: bool) -> list[int]:
-    # vLLM 0.29's rule is the one cgdispatch's V1 models (0.33): uniform-decode sizes too
+    # vLLM 0.31's rule is the one cgdispatch's V1 models (0.33): uniform-decode sizes too
     return vllm_ladder(
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
@@ -221,10 +221,11 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
     ),
     ReleaseRule(
         "ladder",
-        (0, 29),
+        (0, 31),
         _ladder_with_seqs,
-        "vllm/config/vllm.py _set_cudagraph_sizes (0.29.0): uniform-decode sizes added "
-        "(max_num_seqs); cgdispatch.core.ladders.vllm_ladder (0.33)",
+        "vllm/config/vllm.py _set_cudagraph_sizes (0.31.0): max_num_seqs added as a "
+        "uniform-decode size without speculative decoding too (0.29.0 and 0.30.0 add them "
+        "only with it); cgdispatch.core.ladders.vllm_ladder (0.33)",
     ),
     # model classes that raise the default max capture size (before the ladder rule applies)
     ReleaseRule("model_capture_max", (0, 8), {}, "vllm/model_executor/models/config.py (0.10.0)"),
@@ -425,7 +426,7 @@ class ReleaseDefaults:
         top = self._rule("model_capture_max").value.get(model_type)
         if top is None:
             return list(self._rule("ladder").value(max_num_seqs, tokens, blackwell))
-        if self.parts >= (0, 29):
+        if self.parts >= (0, 31):
             return vllm_ladder(top, max_num_seqs=max_num_seqs, max_num_batched_tokens=tokens)
         sizes = _step16(min(top, tokens))
         if self.parts >= (0, 21) and tokens <= top:

@@ -109,7 +109,7 @@ def test_default_ladders_follow_each_release_rule() -> None:
         seqs = rng.choice([1, 2, 3, 5, 16, 64, 100, 128, 256, 300, 1024])
         tokens = rng.choice([seqs, seqs + rng.randint(0, 4000), 2048, 8192])
         sizes = release_defaults(release).capture_sizes(seqs, tokens)
-        if parts >= (0, 29):
+        if parts >= (0, 31):
             assert sizes == vllm_ladder(max_num_seqs=seqs, max_num_batched_tokens=tokens)
         else:
             assert sizes == _independent_ladder(parts, seqs, tokens), (release, seqs, tokens)
