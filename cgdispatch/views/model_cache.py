@@ -133,12 +133,16 @@ def cached_startup(
     gpu_memory_utilization: float = 0.9,
     tensor_parallel_size: int | None = None,
     coefficients: StartupCoefficients | None = None,
+    vllm_version: str | None = None,
 ) -> Callable[[GraphConfig], StartupEstimate] | None:
     """:func:`~cgdispatch.estimate.startup.startup_for` whose estimates come from the disk
     cache when they are there (None for a model with no published config, as it).
     ``tensor_parallel_size``: default the registry model's own, else 1; ``coefficients``:
-    default the shipped calibration (a calibration profile's are keyed apart)."""
+    default the shipped calibration (a calibration profile's are keyed apart);
+    ``vllm_version``: the release that starts (its KV budget; default the config's)."""
     extra: dict[str, Any] = {}
+    if vllm_version is not None:
+        extra["vllm_version"] = vllm_version
     if tensor_parallel_size is not None:
         extra["tensor_parallel_size"] = tensor_parallel_size
     if coefficients is not None:
@@ -153,6 +157,8 @@ def cached_startup(
             key += f"|tp{tensor_parallel_size}"
         if coefficients is not None:
             key += f"|{coefficients!r}"
+        if vllm_version is not None:
+            key += f"|vllm{vllm_version}"
         name = hashlib.sha256(key.encode()).hexdigest()[:24]
         path = cache_dir() / f"startup-{name}-{_fingerprint()}.json"
         return _load_or_build(path, StartupEstimate, lambda: estimate(config))

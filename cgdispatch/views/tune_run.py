@@ -91,6 +91,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         gpu_memory_utilization=s.gpu_memory_utilization,
         tensor_parallel_size=tp_flag,
         coefficients=None if profile is None else profile.coefficients(),
+        vllm_version=s.vllm_version,  # any release from 0.8: its own KV budget
     )
     if profile is not None and startup is not None:
         startup = calibrated_startup(startup, profile)
