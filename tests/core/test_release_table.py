@@ -138,3 +138,12 @@ def test_every_rule_names_its_vllm_file_and_release() -> None:
         assert re.search(r"\(\d+\.\d+\.\d+", rule.source), rule
     rules = release_rules("0.21.0")
     assert rules["subtracts_graph_estimate"].first == (0, 20)
+
+
+def test_each_generation_agrees_with_the_table_on_its_own_release() -> None:
+    from cgdispatch.core.generation import GENERATIONS
+
+    for release, generation in GENERATIONS.items():
+        d = release_defaults(release)
+        assert d.generation == release
+        assert generation.runner.profiles_graph_memory == d.subtracts_graph_estimate
