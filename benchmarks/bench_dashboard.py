@@ -5,8 +5,8 @@ Target (issues 20, 30): the dashboard renders its first verdict in <= 10 s on th
 (13.7 s on two busy cores when issue 30 was filed). Each load is a real first render: a
 page request to a fresh Voila server (a new kernel runs the notebook: imports, the device
 model, the trace, the held-out replay, the figure) until the verdict is visible in
-Chromium. The disk caches (device cost model, start-up estimates: views/model_cache.py)
-are warm, as from any earlier run; the baseline, the in-process build of the same
+Chromium. The cache (device cost model, stage profile: cgdispatch/core/cache.py)
+is warm, as from any earlier run; the baseline, the in-process build of the same
 dashboard, runs first and fills them. The ratio is what Voila, the kernel start and the
 browser add. Reported: the median of LOADS loads, and their spread; the median is held
 against the target. Needs Debian's Chromium and Playwright (as the browser tests);

@@ -1,4 +1,4 @@
-"""vLLM's own scheduler (``SchedulerSimulator(..., SchedulerLimits(vllm_version=...))``): speed.
+"""vLLM's own scheduler (``replay_scheduler(requests, SchedulerLimits(vllm_version=...))``): speed.
 
 Targets (issue 19): the Azure-sized trace (about 20k requests) in < 5 s; 1M requests in
 < 60 s on this machine; memory that grows linearly with the requests.
@@ -29,11 +29,11 @@ TARGET_1M_S = 60.0
 
 _CHILD = """
 import resource, sys, time
-from cgdispatch import SchedulerLimits, SchedulerSimulator, synthetic_requests
+from cgdispatch import SchedulerLimits, replay_scheduler, synthetic_requests
 n = int(sys.argv[1])
 requests = synthetic_requests(n, "sharegpt", rate_per_s=20.0, seed=0)
 start = time.perf_counter()
-steps = SchedulerSimulator(requests, SchedulerLimits(vllm_version="0.34")).run()
+steps = replay_scheduler(requests, SchedulerLimits(vllm_version="0.34"))
 seconds = time.perf_counter() - start
 print(len(steps), seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
@@ -41,17 +41,18 @@ print(len(steps), seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 
 
 def azure(version: str) -> tuple[int, float, float]:
     """(steps, bulk seconds, per-request seconds) on the Azure conversation trace."""
-    from cgdispatch import SchedulerLimits, SchedulerSimulator
+    from cgdispatch import SchedulerLimits, replay_scheduler
     from cgdispatch.workload.files import load_requests
+    from cgdispatch.workload.replay import start_replay
     from cgdispatch.workload.sources import trace_path
 
     requests = load_requests(trace_path("azure-conv"))
     limits = SchedulerLimits(vllm_version=version)
     start = time.perf_counter()
-    fast = SchedulerSimulator(requests, limits).run()
+    fast = replay_scheduler(requests, limits)
     bulk_s = time.perf_counter() - start
     start = time.perf_counter()
-    slow = SchedulerSimulator(requests, limits, record_calls=True).run()
+    slow = start_replay(requests, limits, record_calls=True).frame()
     slow_s = time.perf_counter() - start
     if not fast.equals(slow):
         raise SystemExit(f"the bulk path's steps differ from the per-request path's ({version})")

@@ -34,25 +34,31 @@ TIMEOUT_MS = 90_000
 
 def expected_verdict(max_num_seqs: int) -> Any:
     """``tune`` with the dashboard's defaults and ``max_num_seqs``, computed in this process."""
-    from cgdispatch import GraphConfig, tune
+    from cgdispatch import GraphConfig, SchedulerLimits, tune
+    from cgdispatch.estimate.device_model import device_cost_model
     from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-    from cgdispatch.views.model_cache import cached_cost_model
+    from cgdispatch.estimate.startup import startup_for
     from cgdispatch.workload.sources import workload_requests, workload_trace
 
     config = GraphConfig(
         vllm_version="0.34", max_num_seqs=max_num_seqs, max_num_batched_tokens=8192
     ).resolve()
-    trace, label = workload_trace(
-        "sharegpt", num_requests=1000, rate_per_s=8.0, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=8192,
+    # the dashboard plans on vLLM's scheduler with the default ladder's KV cache (whole
+    # 16-token blocks plus the null block) from the start-up estimate
+    startup = startup_for("llama-3.1-8b", "H200")
+    limits = SchedulerLimits(
+        vllm_version="0.34", max_num_seqs=max_num_seqs, max_num_batched_tokens=8192,
+        num_gpu_blocks=int(startup(config).kv_cache_tokens // 16) + 1,
     )  # fmt: skip
+    trace, label = workload_trace("sharegpt", num_requests=1000, rate_per_s=8.0, limits=limits)
     return tune(
         trace,
         config=config,
-        cost_model=cached_cost_model("llama-3.1-8b", "H200"),
+        cost_model=device_cost_model("llama-3.1-8b", "H200"),
         kv_bytes_per_token=kv_bytes_per_token("llama-3.1-8b"),
         trace_label=label,
         requests=workload_requests("sharegpt", num_requests=1000, rate_per_s=8.0),
+        startup=startup,
     )
 
 

@@ -143,6 +143,10 @@ class TuneResult:
     # compare's rows for every ladder replayed ("held out", "in sample"): the plan, vLLM's
     # default and any ladders tune was asked to replay beside them (not in --json)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
+    # what the traffic was as vLLM would see it (set by views.tune_run): max_model_len, the
+    # requests rejected for reaching it, the trace's ideal prefix hit rate (None without
+    # hash_ids), the client's max_concurrency (None: open loop)
+    traffic: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.recommendation not in RECOMMENDATIONS:
@@ -180,6 +184,7 @@ class TuneResult:
             "reason": self.reason,
             "uncertainty": self.uncertainty(),
             "pareto": self.pareto,
+            "traffic": self.traffic,
         }
 
     def pareto_table(self) -> pd.DataFrame:

@@ -13,7 +13,13 @@ import math
 
 from ..plan.tune_result import OBJECTIVES, TuneResult
 
-__all__ = ["verdict_lines", "verdict_text", "delta_rows", "MAX_VERDICT_LINES"]
+__all__ = [
+    "verdict_lines",
+    "verdict_text",
+    "delta_rows",
+    "traffic_note",
+    "MAX_VERDICT_LINES",
+]
 
 MAX_VERDICT_LINES = 12
 _MIB = 1 << 20
@@ -135,7 +141,7 @@ def verdict_lines(
         )
         + f", vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}; objective: {result.objective}; "
-        f"figures: {result.source}; traffic: {result.trace_label}",
+        f"figures: {result.source}; traffic: {result.trace_label}" + traffic_note(result),
         f"{'held out':<16}{'planned':>14}{'vLLM default':>14}{'change':>12}  90% band   (last "
         f"{result.holdout:g} of the trace: {result.steps_held_out} steps; planned on the "
         f"first {result.steps_planned})",
@@ -150,6 +156,24 @@ def verdict_lines(
         )
     lines.append(f"vllm serve {serve_model or serve_name(model)} {result.flags}")
     return lines[:MAX_VERDICT_LINES]
+
+
+def traffic_note(result: TuneResult) -> str:
+    """The header's traffic facts: the client's concurrency limit, the requests vLLM would
+    reject for ``max_model_len``, the trace's ideal prefix hit rate; "" when none apply."""
+    t = result.traffic
+    parts = []
+    if t.get("max_concurrency") is not None:
+        parts.append(f"closed loop, at most {t['max_concurrency']} requests in flight")
+    if t.get("rejected_requests"):
+        n = t["rejected_requests"]
+        parts.append(
+            f"{n:,} request{'s' if n > 1 else ''} rejected as vLLM would (prompt >= "
+            f"max_model_len {t['max_model_len']:,})"
+        )
+    if t.get("prefix_hit_rate") is not None:
+        parts.append(f"prefix hit rate (trace): {100 * t['prefix_hit_rate']:.1f}%")
+    return "".join(f"; {p}" for p in parts)
 
 
 _UNITS = {"mean_step_ms": " ms", "p99_ttft_ms": " ms", "throughput_tok_s": " tok/s",

@@ -18,7 +18,7 @@ SMALL = ("--model", "toy-tiny", "--num-requests", "120", "--max-num-seqs", "32")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cost-cache"))
 
 
 def _serve_flags(line: str) -> dict[str, str]:

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from cgdispatch import GraphConfig, tune, tune_dashboard
+from cgdispatch import GraphConfig, SchedulerLimits, tune, tune_dashboard
+from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.views.model_cache import cached_cost_model
+from cgdispatch.estimate.startup import startup_for
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
 
@@ -23,16 +24,23 @@ def shown(widget_html: str) -> dict[str, str]:
 def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
     config = GraphConfig(vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     config = config.resolve()
-    steps, label = workload_trace(
-        trace, num_requests=200, rate_per_s=8.0, max_num_seqs=seqs, max_num_batched_tokens=tokens
-    )
+    # the dashboard plans on vLLM's scheduler of the release with the default ladder's KV
+    # cache (whole 16-token blocks plus the null block) from the start-up estimate
+    startup = startup_for("qwen2.5-7b", "H100")
+    blocks = int(startup(config).kv_cache_tokens // 16) + 1
+    limits = SchedulerLimits(
+        vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+        num_gpu_blocks=blocks,
+    )  # fmt: skip
+    steps, label = workload_trace(trace, num_requests=200, rate_per_s=8.0, limits=limits)
     return tune(
         steps,
         config=config,
-        cost_model=cached_cost_model("qwen2.5-7b", "H100"),
+        cost_model=device_cost_model("qwen2.5-7b", "H100"),
         kv_bytes_per_token=kv_bytes_per_token("qwen2.5-7b"),
         trace_label=label,
         requests=workload_requests(trace, num_requests=200, rate_per_s=8.0),
+        startup=startup,
     )
 
 
@@ -158,7 +166,7 @@ def test_a_config_json_and_a_listed_gpu_are_choices(tmp_path, monkeypatch) -> No
 
     from cgdispatch.estimate.devices import DEVICE_PRESETS
 
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path))
     path = str(Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json")
     dash = tune_dashboard(model=path, device="L40S", num_requests=100, draw=False)
     assert (
@@ -240,7 +248,7 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
 
     from cgdispatch.__main__ import main
 
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     logs = Path(__file__).resolve().parents[1] / "data" / "vllm_logs"
     llama = sorted(str(p) for p in logs.glob("llama-3.1-8b-h100-tp1-*.log"))
     profile = tmp_path / "mine.json"
