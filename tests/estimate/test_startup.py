@@ -204,6 +204,12 @@ def test_releases_from_0_20_take_their_graph_estimate_from_the_kv_budget() -> No
     for release in ("0.33", "0.34"):
         config = cg.GraphConfig(max_num_seqs=seqs, vllm_version=release)
         assert cg.estimate_startup(model, "H100", config).graph_memory_subtracted
+    # tune's seam passes the release on (--vllm-version 0.19.0 keeps the estimate in KV)
+    from cgdispatch.estimate.startup import startup_for
+
+    assert startup_for(model, "H100", vllm_version="0.19.0")(v1).kv_cache_tokens == (
+        a.kv_cache_tokens
+    )
     # a release of another generation than the config's is refused, naming both
     with pytest.raises(ValueError, match=r"vllm_version='0.34.0' dispatches as generation 0.34"):
         cg.estimate_startup(model, "H100", v1, vllm_version="0.34.0")
