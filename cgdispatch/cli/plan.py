@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS, default_release, generation_for
+from ..core.generation import GENERATIONS, default_release, generation_for, release_arg
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
@@ -275,11 +275,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     plan.add_argument(
         "--vllm-version",
-        choices=tuple(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=default_release(),
-        help="vLLM release whose graph dispatch to plan for: "
+        help="vLLM release whose graph dispatch to plan for, any from 0.8 on (each "
+        "dispatches as its generation: "
         + ", ".join(g.describe() for g in GENERATIONS.values())
-        + "; default %(default)s, the newest",
+        + "); default %(default)s, the newest",
     )
     plan.add_argument(
         "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.generation import GENERATIONS, default_release
+from ..core.generation import default_release, release_arg
 from .model_args import add_device_args, check_model_flag, device_from_args
 from .plan import check_int_flags
 
@@ -141,9 +141,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     tune.add_argument(
         "--vllm-version",
-        choices=tuple(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=default_release(),
-        help="vLLM release whose dispatch and defaults to use (default %(default)s, the newest)",
+        help="vLLM release whose dispatch and defaults to use, any from 0.8 on (0.10.1.1, "
+        "0.21.0, ...; default %(default)s, the newest)",
     )
     tune.add_argument("--max-num-seqs", type=int, default=256)
     tune.add_argument(

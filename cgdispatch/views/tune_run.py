@@ -116,6 +116,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         startup_options["tensor_parallel_size"] = tp_flag
     if profile is not None:
         startup_options["coefficients"] = profile.coefficients()
+    startup_options["vllm_version"] = s.vllm_version  # any release from 0.8: its KV budget
     startup = startup_for(  # its stage profile (~5 s to build) comes from the cache
         s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization, **startup_options
     )

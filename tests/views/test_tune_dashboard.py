@@ -21,6 +21,13 @@ def shown(widget_html: str) -> dict[str, str]:
     return {k: html.unescape(v) for k, v in re.findall(r'data-([a-z0-9-]+)="([^"]*)"', head)}
 
 
+def plain(widget_html: str) -> str:
+    """The verdict's text as one line: tags and the wrapping (line breaks, continuation
+    backslashes, indents) taken out, so a phrase is found wherever the display breaks it."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", widget_html))
+    return " ".join(text.replace(" \\\n", " ").split())
+
+
 def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
     config = GraphConfig(vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     config = config.resolve()
@@ -193,7 +200,7 @@ def test_a_model_refused_on_one_gpu_gets_the_clis_verdict_at_tp4(capsys) -> None
     dash.tp_box.value = 4
     got = shown(dash.verdict.value)
     assert got["tensor-parallel-size"] == "4" and dash.message.value == ""
-    text = html.unescape(dash.verdict.value)
+    text = plain(dash.verdict.value)
     assert "on H100 x4 (TP 4, figures per GPU)" in text
     assert f"vllm serve {LLAMA_70B} --tensor-parallel-size 4 " in text
     argv = ["tune", "--model", LLAMA_70B, "--device", "H100", "--num-requests", "120",
@@ -280,7 +287,7 @@ def test_the_replicas_and_balance_controls_are_tunes_flags() -> None:
         dash.balance_box.value = balance
         got = shown(dash.verdict.value)
         assert got["replicas"] == str(replicas) and got["balance"] == balance
-        assert f"(per replica, of {replicas})" in html.unescape(dash.verdict.value)
+        assert f"(per replica, of {replicas})" in plain(dash.verdict.value)
         assert dash.result is not None and dash.result.replicas == replicas
         # the CLI's path with the same settings (it plans on vLLM's scheduler with the
         # start-up's KV cache, as the dashboard does)
