@@ -52,7 +52,7 @@ def _check(args: argparse.Namespace) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     _check(args)
     from ..estimate.devices import device_label
-    from ..views.tune_run import TuneSettings, tune_for
+    from ..plan.tune_run import TuneSettings, tune_for
     from ..views.tune_verdict import verdict_text
 
     device = device_from_args(args)

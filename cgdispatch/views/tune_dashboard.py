@@ -38,12 +38,12 @@ from ..estimate.startup import DoesNotFitError
 from ..models.architectures import ARCHITECTURES
 from ..models.registry import tensor_parallel_size_for
 from ..plan.tune_result import OBJECTIVES, TuneResult
+from ..plan.tune_run import TuneSettings, tune_for
 from ..workload.replicas import BALANCES
 from ..workload.sources import TRACE_NAMES
 from .explorer_handlers import message_html
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
-from .tune_run import TuneSettings, tune_for
 from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]

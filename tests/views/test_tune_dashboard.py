@@ -276,7 +276,7 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
 def test_the_replicas_and_balance_controls_are_tunes_flags() -> None:
     """The replicas box and the balance dropdown are ``tune --replicas/--balance``: the
     verdict is tune's for the busiest replica's share; 0 replicas is named, not clamped."""
-    from cgdispatch.views.tune_run import TuneSettings, tune_for
+    from cgdispatch.plan.tune_run import TuneSettings, tune_for
 
     dash = tune_dashboard(
         model="qwen2.5-7b", device="H100", trace="alpaca", max_num_seqs=32,
@@ -311,7 +311,7 @@ def _same_as_tune_for(dash, **changes) -> None:
     """The dashboard's result is tune_for's for the dashboard's settings with ``changes``."""
     import dataclasses
 
-    from cgdispatch.views.tune_run import TuneSettings, tune_for
+    from cgdispatch.plan.tune_run import TuneSettings, tune_for
 
     assert dash.result is not None, dash.message.value
     base = dict(  # the other controls as the shared dashboard holds them now
