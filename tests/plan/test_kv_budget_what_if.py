@@ -9,6 +9,7 @@ import pytest
 
 import cgdispatch as cg
 from cgdispatch.plan.ladder_compare import export_plan
+from cgdispatch.plan.latency_sweep import within_kv_budget
 from cgdispatch.views.tune_verdict import engine_flags, verdict_text
 
 
@@ -30,7 +31,7 @@ def what_if():
         cost_model=cost_model,
     )  # fmt: skip
     text = f"{budget_gib:.2f} GiB budget"
-    startup = cg.within_kv_budget(cg.startup_for("llama-3.1-8b", "H200"), kv_blocks, what_if=text)
+    startup = within_kv_budget(cg.startup_for("llama-3.1-8b", "H200"), kv_blocks, what_if=text)
     result = cg.tune(
         trace, config=config, cost_model=cost_model, max_graphs=8, requests=requests,
         trace_label=label, startup=startup, kv_blocks=kv_blocks,
@@ -72,7 +73,7 @@ def test_each_engines_flags_are_the_verdicts(what_if) -> None:
 
 def test_a_what_if_needs_a_name() -> None:
     with pytest.raises(ValueError, match="what_if='' is invalid"):
-        cg.within_kv_budget(lambda c: None, lambda c: 2, what_if=" ")
+        within_kv_budget(lambda c: None, lambda c: 2, what_if=" ")
 
 
 def test_notebook_04_judges_and_flags_what_it_prints() -> None:
@@ -84,8 +85,8 @@ def test_notebook_04_judges_and_flags_what_it_prints() -> None:
     path = Path(__file__).resolve().parents[2] / "notebooks" / "04_what_if.ipynb"
     cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
     tune_cell = next(c for c in cells if "cg.tune(" in c)
-    assert "cg.within_kv_budget(" in tune_cell and "startup=startup" in tune_cell
+    assert "within_kv_budget(" in tune_cell and "startup=startup" in tune_cell
     assert "kv_blocks=kv_blocks" in tune_cell
-    assert any("cg.engine_flags(result)" in c for c in cells)
+    assert any("engine_flags(result)" in c for c in cells)
     assert not any("export_plan(planned" in c for c in cells)
     assert any("verdict_text(result" in c and "width=" in c for c in cells)

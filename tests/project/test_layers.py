@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "measure": {"core", "capture", "models", "estimate"},
     "workload": {"core"},
     "sweep": {"core", "capture", "models", "estimate", "measure"},
-    "plan": {"core", "workload", "estimate"},
+    "plan": {"core", "models", "workload", "estimate"},
     "views": {"core", "capture", "models", "estimate", "measure", "sweep", "workload", "plan"},
     "cli": {
         "core",
