@@ -301,6 +301,6 @@ def read_json_file(path: Any, what: str) -> Any:
         )
     except json.JSONDecodeError as err:
         raise ValueError(
-            f"{what} is not JSON ({err.msg} at line {err.lineno}, column {err.colno}): "
+            f"{what} is not JSON ({err.msg}: line {err.lineno}, column {err.colno}): "
             "check that the file is complete"
         ) from None
