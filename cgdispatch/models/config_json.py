@@ -29,7 +29,7 @@ from ..core.validate import (
     read_json_file,
 )
 
-__all__ = ["MODEL_TYPES", "config_fields", "is_config_source"]
+__all__ = ["MODEL_TYPES", "config_fields", "config_model_name", "is_config_source"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,13 @@ def _read(source: Any) -> tuple[dict[str, Any], str]:
     if given:  # printed in the verdict and the vllm serve line: one line of text
         check_text("config.json field '_name_or_path'", given)
     return data, str(given or name or f"{data.get('model_type')} config")
+
+
+def config_model_name(source: Any) -> str:
+    """The config's ``_name_or_path`` (the checkpoint it was saved from), or "" when it has
+    none: what ``vllm serve`` can load, where the file's own path is only a config."""
+    data, _ = _read(source)
+    return str(data.get("_name_or_path") or "")
 
 
 def _int(cfg: Mapping[str, Any], field: str, default: int | None = None) -> int:

@@ -64,6 +64,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..estimate.kv_bytes import kv_bytes_per_token
     from ..estimate.uncertainty import errors_for
     from ..models.registry import tensor_parallel_size_for
+    from ..models.shape_rules import check_model_tensor_parallel
     from ..plan.tune import DEFAULT_GRAPHS, tune
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit
@@ -72,6 +73,8 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
 
     s = settings
     tp_flag = s.tp_flag()
+    # before the caches and any arithmetic: a TP size vLLM could not load is refused
+    check_model_tensor_parallel(s.model, tp_flag)
     config = GraphConfig(
         vllm_version=s.vllm_version,
         cudagraph_mode=s.cudagraph_mode,
