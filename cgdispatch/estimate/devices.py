@@ -112,10 +112,11 @@ def _check_number(field: str, value: Any, least: float, most: float, open_low: b
     if number and (value > least if open_low else value >= least) and value <= most:
         return  # (a NaN fails every comparison, infinity the upper bound)
     low = f"> {least:g}" if open_low else f">= {least:g}"
+    top = f"{most:_}" if isinstance(most, int) else f"{most:g}"
     shown = repr(value) if not isinstance(value, float) else f"{value:g}"
     raise ValueError(
         f"field {field!r}={shown} is invalid: give a finite number {low} and at most "
-        f"{most:g} (cgdispatch.core.validate.BOUNDS)"
+        f"{top} (cgdispatch.core.validate.BOUNDS)"
     )
 
 

@@ -59,8 +59,8 @@ def check_cells(
             if text.any():
                 pos = int(np.flatnonzero(text)[0])
                 raise ValueError(
-                    f"{what} row {frame.index[pos]}: {col}={_shown(cells.iloc[pos])} is text: "
-                    "give numbers "
+                    f"{what} row {frame.index[pos]}: {col}={_shown(cells.iloc[pos])} is not a "
+                    "finite number but text: give numbers "
                     f"(pd.to_numeric(frame[{col!r}]) converts a column of digits)"
                 )
         values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
