@@ -98,13 +98,15 @@ def serve_target(model: str) -> tuple[str, str]:
     """(the model as ``vllm serve`` takes it, shell-quoted; a note when it is a stand-in).
 
     A registry model: the Hugging Face id its published shapes come from. A config.json:
-    its ``_name_or_path``; else its folder when the file is that folder's ``config.json``
-    beside weights (a checkpoint vLLM loads); else the folder's name as a placeholder, and
-    the note says to replace it. Anything else: ``model`` itself."""
+    its ``_name_or_path``; else, for a file named ``config.json``, its folder (a checkpoint's
+    folder is what vLLM loads; the note says so when no weights lie beside it); else (a
+    ``variants/x.json``) the folder's name as a placeholder, and the note says to replace
+    it. Anything else: ``model`` itself."""
     from ..models.arch_spec import ARCHITECTURES
     from ..models.config_json import config_model_name, is_config_source
     from ..models.published import PUBLISHED_MODELS
 
+    check_text("model", model)  # a path with a newline would print a line of its own
     spec = ARCHITECTURES.get(model)
     first = spec.source.split()[0] if spec is not None else ""
     if "/" in first:
@@ -115,15 +117,18 @@ def serve_target(model: str) -> tuple[str, str]:
             return shlex.quote(given), ""
         file = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
         folder = file.resolve().parent
-        check_text("the config's folder", str(folder))  # printed as one line
-        if file.name == "config.json" and any(next(folder.glob(g), None) for g in _WEIGHTS):
-            return shlex.quote(str(folder)), ""
+        check_text("the config's folder", str(folder))  # resolved: printed as one line
+        if file.name == "config.json":
+            if any(next(folder.glob(g), None) for g in _WEIGHTS):
+                return shlex.quote(str(folder)), ""
+            return shlex.quote(str(folder)), (
+                "no weights beside its config.json yet: vLLM loads this folder once they are "
+                "there; else put the checkpoint's folder or Hugging Face id there"
+            )
         return shlex.quote(folder.name or "MODEL"), (
-            f"{_one_line(folder.name or 'MODEL')!r} stands for the model: "
-            f"{_one_line(file.name)} has no _name_or_path and no weights beside it; put the "
-            "checkpoint's folder or Hugging Face id there"
+            f"{folder.name or 'MODEL'!r} stands for the model: {file.name} has no "
+            "_name_or_path; put the checkpoint's folder or Hugging Face id there"
         )
-    check_text("vllm serve model", model)
     return shlex.quote(model), ""
 
 
