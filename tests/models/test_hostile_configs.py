@@ -12,7 +12,6 @@ import pytest
 
 from cgdispatch.core import validate as v
 from cgdispatch.models.published import PUBLISHED_MODELS, model_from_config
-from cgdispatch.models.shape_rules import check_model_tensor_parallel, valid_tp_sizes
 
 BASE = dict(model_type="llama", num_hidden_layers=4, hidden_size=3072, num_attention_heads=24,
             num_key_value_heads=8, intermediate_size=8192, vocab_size=32000,
@@ -46,6 +45,8 @@ def _vllm_loads(heads, kv, inter, vocab, tp):
 
 
 def test_tp_sizes_follow_vllms_sharding_rules_on_random_shapes():
+    from cgdispatch.models.shape_rules import valid_tp_sizes
+
     rng = np.random.default_rng()
     for _ in range(60):
         kv = int(rng.choice([1, 2, 3, 4, 5, 8, 12]))
@@ -84,9 +85,11 @@ def test_tp_sizes_follow_vllms_sharding_rules_on_random_shapes():
 def test_a_tp_size_vllm_cannot_load_is_refused_naming_field_rule_and_fix(
     tmp_path, changes, tp, field
 ):
+    from cgdispatch.models.published import published_model
+
     path = _write(tmp_path, dict(BASE, **changes))
     with pytest.raises(ValueError) as err:
-        check_model_tensor_parallel(str(path), tp)
+        published_model(str(path)).check_parallel(tp, 1)
     text = str(err.value)
     assert field in text and "vllm/" in text and "use a TP size of 1" in text
 
@@ -94,6 +97,8 @@ def test_a_tp_size_vllm_cannot_load_is_refused_naming_field_rule_and_fix(
 def test_the_registry_and_csv_models_pass_at_the_sizes_they_were_logged_at():
     """Every published model shards at TP 1 and 2 where vLLM would (the rules refuse no
     real run: the logged start-ups' TP sizes all pass, or their rows would not load)."""
+    from cgdispatch.models.shape_rules import check_model_tensor_parallel, valid_tp_sizes
+
     for model in PUBLISHED_MODELS.values():
         assert 1 in valid_tp_sizes(model)
     check_model_tensor_parallel("llama-3.1-70b-tp8", None)
