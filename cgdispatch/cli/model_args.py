@@ -41,7 +41,7 @@ def check_model_flag(
     before any work) that vLLM can shard over ``--tensor-parallel-size`` GPUs."""
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, published_model
-    from ..models.shape_rules import check_model_tensor_parallel
+    from ..models.registry import check_model_tensor_parallel
 
     check_text("--model", model)  # printed in the verdict's lines: one line of text
     if model in usable or model in PUBLISHED_MODELS:

@@ -29,7 +29,6 @@ __all__ = [
     "CONFIG_NAMES",
     "check_shapes",
     "check_tensor_parallel",
-    "check_model_tensor_parallel",
     "valid_tp_sizes",
 ]
 
@@ -170,25 +169,3 @@ def check_tensor_parallel(model: Any, tp: int) -> None:
             f"tensor_parallel_size={tp} {problem}: vLLM would not load the model on {tp} "
             f"GPUs; use a TP size of {sizes}"
         )
-
-
-def check_model_tensor_parallel(model: object, tensor_parallel_size: int | None) -> None:
-    """:func:`check_tensor_parallel` for ``model`` as ``tune`` and ``plan`` take it: a
-    registry name with a published config (at its own TP size when ``tensor_parallel_size``
-    is None), a Hugging Face id, a config.json or a PublishedModel. Models without a published
-    config (toy models) are left to the cost model, which refuses to shard them."""
-    from .arch_spec import ARCHITECTURES
-    from .config_json import is_config_source
-    from .published import PUBLISHED_MODELS, PublishedModel, published_model
-
-    tp = tensor_parallel_size
-    if isinstance(model, str) and model in ARCHITECTURES:
-        spec = ARCHITECTURES[model]
-        if not spec.published:
-            return  # its ArchSpec checked its own TP size when it was built
-        model, tp = published_model(spec.published), tp or spec.tensor_parallel_size
-    elif isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
-        model = published_model(model)
-    else:
-        return
-    check_tensor_parallel(model, tp or 1)

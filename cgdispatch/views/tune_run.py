@@ -63,8 +63,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
     from ..estimate.uncertainty import errors_for
-    from ..models.registry import tensor_parallel_size_for
-    from ..models.shape_rules import check_model_tensor_parallel
+    from ..models.registry import check_model_tensor_parallel, tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
     from ..workload.sources import workload_requests, workload_trace
     from ..workload.trace import check_requests_fit

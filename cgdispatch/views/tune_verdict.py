@@ -202,7 +202,7 @@ def verdict_lines(
     if serve_model:
         target, note = shlex.quote(check_text("serve_model", serve_model)), ""
     else:
-        from ..models.shape_rules import check_model_tensor_parallel
+        from ..models.registry import check_model_tensor_parallel
 
         # the serve line is printed only for a model vLLM can load at this TP size
         check_model_tensor_parallel(model, cfg.tensor_parallel_size)

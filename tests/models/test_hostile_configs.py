@@ -97,7 +97,8 @@ def test_a_tp_size_vllm_cannot_load_is_refused_naming_field_rule_and_fix(
 def test_the_registry_and_csv_models_pass_at_the_sizes_they_were_logged_at():
     """Every published model shards at TP 1 and 2 where vLLM would (the rules refuse no
     real run: the logged start-ups' TP sizes all pass, or their rows would not load)."""
-    from cgdispatch.models.shape_rules import check_model_tensor_parallel, valid_tp_sizes
+    from cgdispatch.models.registry import check_model_tensor_parallel
+    from cgdispatch.models.shape_rules import valid_tp_sizes
 
     for model in PUBLISHED_MODELS.values():
         assert 1 in valid_tp_sizes(model)
@@ -167,7 +168,7 @@ def test_json_depth_matches_the_parsed_depth_on_random_documents():
             value = {"k]": value} if rng.random() < 0.5 else [value, "}"]
         value = {"top": value}
         text = json.dumps(value)
-        if depth + 1 > v.MAX_NESTING:
+        if depth > v.MAX_NESTING:  # depth - 1 wrappers and the top object
             with pytest.raises(ValueError, match="nests deeper"):
                 v.check_json_depth("doc", text)
             with pytest.raises(ValueError, match="nests deeper"):
