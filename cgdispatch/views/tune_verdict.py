@@ -199,13 +199,13 @@ def verdict_lines(
             + "): "
             + ", ".join(result.pareto)
         )
+    from ..models.registry import check_model_tensor_parallel
+
+    # the serve line is printed only for a model vLLM can load at this TP size
+    check_model_tensor_parallel(model, cfg.tensor_parallel_size)
     if serve_model:
         target, note = shlex.quote(check_text("serve_model", serve_model)), ""
     else:
-        from ..models.registry import check_model_tensor_parallel
-
-        # the serve line is printed only for a model vLLM can load at this TP size
-        check_model_tensor_parallel(model, cfg.tensor_parallel_size)
         target, note = serve_target(model)
     lines.append(f"vllm serve {target} {result.flags}" + (f"  # {note}" if note else ""))
     return lines[:MAX_VERDICT_LINES]
