@@ -112,3 +112,20 @@ def test_the_cli_prints_the_placeholder_for_a_config_outside_its_checkpoint(tmp_
     assert main(argv) == 0
     last = capsys.readouterr().out.rstrip("\n").split("\n")[-1]
     assert last.startswith("vllm serve variants --") and "stands for the model" in last
+
+
+def test_the_verdict_itself_refuses_a_serve_line_at_a_tp_size_vllm_cannot_load(tmp_path, _result):
+    """A result tuned elsewhere (the Python API) at TP 3 for a model with 8 KV heads: the
+    verdict names the rule instead of printing the line; at TP 2 the line is printed."""
+    import dataclasses
+
+    path = _config(tmp_path / "m", _name_or_path="org/m")
+    for tp, ok in ((3, False), (2, True)):
+        config = GraphConfig(vllm_version="0.34", max_num_seqs=24, max_num_batched_tokens=512,
+                             tensor_parallel_size=tp).resolve()  # fmt: skip
+        result = dataclasses.replace(_result, config=config)
+        if ok:
+            assert _serve(result, path).startswith("vllm serve org/m ")
+        else:
+            with pytest.raises(ValueError, match="tensor_parallel_size=3 neither splits"):
+                verdict_lines(result, model=str(path), device="H100")
