@@ -26,13 +26,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the README's decision (its `tune` command, README.md): printed last by `make run` and the
+# headline of the offline report (build/report/headline.txt)
+README_TUNE ?= --model llama-3.1-8b --device H200 --trace sharegpt --rate 8 --max-num-seqs 256
+
 # the main job on the built-in default (toy model; CPU without a GPU): dispatcher demo, the
-# smoke sweep (resumable) and its report, then every notebook headless with an HTML report
+# smoke sweep (resumable) and its report, every notebook headless with an HTML report, and
+# the README's tune decision, printed last
 run: install
 	$(PY) -m cgdispatch demo
 	$(PY) -m cgdispatch sweep --preset smoke --out build/smoke --resume
 	$(PY) -m cgdispatch report build/smoke --out build/smoke/report
+	mkdir -p build/report && $(PY) -m cgdispatch tune $(README_TUNE) > build/report/headline.txt
 	$(NOTEBOOK_ENV) $(PY) scripts/run_notebooks.py
+	@echo "== the README's decision (python -m cgdispatch tune $(README_TUNE)):"
+	@cat build/report/headline.txt
 
 # one pytest run: unit, CLI and browser tests in tests/, nbval on the committed notebooks
 test: install browser
@@ -65,8 +73,10 @@ dashboard: install
 	$(NOTEBOOK_ENV) $(VENV)/bin/voila $(DASHBOARD_NOTEBOOK) --no-browser --port $(DASHBOARD_PORT) \
 		--Voila.ip=127.0.0.1
 
+# every benchmark exits 1 on a missed target (benchmarks/targets.py): the run stops there
 bench: install
-	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; \
+		$(PY) $$b || { echo "make bench: $$b missed a target or failed (above)"; exit 1; }; done
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache

@@ -21,13 +21,15 @@ import time
 
 import numpy as np
 import pandas as pd
+from targets import Targets  # beside this script
 
 from cgdispatch.estimate.held_out import held_out_errors, held_out_table, held_out_targets
 from cgdispatch.estimate.startup_data import reference_startups
 from cgdispatch.estimate.startup_fit import calibration_table, error_summary
 
 
-def main() -> None:
+def main() -> int:
+    targets = Targets()
     start = time.perf_counter()
     runs = reference_startups()
     table = calibration_table(runs)
@@ -65,13 +67,17 @@ def main() -> None:
         "KV tokens (within 5%)": (table["kv_tokens_error_fit"] <= 0.05).mean(),
     }
     for name, value in met.items():
-        text = f"{value:.0%} of runs" if not isinstance(value, (bool, np.bool_)) else str(value)
+        judged = isinstance(value, (bool, np.bool_))  # the KV share is printed, not judged
+        text = str(value) if judged else f"{value:.0%} of runs"
         print(f"target {name}: {text}")
-    print_held_out()
+        if judged:
+            targets.check(name, bool(value))
+    print_held_out(targets)
     print(f"({time.perf_counter() - start:.1f} s)")
+    return targets.exit_code()
 
 
-def print_held_out() -> None:
+def print_held_out(targets: Targets) -> None:
     """The committed constants on the runs kept out of the fit (|relative error|)."""
     errors = held_out_errors()
     print(f"\nheld out (never fitted): {len(errors)} runs, {errors['device'].nunique()} GPUs")
@@ -85,7 +91,8 @@ def print_held_out() -> None:
     for r in held_out_targets(errors).to_dict("records"):
         verdict = "not evaluated" if r["met"] is None else ("met" if r["met"] else "missed")
         print(f"held-out target {r['target']} (bound {r['bound']:.0%}): {verdict}")
+        targets.check(f"held-out {r['target']}", r["met"] is not False)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -15,6 +15,8 @@ import random
 import statistics
 import time
 
+from targets import Targets  # beside this script
+
 from cgdispatch import BatchDescriptor, CudagraphDispatcher, CUDAGraphMode, GraphConfig
 
 M = CUDAGraphMode
@@ -96,4 +98,6 @@ def main(n_batches: int = 100_000, repeats: int = 5, seed: int = 0) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    targets = Targets()
+    targets.check("dispatch speed-up >= 5x", main() >= 5)
+    raise SystemExit(targets.exit_code())

@@ -20,6 +20,7 @@ import time
 
 from bench_dispatch import mixed_steps  # beside this script
 from reference_dispatchers import ReferenceManager  # beside this script
+from targets import Targets  # beside this script
 
 from cgdispatch import AttentionCGSupport, CudaGraphManager, CUDAGraphMode, GraphConfig
 
@@ -75,4 +76,6 @@ def main(n_batches: int = 100_000, repeats: int = 3, seed: int = 0) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    targets = Targets()
+    targets.check("generation-2 dispatch speed-up vs reference >= 5x", main() >= 5)
+    raise SystemExit(targets.exit_code())

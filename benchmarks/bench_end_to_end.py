@@ -4,7 +4,7 @@ clocked by the step-cost model, comes to what real servers printed.
 Each run of ``cgdispatch/data/published_serving_runs.csv`` (URL per row) is replayed by
 :func:`cgdispatch.plan.published_serving.published_serving_comparison`: vLLM's traffic
 (random dataset and send times as its client draws them; a ShareGPT-like stand-in for
-ShareGPT; closed loop solved to its fixed point), the release's default limits on the run's
+ShareGPT; a closed loop run by the client in the replay), the release's default limits on the run's
 GPU, the logged (else modelled) KV cache, and today's step pricing
 (:func:`~cgdispatch.workload.latency.dispatched_step_time` over the device cost model).
 
@@ -120,7 +120,7 @@ def main() -> int:
     )
     ok &= len(false) == 0
     print(f"\n{'all targets met' if ok else 'targets not met'}")
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

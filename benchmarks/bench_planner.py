@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from targets import Targets  # beside this script
 from tqdm.auto import tqdm
 
 from cgdispatch.core.config import GraphConfig
@@ -156,7 +157,8 @@ def capture_budget_gap(cases: list, config: GraphConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def speed(config: GraphConfig) -> None:
+def speed(config: GraphConfig) -> float:
+    """Seconds to plan 200k steps (V1, time objective); prints them and vLLM 0.34's."""
     model = device_cost_model(MODEL, DEVICE)
     rng = np.random.default_rng(0)
     steps = 200_000
@@ -183,9 +185,11 @@ def speed(config: GraphConfig) -> None:
         f"{sizes[-1]}; ratio to the 5 s target: {plan_s / 5:.2f} "
         f"({'met' if plan_s < 5 else 'NOT met'})"
     )
+    return plan_s
 
 
-def main() -> None:
+def main() -> int:
+    targets = Targets()
     config = GraphConfig(vllm_version="0.33").resolve()
     start = time.perf_counter()
     model = device_cost_model(MODEL, DEVICE)
@@ -201,6 +205,8 @@ def main() -> None:
         )
         print(table.to_string(**fmt))
         print(f"\nall targets met: {bool(table['target_met'].all())}")
+        for workload, rate in table.loc[~table["target_met"], ["workload", "req/s"]].values:
+            targets.check(f"held-out step time on {workload} at {rate} req/s", False)
         print("\ncapture budget = half of vLLM's modelled capture time (Lagrangian heuristic):")
         print(capture_budget_gap(cases, config).to_string(**fmt))
         gen2 = quality_gen2(cases)
@@ -210,8 +216,9 @@ def main() -> None:
             "sizes: prefill token + decode request); half and same as above:"
         )
         print(gen2.to_string(**fmt))
-    speed(config)
+    targets.check("planning 200k steps < 5 s", speed(config) < 5)
+    return targets.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -28,6 +28,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from targets import Targets  # beside this script
+
 from cgdispatch.estimate.device_model import device_cost_model  # noqa: E402
 from cgdispatch.estimate.step_errors import error_table, priced_reference  # noqa: E402
 from cgdispatch.estimate.step_time import kernel_times_us  # noqa: E402
@@ -63,7 +65,10 @@ def main() -> None:
     print(error_table(frame, ["device", "tp"]).round(3).to_string())
     print("\nBy model\n")
     print(error_table(frame, ["model", "kind"]).round(3).to_string())
+    targets = Targets()
     missed = table[(table["median"] > MEDIAN_TARGET) | (table["within_20"] < WITHIN_TARGET)]
+    for d, k in missed.index:
+        targets.check(f"step error on {d} {k}", False)
     print(
         f"\ntarget (median <= {MEDIAN_TARGET:.0%}, >= {WITHIN_TARGET:.0%} within 20%): "
         + (
@@ -85,7 +90,7 @@ def main() -> None:
         ("Llama-3.1-70B TP 4/8 (90% of steps)", big.error.abs().quantile(0.9), 0.15),
     ]
     for name, err, target in checks:
-        verdict = "MET" if err <= target else "MISSED"
+        verdict = "MET" if targets.check(name, err <= target) else "MISSED"
         print(f"{name}: |error| {err:.1%} (target {target:.0%}) {verdict}")
     shown = prefill.iloc[0]
     print(
@@ -96,7 +101,8 @@ def main() -> None:
     whole = frame.error.abs().median()
     old = frame.baseline_error.abs().median()
     print(f"all steps: median |error| {whole:.1%} vs {old:.1%} before ({old / whole:.1f}x)")
+    return targets.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -14,6 +14,7 @@ import platform
 import time
 
 import numpy as np
+from targets import Targets  # beside this script
 
 from cgdispatch import CudagraphDispatcher, CudaGraphManager, GraphConfig
 from cgdispatch.plan.whatif import MODE_CODES, evaluate
@@ -32,7 +33,8 @@ def _timed(config: GraphConfig, trace) -> tuple[float, list[float], object]:
     return float(np.median(times)), times, result
 
 
-def _report(name: str, fast_s: float, times: list[float], loop_s: float, same: bool) -> None:
+def _report(name: str, fast_s: float, times: list[float], loop_s: float, same: bool) -> bool:
+    """Print one generation's figures; returns whether it met the 2 s target."""
     print(f"  {name}:")
     print(
         f"    evaluate():              {fast_s:7.3f} s  (median of {REPEATS}; "
@@ -43,9 +45,11 @@ def _report(name: str, fast_s: float, times: list[float], loop_s: float, same: b
     print(f"    target < 2 s: {'met' if fast_s < 2.0 else 'NOT met'}")
     if not same:
         raise SystemExit(f"{name}: evaluate() and the dispatch() loop disagree")
+    return fast_s < 2.0
 
 
-def main() -> None:
+def main() -> int:
+    targets = Targets()
     rng = np.random.default_rng(0)
     num_tokens = rng.integers(1, 1024, STEPS)
     uniform = rng.random(STEPS) < 0.8
@@ -71,7 +75,8 @@ def main() -> None:
     same = np.array_equal(modes, result.runtime_mode[:SAMPLE]) and np.array_equal(
         padded, result.padded_tokens[:SAMPLE]
     )
-    _report("V1 (vLLM 0.33, CudagraphDispatcher)", fast_s, times, loop_s, same)
+    name = "V1 (vLLM 0.33, CudagraphDispatcher)"
+    targets.check(f"{name} < 2 s", _report(name, fast_s, times, loop_s, same))
 
     config = GraphConfig(vllm_version="0.34").resolve()  # vLLM 0.34 defaults on SM90
     fast_s, times, result = _timed(config, trace)
@@ -84,8 +89,10 @@ def main() -> None:
     same = np.array_equal(modes, result.runtime_mode[:SAMPLE]) and np.array_equal(
         padded, result.padded_tokens[:SAMPLE]
     )
-    _report("generation 2 (vLLM 0.34, CudaGraphManager)", fast_s, times, loop_s, same)
+    name = "generation 2 (vLLM 0.34, CudaGraphManager)"
+    targets.check(f"{name} < 2 s", _report(name, fast_s, times, loop_s, same))
+    return targets.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -6,7 +6,9 @@
 Executed notebooks go to ``build/notebooks/`` and HTML pages plus an ``index.html`` to
 ``build/report/`` (each notebook's question and printed conclusion, the tune verdict, and a
 link to the sweep report ``--sweep-report``); each is written as soon as its notebook finishes, so a failure late in
-the run keeps the earlier results. A notebook that fails still gets its executed copy and
+the run keeps the earlier results. A run of named notebooks updates their rows of the index
+and keeps the others' (``index.json`` beside it holds every row); a run of the whole folder
+starts the index afresh. A notebook that fails still gets its executed copy and
 page (papermill marks the failing cell); the exit status is 1 if any failed. The kernel
 imports this checkout's ``cgdispatch`` (the repository root is put on PYTHONPATH).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import sys
 import time
@@ -45,7 +48,9 @@ def to_html(notebook: Path, target: Path) -> None:
     node = nbformat.read(notebook, as_version=4)
     offline_widgets(node)
     body, _ = exporter.from_notebook_node(node)
-    target.write_text(body, encoding="utf-8")
+    from cgdispatch.views.notebook_index import scroll_wide_outputs
+
+    target.write_text(scroll_wide_outputs(body), encoding="utf-8")
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -78,11 +83,30 @@ def write_index(
     folder = executed_dir if executed_dir is not None else report_dir
     summaries = [
         summarise_notebook(folder / f"{name}.ipynb", name, status, seconds)
-        for name, status, seconds in rows
+        for name, status, seconds in merge_rows(report_dir, rows)
     ]
     index = report_dir / "index.html"
     index.write_text(index_html(summaries, report_dir, sweep_index), encoding="utf-8")
     return index
+
+
+ROWS_FILE = "index.json"  # every notebook's last (name, status, seconds), beside index.html
+
+
+def merge_rows(
+    report_dir: Path, rows: list[tuple[str, str, float]]
+) -> list[tuple[str, str, float]]:
+    """``rows`` with the rows of notebooks run before and not now (from ``ROWS_FILE``), by
+    name; writes the merged rows back. A missing or unreadable file holds none."""
+    path = report_dir / ROWS_FILE
+    try:
+        kept = {str(n): (str(s), float(t)) for n, s, t in json.loads(path.read_text("utf-8"))}
+    except (OSError, ValueError, TypeError):
+        kept = {}
+    kept.update({name: (status, seconds) for name, status, seconds in rows})
+    merged = [(name, *kept[name]) for name in sorted(kept)]
+    path.write_text(json.dumps(merged, indent=1), encoding="utf-8")
+    return merged
 
 
 def run_notebooks(
@@ -93,13 +117,18 @@ def run_notebooks(
     kernel_name: str | None = None,
     timeout_s: int = 600,
     sweep_index: Path | None = None,
+    keep_others: bool = False,
 ) -> list[tuple[str, str, float]]:
-    """Run each notebook; returns (name, "ok" | "failed: ...", seconds) per notebook."""
+    """Run each notebook; returns (name, "ok" | "failed: ...", seconds) per notebook.
+    ``keep_others``: the index keeps the rows of notebooks not run now (a run of named
+    notebooks); else it lists only these."""
     import papermill
     from tqdm.auto import tqdm
 
     out_dir.mkdir(parents=True, exist_ok=True)
     report_dir.mkdir(parents=True, exist_ok=True)
+    if not keep_others:
+        (report_dir / ROWS_FILE).unlink(missing_ok=True)
     # the kernel is a child process: it inherits this, so it imports this checkout's package
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
@@ -167,7 +196,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     params = {name: parse_value(value) for name, value in args.parameter}
     rows = run_notebooks(
-        notebooks, args.out, args.report, params, args.kernel, args.timeout_s, args.sweep_report
+        notebooks,
+        args.out,
+        args.report,
+        params,
+        args.kernel,
+        args.timeout_s,
+        args.sweep_report,
+        keep_others=bool(args.notebooks),  # named notebooks: the others' rows stay
     )
     for name, status, seconds in rows:
         print(f"{name:<32} {status:<10} {seconds:6.1f} s")

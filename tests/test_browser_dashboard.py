@@ -34,25 +34,31 @@ TIMEOUT_MS = 90_000
 
 def expected_verdict(max_num_seqs: int) -> Any:
     """``tune`` with the dashboard's defaults and ``max_num_seqs``, computed in this process."""
-    from cgdispatch import GraphConfig, tune
+    from cgdispatch import GraphConfig, SchedulerLimits, tune
+    from cgdispatch.estimate.device_model import device_cost_model
     from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-    from cgdispatch.views.model_cache import cached_cost_model
+    from cgdispatch.estimate.startup import startup_for
     from cgdispatch.workload.sources import workload_requests, workload_trace
 
     config = GraphConfig(
         vllm_version="0.34", max_num_seqs=max_num_seqs, max_num_batched_tokens=8192
     ).resolve()
-    trace, label = workload_trace(
-        "sharegpt", num_requests=1000, rate_per_s=8.0, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=8192,
+    # the dashboard plans on vLLM's scheduler with the default ladder's KV cache (whole
+    # 16-token blocks plus the null block) from the start-up estimate
+    startup = startup_for("llama-3.1-8b", "H200")
+    limits = SchedulerLimits(
+        vllm_version="0.34", max_num_seqs=max_num_seqs, max_num_batched_tokens=8192,
+        num_gpu_blocks=int(startup(config).kv_cache_tokens // 16) + 1,
     )  # fmt: skip
+    trace, label = workload_trace("sharegpt", num_requests=1000, rate_per_s=8.0, limits=limits)
     return tune(
         trace,
         config=config,
-        cost_model=cached_cost_model("llama-3.1-8b", "H200"),
+        cost_model=device_cost_model("llama-3.1-8b", "H200"),
         kv_bytes_per_token=kv_bytes_per_token("llama-3.1-8b"),
         trace_label=label,
         requests=workload_requests("sharegpt", num_requests=1000, rate_per_s=8.0),
+        startup=startup,
     )
 
 
@@ -245,6 +251,23 @@ def test_the_vllm_serve_line_wraps_instead_of_being_clipped(dashboard: Any) -> N
     assert broken_images(dashboard) == 0
 
 
+def test_the_verdict_is_single_spaced_and_never_breaks_a_word(dashboard: Any) -> None:
+    """Issue 37: the widget's 28 px line height no longer double-spaces the verdict, and its
+    lines break at spaces (and after the JSON's commas), not mid-word."""
+    verdict = dashboard.locator("[data-testid=tune-verdict]")
+    verdict.wait_for(state="visible")
+    style = verdict.evaluate(
+        """pre => { const s = getComputedStyle(pre);
+          return [parseFloat(s.lineHeight), parseFloat(s.fontSize), s.wordBreak, s.overflowWrap]; }"""
+    )
+    line_px, font_px, word_break, overflow_wrap = style
+    assert line_px < 1.6 * font_px, style
+    assert word_break != "break-all" and overflow_wrap != "anywhere"
+    lines = verdict.inner_text().splitlines()
+    shown = verdict.evaluate("pre => pre.getClientRects().length")
+    assert shown >= 1 and len(lines) >= 6
+
+
 def test_every_notebooks_conclusion_shows_in_a_browser(browser: Any, tmp_path: Path) -> None:
     """The committed notebooks rendered to HTML (nbconvert, as the offline report does) show
     their question first and their conclusion last, non-empty, in Chromium."""
@@ -265,3 +288,31 @@ def test_every_notebooks_conclusion_shows_in_a_browser(browser: Any, tmp_path: P
             assert len(last) > 80
     finally:
         context.close()
+
+
+def test_a_config_json_path_and_a_device_spec_file_in_the_browser(
+    dashboard: Any, tmp_path: Path
+) -> None:
+    """Issue 37: the dashboard takes what `tune --model PATH --device-spec FILE` takes."""
+    import dataclasses
+    import json
+
+    from cgdispatch.estimate.devices import DEVICE_PRESETS
+
+    page = dashboard
+    config = REPO_ROOT / "tests" / "data" / "configs" / "qwen2-7b.json"
+    spec = tmp_path / "gpu.json"
+    spec.write_text(json.dumps(dataclasses.asdict(DEVICE_PRESETS["L40S"].replace(name="my-gpu"))))
+    for label, entry, needle in (
+        ("config.json", str(config), f"vllm serve {config.parent}"),
+        ("device spec", str(spec), "on my-gpu"),
+        ("device spec", "", "on H200"),
+        ("config.json", "", "vllm serve meta-llama/Llama-3.1-8B"),
+    ):
+        run = current_run(page)
+        field = box(page, label)
+        field.fill(entry)
+        field.press("Enter")
+        verdict = page.locator(f"[data-testid=tune-verdict][data-run='{run + 1}']")
+        verdict.wait_for(state="attached")
+        assert needle in verdict.inner_text().replace("\u200b", ""), (label, entry)

@@ -59,7 +59,13 @@ class Expected:
     """The notebook's trace, config and starting ladder, rebuilt here from its parameters."""
 
     def __init__(self, params: dict[str, Any]) -> None:
-        from cgdispatch import engine_ladders, ladder_config, plan_ladder, workload_trace
+        from cgdispatch import (
+            engine_ladders,
+            ladder_config,
+            plan_ladder,
+            scheduler_limits,
+            workload_trace,
+        )
         from cgdispatch.plan.planner import largest_token_size
 
         self.params = params
@@ -76,9 +82,7 @@ class Expected:
             num_requests=params["num_requests"],
             rate_per_s=params["rate_per_s"],
             seed=params["seed"],
-            max_num_seqs=params["max_num_seqs"],
-            max_num_batched_tokens=params["max_num_batched_tokens"],
-            num_speculative_tokens=params["num_speculative_tokens"],
+            limits=scheduler_limits(self.config),  # as the notebook builds them
         )
         planned = plan_ladder(
             self.trace,

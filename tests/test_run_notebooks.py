@@ -193,7 +193,7 @@ def test_the_index_shows_questions_conclusions_the_verdict_and_the_sweep_link(tm
     assert "01 · Tour &lt;i&gt;" in page and "<i>" not in page
     assert "which steps run as &lt;graphs&gt; &amp; why?" in page
     assert "Conclusion: 27 graphs, padding 3.5% &lt;b&gt;" in page and "<b>" not in page
-    assert '<a href="01_tour.html">' in page and "3.2 s" in page
+    assert '<a href="01_tour.html">' in page and "3.25 s" in page
     assert "failed: boom" in page and "no conclusion printed" in page  # no executed copy
     verdict = page.split("<h2>tune verdict</h2>")[1]
     assert (
@@ -204,3 +204,71 @@ def test_the_index_shows_questions_conclusions_the_verdict_and_the_sweep_link(tm
     page = runner.write_index(report, rows, executed, sweep).read_text()
     assert '<a href="../smoke/report/summary.md">' in page and "not built" not in page
     assert (report / "../smoke/report/summary.md").resolve() == sweep.resolve()
+
+
+def test_a_run_of_one_notebook_keeps_the_other_rows_of_the_index(tmp_path):
+    """Issue 37: the README's single-notebook command updates its own row, not the index."""
+    runner = load_runner()
+    executed, report = tmp_path / "notebooks", tmp_path / "report"
+    executed.mkdir()
+    report.mkdir()
+    rng = random.Random()
+    names = sorted(f"{i:02d}_nb{rng.randint(0, 99)}" for i in range(1, rng.randint(3, 6)))
+    for name in names:
+        _executed(executed / f"{name}.ipynb", name, "q?", f"Conclusion of {name}")
+    first = [(name, "ok", rng.uniform(1, 99)) for name in names]
+    runner.write_index(report, first, executed)
+    again = rng.choice(names)
+    page = runner.write_index(report, [(again, "failed: boom", 1.0)], executed).read_text()
+    for name in names:
+        assert f"Conclusion of {name}" in page
+    assert page.count("failed: boom") == 1 and page.count(">ok<") == len(names) - 1
+    kept = json.loads((report / runner.ROWS_FILE).read_text())
+    assert [row[0] for row in kept] == names
+
+
+def test_a_notebook_page_scrolls_wide_tables_and_a_what_if_verdict_is_labelled(tmp_path):
+    from cgdispatch.views.notebook_index import WIDE_OUTPUT_CSS, scroll_wide_outputs
+
+    page = scroll_wide_outputs("<html><head><style>a{}</style></head><body></body></html>")
+    assert page.index(WIDE_OUTPUT_CSS) > page.index("a{}") and "overflow-x:auto" in page
+    with pytest.raises(ValueError, match="no </head>"):
+        scroll_wide_outputs("<p>")
+    runner = load_runner()
+    executed, report = tmp_path / "notebooks", tmp_path / "report"
+    executed.mkdir()
+    report.mkdir()
+    text = "recommendation: keep vLLM's default\nm on d; KV cache: what-if budget 1.2 GiB"
+    _executed(executed / "04_what_if.ipynb", "04", "q?", text)
+    page = runner.write_index(report, [("04_what_if", "ok", 1.0)], executed).read_text()
+    assert "a what-if, not the headline" in page
+    _executed(executed / "04_what_if.ipynb", "04", "q?", "recommendation: keep vLLM's default")
+    page = runner.write_index(report, [("04_what_if", "ok", 1.0)], executed).read_text()
+    assert "what-if" not in page
+
+
+def test_the_readmes_decision_heads_the_index_and_make_run_writes_it(tmp_path):
+    """Issue 37: `make run` ends with the README's tune command, whose verdict heads the
+    offline report (the notebooks' own verdict follows, labelled as theirs)."""
+    import re
+    import shlex
+
+    from cgdispatch.views.notebook_index import HEADLINE_FILE
+
+    root = SCRIPT.parent.parent
+    readme = (root / "README.md").read_text()
+    command = re.search(r"```bash\n\.venv/bin/python -m cgdispatch tune ([^\n]*)\n```", readme)
+    makefile = (root / "Makefile").read_text()
+    flags = re.search(r"^README_TUNE \?= (.*)$", makefile, re.M)
+    assert shlex.split(flags.group(1)) == shlex.split(command.group(1))
+    assert f"$(PY) -m cgdispatch tune $(README_TUNE) > build/report/{HEADLINE_FILE}" in makefile
+    runner = load_runner()
+    report = tmp_path / "report"
+    report.mkdir()
+    gain = random.uniform(0.1, 9.0)
+    (report / HEADLINE_FILE).write_text(f"recommendation: keep vLLM's default: {gain:.2f} ms\n")
+    page = runner.write_index(report, [], tmp_path).read_text()
+    head = page.split("<div class='wide'>")[0]
+    assert "the decision: tune on the README" in head and f"{gain:.2f} ms" in head
+    (report / HEADLINE_FILE).write_text("Traceback: something broke\n")
+    assert "the decision" not in runner.write_index(report, [], tmp_path).read_text()

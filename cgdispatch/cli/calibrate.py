@@ -92,13 +92,14 @@ def _setup(args: argparse.Namespace, runs: list) -> tuple[str, Any, int, dict[st
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    from ..core.cache import profiles_dir
+    from ..estimate.device_model import device_cost_model
     from ..estimate.devices import device_label
     from ..estimate.setup_fit import fit_setup
     from ..estimate.setup_profile import check_same_setup, profile_path, same_model, save_profile
     from ..estimate.step_measurements import decode_mode
     from ..estimate.vllm_logs import gpu_preset
     from ..models.registry import tensor_parallel_flag
-    from ..views.model_cache import cache_dir, cached_cost_model
 
     runs, files = _read(args.logs)
     model, device, tp, whose = _setup(args, runs)
@@ -127,10 +128,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         "".join(c if c.isalnum() or c in "-._" else "-" for c in part)
         for part in (model.split("/")[-1], device_label(device), f"tp{tp}")
     )
-    out = Path(args.out) if args.out else profile_path(name, cache_dir() / "profiles")
+    out = Path(args.out) if args.out else profile_path(name, profiles_dir())
     profile, rows = fit_setup(
         name, model, device, runs, steps=steps,
-        cost_model=lambda: cached_cost_model(
+        cost_model=lambda: device_cost_model(
             model, device, context_len=args.context_len,
             tensor_parallel_size=tensor_parallel_flag(model, tp),
         ),

@@ -18,6 +18,7 @@ from ..core.generation import GENERATIONS, default_release, generation_for
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
+from ..views.numbers import number
 from .dispatch import other_releases
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
@@ -40,6 +41,10 @@ def check_int_flags(args: argparse.Namespace) -> None:
         "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
         "max_loras": (0, v.MAX_LORAS),
         "tensor_parallel_size": (1, v.MAX_PARALLEL),
+        "max_model_len": (2, v.MAX_MODEL_LEN),
+        "max_concurrency": (1, v.MAX_REQUESTS),
+        "hash_block_size": (1, v.MAX_STEP_TOKENS),
+        "replicas": (1, v.MAX_PARALLEL),
     }
     for flag, (least, bound) in bounds.items():
         value = getattr(args, flag, None)
@@ -84,11 +89,11 @@ def run_plan(args: argparse.Namespace) -> int:
     _check(args)
     import pandas as pd
 
+    from ..estimate.device_model import device_cost_model
     from ..models.registry import tensor_parallel_flag, tensor_parallel_size_for
     from ..plan.ladder_compare import compare, engine_ladders, export_plan, kinds_absent
     from ..plan.planner import plan_ladder
-    from ..views.model_cache import cached_cost_model
-    from ..workload.scheduler import SchedulerLimits
+    from ..workload.limits import scheduler_limits
     from ..workload.sources import split_holdout, workload_requests, workload_trace
     from ..workload.trace import check_step_budget
 
@@ -103,15 +108,14 @@ def run_plan(args: argparse.Namespace) -> int:
         tensor_parallel_size=tensor_parallel_size_for(args.model, args.tensor_parallel_size),
         sequence_parallel=args.sequence_parallel,
     ).resolve()
+    # the one value the planning trace and the latency replay obey
+    limits = scheduler_limits(config, num_gpu_blocks=args.num_gpu_blocks)
 
     def load(path: str) -> tuple[pd.DataFrame, str]:
         return workload_trace(
             path,
             seed=args.seed,
-            max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            num_speculative_tokens=args.num_speculative_tokens,
-            max_loras=args.max_loras,
+            limits=limits,
             progress=sys.stderr.isatty(),  # on stderr, so --json output stays clean
         )
 
@@ -126,7 +130,7 @@ def run_plan(args: argparse.Namespace) -> int:
         check_step_budget(test, args.max_num_batched_tokens, f"--evaluate-on {args.evaluate_on}")
         evaluated_on = f"other trace: {other}"
     device = device_from_args(args)
-    cost_model = cached_cost_model(  # the disk cache tune reads too: ~4 s to build
+    cost_model = device_cost_model(  # the disk cache tune reads too: ~4 s to build
         args.model,
         device,
         context_len=args.context_len,
@@ -153,14 +157,7 @@ def run_plan(args: argparse.Namespace) -> int:
             )
         latency = {
             "requests": requests,
-            "scheduler": SchedulerLimits(
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                num_speculative_tokens=args.num_speculative_tokens,
-                max_loras=args.max_loras or None,
-                vllm_version=args.vllm_version,
-                num_gpu_blocks=args.num_gpu_blocks,
-            ),
+            "scheduler": limits,
         }
     # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
     plan_on.attrs["step_kinds_known"] = trace.attrs.get("step_kinds_known", True)
@@ -189,7 +186,7 @@ def run_plan(args: argparse.Namespace) -> int:
     shown = table.assign(**{c: table[c].map(_short) for c in lists})
     shown = shown.drop(columns=["evaluated_on", "vllm_version"])
     with pd.option_context("display.width", 250, "display.max_columns", 30):
-        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        print(shown.to_string(index=False, float_format=number))  # never 2.949e+08
     print(f"\nstep times, graph memory and capture time: {cost_model.source}, {args.model}")
     print("engine settings for the planned sizes:")
     for engine, text in flags.items():
@@ -223,7 +220,7 @@ def _one_line_error(message: str) -> NoReturn:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
@@ -232,8 +229,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--trace",
         required=True,
-        help="CSV of requests or steps, a vLLM --cudagraph-metrics log, a synthetic preset "
-        f"({', '.join(LENGTH_PRESETS)}) or a shipped production trace "
+        help="requests or steps CSV, mooncake_trace .jsonl, --cudagraph-metrics log, "
+        f"preset ({', '.join(LENGTH_PRESETS)}) or production trace "
         f"({', '.join(PRODUCTION_TRACES)})",
     )
     plan.add_argument("--max-graphs", type=int, required=True, help="most capture sizes to plan")
@@ -273,7 +270,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--num-gpu-blocks", type=int, default=None,
-        help="KV-cache blocks for --latency (vLLM's num_gpu_blocks; default unlimited)",
+        help="KV-cache blocks of the replay of vLLM's scheduler, for the planning trace and "
+        "--latency (vLLM's num_gpu_blocks; default unlimited)",
     )  # fmt: skip
     plan.add_argument(
         "--vllm-version",

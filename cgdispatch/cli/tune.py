@@ -23,7 +23,7 @@ _MIB = 1 << 20
 def _check(args: argparse.Namespace) -> None:
     from ..models.registry import model_names
     from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     check_int_flags(args)
     for flag in ("memory_budget_mib", "capture_budget_s"):
@@ -78,6 +78,11 @@ def run_tune(args: argparse.Namespace) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         objective=args.objective,
         calibration=args.calibration,
+        max_model_len=args.max_model_len,
+        max_concurrency=args.max_concurrency,
+        hash_block_size=args.hash_block_size,
+        replicas=args.replicas,
+        balance=args.balance,
     )
     result = tune_for(settings, progress=not args.json and sys.stderr.isatty())
     if args.json:
@@ -97,8 +102,9 @@ def _one_line_error(message: str) -> NoReturn:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
     from ..plan.tune_result import OBJECTIVES
+    from ..workload.replicas import BALANCES
     from ..workload.sources import PRODUCTION_TRACES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     tune = subparsers.add_parser(
         "tune",
@@ -119,7 +125,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--trace",
         default="sharegpt",
         help="requests CSV (TIMESTAMP, ContextTokens, GeneratedTokens or timestamp, "
-        "prompt_tokens, output_tokens), steps CSV, vLLM --cudagraph-metrics log, a "
+        "prompt_tokens, output_tokens; optional hash_ids), a mooncake_trace .jsonl "
+        "(timestamp ms, input_length, output_length, hash_ids, session_id/delay), steps "
+        "CSV, vLLM --cudagraph-metrics log, a "
         f"synthetic preset ({', '.join(LENGTH_PRESETS)}; default %(default)s) or a shipped "
         f"production trace ({', '.join(PRODUCTION_TRACES)})",
     )
@@ -181,6 +189,43 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME_OR_PATH",
         help="a profile `calibrate` fitted on this setup's own vLLM logs: its graph-pool, "
         "capture-time, non-torch and step-time factors, and bands shrunk to its residuals",
+    )
+    tune.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="vLLM's --max-model-len: requests whose prompt reaches it are rejected, as vLLM "
+        "rejects them (counted in the header), outputs capped at it (default: what vLLM "
+        "would pick: the model config's length, capped so one request fits the KV cache)",
+    )
+    tune.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="closed loop: at most N requests in flight, a new one sent the moment one "
+        "finishes, as vllm bench serve --max-concurrency (default: open loop, arrival times)",
+    )
+    tune.add_argument(
+        "--hash-block-size",
+        type=int,
+        default=512,
+        help="prompt tokens per hash id of a mooncake_trace or a hash_ids column (%(default)s)",
+    )
+    tune.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="identical vLLM replicas the arrivals are split across, as a load balancer "
+        "would; the busiest replica's share is tuned and the verdict is per replica "
+        "(default %(default)s)",
+    )
+    tune.add_argument(
+        "--balance",
+        choices=BALANCES,
+        default="round-robin",
+        help="how --replicas splits arrivals: round-robin (default), least-outstanding (the "
+        "replica with the fewest unfinished requests), prefix (a request goes to the replica "
+        "that served its first prefix block, hash_ids; round-robin without them)",
     )
     tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
     tune.add_argument("--json", action="store_true", help="print one JSON object")

@@ -10,7 +10,6 @@ columns mean: :mod:`cgdispatch.estimate.aic_tables`, which interpolates them.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
@@ -18,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from ..core import cache
 
 __all__ = [
     "AIC_DEVICE_FOLDERS",
@@ -95,7 +96,7 @@ class TableSource:
     path: Path
 
 
-@functools.lru_cache(maxsize=64)
+@cache.memo(maxsize=64)
 def load_table(device: str, table: str, data_dir: Path) -> tuple[TableSource, pd.DataFrame]:
     """:func:`aic_table` with the data folder resolved (cached per device, table, folder)."""
     if table not in _TABLES:

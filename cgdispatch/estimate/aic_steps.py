@@ -34,14 +34,15 @@ engine (within 2% on H100/H200, 5.2% on A100): ``docs/references_kernels.md``.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from ..core import cache
 from ..models.published import PublishedModel, published_model
 from .aic_data import AIC_DEVICE_FOLDERS
 from .aic_tables import AicTables, aic_tables
@@ -92,7 +93,7 @@ class StepBreakdown:
         return sum(asdict(self).values())
 
 
-@functools.lru_cache(maxsize=8)
+@cache.memo(maxsize=8)
 def _memory_op_constants(device: str, data_dir: Path) -> tuple[float, float]:
     """(effective bytes/s, fixed seconds) of aiconfigurator's memory-op formula."""
     spec = yaml.safe_load((data_dir.parent / f"{AIC_DEVICE_FOLDERS[device]}.yaml").read_text())[
@@ -175,6 +176,31 @@ def measured_step_breakdown(
     moe_layers = m.layers - m.dense_layers if m.is_moe else 0
     dense_layers = m.layers - moe_layers
     inter = m.intermediate_size // tp
+    gemm, moe = _gemm_and_moe_ms(m, tables, tokens, tp, dtype)
+    prefill = decode = 0.0
+    if chunks:
+        prefill = m.layers * _prefill_attention_ms(tables, chunks, heads, kv_heads, d, kv_dtype)
+    if contexts:
+        mean_context = sum(contexts) / len(contexts)
+        decode = m.layers * tables.generation_attention_ms(
+            len(contexts), mean_context, heads, kv_heads, d, kv_dtype
+        )
+    allreduce = (2 * m.layers + 1) * tables.allreduce_ms(tokens * h, tp)
+    sampled = len(contexts) + len(chunks)
+    lm_head = tables.gemm_ms(sampled, m.padded_vocab(tp) // tp, h, "bfloat16")
+
+    elementwise = _elementwise_ms(m, device, tables, tokens, inter, dense_layers, bool(chunks))
+    return StepBreakdown(gemm, prefill, decode, allreduce, moe, lm_head, elementwise)
+
+
+def _gemm_and_moe_ms(m: Any, tables: Any, tokens: int, tp: int, dtype: str) -> tuple[float, float]:
+    """The step's dense GEMMs (attention projections, dense MLPs, router and shared experts)
+    and its routed-expert MoE kernels, ms, on one GPU of the TP group."""
+    h, d = m.hidden_size, m.head_dim
+    heads, kv_heads = m.num_heads // tp, m.kv_heads_per_rank(tp)
+    moe_layers = m.layers - m.dense_layers if m.is_moe else 0
+    dense_layers = m.layers - moe_layers
+    inter = m.intermediate_size // tp
 
     attn_gemm = tables.gemm_ms(tokens, (heads + 2 * kv_heads) * d, h, dtype) + tables.gemm_ms(
         tokens, h, heads * d, dtype
@@ -195,18 +221,15 @@ def measured_step_breakdown(
             tokens, h, expert, m.experts_per_token, m.num_experts, tp, dtype
         )
 
-    prefill = decode = 0.0
-    if chunks:
-        prefill = m.layers * _prefill_attention_ms(tables, chunks, heads, kv_heads, d, kv_dtype)
-    if contexts:
-        mean_context = sum(contexts) / len(contexts)
-        decode = m.layers * tables.generation_attention_ms(
-            len(contexts), mean_context, heads, kv_heads, d, kv_dtype
-        )
-    allreduce = (2 * m.layers + 1) * tables.allreduce_ms(tokens * h, tp)
-    sampled = len(contexts) + len(chunks)
-    lm_head = tables.gemm_ms(sampled, m.padded_vocab(tp) // tp, h, "bfloat16")
+    return gemm, moe
 
+
+def _elementwise_ms(
+    m: Any, device: str, tables: Any, tokens: int, inter: int, dense_layers: int, chunks: bool
+) -> float:
+    """The memory-bound element-wise kernels (embedding, add + RMSNorm, SiLU-and-mul) and
+    the context-attention extras, ms."""
+    h = m.hidden_size
     bandwidth, fixed_s = _memory_op_constants(device, tables.data_dir)
 
     def memory_op_ms(bytes_: float) -> float:
@@ -219,7 +242,7 @@ def measured_step_breakdown(
         elementwise += m.layers * (
             _CONTEXT_ATTENTION_EXTRA_MS + (_CONTEXT_QK_NORM_EXTRA_MS if m.qk_norm else 0.0)
         )
-    return StepBreakdown(gemm, prefill, decode, allreduce, moe, lm_head, elementwise)
+    return elementwise
 
 
 def measured_step_ms(

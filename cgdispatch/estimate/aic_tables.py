@@ -46,11 +46,11 @@ with (vLLM 0.24.0 on H100/H200, 0.14.0 on A100 for these tables).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pandas as pd
 
+from ..core import cache
 from .aic_data import TableSource, aic_data_dir, gpu_folder, load_table
 from .log_grid import LogGrid
 
@@ -226,7 +226,7 @@ class AicTables:
         )
 
 
-@functools.lru_cache(maxsize=16)
+@cache.memo(maxsize=16)
 def aic_tables(device: str, data_dir: str | None = None) -> AicTables:
     """The (cached) :class:`AicTables` of ``device``."""
     return AicTables(device, data_dir)

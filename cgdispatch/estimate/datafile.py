@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["dump_data", "load_data", "DataFileError", "FORMAT"]
+__all__ = ["dump_data", "load_data", "data_bytes", "data_from_bytes", "DataFileError", "FORMAT"]
 
 FORMAT = "cgdispatch-data/1"
 _ARRAY_KINDS = "biuf"  # bool, signed, unsigned, float
@@ -101,17 +101,24 @@ def _all_dataclasses(classes: Iterable[type]) -> dict[str, type]:
     return {_name(cls): cls for cls in classes}
 
 
-def dump_data(value: Any, path: Path, *, kind: str) -> None:
-    """``value`` as ``path`` (JSON with a digest), replaced atomically. ``kind`` names what
-    the file holds; :func:`load_data` refuses a file of another kind."""
+def data_bytes(value: Any, *, kind: str) -> bytes:
+    """``value`` as the bytes of a data file (JSON with a digest); ``kind`` names what it
+    holds, and :func:`data_from_bytes` refuses bytes of another kind."""
     payload = json.dumps(_encode(value), separators=(",", ":"))
     digest = hashlib.sha256(payload.encode()).hexdigest()
     text = json.dumps({"format": FORMAT, "kind": kind, "sha256": digest})
+    return (text + "\n" + payload + "\n").encode("utf-8")
+
+
+def dump_data(value: Any, path: Path, *, kind: str) -> None:
+    """``value`` as ``path`` (:func:`data_bytes`), replaced atomically; no temporary file
+    is left behind on an error."""
+    raw = data_bytes(value, kind=kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n" + payload + "\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
         os.replace(tmp, path)  # whole file or none: a concurrent reader never sees half
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -122,7 +129,12 @@ def load_data(path: Path, *, kind: str, classes: Iterable[type]) -> Any:
     """What :func:`dump_data` stored at ``path``, its dataclasses rebuilt only from
     ``classes``. Raises FileNotFoundError when there is no file and DataFileError when it is
     damaged, of another kind, or holds anything else."""
-    raw = path.read_bytes()
+    return data_from_bytes(path.read_bytes(), kind=kind, classes=classes)
+
+
+def data_from_bytes(raw: bytes, *, kind: str, classes: Iterable[type]) -> Any:
+    """What :func:`data_bytes` made, its dataclasses rebuilt only from ``classes``; raises
+    DataFileError for bytes that are damaged, of another kind, or hold anything else."""
     try:
         head, _, payload = raw.decode("utf-8").partition("\n")
         meta = json.loads(head)

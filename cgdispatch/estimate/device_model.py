@@ -21,20 +21,22 @@ measured sweep rows instead.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.modes import CUDAGraphMode
 from ..core.validate import MAX_MODEL_LEN, MAX_PARALLEL, MAX_STEP_TOKENS, check_int
+from .datafile import DataFileError, data_bytes, data_from_bytes
 from .devices import DEVICE_PRESETS, DeviceSpec, device_spec
 from .profiles import AttentionShape, LinearProfile, StepProfile
 from .startup import startup_source
-from .startup_pricing import GraphPricing, graph_pricing
+from .startup_pricing import GraphPricing, StartupCoefficients, graph_pricing
 from .step_cost import WEIGHT_BYTES, StepPricer
 from .step_time import fuse_pointwise, kernel_times_us, step_times_by_mode, step_us
 
@@ -50,6 +52,7 @@ __all__ = [
     "step_times_ms",
     "DeviceCostModel",
     "device_cost_model",
+    "cached_cost_model",
     "attention_shape",
 ]
 
@@ -322,13 +325,52 @@ def device_cost_model(
     plus the calibrated per-graph prices of a published model or, for other models, four
     graph-memory estimates on fake tensors: about a second for an 8B model, cached.
     """
+    from ..models.published import PublishedModel
+
+    # a config.json file or folder by its resolved path and bytes; any other model by the
+    # value it resolves to below (a registry name, or the PublishedModel of a config)
+    source = cache.source_digest(model) if isinstance(model, (str, Path)) else ""
+    if source.startswith("value "):
+        source = ""
+    tp = tensor_parallel_size
+    if tp is not None:
+        tp = check_int("tensor_parallel_size", tp, 1, MAX_PARALLEL)
+    model = _sharded_model(model, tp)
+    device_spec(device)  # before the cache hashes the arguments (a list cannot be)
+    context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ValueError(
+            f"weight_dtype={weight_dtype!r} is unknown: use one of {sorted(WEIGHT_DTYPES)}"
+        )
+    if kv_cache_dtype not in ("auto", "fp8"):
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or 'fp8'")
+    if isinstance(model, PublishedModel):
+        model.check_parallel(tp or 1, 1)
+        built = _cached_cost_model(source, model, device, context_len, tp or 1)
+    else:
+        built = _cached_cost_model(source, model, device, context_len, None)
+    built = built.with_dtypes(weight_dtype, kv_cache_dtype)
+    if kernels == "model":
+        return built
+    if kernels != "aic":
+        raise ValueError(f"kernels={kernels!r} is unknown: use 'model' or 'aic'")
+    if not isinstance(device, str):
+        raise ValueError("kernels='aic' reads a preset GPU's measured kernels: name the device")
+    from .measured_kernels import check_measured_backend
+
+    name = model.model if isinstance(model, PublishedModel) else model
+    check_measured_backend(name, device)
+    return dataclasses.replace(built, kernel_source="aic", kernel_device=device)
+
+
+def _sharded_model(model: object, tp: int | None) -> object:
+    """The model to build at TP size ``tp``: a published config (hashable, for the cache)
+    where one exists or the size differs from a registry model's own; refused where a model
+    cannot shard."""
     from ..models.arch_spec import ARCHITECTURES
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, PublishedModel, published_model
 
-    tp = tensor_parallel_size
-    if tp is not None:
-        tp = check_int("tensor_parallel_size", tp, 1, MAX_PARALLEL)
     if isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
         model = published_model(model)  # hashable: the cache below keys on it
     elif not isinstance(model, str):
@@ -353,31 +395,7 @@ def device_cost_model(
             f"tensor_parallel_size={tp} is invalid for {model!r}: only models with a "
             "published config (registry models with one, Hugging Face ids, config.json) shard"
         )
-    device_spec(device)  # before the cache hashes the arguments (a list cannot be)
-    context_len = check_int("context_len", context_len, 1, MAX_MODEL_LEN)
-    if weight_dtype not in WEIGHT_DTYPES:
-        raise ValueError(
-            f"weight_dtype={weight_dtype!r} is unknown: use one of {sorted(WEIGHT_DTYPES)}"
-        )
-    if kv_cache_dtype not in ("auto", "fp8"):
-        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r} is unknown: use 'auto' or 'fp8'")
-    if isinstance(model, PublishedModel):
-        model.check_parallel(tp or 1, 1)
-        built = _device_cost_model(model, device, context_len, tp or 1)
-    else:
-        built = _device_cost_model(model, device, context_len, None)
-    built = built.with_dtypes(weight_dtype, kv_cache_dtype)
-    if kernels == "model":
-        return built
-    if kernels != "aic":
-        raise ValueError(f"kernels={kernels!r} is unknown: use 'model' or 'aic'")
-    if not isinstance(device, str):
-        raise ValueError("kernels='aic' reads a preset GPU's measured kernels: name the device")
-    from .measured_kernels import check_measured_backend
-
-    name = model.model if isinstance(model, PublishedModel) else model
-    check_measured_backend(name, device)
-    return dataclasses.replace(built, kernel_source="aic", kernel_device=device)
+    return model
 
 
 def _build(model: object, tensor_parallel_size: int | None = None) -> object:
@@ -403,7 +421,49 @@ def _build(model: object, tensor_parallel_size: int | None = None) -> object:
     return net
 
 
-@functools.lru_cache(maxsize=16)
+# the name of older releases, when the disk cache was a module of its own: device_cost_model
+# is cached itself now (core.cache), so both names are one function
+cached_cost_model = device_cost_model
+
+
+# the classes a cached cost model may hold: nothing else is rebuilt from a cache file
+_STORED = (
+    DeviceCostModel, DeviceSpec, LinearProfile, MemoryLine, GraphPricing, AttentionShape,
+    StartupCoefficients,
+)  # fmt: skip
+
+
+def _cached_cost_model(
+    source: str,
+    model: object,
+    device: str | DeviceSpec,
+    context_len: int,
+    tensor_parallel_size: int | None,
+) -> DeviceCostModel:
+    """The cost model's one cache (memory, then disk: :mod:`cgdispatch.core.cache`), keyed
+    by the model's source (a config.json's resolved path and bytes), its parsed value, the
+    device's spec, the context length and the TP size. Building one traces the model on
+    fake tensors (about 10 s for an 8B model on two cores); a cached one needs no torch."""
+    key = cache.digest(
+        source, repr(model), repr(device_spec(device)), str(context_len), repr(tensor_parallel_size)
+    )
+    return cache.cached(
+        "cost-model",
+        key,
+        lambda: _device_cost_model(model, device, context_len, tensor_parallel_size),
+        encode=lambda built: data_bytes(built, kind="DeviceCostModel"),
+        decode=_decode_cost_model,
+        suffix="json",
+    )
+
+
+def _decode_cost_model(raw: bytes) -> DeviceCostModel:
+    built = data_from_bytes(raw, kind="DeviceCostModel", classes=_STORED)
+    if not isinstance(built, DeviceCostModel):
+        raise DataFileError(f"holds a {type(built).__name__}, not a DeviceCostModel")
+    return built
+
+
 def _device_cost_model(
     model: object, device: str | DeviceSpec, context_len: int, tensor_parallel_size: int | None
 ) -> DeviceCostModel:

@@ -26,13 +26,14 @@ It prices kernels; how a step's kernels are issued per mode is
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..core import cache
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -67,7 +68,7 @@ class KernelCoefficients:
     gemm_fp8: dict[str, float] | None = None
 
 
-@functools.lru_cache(maxsize=1)
+@cache.memo(maxsize=1)
 def _table() -> dict:
     with resources.files("cgdispatch.data").joinpath("kernel_model.json").open() as f:
         return json.load(f)

@@ -8,12 +8,15 @@ many more KV tokens per byte; this module turns bytes into tokens, nothing more.
 
 from __future__ import annotations
 
-import functools
+from ..core import cache
 
 __all__ = ["kv_bytes_per_token"]
 
 
-@functools.lru_cache(maxsize=32)
+@cache.memo(
+    maxsize=32,  # a config.json by its path and bytes: an edited one is read afresh
+    key=lambda model, tensor_parallel_size=None: (cache.source_digest(model), tensor_parallel_size),
+)
 def kv_bytes_per_token(model: str, *, tensor_parallel_size: int | None = None) -> float | None:
     """KV bytes of one token of context on one GPU for registry model ``model`` (one rank of
     its own TP size, or of ``tensor_parallel_size``), a published Hugging Face id or a

@@ -13,8 +13,7 @@ the cost model's ``source`` says so.
 
 from __future__ import annotations
 
-import functools
-
+from ..core import cache
 from ..core.modes import CUDAGraphMode
 from ..core.step_content import StepContent
 from .step_cost import PricedModel, StepPricer
@@ -46,7 +45,7 @@ class MeasuredKernelPricer(StepPricer):
         dtype = "fp8" if cost_model.weight_dtype == "fp8" else "bfloat16"
         kv_dtype = "fp8" if self.shape.kv_dtype_bytes == 1 else "bfloat16"
 
-        @functools.lru_cache(maxsize=1 << 16)
+        @cache.local_memo(maxsize=1 << 16)
         def measured_ms(content: StepContent) -> float:
             from .aic_steps import measured_step_ms
 

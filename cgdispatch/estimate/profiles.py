@@ -1,7 +1,7 @@
 """What the device model times: the kernels of a step, as counted on fake tensors by
 :mod:`cgdispatch.estimate.kernels` (:class:`StepProfile` at one size, :class:`LinearProfile`
 at any size). Plain arrays, no torch: a cost model read back from the disk cache
-(:mod:`cgdispatch.views.model_cache`) holds them without importing torch (about 1.6 s of
+(:mod:`cgdispatch.core.cache`) holds them without importing torch (about 1.6 s of
 ``python -m cgdispatch tune`` on two cores; ``tests/cli/test_tune_imports.py``).
 """
 

@@ -13,13 +13,13 @@ runs; it estimates nothing (:mod:`cgdispatch.estimate.startup`) and fits nothing
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 import pandas as pd
 
+from ..core import cache
 from ..core.config import GraphConfig
 from ..core.modes import AttentionCGSupport
 from ..core.v1 import RELEASE as V1_RELEASE
@@ -36,7 +36,7 @@ _REFERENCE_FILES = {
 }
 
 
-@functools.lru_cache(maxsize=1)
+@cache.memo(maxsize=1)
 def _reference_frame() -> pd.DataFrame:
     frames = []
     for split, name in _REFERENCE_FILES.items():
@@ -119,7 +119,7 @@ def run_args(row: pd.Series) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=1)
+@cache.memo(maxsize=1)
 def logged_devices() -> frozenset[str]:
     """Names (``DeviceSpec.name``) of the GPUs whose logged start-ups enter a fit: the
     fitted runs' and the runs behind the graph-pool factors (issue 28: no other GPU may

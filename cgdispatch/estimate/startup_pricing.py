@@ -27,16 +27,17 @@ run and fits nothing.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..core import cache
 from ..core.config import GraphConfig
 from ..core.generation import capture_keys
 from ..core.modes import CUDAGraphMode
 from ..models.arch_spec import DTYPE_BYTES
 from ..models.published import PublishedModel, arch_spec, published_model
+from .datafile import DataFileError, data_bytes, data_from_bytes
 from .devices import DeviceSpec, device_label, device_spec
 from .profiles import LinearProfile
 from .step_time import fuse_pointwise, step_times_by_mode
@@ -109,10 +110,33 @@ CALIBRATION = StartupCoefficients(
 )
 
 
-@functools.lru_cache(maxsize=64)
 def _stage_profile(model: PublishedModel, tp: int, pp: int, rank: int, dtype: str) -> LinearProfile:
     """Fused kernels of one GPU's captured forward (the stage's layers; vLLM computes the
-    logits outside the graph, so the LM head is left out)."""
+    logits outside the graph, so the LM head is left out). Its one cache (memory, then
+    disk: :mod:`cgdispatch.core.cache`) is keyed by the parsed config's value (every shape
+    it is built from) and the stage: building it takes seconds (the model on the meta
+    device), reading it needs no torch."""
+    return cache.cached(
+        "stage-profile",
+        cache.digest(repr(model), str(tp), str(pp), str(rank), dtype),
+        lambda: _build_stage_profile(model, tp, pp, rank, dtype),
+        encode=lambda profile: data_bytes(profile, kind="LinearProfile"),
+        decode=_decode_profile,
+        suffix="json",
+        memory=64,
+    )
+
+
+def _decode_profile(raw: bytes) -> LinearProfile:
+    profile = data_from_bytes(raw, kind="LinearProfile", classes=(LinearProfile,))
+    if not isinstance(profile, LinearProfile):
+        raise DataFileError(f"holds a {type(profile).__name__}, not a LinearProfile")
+    return profile
+
+
+def _build_stage_profile(
+    model: PublishedModel, tp: int, pp: int, rank: int, dtype: str
+) -> LinearProfile:
     spec = arch_spec(
         model,
         tensor_parallel_size=tp,

@@ -14,12 +14,12 @@ prints and what the step band of :mod:`~cgdispatch.estimate.uncertainty` is read
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.step_content import StepContent
 
 __all__ = [
@@ -47,7 +47,7 @@ def priced_reference(path: str | Path = REFERENCE_STEPS) -> pd.DataFrame:
     return _priced(Path(path)).copy()
 
 
-@functools.lru_cache(maxsize=4)
+@cache.memo(maxsize=4, key=lambda path: cache.source_digest(path))  # a file by its bytes
 def _priced(path: Path) -> pd.DataFrame:
     from .device_model import device_cost_model
 

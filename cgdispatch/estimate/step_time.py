@@ -24,12 +24,12 @@ so the step ends at ``max_j(issued_j + sum_{i>=j} (g_i + D_i))`` with
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..core import cache
 from ..core.modes import CUDAGraphMode
 from .profiles import LinearProfile
 
@@ -166,7 +166,7 @@ def fuse_pointwise(profile: LinearProfile, *, at_tokens: int = 1024) -> LinearPr
     )
 
 
-@functools.lru_cache(maxsize=64)
+@cache.memo(maxsize=64)
 def _routes(mode_name: str, sizes: tuple[int, ...], uniform_decode: bool) -> tuple[str, ...]:
     from ..core.config import GraphConfig
     from ..core.generation import dispatch_step, make_graph_dispatcher

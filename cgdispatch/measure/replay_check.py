@@ -46,9 +46,8 @@ def check_replay(
     forms it, and the manager sends it to no graph sized by request count.
     """
     import pandas as pd
-    import torch
 
-    model, dummy = runner.model, runner.model.dummy_slot
+    model = runner.model
     d_atol, d_rtol = _TOLERANCES[model.config.dtype]
     atol, rtol = (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
     for name, value in (("atol", atol), ("rtol", rtol)):
@@ -56,10 +55,6 @@ def check_replay(
             raise ValueError(f"{name}={value!r} is invalid: a tolerance must be >= 0")
     rows: list[dict[str, Any]] = []
     snapshot = [c.clone() for c in model.kv_caches()]
-
-    def restore() -> None:
-        for cache, saved in zip(model.kv_caches(), snapshot):
-            cache.copy_(saved)
 
     from ..capture.graph_key import is_uniform_key
     from ..core.batch import BatchDescriptor
@@ -82,51 +77,89 @@ def check_replay(
     for i, (mode, desc) in enumerate(keys):
         n = desc.num_tokens
         uniform_key = is_uniform_key(desc)
-        kinds = ["decode"] if uniform_key else ["mixed", "decode"]
-        if not model.supports_mixed_batches:
-            # decode-only models (the HF adapter): a non-uniform key is exercised by a decode
-            # batch dispatched as non-uniform, so that this very key replays
-            kinds = ["decode"] if uniform_key else ["decode-nonuniform"]
-        for kind in kinds:
-            make = runner.make_mixed_batch if kind == "mixed" else runner.make_decode_batch
-            try:
-                batch = make(n, seed=seed * 7919 + i * 2 + (kind == "mixed"))
-            except ValueError:  # e.g. more decode requests than KV slots
-                continue
-            if max_reqs is not None and batch.num_reqs > max_reqs:
-                continue
-            dev = runner.device
-            ids, pos, slots = (t.to(dev) for t in (batch.input_ids, batch.positions, batch.slots))
-            restore()
-            with torch.no_grad():
-                ref = model(ids, pos, slots)
-            ref_caches = [c[:, :dummy].clone() for c in model.kv_caches()]
-            restore()
-            replays = sum(w.num_replays for w in runner.wrappers)
-            uniform = batch.uniform_decode and kind != "decode-nonuniform"
-            out = runner.execute(
-                ids, pos, slots, uniform_decode=uniform, num_reqs=batch.num_reqs
-            ).clone()
-            replayed = sum(w.num_replays for w in runner.wrappers) > replays
-            cache_err = max(
-                _max_err(c[:, :dummy], r) for c, r in zip(model.kv_caches(), ref_caches)
+        for kind in _batch_kinds(uniform_key, model.supports_mixed_batches):
+            row = _compare_one(
+                runner,
+                n,
+                kind,
+                seed * 7919 + i * 2 + (kind == "mixed"),
+                max_reqs,
+                snapshot,
+                atol,
+                rtol,
             )
-            err = _max_err(out, ref)
-            tol = atol + rtol * float(ref.float().abs().max())
-            rows.append(
-                {
-                    "mode": str(mode),
-                    "num_tokens": n,
-                    "num_reqs": desc.num_reqs,
-                    "uniform": uniform_key,
-                    "batch": kind,
-                    "batch_reqs": batch.num_reqs,
-                    "replayed": replayed,
-                    "max_abs_err": err,
-                    "cache_err": cache_err,
-                    "tol": tol,
-                    "ok": (replayed or eager_only) and err <= tol and cache_err <= tol,
-                }
-            )
-    restore()
+            if row is not None:
+                ok = (row["replayed"] or eager_only) and row["max_abs_err"] <= row["tol"]
+                ok = ok and row["cache_err"] <= row["tol"]
+                rows.append(
+                    {
+                        "mode": str(mode),
+                        "num_tokens": n,
+                        "num_reqs": desc.num_reqs,
+                        "uniform": uniform_key,
+                        "batch": kind,
+                        **row,
+                        "ok": ok,
+                    }
+                )
+    _restore(runner, snapshot)
     return pd.DataFrame(rows)
+
+
+def _batch_kinds(uniform_key: bool, mixed: bool) -> list[str]:
+    """The batches that exercise a key: a decode graph a decode batch; a mixed key a mixed and
+    a decode batch, or on decode-only models (the HF adapter) a decode batch dispatched as
+    non-uniform, so that this very key replays."""
+    if uniform_key:
+        return ["decode"]
+    return ["mixed", "decode"] if mixed else ["decode-nonuniform"]
+
+
+def _restore(runner: GraphRunner, snapshot: list[torch.Tensor]) -> None:
+    for cache, saved in zip(runner.model.kv_caches(), snapshot):
+        cache.copy_(saved)
+
+
+def _compare_one(
+    runner: GraphRunner,
+    n: int,
+    kind: str,
+    seed: int,
+    max_reqs: int | None,
+    snapshot: list[torch.Tensor],
+    atol: float,
+    rtol: float,
+) -> dict[str, Any] | None:
+    """One fresh batch of ``n`` tokens of ``kind`` through the model (eager) and the runner,
+    from the same cache state: the comparison's figures, or None where no such batch is
+    formed (more decode requests than KV slots, more requests than the graphs count)."""
+    import torch
+
+    model = runner.model
+    dummy = model.dummy_slot
+    make = runner.make_mixed_batch if kind == "mixed" else runner.make_decode_batch
+    try:
+        batch = make(n, seed=seed)
+    except ValueError:  # e.g. more decode requests than KV slots
+        return None
+    if max_reqs is not None and batch.num_reqs > max_reqs:
+        return None
+    dev = runner.device
+    ids, pos, slots = (t.to(dev) for t in (batch.input_ids, batch.positions, batch.slots))
+    _restore(runner, snapshot)
+    with torch.no_grad():
+        ref = model(ids, pos, slots)
+    ref_caches = [c[:, :dummy].clone() for c in model.kv_caches()]
+    _restore(runner, snapshot)
+    replays = sum(w.num_replays for w in runner.wrappers)
+    uniform = batch.uniform_decode and kind != "decode-nonuniform"
+    out = runner.execute(ids, pos, slots, uniform_decode=uniform, num_reqs=batch.num_reqs).clone()
+    replayed = sum(w.num_replays for w in runner.wrappers) > replays
+    cache_err = max(_max_err(c[:, :dummy], r) for c, r in zip(model.kv_caches(), ref_caches))
+    return {
+        "batch_reqs": batch.num_reqs,
+        "replayed": replayed,
+        "max_abs_err": _max_err(out, ref),
+        "cache_err": cache_err,
+        "tol": atol + rtol * float(ref.float().abs().max()),
+    }

@@ -19,7 +19,6 @@ sharding it and keeps at least one KV head per rank; both are followed here.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -27,6 +26,7 @@ from importlib import resources
 
 import pandas as pd
 
+from ..core import cache
 from ..core.arith import round_up
 from .arch_spec import ArchSpec
 
@@ -327,7 +327,7 @@ def _as_model(row: pd.Series) -> PublishedModel:
     return PublishedModel(**values)
 
 
-@functools.lru_cache(maxsize=1)
+@cache.memo(maxsize=1)
 def _load() -> dict[str, PublishedModel]:
     with resources.files("cgdispatch.data").joinpath("model_architectures.csv").open() as f:
         frame = pd.read_csv(f)

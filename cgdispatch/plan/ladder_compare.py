@@ -174,27 +174,8 @@ def export_plan(
         )
     cfg = ladder_config(config, sizes)
     q = config.uniform_decode_query_len
-    dropped: list[str] = []
     split = isinstance(cfg.generation.ladder, SplitLadders)  # the flags of two ladders
-    if split:
-        cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
-        prefill = cfg.prefill_cudagraph_capture_token_sizes or []
-        # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
-        batch = list(cfg.decode_cudagraph_capture_request_sizes or []) or sorted(
-            {s // q for s in prefill if s % q == 0 and s // q <= cfg.max_num_seqs}
-        )
-        if "decode" in leave:
-            dropped += [
-                "decode_cudagraph_capture_request_sizes",
-                "max_decode_cudagraph_capture_requests",
-            ]
-        if "prefill" in leave:
-            dropped += [
-                "prefill_cudagraph_capture_token_sizes",
-                "max_prefill_cudagraph_capture_tokens",
-            ]
-    else:
-        batch = sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0})
+    cfg, batch, dropped = _request_sizes(cfg, q, leave, split)
     compilation = cfg.to_vllm()
     serve = cfg.to_vllm_args()
     if dropped:
@@ -215,6 +196,38 @@ def export_plan(
             f"--cuda-graph-bs {' '.join(map(str, batch))} --cuda-graph-max-bs {batch[-1]}"
         )
         out["trtllm"] = yaml.safe_dump(trt, default_flow_style=None, sort_keys=False)
+    notes = _left_at_default(leave, split, bool(batch), q)
+    if notes:
+        out["left_at_default"] = "; ".join(notes)
+    return out
+
+
+def _request_sizes(
+    cfg: GraphConfig, q: int, leave: set[str], split: bool
+) -> tuple[GraphConfig, list[int], list[str]]:
+    """The config written with its ladder's own fields, the decode batch sizes (requests)
+    other engines take, and the vLLM keys left at their defaults."""
+    dropped: list[str] = []
+    if not split:
+        return cfg, sorted({s // q for s in cfg.cudagraph_capture_sizes if s % q == 0}), dropped
+    cfg = ladder_config(cfg, resolved_ladder(cfg))  # written as the two new fields
+    prefill = cfg.prefill_cudagraph_capture_token_sizes or []
+    # no decode graphs planned (a trace without decodes): the prefill sizes, as V1's
+    batch = list(cfg.decode_cudagraph_capture_request_sizes or []) or sorted(
+        {s // q for s in prefill if s % q == 0 and s // q <= cfg.max_num_seqs}
+    )
+    if "decode" in leave:
+        dropped += [
+            "decode_cudagraph_capture_request_sizes",
+            "max_decode_cudagraph_capture_requests",
+        ]
+    if "prefill" in leave:
+        dropped += ["prefill_cudagraph_capture_token_sizes", "max_prefill_cudagraph_capture_tokens"]
+    return cfg, batch, dropped
+
+
+def _left_at_default(leave: set[str], split: bool, has_batch: bool, q: int) -> list[str]:
+    """Why each engine's list is left at its default, one note each."""
     notes = []
     if "decode" in leave:
         what = "vLLM's decode request sizes, " if split else ""
@@ -222,16 +235,14 @@ def export_plan(
             f"{what}SGLang's and TensorRT-LLM's batch sizes (the trace has no decode steps "
             "to plan them on)"
         )
-    elif not batch:  # a prefill-only plan: no size is a decode batch of q tokens a request
+    elif not has_batch:  # a prefill-only plan: no size is a decode batch of q tokens a request
         notes.append(
             f"SGLang's and TensorRT-LLM's batch sizes (they graph decodes by request count, "
             f"and no planned size is a decode batch of q={q} tokens a request)"
         )
     if "prefill" in leave and split:
         notes.append("vLLM's prefill token sizes (the trace has no prefill or mixed steps)")
-    if notes:
-        out["left_at_default"] = "; ".join(notes)
-    return out
+    return notes
 
 
 def compare_json(table: pd.DataFrame) -> str:

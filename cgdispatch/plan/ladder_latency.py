@@ -15,28 +15,23 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
-from ..workload import result_cache
 from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
+from ..workload.limits import SchedulerLimits, scheduler_limits
+from ..workload.replay import default_step_time_ms
 from ..workload.request_table import check_requests
-from ..workload.scheduler import SchedulerLimits, default_step_time_ms
+from ..workload.sustain import Sustainability, sustainability
 from .costs import CostModel
 
-__all__ = ["ladder_latency", "scheduler_limits_for"]
+__all__ = ["ladder_latency", "ladder_sustainability"]
+
+# the Sustainability fields stored beside the latency columns of one run
+_SUSTAIN_FIELDS = ("num_requests", "window_s", "queue_start", "queue_end", "offered_tok_s",
+                   "served_tok_s")  # fmt: skip
 
 KvBlocksFn = Callable[[GraphConfig], "int | None"]
-
-
-def scheduler_limits_for(config: GraphConfig) -> SchedulerLimits:
-    """vLLM's scheduler settings that ``config`` carries (its release, or the newest)."""
-    return SchedulerLimits(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        num_speculative_tokens=config.num_speculative_tokens,
-        max_loras=config.max_loras or None,
-        vllm_version=config.vllm_version,
-    )
 
 
 def ladder_latency(
@@ -50,27 +45,62 @@ def ladder_latency(
 ) -> dict[str, Any]:
     """:data:`~cgdispatch.workload.latency.LATENCY_COLUMNS` for one ladder's config.
 
+    ``limits``: the scheduler limits (default: ``config``'s, built by
+    :func:`~cgdispatch.workload.limits.scheduler_limits`).
+
     Without a cost model steps take :func:`~cgdispatch.workload.scheduler.default_step_time_ms`
     (the same for every ladder)."""
-    limits = limits or scheduler_limits_for(config)
-    if limits.vllm_version is None:
-        limits = replace(limits, vllm_version=config.vllm_version)
+    stored = _run(config, requests, cost_model, limits, kv_blocks, seed)
+    return {c: stored[c].item() for c in LATENCY_COLUMNS}
+
+
+def ladder_sustainability(
+    config: GraphConfig,
+    requests: pd.DataFrame,
+    cost_model: CostModel | None = None,
+    *,
+    limits: SchedulerLimits | None = None,
+    kv_blocks: KvBlocksFn | None = None,
+    seed: int = 0,
+) -> Sustainability:
+    """Whether one replica running ``config`` holds ``requests``
+    (:func:`~cgdispatch.workload.sustain.sustainability` of the same run as
+    :func:`ladder_latency`'s, and stored with it: asking both replays once)."""
+    stored = _run(config, requests, cost_model, limits, kv_blocks, seed)
+    values = {f: stored[f].item() for f in _SUSTAIN_FIELDS}
+    return Sustainability(**{**values, "num_requests": int(values["num_requests"])})
+
+
+def _run(
+    config: GraphConfig,
+    requests: pd.DataFrame,
+    cost_model: CostModel | None,
+    limits: SchedulerLimits | None,
+    kv_blocks: KvBlocksFn | None,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """One replay of vLLM's scheduler for ``config`` over ``requests``: its latency columns
+    and its sustainability figures, from the result cache when it holds them."""
+    limits = limits or scheduler_limits(config)
     if kv_blocks is not None:
         limits = replace(limits, num_gpu_blocks=kv_blocks(config))
     step = default_step_time_ms if cost_model is None else dispatched_step_time(config, cost_model)
 
     def build() -> dict[str, np.ndarray]:
-        summary = simulate_latencies(requests, limits, step_time_ms=step, seed=seed).summary
-        return {c: np.asarray(summary[c]) for c in LATENCY_COLUMNS}
+        run = simulate_latencies(requests, limits, step_time_ms=step, seed=seed)
+        held = sustainability(run.requests, run.steps)
+        out = {c: np.asarray(run.summary[c]) for c in LATENCY_COLUMNS}
+        out.update({f: np.asarray(float(getattr(held, f))) for f in _SUSTAIN_FIELDS})
+        return out
 
     # vLLM's scheduler over azure-conv's held-out half takes about 7 s per ladder on two
     # cores (bench_trace_switch.py); the run is a pure function of this key
-    key = result_cache.request_key(
-        "ladder_latency", check_requests(requests), repr(limits), repr(config), str(seed),
+    key = cache.digest(
+        "ladder_latency+sustain",
+        *cache.frame_parts(check_requests(requests)), repr(limits), repr(config), str(seed),
         *_price_table(cost_model, config),
     )  # fmt: skip
-    stored = result_cache.cached_arrays("latency", key, build)
-    return {c: stored[c].item() for c in LATENCY_COLUMNS}
+    return cache.cached_arrays("latency", key, build, memory=64)
 
 
 def _price_table(cost_model: CostModel | None, config: GraphConfig) -> list[str | np.ndarray]:

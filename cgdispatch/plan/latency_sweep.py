@@ -11,6 +11,7 @@ arrival pattern, its rate scaled) at several rates for several ladders. Figures 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -25,9 +26,10 @@ from ..workload.synthetic import synthetic_requests
 from .costs import CostModel, cost_source
 from .gen2_ladder import Gen2Ladder, ladder_config
 from .ladder_latency import KvBlocksFn, ladder_latency
+from .tune_result import StartupCosts
 from .whatif import graph_costs
 
-__all__ = ["graph_memory_of", "kv_blocks_within", "latency_by_rate"]
+__all__ = ["graph_memory_of", "kv_blocks_within", "within_kv_budget", "latency_by_rate"]
 
 _MIB = 1 << 20
 
@@ -66,6 +68,45 @@ def kv_blocks_within(
         return usable + 1
 
     return blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class _LabelledCosts(StartupCosts):
+    """Start-up costs that say where they come from (``tune`` prints ``source``)."""
+
+    source: str = "model"
+
+
+def within_kv_budget(
+    startup: Any, kv_blocks: KvBlocksFn, *, what_if: str, block_size: int = 16
+) -> Any:
+    """``startup`` (``tune``'s start-up seam) with each ladder's KV cache that of
+    ``kv_blocks`` (a what-if budget, :func:`kv_blocks_within`) instead of the GPU's: the
+    KV-cache tokens are ``(kv_blocks(config) - 1) * block_size`` (vLLM's null block holds
+    none), and the estimate's source ends in ``KV cache: what-if <what_if>``. A ``tune``
+    given it then judges, and its verdict prints and labels, the KV figure of the what-if,
+    not the full GPU's. Graph memory and capture time are ``startup``'s own."""
+    if not what_if.strip():
+        raise ValueError("what_if='' is invalid: say which budget, e.g. 'a 1.2 GiB budget'")
+
+    def estimate(config: GraphConfig) -> Any:
+        costs = startup(config)
+        blocks = kv_blocks(config)
+        tokens = (blocks - 1) * block_size
+        source = f"{getattr(costs, 'source', 'model')}; KV cache: what-if {what_if}"
+        fields = (
+            {f.name for f in dataclasses.fields(costs)}
+            if dataclasses.is_dataclass(costs)
+            else set()
+        )
+        if "source" in fields:
+            extra = {"kv_cache_blocks": blocks} if "kv_cache_blocks" in fields else {}
+            if "kv_cache_bytes" in fields and "kv_bytes_per_token" in fields:
+                extra["kv_cache_bytes"] = tokens * costs.kv_bytes_per_token
+            return dataclasses.replace(costs, kv_cache_tokens=tokens, source=source, **extra)
+        return _LabelledCosts(costs.graph_memory_bytes, costs.capture_s, tokens, source)
+
+    return estimate
 
 
 def latency_by_rate(

@@ -280,6 +280,9 @@ def plan_gen2_capture_sizes(
     chosen = {
         name: tuple(int(p.sizes[i]) for i in sol.indices) for (name, p), sol in zip(problems, plans)
     }
+    # steps without decodes plan no decode size: a ladder that leaves decodes eager (or on
+    # token graphs); ``tune`` adds vLLM's default ones when its held-out window has decodes
+    # (plan.overload.with_default_decodes), ``export_plan`` leaves that list at vLLM's default
     return Gen2Ladder(chosen.get("prefill", ()), chosen.get("decode", ()))
 
 

@@ -9,14 +9,13 @@ else :func:`~cgdispatch.estimate.startup.estimate_startup` at the run's
 ``gpu_memory_utilization``, default 0.9) and its step clock, ``step_time_for(config, cost_model)``:
 the one seam a new pricing plugs into (default
 :func:`~cgdispatch.workload.latency.dispatched_step_time`). Closed-loop runs
-(``--max-concurrency``) are solved as a fixed point: send times from the previous pass's
-finish times, until they stop moving (the residual is reported). All simulated figures are
-``model`` figures; nothing here measures.
+(``--max-concurrency``) run their client in the replay
+(:mod:`cgdispatch.workload.closed_loop`): a request is sent when a slot frees, exactly, in
+one pass. All simulated figures are ``model`` figures; nothing here measures.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -31,13 +30,13 @@ from ..estimate.device_model import device_cost_model
 from ..estimate.startup import estimate_startup
 from ..workload.bench_traffic import (
     bench_requests,
-    closed_loop_send_times,
     random_lengths,
     send_times_s,
     sharegpt_like_lengths,
 )
+from ..workload.closed_loop import with_max_concurrency
 from ..workload.latency import dispatched_step_time, simulate_latencies
-from ..workload.scheduler import SchedulerLimits
+from ..workload.limits import SchedulerLimits, scheduler_limits
 from .costs import CostModel
 from .published_runs import is_open_loop, offered_rate, published_serving_runs, serve_default_limits
 
@@ -68,8 +67,6 @@ OVERLOAD_TTFT_GROWTH = 3.0
 OVERLOAD_TTFT_FLOOR_MS = 1000.0
 OVERLOAD_PUBLISHED_SHARE = 0.1
 BLOCK_SIZE = 16  # vLLM's default KV block size (tokens)
-CLOSED_LOOP_TOLERANCE_S = 1e-3  # send times moving less than this between passes: done
-MAX_CLOSED_LOOP_PASSES = 200
 
 
 def oldest_release() -> str:
@@ -79,7 +76,6 @@ def oldest_release() -> str:
     return V1_RELEASE
 
 
-@functools.lru_cache(maxsize=16)
 def _cost_model(model: str, gpu: str, tensor_parallel_size: int) -> CostModel:
     return device_cost_model(model, gpu, tensor_parallel_size=tensor_parallel_size)
 
@@ -108,10 +104,8 @@ def run_config(row: pd.Series, scheduler_release: str | None = None) -> GraphCon
 
 def run_limits(row: pd.Series, config: GraphConfig, num_gpu_blocks: int | None) -> SchedulerLimits:
     """The scheduler limits of a run: ``config``'s, its ``max_model_len``, KV blocks."""
-    return SchedulerLimits(
-        max_num_seqs=config.max_num_seqs,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        vllm_version=config.vllm_version,
+    return scheduler_limits(
+        config,
         max_model_len=None if pd.isna(row["max_model_len"]) else int(row["max_model_len"]),
         num_gpu_blocks=num_gpu_blocks,
         async_scheduling=False,
@@ -190,20 +184,10 @@ def _kv_cache_tokens(row: pd.Series, config: GraphConfig) -> tuple[int, str]:
 
 
 def _solve(requests: pd.DataFrame, limits: SchedulerLimits, step, seed: int, concurrency):
-    """Simulate once (open loop) or to the closed loop's fixed point; (latencies, passes,
-    residual seconds)."""
-    run = simulate_latencies(requests, limits, step_time_ms=step, seed=seed).requests
-    if concurrency is None:
-        return run, 1, 0.0
-    residual = math.inf
-    for passes in range(2, MAX_CLOSED_LOOP_PASSES + 1):
-        send = closed_loop_send_times(run["finish_s"].to_numpy(), concurrency)
-        residual = float(np.max(np.abs(send - requests["arrival_s"].to_numpy())))
-        if residual < CLOSED_LOOP_TOLERANCE_S:
-            return run, passes - 1, residual
-        requests = requests.assign(arrival_s=send)
-        run = simulate_latencies(requests, limits, step_time_ms=step, seed=seed).requests
-    return run, MAX_CLOSED_LOOP_PASSES, residual
+    """Per-request latencies of one replay, open loop or (``concurrency``) with the
+    benchmark's client keeping at most that many requests in flight."""
+    requests = with_max_concurrency(requests, concurrency)
+    return simulate_latencies(requests, limits, step_time_ms=step, seed=seed).requests
 
 
 def simulate_published_run(
@@ -217,7 +201,7 @@ def simulate_published_run(
     """One run simulated: ``sim_*`` figures (TTFT mean / median / p99 and TPOT mean /
     median in ms, output and request throughput per second from the benchmark's start to
     the last finish, duration), ``overloaded_sim`` (None for closed loop and ``inf``), KV
-    blocks, preemptions, closed-loop passes and residual (ms). ValueError when the run
+    blocks, preemptions. ValueError when the run
     cannot be simulated (a model that does not fit, a request longer than the KV cache)."""
     config = run_config(row, scheduler_release)
     tp = int(row["tensor_parallel_size"])
@@ -232,7 +216,7 @@ def simulate_published_run(
         )
     step = step_time_for(config, cost_model_for(row["model"], row["gpu"], tp))
     concurrency = None if is_open_loop(row) else int(row["max_concurrency"])
-    lat, passes, residual = _solve(requests, limits, step, seed, concurrency)
+    lat = _solve(requests, limits, step, seed, concurrency)
     end_s = float(lat["finish_s"].max())
     ttft_ms, tpot_ms = lat["ttft_s"].to_numpy() * 1e3, lat["tpot_s"].dropna().to_numpy() * 1e3
     open_finite = concurrency is None and not math.isinf(offered_rate(row))
@@ -251,8 +235,6 @@ def simulate_published_run(
         "sim_num_gpu_blocks": kv_tokens // BLOCK_SIZE,
         "sim_kv_source": kv_source,
         "sim_preemptions": int(lat["num_preemptions"].sum()),
-        "closed_loop_passes": passes,
-        "closed_loop_residual_ms": residual * 1e3,
     }
 
 

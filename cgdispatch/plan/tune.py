@@ -31,13 +31,24 @@ import pandas as pd
 
 from ..core.config import GraphConfig
 from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
+from ..workload.replicas import check_balance
 from ..workload.request_table import check_requests
 from ..workload.sources import arrival_cut, split_holdout
 from ..workload.trace import check_step_budget, check_trace
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan, kinds_absent
-from .ladder_latency import ladder_latency
+from .ladder_latency import ladder_latency, ladder_sustainability
+from .overload import (
+    busiest_share,
+    decode_share,
+    drops_decodes,
+    first_guess,
+    offered_before,
+    replicas_needed,
+    window_notes,
+    with_default_decodes,
+)
 from .planner import plan_ladder
 from .tune_bands import ScaledCostModel, StepBand, pareto_set, step_band
 from .tune_result import (
@@ -85,6 +96,8 @@ def tune(
     kv_blocks: Callable[[GraphConfig], int | None] | None = None,
     errors: ModelErrors | None = None,
     budgets: tuple[int, ...] = (8, 16),
+    replicas: int = 1,
+    balance: str = "round-robin",
 ) -> TuneResult:
     """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
 
@@ -117,6 +130,26 @@ def tune(
     ``kv_blocks(config)``: each ladder's KV blocks for the latency replay (default: the
     start-up estimate's KV tokens; none without one). ``budgets``: sizes of the smaller
     plans the Pareto set weighs beside the two.
+
+    With ``requests``, before any verdict the held-out requests are replayed on one replica
+    running vLLM's default ladder and checked for overload
+    (:mod:`~cgdispatch.workload.sustain`: a waiting queue that grows through the window
+    while fewer tokens are served than offered). Overloaded, ``result.overload`` holds the
+    figures and ``result.replicas_needed`` the smallest replica count that holds the traffic
+    (:func:`~cgdispatch.plan.overload.replicas_needed`), and nothing is judged on queueing:
+    the default objective becomes mean step time, and an explicit ``p99-ttft`` gets no
+    verdict (vLLM's default is kept, ``reason`` "overloaded").
+
+    ``replicas`` (>= 2 needs ``requests``): the arrivals are split across that many identical
+    replicas by ``balance`` (:data:`~cgdispatch.workload.replicas.BALANCES`: round-robin,
+    least-outstanding, prefix) and the busiest replica's share (the most tokens) is tuned:
+    its steps are simulated from its requests (``trace`` is not used) and every figure is
+    per replica.
+
+    A plan that has no decode size while the held-out window has decode steps (planned on a
+    window of prompts only) gets vLLM's default decode sizes added
+    (:func:`~cgdispatch.plan.overload.with_default_decodes`), and ``result.notes`` says so,
+    as it says when the two windows differ in kind (:func:`~cgdispatch.plan.overload.window_notes`).
     """
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a resolved cgdispatch.GraphConfig")
@@ -137,6 +170,21 @@ def tune(
         requests = requests.reset_index(drop=True).assign(
             **{c: checked[c].to_numpy() for c in checked.columns}
         )
+    check_balance(balance, replicas)
+    if replicas > 1 and requests is None:
+        raise ValueError(
+            f"replicas={replicas} splits requests across replicas, and this run has none (a "
+            "trace of steps): give requests (a requests CSV or a preset), or replicas=1"
+        )
+    default_ladder = engine_ladders(config)["vllm"]
+    default_cfg = ladder_config(config, default_ladder)
+    fleet = requests  # every replica's requests; ``requests`` becomes the tuned replica's
+    if replicas > 1:
+        trace, requests, trace_label = busiest_share(
+            fleet, replicas, balance, config, default_cfg, cost_model,
+            kv_blocks or _kv_blocks(startup, {"d": None if startup is None else startup(default_cfg)}),
+            trace_label,
+        )  # fmt: skip
     # with the requests, the held-out part starts at an arrival: the last ``holdout`` of the
     # requests (a burst the scheduler drains long after it arrived still has a held-out part)
     cut_s = None
@@ -157,38 +205,71 @@ def tune(
         memory_budget_bytes=memory_budget_bytes,
         capture_budget_s=capture_budget_s,
     )
+    notes: list[str] = []
+    held_d = decode_share(test)
+    if held_d and drops_decodes(planned, config):  # planned on prompts only (issue 40)
+        planned = with_default_decodes(planned, default_ladder, config)
+        notes.append(
+            f"the plan has no decode size of its own (no decodes in the planning window) "
+            f"and keeps vLLM's default ones: {100 * held_d:.0f}% of held-out steps are decodes"
+        )
     extra = dict(ladders or {})
-    ladders = {"planned": planned, "vllm default": engine_ladders(config)["vllm"]}
+    ladders = {"planned": planned, "vllm default": default_ladder}
     configs = {name: ladder_config(config, ladder) for name, ladder in ladders.items()}
     costs = {name: None if startup is None else startup(cfg) for name, cfg in configs.items()}
     kv_blocks = kv_blocks or _kv_blocks(startup, costs)
-    held_requests = None
+    held_requests = overload = needed = None
     if replay is None and requests is not None:
         held_requests = _held_out_requests(requests, cut_s)
         replay = _with_latency(held_requests, kv_blocks)
+        # before any verdict: does one replica hold the held-out traffic? (issue 40)
+        overload = ladder_sustainability(
+            configs["vllm default"], held_requests, cost_model, kv_blocks=kv_blocks
+        )
+        if overload.sustainable:
+            overload = None
+        else:
+            needed = replicas_needed(
+                _held_out_requests(fleet, cut_s), configs["vllm default"], cost_model,
+                balance=balance, kv_blocks=kv_blocks, at_least=replicas + 1,
+                guess=first_guess(overload, replicas),
+            )  # fmt: skip
+        notes += window_notes(
+            train, test, held=overload, planning_offered_tok_s=offered_before(requests, cut_s)
+        )
+    elif requests is None:
+        notes += window_notes(train, test)
     replay = compare if replay is None else replay
     everything = {**ladders, **{k: v for k, v in extra.items() if k not in ladders}}
     held = replay(test, everything, config=config, cost_model=cost_model)
     in_sample = compare(train, everything, config=config, cost_model=cost_model)
     held_out = {name: ladder_figures(held, name, costs[name]) for name in ladders}
     deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
+    if overload is not None and objective is None:
+        objective = "step"  # a p99 TTFT would measure the queue, not the graphs
     objective = _objective(objective, "p99_ttft_ms" in held_out["planned"])
     steps = step_band(test, configs["planned"], configs["vllm default"], cost_model,
                       errors.step_kernels or errors.step_time, errors.step_time)  # fmt: skip
-    gain, band = _gain_and_band(
-        objective, held_out, deltas, steps, errors,
-        pessimistic=lambda factor, fewer_tokens: _pessimistic_latency(
-            configs["planned"], held_requests, cost_model, kv_blocks, factor, fewer_tokens
-        ),
-    )  # fmt: skip
-    wins = gain > band
-    if wins:
+    if overload is not None and objective == "p99-ttft":  # judged on nothing: a queue
+        gain, band = 0.0, 0.0
+    else:
+        gain, band = _gain_and_band(
+            objective, held_out, deltas, steps, errors,
+            pessimistic=lambda factor, fewer_tokens: _pessimistic_latency(
+                configs["planned"], held_requests, cost_model, kv_blocks, factor, fewer_tokens
+            ),
+        )  # fmt: skip
+    wins = gain > band and not (overload is not None and objective == "p99-ttft")
+    if overload is not None and objective == "p99-ttft":
+        reason = "overloaded"
+    elif wins:
         reason = "measurable gain"
     elif gain >= -band:
         reason = "no measurable difference"
     else:
         reason = "the plan is worse"
-    pareto = _pareto(test, train, max_graphs, config, cost_model, held_out, startup, budgets)
+    pareto = _pareto(test, train, max_graphs, config, cost_model, held_out, startup, budgets,
+                     keep_decodes=bool(held_d), default=default_ladder)  # fmt: skip
     return TuneResult(
         recommendation="planned" if wins else "vllm default",
         planned=planned,
@@ -211,6 +292,11 @@ def tune(
         errors=errors,
         step_band=steps,
         pareto=pareto,
+        overload=overload,
+        replicas_needed=needed,
+        replicas=replicas,
+        balance=balance,
+        notes=tuple(notes),
     )
 
 
@@ -312,10 +398,14 @@ def _pareto(
     held_out: dict[str, dict[str, Any]],
     startup: StartupFn | None,
     budgets: tuple[int, ...],
+    *,
+    keep_decodes: bool = False,
+    default: Ladder | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The ladders no other beats on mean step time, graph memory and capture time held
     out (and p99 TTFT where all have it): the plan, vLLM's default, and plans with fewer
-    sizes (``budgets``), each priced as the two are. Name -> figures, in that order."""
+    sizes (``budgets``), each priced as the two are. Name -> figures, in that order.
+    ``keep_decodes``: a smaller plan with no decode size gets ``default``'s, as the plan."""
     figures = dict(held_out)
     smaller = sorted({b for b in budgets if 1 <= b < max_graphs}, reverse=True)
     ladders = {
@@ -323,6 +413,11 @@ def _pareto(
                                             cost_model=cost_model)
         for k in smaller
     }  # fmt: skip
+    if keep_decodes and default is not None:
+        ladders = {
+            name: with_default_decodes(lad, default, config) if drops_decodes(lad, config) else lad
+            for name, lad in ladders.items()
+        }
     if ladders:
         table = compare(test, ladders, config=config, cost_model=cost_model)
         for name, ladder in ladders.items():

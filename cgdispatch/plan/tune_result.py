@@ -143,6 +143,19 @@ class TuneResult:
     # compare's rows for every ladder replayed ("held out", "in sample"): the plan, vLLM's
     # default and any ladders tune was asked to replay beside them (not in --json)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
+    # what the traffic was as vLLM would see it (set by views.tune_run): max_model_len, the
+    # requests rejected for reaching it, the trace's ideal prefix hit rate (None without
+    # hash_ids), the client's max_concurrency (None: open loop)
+    traffic: dict[str, Any] = field(default_factory=dict)
+    # the held-out traffic one replica cannot hold (workload.sustain.Sustainability of the
+    # default ladder's replay; None when it holds it or no requests were replayed) and the
+    # smallest replica count that holds it (None: none up to overload.MAX_REPLICAS)
+    overload: Any = None
+    replicas_needed: int | None = None
+    replicas: int = 1  # the arrivals split across this many replicas; figures are one's
+    balance: str = "round-robin"  # how they were split (workload.replicas.BALANCES)
+    # what differs in kind between the two windows, and a plan's decode sizes kept
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.recommendation not in RECOMMENDATIONS:
@@ -180,6 +193,12 @@ class TuneResult:
             "reason": self.reason,
             "uncertainty": self.uncertainty(),
             "pareto": self.pareto,
+            "traffic": self.traffic,
+            "overload": None if self.overload is None else self.overload.as_dict(),
+            "replicas_needed": self.replicas_needed,
+            "replicas": self.replicas,
+            "balance": self.balance,
+            "notes": list(self.notes),
         }
 
     def pareto_table(self) -> pd.DataFrame:

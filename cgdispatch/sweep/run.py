@@ -143,7 +143,7 @@ def _unit_rows(
     import torch
 
     from ..capture.runner import GraphRunner
-    from ..measure.timing import measure_capture_memory, time_call, time_step
+    from ..measure.timing import measure_capture_memory, time_call
     from ..models.registry import build_model
 
     base = _base_row(spec, mode, ladder)
@@ -177,18 +177,7 @@ def _unit_rows(
         for n, uniform in shapes:
             yield _failed(base, n, uniform, err)
         return
-    for rec in report.itertuples(index=False):  # per-key capture cost, stored apart from rows
-        yield CaptureRecord(
-            **{c: base[c] for c in _CAPTURE_BASE},
-            runtime_mode=str(rec.mode),
-            num_tokens=int(rec.num_tokens),
-            num_reqs=None if pd.isna(rec.num_reqs) else int(rec.num_reqs),
-            uniform=bool(rec.uniform),
-            num_graphs=int(rec.num_graphs),
-            capture_s=float(rec.capture_s),
-            step_s=None if pd.isna(rec.step_s) else float(rec.step_s),
-            pool_bytes=None if pd.isna(rec.pool_bytes) else int(rec.pool_bytes),
-        )
+    yield from _capture_records(base, report)
     base.update(
         resolved_mode=str(runner.cudagraph_mode),
         num_graphs=int(report["num_graphs"].sum()),
@@ -201,34 +190,61 @@ def _unit_rows(
     )
     for n, uniform in shapes:
         try:
-            make = runner.make_decode_batch if uniform else runner.make_mixed_batch
-            batches = [make(n, seed=s) for s in range(spec.input_sets)]
-            answer = dispatch_step(runner.dispatcher, n, batches[0].num_reqs, uniform)
-            kw = dict(warmup=spec.warmup, repeats=spec.repeats, device=spec.device)
-            with torch.no_grad():
-                t_eager = time_step(eager.execute_batch, batches, **kw)
-                t_graph = time_step(runner.execute_batch, batches, **kw)
-            yield SweepRow(
-                **base,
-                num_tokens=n,
-                uniform_decode=uniform,
-                runtime_mode=str(answer.runtime_mode),
-                padded_size=answer.padded_tokens,
-                eager_ms=t_eager.median_ms,
-                eager_p10_ms=t_eager.p10_ms,
-                eager_p90_ms=t_eager.p90_ms,
-                graph_ms=t_graph.median_ms,
-                graph_p10_ms=t_graph.p10_ms,
-                graph_p90_ms=t_graph.p90_ms,
-                eager_host_ms=t_eager.host_median_ms,
-                graph_host_ms=t_graph.host_median_ms,
-                speedup_x=t_eager.median_ms / t_graph.median_ms,
-                status="ok",
-                timestamp=time.time(),
-            )
+            yield _timed_row(spec, runner, eager, base, n, uniform)
         except Exception as err:  # noqa: BLE001
             yield _failed(base, n, uniform, err)
     runner.release_graphs()  # graphs, pool and compiled pieces go with the unit
+
+
+def _capture_records(base: dict[str, Any], report: pd.DataFrame) -> Iterator[CaptureRecord]:
+    """Per-key capture cost, stored apart from the rows."""
+    for rec in report.itertuples(index=False):
+        yield CaptureRecord(
+            **{c: base[c] for c in _CAPTURE_BASE},
+            runtime_mode=str(rec.mode),
+            num_tokens=int(rec.num_tokens),
+            num_reqs=None if pd.isna(rec.num_reqs) else int(rec.num_reqs),
+            uniform=bool(rec.uniform),
+            num_graphs=int(rec.num_graphs),
+            capture_s=float(rec.capture_s),
+            step_s=None if pd.isna(rec.step_s) else float(rec.step_s),
+            pool_bytes=None if pd.isna(rec.pool_bytes) else int(rec.pool_bytes),
+        )
+
+
+def _timed_row(
+    spec: SweepSpec, runner: Any, eager: Any, base: dict[str, Any], n: int, uniform: bool
+) -> SweepRow:
+    """One shape timed eager and through the graphs, on ``spec.input_sets`` fresh batches."""
+    import torch
+
+    from ..measure.timing import time_step
+
+    make = runner.make_decode_batch if uniform else runner.make_mixed_batch
+    batches = [make(n, seed=s) for s in range(spec.input_sets)]
+    answer = dispatch_step(runner.dispatcher, n, batches[0].num_reqs, uniform)
+    kw = dict(warmup=spec.warmup, repeats=spec.repeats, device=spec.device)
+    with torch.no_grad():
+        t_eager = time_step(eager.execute_batch, batches, **kw)
+        t_graph = time_step(runner.execute_batch, batches, **kw)
+    return SweepRow(
+        **base,
+        num_tokens=n,
+        uniform_decode=uniform,
+        runtime_mode=str(answer.runtime_mode),
+        padded_size=answer.padded_tokens,
+        eager_ms=t_eager.median_ms,
+        eager_p10_ms=t_eager.p10_ms,
+        eager_p90_ms=t_eager.p90_ms,
+        graph_ms=t_graph.median_ms,
+        graph_p10_ms=t_graph.p10_ms,
+        graph_p90_ms=t_graph.p90_ms,
+        eager_host_ms=t_eager.host_median_ms,
+        graph_host_ms=t_graph.host_median_ms,
+        speedup_x=t_eager.median_ms / t_graph.median_ms,
+        status="ok",
+        timestamp=time.time(),
+    )
 
 
 def run_unit(
@@ -255,6 +271,35 @@ def run_sweep(
     ``Client.get_executor()`` to spread units over GPUs or machines (each worker needs
     cgdispatch installed; give each GPU worker its own ``CUDA_VISIBLE_DEVICES``).
     """
+    spec = _runnable_spec(spec, executor)
+    if not isinstance(store, ResultStore):
+        store = ResultStore(store)
+    store.save_spec(spec.to_dict())
+    todo, wanted = _points_to_run(spec, store.done_keys())
+    total = len(wanted)
+    from tqdm.auto import tqdm
+
+    with tqdm(
+        total=total,
+        initial=total - sum(len(t[2]) for t in todo),
+        desc=f"sweep {spec.name}",
+        unit="point",
+        disable=not progress,
+    ) as bar:
+        if executor is None:
+            for mode, ladder, shapes in todo:
+                _run_unit_here(spec, store, bar, mode, ladder, shapes)
+        else:
+            _run_units_on(executor, spec, store, bar, todo)
+    frame = store.load()
+    if frame.empty:
+        return frame
+    mine = pd.Series(point_ids(frame)).isin(set(wanted)).to_numpy()
+    return frame[mine].reset_index(drop=True)
+
+
+def _runnable_spec(spec: SweepSpec | str, executor: cf.Executor | None) -> SweepSpec:
+    """A preset's spec by name; refused when it runs here on a GPU this machine lacks."""
     if isinstance(spec, str):
         if spec not in SWEEP_PRESETS:
             raise ValueError(
@@ -270,10 +315,13 @@ def run_sweep(
                 "run it on a GPU machine, pass an executor whose workers have GPUs, or use "
                 "device='cpu' (--device cpu)"
             )
-    if not isinstance(store, ResultStore):
-        store = ResultStore(store)
-    store.save_spec(spec.to_dict())
-    done = store.done_keys()
+    return spec
+
+
+def _points_to_run(
+    spec: SweepSpec, done: set[str]
+) -> tuple[list[tuple[str, str, list[tuple[int, bool]]]], list[str]]:
+    """The units with points not yet done (each with those shapes) and every point's id."""
     todo, wanted = [], []
     for mode, ladder in spec.units():
         base = _base_row(spec, mode, ladder)
@@ -285,43 +333,39 @@ def run_sweep(
         shapes = [shape for shape, key in zip(spec.shapes, ids) if key not in done]
         if shapes:
             todo.append((mode, ladder, shapes))
-    total = len(wanted)
-    from tqdm.auto import tqdm
+    return todo, wanted
 
-    with tqdm(
-        total=total,
-        initial=total - sum(len(t[2]) for t in todo),
-        desc=f"sweep {spec.name}",
-        unit="point",
-        disable=not progress,
-    ) as bar:
-        if executor is None:
-            for mode, ladder, shapes in todo:
-                captures: list[CaptureRecord] = []
-                for row in iter_unit(spec, mode, ladder, shapes):
-                    if isinstance(row, CaptureRecord):
-                        captures.append(row)
-                        continue
-                    if captures:
-                        store.append_captures(captures)
-                        captures = []
-                    store.append([row])
-                    bar.update(1)
-        else:
-            futures = {executor.submit(run_unit, spec, *unit): unit for unit in todo}
-            for future in cf.as_completed(futures):
-                mode, ladder, shapes = futures[future]
-                try:
-                    results = future.result()
-                except Exception as err:  # noqa: BLE001 - a worker died: record, go on
-                    base = _base_row(spec, mode, ladder)
-                    results = [_failed(base, n, u, err) for n, u in shapes]
-                store.append_captures([r for r in results if isinstance(r, CaptureRecord)])
-                rows = [r for r in results if isinstance(r, SweepRow)]
-                store.append(rows)
-                bar.update(len(rows))
-    frame = store.load()
-    if frame.empty:
-        return frame
-    mine = pd.Series(point_ids(frame)).isin(set(wanted)).to_numpy()
-    return frame[mine].reset_index(drop=True)
+
+def _run_unit_here(
+    spec: SweepSpec, store: ResultStore, bar: Any, mode: str, ladder: str, shapes: list
+) -> None:
+    """One unit in this process, each row stored as soon as it is timed."""
+    captures: list[CaptureRecord] = []
+    for row in iter_unit(spec, mode, ladder, shapes):
+        if isinstance(row, CaptureRecord):
+            captures.append(row)
+            continue
+        if captures:
+            store.append_captures(captures)
+            captures = []
+        store.append([row])
+        bar.update(1)
+
+
+def _run_units_on(
+    executor: cf.Executor, spec: SweepSpec, store: ResultStore, bar: Any, todo: list
+) -> None:
+    """Units on an executor, each unit's rows stored as it completes; a worker that dies
+    leaves its points recorded as failed."""
+    futures = {executor.submit(run_unit, spec, *unit): unit for unit in todo}
+    for future in cf.as_completed(futures):
+        mode, ladder, shapes = futures[future]
+        try:
+            results = future.result()
+        except Exception as err:  # noqa: BLE001 - a worker died: record, go on
+            base = _base_row(spec, mode, ladder)
+            results = [_failed(base, n, u, err) for n, u in shapes]
+        store.append_captures([r for r in results if isinstance(r, CaptureRecord)])
+        rows = [r for r in results if isinstance(r, SweepRow)]
+        store.append(rows)
+        bar.update(len(rows))

@@ -37,9 +37,14 @@ __all__ = [
 _SPLIT = re.compile(r"[,\s;]+")
 
 
-def format_sizes(sizes: list[int]) -> str:
-    """``[1, 2, 4]`` -> ``"1, 2, 4"`` (what the sizes box shows)."""
-    return ", ".join(str(s) for s in sizes)
+NO_SIZES = "none"  # a sizes box's text for an empty list (a plan with no prefill graphs)
+
+
+def format_sizes(sizes) -> str:  # noqa: ANN001 - any iterable of ints
+    """``[1, 2, 4]`` -> ``"1, 2, 4"`` (what the sizes box shows); no size -> ``"none"``, so
+    that :func:`parse_sizes_box` reads back exactly ``sizes``."""
+    sizes = list(sizes)
+    return ", ".join(str(s) for s in sizes) if sizes else NO_SIZES
 
 
 def parse_sizes_box(
@@ -47,14 +52,21 @@ def parse_sizes_box(
 ) -> tuple[list[int] | None, str | None]:
     """Parse a capture-sizes box: ``(sorted distinct sizes, None)`` or ``(None, message)``.
 
-    Sizes are integers separated by commas or spaces. An empty box is an error (clear it
+    Sizes are integers separated by commas or spaces. ``none`` is an empty list: no graph
+    of that ladder (vLLM 0.34 takes it for either of its ladders, and its planner may
+    choose it; V1 refuses it, naming mode NONE). An empty box is an error (clear it
     to nothing and there is nothing to capture: pick mode NONE instead). A size below 1 or
     above the config's ``limit_name`` (max_num_batched_tokens for token sizes,
     max_num_seqs for generation 2's decode request sizes) is an error, not silently dropped.
     """
+    if text.strip().lower() == NO_SIZES:
+        return [], None
     parts = [p for p in _SPLIT.split(text.strip()) if p]
     if not parts:
-        return None, "no capture sizes given: enter sizes such as '1, 2, 4, 8' (or pick mode NONE)"
+        return None, (
+            "no capture sizes given: enter sizes such as '1, 2, 4, 8', 'none' for no graph of "
+            "this kind (vLLM 0.34), or pick mode NONE"
+        )
     bad = [p for p in parts if not re.fullmatch(r"[+]?\d+", p)]
     if bad:
         return None, f"capture sizes {bad} are not integers: enter sizes such as '1, 2, 4, 8'"

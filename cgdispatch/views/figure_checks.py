@@ -23,7 +23,10 @@ from matplotlib.legend import Legend
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-__all__ = ["figure_text_problems", "drawn_texts", "DrawnText"]
+__all__ = ["figure_text_problems", "text_size_problems", "drawn_texts", "DrawnText"]
+
+MIN_TEXT_PX = 10.0  # the smallest text a figure shows, in pixels at SHOWN_DPI
+SHOWN_DPI = 100  # SourcedFigure's PNG: what Jupyter and Voila show at the default size
 
 TOLERANCE_PX = 1.0  # boxes may touch or share one pixel: antialiasing, not a collision
 _SAMPLES_PER_SEGMENT = 16  # a line crossing a legend between two of its points still counts
@@ -35,6 +38,7 @@ class DrawnText:
 
     text: str
     box: Bbox
+    size_pt: float = 0.0  # its font size in points
 
 
 def _in_view(axis: Axis, loc: float) -> bool:
@@ -78,7 +82,8 @@ def drawn_texts(fig: Figure) -> list[DrawnText]:
     out = []
     for text in dict.fromkeys([*labels, *others]):
         if _shown(text) and all(a.get_visible() for a in _ancestors(text, fig)):
-            out.append(DrawnText(text.get_text(), text.get_window_extent(renderer)))
+            box = text.get_window_extent(renderer)
+            out.append(DrawnText(text.get_text(), box, float(text.get_fontsize())))
     return out
 
 
@@ -168,3 +173,27 @@ def figure_text_problems(fig: Figure, *, tolerance_px: float = TOLERANCE_PX) -> 
             if _overlap(a.box, b.box, tolerance_px):
                 problems.append(f"text {a.text!r} overlaps text {b.text!r}")
     return problems + _legend_problems(fig, fig.canvas.get_renderer(), tolerance_px)
+
+
+def text_size_problems(
+    fig: Figure, *, min_px: float = MIN_TEXT_PX, dpi: float = SHOWN_DPI
+) -> list[str]:
+    """Texts of ``fig`` smaller than ``min_px`` pixels when shown at ``dpi``, and texts cut
+    off by the figure's edge (a caption longer than the figure is wide), one line each."""
+    texts = drawn_texts(fig)
+    edge = fig.bbox  # display pixels at the figure's own dpi, as the boxes
+    problems = [
+        f"text {t.text!r} is {t.size_pt * dpi / 72:.1f} px (at least {min_px:g} px)"
+        for t in texts
+        if t.size_pt * dpi / 72 < min_px - 1e-9
+    ]
+    slack = TOLERANCE_PX
+    problems += [
+        f"text {t.text!r} is cut off by the figure's edge"
+        for t in texts
+        if t.box.x0 < edge.x0 - slack
+        or t.box.x1 > edge.x1 + slack
+        or t.box.y0 < edge.y0 - slack
+        or t.box.y1 > edge.y1 + slack
+    ]
+    return problems

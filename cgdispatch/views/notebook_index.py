@@ -15,9 +15,27 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NotebookSummary", "summarise_notebook", "index_html"]
+from .numbers import duration_s
+
+__all__ = [
+    "NotebookSummary",
+    "summarise_notebook",
+    "index_html",
+    "scroll_wide_outputs",
+    "WIDE_OUTPUT_CSS",
+    "HEADLINE_FILE",
+]
 
 _QUESTION = "**The question:**"
+# a notebook page's wide outputs (pandas tables, long lines) scroll sideways instead of
+# being cut off at the page's right edge; text wraps at spaces, never mid-word
+WIDE_OUTPUT_CSS = (
+    "<style>.jp-OutputArea-output{overflow-x:auto;max-width:100%}"
+    ".jp-OutputArea-output table{display:block;overflow-x:auto;max-width:100%}"
+    ".jp-OutputArea-output pre{white-space:pre-wrap;overflow-wrap:normal;word-break:normal}"
+    "</style>"
+)
+_WHAT_IF = "what-if"  # in a verdict's source line: judged on a notebook's what-if setting
 _VERDICT = "recommendation:"  # verdict_text's first line (notebook 04's conclusion)
 
 
@@ -71,20 +89,51 @@ def _conclusion(cells: list[dict]) -> str:
     return ""
 
 
+def scroll_wide_outputs(page: str) -> str:
+    """``page`` (an nbconvert HTML page) with :data:`WIDE_OUTPUT_CSS` as the last style
+    of its head, so that it wins over nbconvert's own."""
+    head_end = page.lower().rfind("</head>")
+    if head_end < 0:
+        raise ValueError("page has no </head>: give an HTML page as nbconvert writes it")
+    return page[:head_end] + WIDE_OUTPUT_CSS + page[head_end:]
+
+
+HEADLINE_FILE = "headline.txt"  # `make run` writes the README's tune verdict here
+
+
 def index_html(rows: list[NotebookSummary], report_dir: Path, sweep_index: Path | None) -> str:
-    """The page: a table of ``rows``, the tune verdict and the sweep report's link (relative
-    to ``report_dir``, or "not built" when ``sweep_index`` does not exist)."""
+    """The page: a table of ``rows``, the README's tune verdict (``HEADLINE_FILE`` in
+    ``report_dir``, when `make run` wrote it), the notebooks' tune verdict and the sweep
+    report's link (relative to ``report_dir``, or "not built" when ``sweep_index`` does not
+    exist)."""
     e = html.escape
+    try:
+        headline = (report_dir / HEADLINE_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        headline = ""
+    headline_part = (
+        "<h2>the decision: tune on the README's settings</h2>"
+        f"<pre>{e(headline)}</pre><p>(<code>python -m cgdispatch tune</code> as the README "
+        "runs it; written by <code>make run</code>)</p>"
+        if headline.startswith(_VERDICT)
+        else ""
+    )
     body = "\n".join(
         f'<tr><td><a href="{e(r.name)}.html">{e(r.title or r.name)}</a></td>'
         f"<td>{e(r.question) or '-'}</td>"
         f"<td><pre>{e(r.conclusion) or 'no conclusion printed'}</pre></td>"
-        f"<td>{e(r.status)}</td><td>{r.seconds:.1f} s</td></tr>"
+        f"<td>{e(r.status)}</td><td>{duration_s(r.seconds)}</td></tr>"
         for r in rows
     )
     verdict = next((r for r in rows if r.conclusion.startswith(_VERDICT)), None)
+    what_if = (
+        "<p><b>a what-if, not the headline:</b> this verdict is for the setting its second "
+        "line names (a what-if of the notebook), not for <code>tune</code>'s defaults</p>"
+        if verdict is not None and _WHAT_IF in verdict.conclusion
+        else ""
+    )
     verdict_part = (
-        f"<pre>{e(verdict.conclusion)}</pre><p>from {e(verdict.title or verdict.name)} "
+        f"{what_if}<pre>{e(verdict.conclusion)}</pre><p>from {e(verdict.title or verdict.name)} "
         "(<code>cgdispatch.plan.tune</code>, as <code>python -m cgdispatch tune</code>)</p>"
         if verdict is not None
         else "<p>no verdict: the notebook that runs <code>tune</code> did not print one</p>"
@@ -97,8 +146,10 @@ def index_html(rows: list[NotebookSummary], report_dir: Path, sweep_index: Path 
         sweep_part = f"<p>sweep report: not built ({shown})</p>"
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>cgdispatch notebooks</title>"
-        "<style>td{vertical-align:top}pre{white-space:pre-wrap;margin:0}</style></head>"
-        "<body><h1>cgdispatch notebooks</h1><table><tr><th>notebook</th><th>question</th>"
-        f"<th>conclusion</th><th>status</th><th>wall time</th></tr>\n{body}\n</table>"
+        "<style>td{vertical-align:top}pre{white-space:pre-wrap;margin:0;overflow-wrap:normal;"
+        "word-break:normal}.wide{overflow-x:auto;max-width:100%}</style></head>"
+        f"<body><h1>cgdispatch notebooks</h1>{headline_part}<div class='wide'><table><tr>"
+        "<th>notebook</th><th>question</th><th>conclusion</th><th>status</th><th>wall time</th>"
+        f"</tr>\n{body}\n</table></div>"
         f"<h2>tune verdict</h2>{verdict_part}<h2>sweep report</h2>{sweep_part}</body></html>"
     )

@@ -90,7 +90,7 @@ def _text(name: str, value: Any) -> str:
 
 def _workload(name: str, value: Any) -> str:
     from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
-    from ..workload.synthetic import LENGTH_PRESETS
+    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
     if isinstance(value, str) and (value in TRACE_NAMES or Path(value).is_file()):
         return value

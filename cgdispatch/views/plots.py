@@ -341,8 +341,11 @@ def noise_floor(frame: pd.DataFrame, by: str = "mode") -> tuple[float, float, st
 
 
 def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure:
-    """Median step time vs num_tokens of the ok rows: graphs (solid) and eager (dashed) per
-    mode, with the p10-p90 band of the graph runs; one panel per batch kind present.
+    """Median step time vs num_tokens of the ok rows: graphs (solid, the mode's colour) and
+    eager (dashed, a lighter shade of it) per mode, each a colour of its own, with the
+    p10-p90 spread of the graph runs as thin bars; one panel per batch kind present.
+    The y axis is set by the medians (a noisy p90 would flatten every line): bars that
+    reach past it are cut at the top, and the title says so.
     ``source`` defaults to the rows' ``source`` column (e.g. ``measured (CPU)``)."""
     cols = ["mode", "num_tokens", "uniform_decode", "eager_ms", "graph_ms"]
     ok = rows_to_plot(rows, cols, "step_time_figure")
@@ -350,24 +353,39 @@ def step_time_figure(rows: pd.DataFrame, *, source: str | None = None) -> Figure
     kinds = [k for k in (True, False) if (ok["uniform_decode"] == k).any()]
     fig = SourcedFigure(figsize=(6.5 + 3.5 * len(kinds), 4.2), layout="constrained")
     axes = fig.subplots(1, len(kinds), squeeze=False, sharey=True)[0]
+    top, p90_top = 0.0, 0.0
     for ax, uniform in zip(axes, kinds):
         part = ok[ok["uniform_decode"] == uniform]
         for mode, group in part.groupby("mode", sort=False):
             group = group.groupby("num_tokens").median(numeric_only=True).sort_index()
-            x, color = group.index.to_numpy(), MODE_COLORS.get(str(mode))
-            ax.plot(x, group["graph_ms"], marker="o", ms=3, color=color, label=f"{mode}: graphs")
-            ax.plot(x, group["eager_ms"], ls="--", marker=".", color=color, label=f"{mode}: eager")
+            x, color = group.index.to_numpy(), MODE_COLORS.get(str(mode), "0.3")
+            graph, eager = group["graph_ms"], group["eager_ms"]
+            ax.plot(x, graph, marker="o", ms=3, color=color, label=f"{mode}: graphs")
+            ax.plot(x, eager, ls="--", marker=".", color=_lighter(color), label=f"{mode}: eager")
+            top = max(top, float(np.nanmax(graph)), float(np.nanmax(eager)))
             if {"graph_p10_ms", "graph_p90_ms"} <= set(group.columns):
-                ax.fill_between(
-                    x, group["graph_p10_ms"], group["graph_p90_ms"], color=color, alpha=0.15
-                )
+                low = (graph - group["graph_p10_ms"]).clip(lower=0).to_numpy(dtype=float)
+                high = (group["graph_p90_ms"] - graph).clip(lower=0).to_numpy(dtype=float)
+                ax.errorbar(x, graph, yerr=[low, high], fmt="none", ecolor=color, alpha=0.45,
+                            elinewidth=0.8, capsize=2)  # fmt: skip
+                p90_top = max(p90_top, float(np.nanmax(group["graph_p90_ms"])))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("num_tokens (tokens)")
         ax.set_title("uniform decode" if uniform else "mixed batches", fontsize=10)
-    legend_outside(axes[-1], fontsize=7)  # the panels share modes and styles: one legend
+    if top > 0:
+        axes[0].set_ylim(0.0, 1.5 * top)  # shared: the medians decide, not a noisy p90
+    legend_outside(axes[-1], fontsize=8)  # the panels share modes and styles: one legend
     axes[0].set_ylabel("step time, median (ms)")
-    fig.suptitle("step time: eager vs graphs")
+    bars = "bars: graph runs' p10-p90" + (", cut at the top" if p90_top > 1.5 * top else "")
+    fig.suptitle(f"step time: eager vs graphs ({bars})")
     return label_source(fig, label)
+
+
+def _lighter(color: str, share: float = 0.5) -> tuple[float, float, float]:
+    """``color`` mixed with ``share`` white: the eager line beside its mode's graph line."""
+    from matplotlib.colors import to_rgb
+
+    return tuple(c + (1.0 - c) * share for c in to_rgb(color))
 
 
 # ladder shape -> the figure that draws it (ladder_figure's one branch on the shape)

@@ -29,6 +29,7 @@ from .capture_figures import (
     memory_figure,
     memory_per_key_figure,
 )
+from .numbers import number
 from .plots import speedup_figure
 from .report_folder import claim_report_folder, refuse_link, target
 from .sources import frame_source
@@ -134,7 +135,7 @@ def _markdown(frame: pd.DataFrame) -> str:
     """A pipe table (pandas' to_markdown needs tabulate, which is not a dependency)."""
 
     def cell(v: Any) -> str:
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
+        return number(v) if isinstance(v, float) else str(v)  # no 1.2e+03 in a report
 
     head = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "---|" * len(frame.columns)

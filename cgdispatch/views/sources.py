@@ -31,6 +31,7 @@ __all__ = [
     "category_ticks",
 ]
 
+_CAPTION_PT = 8  # 11 px at the 100 dpi figures are shown at
 SOURCE_GID = "cgdispatch-source"  # gid of the corner note that names the data source
 MODE_COLORS = {
     "FULL": "#1f77b4",
@@ -57,9 +58,15 @@ def label_source(fig: Figure, source: str) -> Figure:
             f"source={source!r} is invalid: name where the data came from, e.g. 'model', "
             "'measured (CPU)' or 'reference data (H200, 2026-12-01)'"
         )
+    # wrapped to the figure's width: a long source (a calibrated model's) on one line ran
+    # past both edges of a narrow figure (issue 37)
+    fits = max(24, int(fig.get_figwidth() * 72 * 0.97 / (_CHAR_WIDTH_EM * _CAPTION_PT)))
+    text = "\n".join(textwrap.wrap(f"source: {source}", fits, break_on_hyphens=False))
     # a figure-level x label, so that constrained layout keeps room for it under the axes
-    note = fig.supxlabel(f"source: {source}", x=0.995, ha="right", fontsize=8, color="0.35")
+    note = fig.supxlabel(text, x=0.995, ha="right", fontsize=_CAPTION_PT, color="0.35")
+    note.set_multialignment("right")
     note.set_gid(SOURCE_GID)
+    note.cgdispatch_source = source  # figure_source reads it back unwrapped
     return fig
 
 
@@ -67,7 +74,7 @@ def figure_source(fig: Figure) -> str | None:
     """The source a figure was labelled with, or None if it carries no label."""
     for text in fig.texts:
         if text.get_gid() == SOURCE_GID:
-            return text.get_text().removeprefix("source: ")
+            return getattr(text, "cgdispatch_source", text.get_text().removeprefix("source: "))
     return None
 
 

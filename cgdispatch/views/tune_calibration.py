@@ -4,7 +4,7 @@ applied to one tune run's seams.
 :func:`load_calibration` finds the profile (a name in the cache folder's ``profiles/``, or
 a path) and refuses one of another model, GPU or TP size; :func:`calibrated_startup`
 relabels each start-up estimate (already priced with the profile's coefficients by
-:func:`~cgdispatch.views.model_cache.cached_startup`); :func:`calibrated_costs` scales the
+:func:`~cgdispatch.estimate.startup.startup_for`); :func:`calibrated_costs` scales the
 cost model's step times by the profile's step scale and gives the bands it shrinks to.
 Every figure it touches says "calibrated on your logs (N runs)".
 """
@@ -27,10 +27,10 @@ def load_calibration(
     name_or_path: str, model: str, device: Any, tensor_parallel_size: int
 ) -> CalibrationProfile:
     """The profile ``name_or_path``, checked to be of this model, GPU and TP size."""
+    from ..core.cache import profiles_dir
     from ..estimate.setup_profile import load_profile, published_id
-    from .model_cache import cache_dir
 
-    profile = load_profile(name_or_path, cache_dir() / "profiles")
+    profile = load_profile(name_or_path, profiles_dir())
     try:
         model_id = published_id(model)
     except ValueError:

@@ -5,14 +5,16 @@ and vLLM's limits from a person; :func:`tune_for` builds what
 :func:`cgdispatch.plan.tune.tune` needs from them (the resolved config, the request table,
 the start-up estimate and the cost model from the disk cache, the trace) and calls it. It
 checks, in this order, what can be refused before the trace is simulated: the config, a TP
-size the model cannot take, a model that does not fit its GPUs, a request longer than the
-KV cache. It does not parse flags or draw: the CLI and the dashboard do.
+size the model cannot take, a model that does not fit its GPUs, a ``max_model_len`` the KV
+cache cannot hold; requests vLLM would reject (a prompt of ``max_model_len`` or more) are
+dropped and counted, and a trace is refused only when all are. It does not parse flags or
+draw: the CLI and the dashboard do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ..core.generation import default_release
 
@@ -46,6 +48,12 @@ class TuneSettings:
     gpu_memory_utilization: float = 0.9  # vLLM's flag, for the KV-cache estimate
     objective: str | None = None  # None: p99-ttft with requests, step for a trace of steps
     calibration: str | None = None  # a calibrate profile's name or path: its factors and bands
+    # vLLM's --max-model-len; None: what vLLM would pick (workload.model_len.vllm_max_model_len)
+    max_model_len: int | None = None
+    max_concurrency: int | None = None  # a client's requests in flight (None: open loop)
+    hash_block_size: int = 512  # prompt tokens per hash id of a mooncake_trace or hash_ids
+    replicas: int = 1  # identical replicas the arrivals are split across; one's share is tuned
+    balance: str = "round-robin"  # how (workload.replicas.BALANCES)
 
     def tp_flag(self) -> int | None:
         """The TP size as ``tune``'s flag: None at the model's own size (the same figures,
@@ -60,17 +68,23 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     trace is simulated. Raises ValueError (``DoesNotFitError`` among them) for a setting
     that cannot run, naming it."""
     from ..core.config import GraphConfig
+    from ..estimate.device_model import device_cost_model
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
+    from ..estimate.startup import startup_for
     from ..estimate.uncertainty import errors_for
     from ..models.registry import check_model_tensor_parallel, tensor_parallel_size_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
+    from ..workload.closed_loop import with_max_concurrency
+    from ..workload.limits import kv_cache_blocks, scheduler_limits
+    from ..workload.model_len import served_requests
+    from ..workload.prefix_stats import prefix_hit_rate
+    from ..workload.replicas import check_balance
     from ..workload.sources import workload_requests, workload_trace
-    from ..workload.trace import check_requests_fit
-    from .model_cache import cached_cost_model, cached_startup
     from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
+    check_balance(s.balance, s.replicas)  # before any work
     tp_flag = s.tp_flag()
     # before the caches and any arithmetic: a TP size vLLM could not load is refused
     check_model_tensor_parallel(s.model, tp_flag)
@@ -82,27 +96,48 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         tensor_parallel_size=tensor_parallel_size_for(s.model, s.tensor_parallel_size),
     ).resolve()
     requests = workload_requests(
-        s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s, seed=s.seed
+        s.trace,
+        num_requests=s.num_requests,
+        rate_per_s=s.rate_per_s,
+        seed=s.seed,
+        hash_block_size=s.hash_block_size,
     )  # None for a file of steps: then no latency figures
+    if requests is not None and s.max_concurrency is not None:
+        requests = with_max_concurrency(requests, s.max_concurrency)
+    if s.replicas > 1 and requests is None:
+        raise ValueError(
+            f"replicas={s.replicas}: traffic {s.trace!r} is a file of steps, which cannot be "
+            "split across replicas; give requests (a requests CSV, a preset or a production "
+            "trace), or 1 replica"
+        )
     profile = None
     if s.calibration is not None:  # refused here when it is of another model, GPU or TP
         profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
-    startup = cached_startup(  # the disk cache: a stage profile takes ~5 s to build
-        s.model,
-        s.device,
-        gpu_memory_utilization=s.gpu_memory_utilization,
-        tensor_parallel_size=tp_flag,
-        coefficients=None if profile is None else profile.coefficients(),
+    startup_options: dict[str, Any] = {}  # left out when not given: startup_for's defaults
+    if tp_flag is not None:
+        startup_options["tensor_parallel_size"] = tp_flag
+    if profile is not None:
+        startup_options["coefficients"] = profile.coefficients()
+    startup = startup_for(  # its stage profile (~5 s to build) comes from the cache
+        s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization, **startup_options
     )
     if profile is not None and startup is not None:
         startup = calibrated_startup(startup, profile)
+    kv = None
+    num_gpu_blocks = None  # no start-up estimate: an unlimited KV cache
     if startup is not None:  # a model that does not fit is refused here, before simulating
         kv = startup(config).kv_cache_tokens
-        if requests is not None:
-            where = f"{s.model} on {device_label(s.device)}, model estimate"
-            check_requests_fit(requests, kv, where)
+        num_gpu_blocks = kv_cache_blocks(kv)
+    where = f"{s.model} on {device_label(s.device)}, model estimate"
+    max_model_len = _max_model_len(s, kv, where)
+    rejected = 0
+    if requests is not None:  # vLLM rejects a prompt that reaches max_model_len
+        requests, rejected = served_requests(requests, max_model_len, where)
+    # the one value the planning trace obeys: the config's limits with vLLM's default ladder's
+    # KV cache, so the plan is made on the steps the judge replays for vLLM's default
+    limits = scheduler_limits(config, num_gpu_blocks=num_gpu_blocks)
     # before simulating too: it refuses a TP size the model cannot take
-    cost_model = cached_cost_model(
+    cost_model = device_cost_model(
         s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
     )
     errors = None
@@ -113,11 +148,12 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         num_requests=s.num_requests,
         rate_per_s=s.rate_per_s,
         seed=s.seed,
-        max_num_seqs=s.max_num_seqs,
-        max_num_batched_tokens=s.max_num_batched_tokens,
+        limits=limits,
         progress=progress,
+        hash_block_size=s.hash_block_size,
+        requests=requests,
     )
-    return tune(
+    result = tune(
         trace,
         requests=requests,
         config=config,
@@ -131,4 +167,30 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         startup=startup,
         objective=s.objective,
         errors=errors,
+        replicas=s.replicas,
+        balance=s.balance,
     )
+    traffic = {
+        "max_model_len": max_model_len,
+        "rejected_requests": rejected,
+        "prefix_hit_rate": None if requests is None else prefix_hit_rate(requests),
+        "max_concurrency": s.max_concurrency,
+    }
+    return replace(result, traffic=traffic)
+
+
+def _max_model_len(s: TuneSettings, kv: float | None, where: str) -> int | None:
+    """The ``max_model_len`` vLLM would run with: the one asked for, else vLLM's pick (the
+    config's length capped by the KV cache of ``kv`` tokens). ValueError for one asked for
+    that the KV cache cannot hold a request of: vLLM would refuse to start."""
+    from ..workload.model_len import config_max_model_len, vllm_max_model_len
+
+    if s.max_model_len is None:
+        return vllm_max_model_len(config_max_model_len(s.model), kv)
+    if kv is not None and s.max_model_len > kv:
+        raise ValueError(
+            f"--max-model-len {s.max_model_len:,}: one request of that length needs more KV "
+            f"cache than the {int(kv):,} tokens it holds ({where}); vLLM would refuse to start. "
+            f"Give --max-model-len {int(kv // 16) * 16} or less, or leave it out (vLLM's pick)"
+        )
+    return s.max_model_len

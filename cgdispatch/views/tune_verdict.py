@@ -10,23 +10,30 @@ comes from. It decides nothing: the recommendation is the result's.
 from __future__ import annotations
 
 import math
+import re
 import shlex
+import textwrap
 from pathlib import Path
 
 from ..core.validate import check_text
 from ..plan.tune_result import OBJECTIVES, TuneResult
+from .numbers import band as _band
+from .numbers import count, duration, duration_s, format_in, nbytes
 
 __all__ = [
     "verdict_lines",
     "verdict_text",
+    "wrap_line",
     "delta_rows",
+    "engine_flags",
+    "traffic_note",
+    "overload_line",
     "serve_name",
     "serve_target",
     "MAX_VERDICT_LINES",
 ]
 
 MAX_VERDICT_LINES = 12
-_MIB = 1 << 20
 _P, _D = "planned", "vllm default"
 
 
@@ -35,9 +42,10 @@ def _pct(delta: float, base: float) -> str:
     return f"{100 * delta / base:+.2f}%" if base and finite else "n/a"
 
 
-def _ms(value: float, digits: int = 2) -> str:
-    """``value`` in ms, or "n/a" where it is undefined (p99 TPOT of one-token requests)."""
-    return f"{value:.{digits}f} ms" if math.isfinite(value) else "n/a"
+def _ms(value: float) -> str:
+    """``value`` ms for a person, or "n/a" where it is undefined (p99 TPOT of one-token
+    requests)."""
+    return duration(value)
 
 
 _NAMES = {"mean_step_ms": "mean step time", "p99_ttft_ms": "p99 TTFT",
@@ -61,28 +69,29 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str, str]]:
 
     def add(key: str, fmt, change: str) -> None:
         band = _rel(u.get(key))
-        if key == objective_key:
-            band = f"\u00b1{result.band:,.3g}{_UNITS.get(key, '')} (judged)"
+        if key == "p99_ttft_ms" and result.overload is not None:
+            band = "queueing: not judged"
+        elif key == objective_key:
+            band = f"{_band(result.band, _UNITS.get(key, ''))} (judged)"
         rows.append((_NAMES.get(key, key), fmt(p[key]), fmt(d[key]), change, band))
 
-    add("mean_step_ms", lambda v: _ms(v, 3), f"{delta['mean_step_pct']:+.2f}%")
-    for key, fmt in (("p99_ttft_ms", lambda v: _ms(v, 1)),
-                     ("throughput_tok_s", lambda v: f"{v:,.0f} tok/s")):  # fmt: skip
+    add("mean_step_ms", _ms, f"{delta['mean_step_pct']:+.2f}%")
+    for key, fmt in (("p99_ttft_ms", _ms),
+                     ("throughput_tok_s", lambda v: f"{count(v)} tok/s")):  # fmt: skip
         if key in delta:
             add(key, fmt, _pct(delta[key], d[key]))
     graphs = "num_captured_graphs" if "num_captured_graphs" in p else "num_graphs"
     rows.append(("graphs", str(p[graphs]), str(d[graphs]), f"{p[graphs] - d[graphs]:+d}", ""))
     if "capture_s" in delta:
-        add("capture_s", lambda v: f"{v:.2f} s", f"{delta['capture_s']:+.2f} s")
+        add("capture_s", duration_s, duration_s(delta["capture_s"], sign=True))
     if "graph_memory_bytes" in delta:
-        add("graph_memory_bytes", lambda v: f"{v / _MIB:.1f} MiB",
-            f"{delta['graph_memory_bytes'] / _MIB:+.1f} MiB")  # fmt: skip
+        add("graph_memory_bytes", nbytes, nbytes(delta["graph_memory_bytes"], sign=True))
     if "kv_cache_tokens" in delta:
         both = p.get("kv_cache_tokens") is not None and d.get("kv_cache_tokens") is not None
         if both:
-            add("kv_cache_tokens", lambda v: f"{v:,.0f}", f"{delta['kv_cache_tokens']:+,.0f}")
+            add("kv_cache_tokens", count, count(delta["kv_cache_tokens"], sign=True))
         else:
-            rows.append(("KV-cache tokens", "", "", f"{delta['kv_cache_tokens']:+,.0f}", ""))
+            rows.append(("KV-cache tokens", "", "", count(delta["kv_cache_tokens"], sign=True), ""))
     return rows
 
 
@@ -150,34 +159,47 @@ def verdict_lines(
     key, lower = OBJECTIVES[result.objective]
     name = _NAMES.get(key, key)
     unit = _UNITS.get(key, "")
+
+    def shown(value: float, sign: bool = False) -> str:
+        return format_in(value, unit, sign=sign)
+
     graphs = "num_captured_graphs" if "num_captured_graphs" in planned else "num_graphs"
     better = "lower" if lower else "higher"
-    if result.recommendation == "planned":
+    if result.reason == "overloaded":
+        head = (
+            f"recommendation: keep vLLM's default ({default[graphs]} graphs): no {name} "
+            f"verdict, it would measure the queue; it needs {_fleet(result)} or lower traffic"
+        )
+    elif result.recommendation == "planned":
         head = (
             f"recommendation: use the planned sizes ({planned[graphs]} graphs): {name} "
-            f"{result.gain:,.3g}{unit} {better} than vLLM's default held out, outside the "
-            f"\u00b1{result.band:,.3g}{unit} band of model error and noise"
+            f"{shown(result.gain)} {better} than vLLM's default held out, outside the "
+            f"{_band(result.band, unit)} band of model error and noise"
         )
     elif result.reason == "no measurable difference":
         # a loss is said as one, never as a negative gain (issue 40)
         change = (
-            f"the plan's {name} gain of {result.gain:+,.3g}{unit} is"
+            f"the plan's {name} gain of {shown(result.gain, True)} is"
             if result.gain >= 0
-            else f"the plan's {name} is worse by {-result.gain:,.3g}{unit},"
+            else f"the plan's {name} is worse by {shown(-result.gain)},"
         )
         head = (
             f"recommendation: no measurable difference: keep vLLM's default "
             f"({default[graphs]} graphs): {change} inside the "
-            f"\u00b1{result.band:,.3g}{unit} band of model error and noise"
+            f"{_band(result.band, unit)} band of model error and noise"
         )
     else:
         head = (
             f"recommendation: keep vLLM's default ({default[graphs]} graphs): the plan is "
-            f"worse held out on {name} ({-result.gain:+,.3g}{unit}, band "
-            f"\u00b1{result.band:,.3g}{unit})"
+            f"worse held out on {name} ({shown(-result.gain, True)}, band "
+            f"{_band(result.band, unit)})"
         )
-    lines = [
+    if result.replicas > 1:
+        head += f" (per replica, of {result.replicas})"
+    lines = [] if result.overload is None else [overload_line(result)]
+    lines += [
         head,
+        *([f"note: {'; '.join(result.notes)}"] if result.notes else []),
         f"{_one_line(model)} on {_one_line(device)}"
         + (
             f" x{cfg.tensor_parallel_size} (TP {cfg.tensor_parallel_size}, figures per GPU)"
@@ -186,7 +208,8 @@ def verdict_lines(
         )
         + f", vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}; objective: {result.objective}; "
-        f"figures: {result.source}; traffic: {_one_line(result.trace_label)}",
+        f"figures: {result.source}; traffic: {_one_line(result.trace_label)}"
+        + traffic_note(result),
         f"{'held out':<16}{'planned':>14}{'vLLM default':>14}{'change':>12}  90% band   (last "
         f"{result.holdout:g} of the trace: {result.steps_held_out} steps; planned on the "
         f"first {result.steps_planned})",
@@ -207,14 +230,109 @@ def verdict_lines(
         target, note = shlex.quote(check_text("serve_model", serve_model)), ""
     else:
         target, note = serve_target(model)
-    lines.append(f"vllm serve {target} {result.flags}" + (f"  # {note}" if note else ""))
-    return lines[:MAX_VERDICT_LINES]
+    serve = f"vllm serve {target} {result.flags}" + (f"  # {note}" if note else "")
+    if len(lines) + 1 > MAX_VERDICT_LINES and result.pareto:  # the serve line stays
+        lines = [line for line in lines if not line.startswith("Pareto set")]
+    return [*lines[: MAX_VERDICT_LINES - 1], serve]
 
 
-_UNITS = {"mean_step_ms": " ms", "p99_ttft_ms": " ms", "throughput_tok_s": " tok/s",
-          "capture_s": " s", "kv_cache_tokens": " tokens"}  # fmt: skip
+def _fleet(result: TuneResult) -> str:
+    """ "N replicas (--replicas N)", or that no fleet the search tried holds the traffic."""
+    n = result.replicas_needed
+    if n is None:
+        from ..plan.overload import MAX_REPLICAS
+
+        return f"more than {MAX_REPLICAS} replicas with --balance {result.balance}"
+    return f"{n} replicas (--replicas {n})"
 
 
-def verdict_text(result: TuneResult, *, model: str, device: str, serve_model: str = "") -> str:
-    """:func:`verdict_lines` joined by newlines."""
-    return "\n".join(verdict_lines(result, model=model, device=device, serve_model=serve_model))
+def overload_line(result: TuneResult) -> str:
+    """The verdict's first line when one replica cannot hold the held-out traffic: the
+    waiting queue at the start and end of the window, offered and served tokens a second,
+    and the replicas that would hold it."""
+    o = result.overload
+    who = (
+        "one replica"
+        if result.replicas == 1
+        else f"one replica's share ({result.replicas} replicas, {result.balance})"
+    )
+    judged = (
+        "no verdict on p99 TTFT"
+        if result.reason == "overloaded"
+        else "a p99 TTFT verdict needs them or lower traffic: judged on "
+        f"{_NAMES.get(OBJECTIVES[result.objective][0], result.objective)}, not on queueing"
+    )
+    return (
+        f"overloaded: {who} cannot hold the held-out traffic: waiting requests "
+        f"{o.queue_start:,.0f} -> {o.queue_end:,.0f} from the start to the end of the "
+        f"{o.window_s:,.0f} s window, {o.offered_tok_s:,.0f} tok/s offered vs "
+        f"{o.served_tok_s:,.0f} served (model); {_fleet(result)} would hold it; {judged}"
+    )
+
+
+def traffic_note(result: TuneResult) -> str:
+    """The header's traffic facts: the client's concurrency limit, the requests vLLM would
+    reject for ``max_model_len``, the trace's ideal prefix hit rate; "" when none apply."""
+    t = result.traffic
+    parts = []
+    if t.get("max_concurrency") is not None:
+        parts.append(f"closed loop, at most {t['max_concurrency']} requests in flight")
+    if t.get("rejected_requests"):
+        n = t["rejected_requests"]
+        parts.append(
+            f"{n:,} request{'s' if n > 1 else ''} rejected as vLLM would (prompt >= "
+            f"max_model_len {t['max_model_len']:,})"
+        )
+    if t.get("prefix_hit_rate") is not None:
+        parts.append(f"prefix hit rate (trace): {100 * t['prefix_hit_rate']:.1f}%")
+    return "".join(f"; {p}" for p in parts)
+
+
+# the unit each objective's figure is kept in (numbers.format_in says it for a person)
+_UNITS = {"mean_step_ms": "ms", "p99_ttft_ms": "ms", "p99_tpot_ms": "ms",
+          "throughput_tok_s": "tok/s", "capture_s": "s", "kv_cache_tokens": "tokens",
+          "graph_memory_bytes": "bytes"}  # fmt: skip
+
+
+def verdict_text(
+    result: TuneResult, *, model: str, device: str, serve_model: str = "", width: int | None = None
+) -> str:
+    """:func:`verdict_lines` joined by newlines. ``width``: wrap each line at word
+    boundaries to at most that many characters where it can (a notebook's output breaks a
+    long line anywhere, mid-word too): continuation lines are indented, and the ``vllm
+    serve`` command is split before its flags with a shell ``\\`` so it still pastes."""
+    lines = verdict_lines(result, model=model, device=device, serve_model=serve_model)
+    if width is not None:
+        lines = [part for line in lines for part in wrap_line(line, width)]
+    return "\n".join(lines)
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """``line`` in pieces of at most ``width`` characters, broken at spaces only (a word
+    longer than ``width`` keeps its own piece); a ``vllm serve`` command one flag a piece,
+    each but the last ending in a shell line continuation."""
+    if width < 20:
+        raise ValueError(f"width={width!r} is invalid: give at least 20 characters, or None")
+    if len(line) <= width:
+        return [line]
+    if line.startswith("vllm serve "):
+        flags = re.split(r" (?=--)", line)
+        return [("    " if i else "") + f + (" \\" if i + 1 < len(flags) else "")
+                for i, f in enumerate(flags)]  # fmt: skip
+    return textwrap.wrap(
+        line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+
+
+def engine_flags(result: TuneResult) -> dict[str, str]:
+    """What each engine takes for the verdict of ``result``: ``vllm`` the flags the verdict
+    prints (``result.flags``); ``sglang`` and ``trtllm`` the planned sizes when the plan is
+    recommended, else a line saying to keep their defaults. One source for a notebook's
+    flags and its verdict, so that they cannot differ."""
+    from ..plan.ladder_compare import export_plan
+
+    if result.recommendation == "planned":
+        planned = export_plan(result.planned, result.config)
+        return {"vllm": result.flags, "sglang": planned["sglang"], "trtllm": planned["trtllm"]}
+    keep = "keep the engine's default capture sizes (the verdict keeps vLLM's default)"
+    return {"vllm": result.flags, "sglang": keep, "trtllm": keep}

@@ -21,11 +21,10 @@ from ..plan.costs import CostModel, as_cost_model
 from ..plan.gen2_ladder import Gen2Ladder
 from ..plan.planner import plan_ladder
 from ..plan.whatif import WhatIfResult, evaluate
-from .explorer_handlers import build_config
+from .explorer_handlers import build_config, format_sizes
+from .numbers import count, duration, duration_s, nbytes
 
 __all__ = ["whatif_for_box", "plan_boxes", "plan_for_box", "PlannedBoxes", "metrics_html"]
-
-_MIB = 2**20
 
 
 def whatif_for_box(
@@ -83,12 +82,14 @@ def plan_boxes(
         )
     except ValueError as err:
         return None, [str(err)]
+    # an empty ladder (a time plan may take no prefill graph) is "none", which the boxes
+    # read back as no sizes: a plan is always an entry its own widget accepts (issue 37)
     if isinstance(ladder, Gen2Ladder):
         return PlannedBoxes(
-            ", ".join(map(str, ladder.prefill_token_sizes)),
-            ", ".join(map(str, ladder.decode_request_sizes)),
+            format_sizes(ladder.prefill_token_sizes),
+            format_sizes(ladder.decode_request_sizes),
         ), []
-    return PlannedBoxes(", ".join(map(str, ladder))), []
+    return PlannedBoxes(format_sizes(ladder)), []
 
 
 def plan_for_box(
@@ -148,25 +149,26 @@ def metrics_html(
     ]
     if "mean_step_ms" in s:
         label = e(str(s["source"]))
-        rows.append(("expected step time", f"{s['mean_step_ms']:.3f} ms mean ({label})"))
-        rows.append(("trace total", f"{s['total_time_s']:.2f} s ({label})"))
+        rows.append(("expected step time", f"{duration(s['mean_step_ms'])} mean ({label})"))
+        rows.append(("trace total", f"{duration_s(s['total_time_s'])} ({label})"))
     if "capture_s" in s:
-        rows.append(("capture time", f"{s['capture_s']:.2f} s ({e(str(s['source']))})"))
+        rows.append(("capture time", f"{duration_s(s['capture_s'])} ({e(str(s['source']))})"))
     if "graph_memory_bytes" in s:
         rows.append(
             (
                 "graph memory",
-                f"{s['graph_memory_bytes'] / _MIB:.1f} MiB, one shared pool ({e(str(s['source']))})",
+                f"{nbytes(s['graph_memory_bytes'])}, one shared pool ({e(str(s['source']))})",
             )
         )
     if latency is not None:
         rows.append(
             (
                 "vLLM's scheduler",
-                f"TTFT p50 {latency['ttft_p50_ms']:.1f} / p99 "
-                f'<b data-testid="whatif-ttft-p99">{latency["ttft_p99_ms"]:.1f}</b> ms, TPOT '
-                f"p50 {latency['tpot_p50_ms']:.2f} / p99 {latency['tpot_p99_ms']:.2f} ms, "
-                f"{latency['throughput_tok_s']:,.0f} output tok/s, "
+                f"TTFT p50 {duration(latency['ttft_p50_ms'])} / p99 "
+                f'<b data-testid="whatif-ttft-p99">{duration(latency["ttft_p99_ms"])}</b>, TPOT '
+                f"p50 {duration(latency['tpot_p50_ms'])} / p99 "
+                f"{duration(latency['tpot_p99_ms'])}, "
+                f"{count(latency['throughput_tok_s'])} output tok/s, "
                 f"{int(latency['num_preemptions'])} preemptions ({e(str(s.get('source', 'model')))})",
             )
         )

@@ -81,7 +81,8 @@ class WhatIfDashboard(DispatchExplorer):
         self.draw = draw  # False: no figure (tests that only need the numbers)
         self.result: WhatIfResult | None = None
         self.metrics = w.HTML()
-        self.plot = w.Image(format="png", layout=w.Layout(max_width="900px"))
+        # hidden while it holds no figure: an empty Image shows a broken-image icon
+        self.plot = w.Image(format="png", layout=w.Layout(max_width="900px", display="none"))
         model = self.whatif_cost_model
         super().__init__(
             config.resolve(),
@@ -168,11 +169,13 @@ class WhatIfDashboard(DispatchExplorer):
         self.result = result
         if result is None:
             self.metrics.value, self.plot.value = "", b""
+            self.plot.layout.display = "none"
             self.decision.value = ""
             self.message.value = message_html(notes)
             return
         if self.draw:  # the figure first: once the metrics show, the figure is on its way
             self.plot.value = whatif_figure(result, self.trace_source)._repr_png_()
+            self.plot.layout.display = None
         latency = None
         if self.requests is not None and self.whatif_cost_model is not None:
             latency = ladder_latency(result.config, self.requests, self.whatif_cost_model)

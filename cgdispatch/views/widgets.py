@@ -88,6 +88,31 @@ class DispatchExplorer(Snapshot, w.VBox):
         self.dispatcher: GraphDispatcher = make_graph_dispatcher(config, record_stats=False)
         top = slider_max(self.dispatcher)
         start = min(top, largest_size(self.dispatcher) if num_tokens is None else num_tokens)
+        self._make_controls(config, top, start)
+        self.decision = w.HTML()
+        self.message = w.HTML()
+        self._show_generation_controls()
+        for control in (self.slider, self.uniform, self.loras, self.cascade):
+            control.observe(self._on_batch, names="value")
+        for control in (self.mode_box, self.sizes_box, self.decode_box):
+            control.observe(self._on_config, names="value")
+        self.version_box.observe(self._on_version, names="value")
+        super().__init__(
+            [
+                self.version_box,
+                w.HBox([self.mode_box]),
+                self.sizes_box,
+                self.decode_box,
+                self.slider,
+                w.HBox([self.uniform, self.cascade, self.loras]),
+                self.decision,
+                self.message,
+            ]
+        )
+        self.refresh()
+
+    def _make_controls(self, config: GraphConfig, top: int, start: int) -> None:
+        """The generation toggle, mode, sizes and batch controls, unobserved."""
         style = {"description_width": "110px"}
         self.version_box = w.ToggleButtons(
             options=[(f"{g.release} ({g.label})", g.release) for g in GENERATIONS.values()],
@@ -130,27 +155,6 @@ class DispatchExplorer(Snapshot, w.VBox):
             value=0, description="active LoRAs", style=style, layout=w.Layout(width="200px")
         )
         self.cascade = w.Checkbox(value=False, description="cascade attention", indent=False)
-        self.decision = w.HTML()
-        self.message = w.HTML()
-        self._show_generation_controls()
-        for control in (self.slider, self.uniform, self.loras, self.cascade):
-            control.observe(self._on_batch, names="value")
-        for control in (self.mode_box, self.sizes_box, self.decode_box):
-            control.observe(self._on_config, names="value")
-        self.version_box.observe(self._on_version, names="value")
-        super().__init__(
-            [
-                self.version_box,
-                w.HBox([self.mode_box]),
-                self.sizes_box,
-                self.decode_box,
-                self.slider,
-                w.HBox([self.uniform, self.cascade, self.loras]),
-                self.decision,
-                self.message,
-            ]
-        )
-        self.refresh()
 
     def _show_generation_controls(self) -> None:
         """Two ladders show the decode request sizes box; no cascade attention, no toggle."""

@@ -13,6 +13,7 @@ import pandas as pd
 from ..core.arith import cdiv
 from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
+from .closed_loop import closed_loop_for
 from .limits import SchedulerLimits
 from .steps import LORA_COLUMN, STEP_FIELDS, Step
 from .vllm_call import AcceptFn, ScheduleCall, SteadyStretch
@@ -100,6 +101,11 @@ class ExactRun:
             accept=lambda clock_s, i, d: accept(clock_s, int(rows[i]), d),
             bulk=not record_calls,  # the bulk path lists only the requests it must
         )
+        # arrivals that wait on finishes (a client's concurrency limit, delayed turns): the
+        # core tells the closed loop of each finish; None keeps the fixed arrival times
+        self.closed = closed_loop_for(requests)
+        if self.closed is not None:
+            self.core._finish = self._finish_closed  # type: ignore[method-assign]
         self.record_calls = record_calls
         self.step_time_ms = step_time_ms
         self._content_ms = getattr(step_time_ms, "content_ms", None)
@@ -110,6 +116,10 @@ class ExactRun:
         self._pending_preempted = 0
         self._ran = False
         self._next_row = 0
+
+    def _finish_closed(self, i: int, when_s: float) -> None:
+        VllmSchedulerCore._finish(self.core, i, when_s)
+        self.closed.finished(i, when_s)
 
     def _on_call(self, call: ScheduleCall) -> None:
         if self.record_calls:
@@ -200,7 +210,10 @@ class ExactRun:
             self._on_call,
             self._on_stretch,
             min(bound, 4 * MAX_STEPS),
+            self.closed,
         )
+        if self.closed is not None:  # when each request reached the server
+            self.arrival_s = np.asarray(self.closed.arrived_s, dtype=np.float64)
 
     @property
     def num_steps(self) -> int:
@@ -232,7 +245,9 @@ class ExactRun:
 
     def request_times(self) -> pd.DataFrame:
         """Per request, in the caller's row order: arrival, first token and finish (model
-        clock, s) and the output tokens it got (max_model_len can end it early)."""
+        clock, s) and the output tokens it got (max_model_len can end it early). With a
+        closed loop the arrival is when the client sent it (after a free slot, after its
+        session's previous turn)."""
         self.run()
         core = self.core
         out = pd.DataFrame(

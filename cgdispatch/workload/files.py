@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.validate import MAX_REQUEST_TOKENS, MAX_REQUESTS, MAX_STEP_TOKENS, MAX_STEPS
+from .mooncake import HASH_BLOCK_SIZE, HASH_IDS, check_hash_ids, load_mooncake, parse_hash_ids
 from .trace import LORA_COLUMN, REQUEST_COLUMNS, check_trace, make_trace
 
 __all__ = [
@@ -328,14 +329,22 @@ def check_repeated_header(frame: pd.DataFrame) -> None:
         )
 
 
-def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") -> pd.DataFrame:
+def load_requests(
+    source: str | Path | pd.DataFrame,
+    *,
+    time_unit: str = "s",
+    hash_block_size: int = HASH_BLOCK_SIZE,
+) -> pd.DataFrame:
     """A request table from a CSV (or DataFrame) with one request per row.
 
     Column names are matched loosely (see :data:`REQUEST_ALIASES`). Numeric timestamps are
     read in ``time_unit`` (``"s"``, ``"ms"``, ``"us"``); text timestamps are parsed as dates.
     Arrivals are shifted so that the first request arrives at 0. An optional adapter
     column (``lora_id``, ``lora``, ``adapter`` ...) becomes ``lora_id``: ids or names mapped
-    to 0, 1, ... and blanks (or negative ids) to -1 (no LoRA).
+    to 0, 1, ... and blanks (or negative ids) to -1 (no LoRA). An optional ``hash_ids``
+    column gives each request's prompt blocks as a JSON list (``"[3, 4, 9]"``, quoted in
+    the CSV) or ids separated by spaces (``3 4 9``): one id per ``hash_block_size`` prompt
+    tokens, the last block partial, equal ids for equal blocks (as mooncake_trace's).
     """
     frame = _read(source)
     found = _match(list(frame.columns), REQUEST_ALIASES)
@@ -387,7 +396,20 @@ def load_requests(source: str | Path | pd.DataFrame, *, time_unit: str = "s") ->
             values = values.where(values >= 0)
         codes, _ = pd.factorize(values, sort=True)  # blanks -> -1
         out[LORA_COLUMN] = codes.astype(np.int64)
-    return out.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    ids_col = next((c for c in frame.columns if _norm(c) == "hashids"), None)
+    if ids_col is not None:
+        ids = []
+        for row, (cell_, prompt) in enumerate(zip(frame[ids_col], out["prompt_tokens"])):
+            where = f"{source_name(frame)}, row {row + 1}, column {ids_col!r}"
+            ids.append(
+                check_hash_ids(parse_hash_ids(cell_, where), int(prompt), hash_block_size, where)
+            )
+        out[HASH_IDS] = ids
+        out.attrs["hash_block_size"] = hash_block_size
+    attrs = dict(out.attrs)
+    out = out.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    out.attrs = attrs
+    return out
 
 
 def load_step_sizes(source: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -505,17 +527,22 @@ _METRICS_HEADER = re.compile(r"\|[^\n]*unpadded|unpadded[^\n]*\|", re.IGNORECASE
 
 
 def load_trace(
-    source: str | Path, *, progress: bool = False
+    source: str | Path, *, progress: bool = False, hash_block_size: int = HASH_BLOCK_SIZE
 ) -> tuple[Literal["requests", "steps"], pd.DataFrame]:
     """Read a file of requests or of steps, telling which it holds.
 
     A vLLM metrics log or a step-size CSV gives ``("steps", trace)``; a CSV with arrival,
     prompt and output columns gives ``("requests", table)`` (simulate it into steps).
     ``source`` may be ``"-"`` (standard input) or a pipe; the file is read in chunks, with a
-    progress bar on stderr for a large one when ``progress``.
+    progress bar on stderr for a large one when ``progress``. A ``.jsonl`` file (or text
+    whose first line is a JSON object) is a mooncake_trace of requests
+    (:func:`~cgdispatch.workload.mooncake.load_mooncake`, ``hash_block_size`` tokens per
+    hash id); so is a CSV's ``hash_ids`` column read.
     """
     path = existing_file(source)
     text = read_text(path, progress=progress)
+    if path.suffix.lower() == ".jsonl" or text.lstrip().startswith("{"):
+        return "requests", load_mooncake(path, hash_block_size=hash_block_size, text=text)
     # a metrics table anywhere in the log (engine logs put megabytes before the first one)
     if _METRICS_HEADER.search(text):
         return "steps", load_cudagraph_metrics(path)
@@ -524,7 +551,7 @@ def load_trace(
     frame.attrs["path"] = str(path)
     check_repeated_header(frame)
     if len(_match(list(frame.columns), REQUEST_ALIASES)) >= 2:  # a request file, maybe lacking one
-        return "requests", load_requests(frame)
+        return "requests", load_requests(frame, hash_block_size=hash_block_size)
     if "num_tokens" in _match(list(frame.columns), STEP_ALIASES) or (
         len(frame.columns) == 1 and _is_int(frame.columns[0])
     ):

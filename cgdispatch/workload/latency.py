@@ -1,6 +1,7 @@
 """What a user feels: time to first token, time per output token and end-to-end latency per
-request, and throughput, preemptions and KV use per run, from vLLM's own scheduler
-(:class:`~cgdispatch.workload.scheduler.SchedulerSimulator` with ``vllm_version``).
+request, and throughput, preemptions and KV use per run, from the replay of vLLM's own
+scheduler (:func:`~cgdispatch.workload.replay.start_replay`, the run
+:func:`~cgdispatch.workload.replay.replay_scheduler` returns the steps of).
 
 Times are on the simulator's clock, so they are ``model`` figures: as good as the step-time
 function given (:func:`dispatched_step_time` prices each step at the mode and padded size the
@@ -11,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS, dispatch_step, make_graph_dispatcher
+from ..core.generation import dispatch_step, make_graph_dispatcher
 from ..core.modes import CUDAGraphMode
 from ..core.step_content import StepContent
-from .scheduler import SchedulerLimits, SchedulerSimulator, default_step_time_ms
+from .limits import SchedulerLimits
+from .replay import default_step_time_ms, start_replay
 
 __all__ = [
     "LatencyRun",
@@ -53,7 +55,7 @@ class _StepCost(Protocol):
 class LatencyRun:
     """One simulated run: its steps, its requests with their latencies, and the summary."""
 
-    steps: pd.DataFrame  # SchedulerSimulator.run()'s columns
+    steps: pd.DataFrame  # replay_scheduler()'s columns
     requests: pd.DataFrame  # request_latencies()'s columns, in the caller's row order
     summary: dict[str, Any]  # latency_summary()'s keys
 
@@ -105,22 +107,18 @@ def latency_summary(
 
 def simulate_latencies(
     requests: pd.DataFrame,
-    limits: SchedulerLimits,
+    limits: SchedulerLimits | None = None,
     *,
     step_time_ms: Callable[[int, int], float] = default_step_time_ms,
     seed: int = 0,
 ) -> LatencyRun:
-    """Run vLLM's own scheduler (``limits.vllm_version`` must name a release) and report
-    latencies. ``step_time_ms(num_tokens, num_reqs)``: e.g. :func:`dispatched_step_time`."""
-    if limits.vllm_version is None:
-        raise ValueError(
-            "simulate_latencies needs vLLM's own scheduler: set SchedulerLimits(vllm_version=...) "
-            f"to a release, one of {', '.join(GENERATIONS)}"
-        )
-    sim = SchedulerSimulator(requests, limits, step_time_ms=step_time_ms, seed=seed)
-    steps = sim.run()
-    assert sim.exact is not None
-    lat = request_latencies(sim.exact.request_times())
+    """Replay vLLM's own scheduler (``limits.vllm_version``'s release; default limits: the
+    newest release's defaults) and report latencies. ``step_time_ms(num_tokens, num_reqs)``:
+    e.g. :func:`dispatched_step_time`."""
+    run = start_replay(requests, limits, step_time_ms=step_time_ms, seed=seed)
+    steps = run.frame()
+    lat = request_latencies(run.request_times())
+    limits = run.limits
     return LatencyRun(steps, lat, latency_summary(lat, steps, limits.num_gpu_blocks))
 
 
@@ -144,9 +142,10 @@ class DispatchedStepTime:
         self.scale = float(getattr(cost_model, "step_scale", 1.0))
         # many (num_tokens, num_reqs) pad to one (mode, size): azure-conv's held-out replay
         # prices ~18k pairs at ~2.5k sizes, ~150 us a cost-model call (bench_trace_switch.py)
-        self._padded_ms = lru_cache(maxsize=cache_size)(self._padded_ms_uncached)
-        self._route = lru_cache(maxsize=cache_size)(self._route_uncached)
-        self._sized = lru_cache(maxsize=cache_size)(self._sized_uncached)
+        memo = cache.local_memo(maxsize=cache_size)  # none when caching is off
+        self._padded_ms = memo(self._padded_ms_uncached)
+        self._route = memo(self._route_uncached)
+        self._sized = memo(self._sized_uncached)
 
     def _padded_ms_uncached(self, mode: CUDAGraphMode, padded_tokens: int) -> float:
         ms = self.cost_model.step_time_ms(mode, np.asarray([padded_tokens]))

@@ -1,13 +1,17 @@
-"""The scheduler settings a simulated run obeys (vLLM's names), checked on construction.
+"""The scheduler settings a replay of vLLM's scheduler obeys (vLLM's names), checked on
+construction, and :func:`scheduler_limits`, the one place a person's settings (a
+:class:`~cgdispatch.core.config.GraphConfig`, flags) become them.
 
-Below both the simulator (:mod:`~cgdispatch.workload.scheduler`) and the exact run
-(:mod:`~cgdispatch.workload.exact_run`), which read them.
+Below the replay (:mod:`~cgdispatch.workload.replay`, :mod:`~cgdispatch.workload.exact_run`),
+which reads them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
+from ..core.generation import check_version, default_release
 from ..core.validate import (
     MAX_BLOCK_SIZE,
     MAX_LORAS,
@@ -20,14 +24,17 @@ from ..core.validate import (
 )
 from .vllm_rules import scheduler_rules
 
-__all__ = ["SchedulerLimits"]
+if TYPE_CHECKING:
+    from ..core.config import GraphConfig
+
+__all__ = ["SchedulerLimits", "scheduler_limits", "kv_cache_blocks"]
 
 _OPTIONAL = frozenset({"max_loras", "max_model_len", "num_gpu_blocks"})
 
 
 @dataclass(frozen=True)
 class SchedulerLimits:
-    """The scheduler settings the simulator obeys (vLLM's names)."""
+    """The scheduler settings the replay of vLLM's scheduler obeys (vLLM's names)."""
 
     max_num_seqs: int = 256  # requests per step
     max_num_batched_tokens: int = 8192  # tokens per step
@@ -35,8 +42,8 @@ class SchedulerLimits:
     spec_acceptance_rate: float = 0.7  # each draft token accepted with this probability
     enable_chunked_prefill: bool = True  # prompts split to fit the step's token budget
     max_loras: int | None = None  # adapters per step (None: no limit)
-    # vLLM's own scheduler of this release (a registered one; its Generation holds what differs);
-    # None: the older vLLM-like model, which takes none of the fields below
+    # vLLM's scheduler of this release (a registered one; its Generation holds what differs);
+    # None: the newest (core.generation.default_release), resolved on construction
     vllm_version: str | None = None
     long_prefill_token_threshold: int = 0  # prompt tokens per request per step (0: no cap)
     max_model_len: int | None = None  # a request ends at this many tokens (None: no limit)
@@ -77,19 +84,9 @@ class SchedulerLimits:
         )
         if self.async_scheduling is not None:
             set_(self, "async_scheduling", check_bool("async_scheduling", self.async_scheduling))
-        if self.vllm_version is not None:
-            scheduler_rules(self.vllm_version)  # ValueError naming the known releases
-        elif self.exact_only_fields():
-            raise ValueError(
-                f"{', '.join(self.exact_only_fields())} need vLLM's own scheduler: set "
-                "vllm_version (a release, e.g. cgdispatch.NEWEST.release) as well"
-            )
-
-    def exact_only_fields(self) -> list[str]:
-        """The fields set away from their defaults that only vLLM's own scheduler obeys."""
-        defaults = {"long_prefill_token_threshold": 0, "max_model_len": None, "block_size": 16,
-                    "num_gpu_blocks": None, "async_scheduling": None}  # fmt: skip
-        return [name for name, v in defaults.items() if getattr(self, name) != v]
+        # ValueError naming the known releases; None: the newest, decided in one function
+        set_(self, "vllm_version", check_version(self.vllm_version) or default_release())
+        scheduler_rules(self.vllm_version)
 
     @property
     def q(self) -> int:
@@ -100,4 +97,55 @@ class SchedulerLimits:
         """Whether the engine loop is async (the release's default when not set)."""
         if self.async_scheduling is not None:
             return self.async_scheduling
-        return self.vllm_version is not None and scheduler_rules(self.vllm_version).async_by_default
+        return scheduler_rules(self.vllm_version).async_by_default
+
+
+_FIELDS = tuple(f.name for f in fields(SchedulerLimits))
+
+
+def scheduler_limits(config: GraphConfig | None = None, /, **settings: Any) -> SchedulerLimits:
+    """The scheduler limits of a person's settings: the one place they are built.
+
+    ``config``'s scheduler fields first (its release, ``max_num_seqs``,
+    ``max_num_batched_tokens``, ``num_speculative_tokens``, ``max_loras``; 0 adapters: no
+    limit), then ``settings`` (any :class:`SchedulerLimits` field by name: chunking,
+    ``max_model_len``, ``block_size``, ``num_gpu_blocks``, async scheduling, ...) over them; a
+    setting given as None keeps the config's value or the field's default. Without either,
+    vLLM's defaults for the newest release. ``python -m cgdispatch tune`` and ``plan``, the
+    dashboards, the sweeps and the notebooks build their limits here and pass the one value
+    along, so the trace a plan is made on and the replay it is judged on obey the same limits.
+    """
+    unknown = sorted(set(settings) - set(_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"scheduler setting(s) {unknown} are unknown: SchedulerLimits has {list(_FIELDS)}; "
+            "pass those names (vLLM's)"
+        )
+    values: dict[str, Any] = {}
+    if config is not None:
+        if not hasattr(config, "max_num_batched_tokens") or not hasattr(config, "vllm_version"):
+            raise ValueError(
+                f"config={type(config).__name__} is not a GraphConfig: pass a "
+                "cgdispatch.GraphConfig (or None and the settings by name)"
+            )
+        values = {
+            "vllm_version": config.vllm_version,
+            "max_num_seqs": config.max_num_seqs,
+            "max_num_batched_tokens": config.max_num_batched_tokens,
+            "num_speculative_tokens": config.num_speculative_tokens,
+            "max_loras": config.max_loras or None,
+        }
+    values.update({k: v for k, v in settings.items() if v is not None})
+    return SchedulerLimits(**values)
+
+
+def kv_cache_blocks(kv_cache_tokens: float, block_size: int = 16) -> int:
+    """vLLM's ``num_gpu_blocks`` for a KV cache of ``kv_cache_tokens`` tokens: whole blocks of
+    ``block_size`` tokens plus vLLM's null block (``vllm/v1/core/block_pool.py``), at least 2."""
+    tokens = float(kv_cache_tokens)
+    if not tokens >= 0 or tokens == float("inf"):
+        raise ValueError(
+            f"kv_cache_tokens={kv_cache_tokens!r} is invalid: give a finite token count >= 0"
+        )
+    size = check_int("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    return max(2, int(tokens // size) + 1)

@@ -14,6 +14,8 @@ from .steps import LORA_COLUMN
 __all__ = ["check_requests", "check_cells"]
 
 _REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+# multi-turn sessions (cgdispatch.workload.mooncake.SESSION_COLUMNS): kept when all are given
+_SESSION_COLUMNS = ("session_id", "turn", "delay_s")
 
 
 def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
@@ -41,7 +43,39 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
     }
     out = check_cells(requests, "request table", columns)
     out["arrival_s"] = out["arrival_s"].astype(np.float64)
-    return pd.DataFrame(out)
+    if all(c in requests.columns for c in _SESSION_COLUMNS):
+        out.update(_sessions(requests[list(_SESSION_COLUMNS)].reset_index(drop=True)))
+    checked = pd.DataFrame(out)
+    if "max_concurrency" in requests.attrs:  # the client's limit (workload.closed_loop)
+        checked.attrs["max_concurrency"] = requests.attrs["max_concurrency"]
+    return checked
+
+
+def _sessions(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The session columns as int64, int64 and float64 (NaN delay: a fixed arrival), or
+    ValueError naming the first bad row."""
+    out: dict[str, np.ndarray] = {}
+    for col, low in (("session_id", -1), ("turn", 0)):
+        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < low)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"request table row {row}: {col}={_shown(frame[col][row])} is invalid: it must "
+                f"be an integer >= {low}"
+            )
+        out[col] = values.astype(np.int64)
+    delay = pd.to_numeric(frame["delay_s"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~(np.isnan(delay) | ((delay >= 0) & np.isfinite(delay)))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"request table row {row}: delay_s={_shown(frame['delay_s'][row])} is invalid: give "
+            "the seconds after the session's previous turn finishes (>= 0), or blank for a "
+            "turn that arrives at its arrival_s"
+        )
+    out["delay_s"] = delay
+    return out
 
 
 def check_cells(

@@ -1,4 +1,4 @@
-"""Where a step trace comes from: a synthetic preset or a file, simulated the same way for
+"""Where a step trace comes from: a synthetic preset or a file, replayed the same way for
 every caller (``python -m cgdispatch plan``, notebook 04, the what-if dashboard), and how a
 trace is split into a planning part and a held-out part.
 """
@@ -11,6 +11,9 @@ import numpy as np
 import pandas as pd
 
 from .files import TIME_ORDERED, load_trace, shown_name
+from .limits import SchedulerLimits
+from .mooncake import HASH_BLOCK_SIZE
+from .prefix_presets import PREFIX_PRESETS, prefix_requests
 from .synthetic import LENGTH_PRESETS, synthetic_requests
 from .trace import simulate_steps
 
@@ -21,6 +24,8 @@ __all__ = [
     "arrival_cut",
     "PRODUCTION_TRACES",
     "trace_path",
+    "preset_requests",
+    "SYNTHETIC_NAMES",
 ]
 
 _DATA = Path(__file__).resolve().parents[1] / "data"
@@ -30,8 +35,26 @@ PRODUCTION_TRACES = {
     "azure-code": "azure_llm_2023_code.csv",  # the same, code completion
 }
 
-# every trace a name gives: the synthetic presets, then the shipped production traces
-TRACE_NAMES = (*LENGTH_PRESETS, *PRODUCTION_TRACES)
+# every trace a name gives: the synthetic presets (lengths only, then with shared prefixes),
+# then the shipped production traces
+TRACE_NAMES = (*LENGTH_PRESETS, *PREFIX_PRESETS, *PRODUCTION_TRACES)
+SYNTHETIC_NAMES = (*LENGTH_PRESETS, *PREFIX_PRESETS)
+
+
+def preset_requests(
+    name: str,
+    *,
+    num_requests: int,
+    rate_per_s: float,
+    seed: int,
+    hash_block_size: int = HASH_BLOCK_SIZE,
+) -> pd.DataFrame:
+    """The request table of a synthetic preset's name (:data:`SYNTHETIC_NAMES`)."""
+    if name in PREFIX_PRESETS:
+        return prefix_requests(
+            num_requests, name, rate_per_s=rate_per_s, seed=seed, hash_block_size=hash_block_size
+        )
+    return synthetic_requests(num_requests, name, rate_per_s=rate_per_s, seed=seed)
 
 
 def trace_path(workload: str | Path) -> str | Path:
@@ -47,63 +70,93 @@ def workload_trace(
     num_requests: int = 300,
     rate_per_s: float = 8.0,
     seed: int = 0,
-    max_num_seqs: int = 256,
-    max_num_batched_tokens: int = 8192,
-    num_speculative_tokens: int = 0,
+    limits: SchedulerLimits | None = None,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    num_speculative_tokens: int | None = None,
     max_loras: int | None = None,
     progress: bool = False,
+    hash_block_size: int = HASH_BLOCK_SIZE,
+    requests: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """``(step trace, source label)`` for a synthetic length preset or a CSV file.
 
     A preset name (``"sharegpt"``, ``"alpaca"``) gives ``num_requests`` synthetic requests at
-    ``rate_per_s`` simulated through the scheduler model; a CSV of requests is simulated the
-    same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log) is used as is. The CLI's
-    ``plan`` and notebook 04 both read traces through this function. The label says which (``synthetic ...`` / ``... simulated from <file>`` / ``steps from <file>``).
+    ``rate_per_s`` run through the replay of vLLM's scheduler under ``limits`` (default: the
+    newest release's defaults; the keyword limits, when given, replace those fields); a CSV of
+    requests is replayed the same way; a CSV of steps (or a vLLM ``--cudagraph-metrics`` log)
+    is used as is. The CLI's ``plan`` and ``tune``, the dashboards and notebook 04 read traces
+    through this function. The label says which (``synthetic ...`` / ``... replayed from
+    <file>`` / ``steps from <file>``). A preset of
+    :data:`~cgdispatch.workload.prefix_presets.PREFIX_PRESETS` and a mooncake_trace ``.jsonl``
+    file give requests with ``hash_ids`` (``hash_block_size`` tokens per id). ``requests``: the workload's request table as the caller already has it
+    (e.g. without the requests vLLM would reject), replayed instead of a fresh read.
     """
     workload = trace_path(workload)
-    limits = {
+    settings = {
+        "limits": limits,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "num_speculative_tokens": num_speculative_tokens,
         "max_loras": max_loras or None,
         "progress": progress,
     }
-    if isinstance(workload, str) and workload in LENGTH_PRESETS:
-        requests = synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
-        trace = simulate_steps(requests, seed=seed, **limits)
+    if isinstance(workload, str) and workload in SYNTHETIC_NAMES:
+        if requests is None:
+            requests = preset_requests(
+                workload,
+                num_requests=num_requests,
+                rate_per_s=rate_per_s,
+                seed=seed,
+                hash_block_size=hash_block_size,
+            )
+        trace = simulate_steps(requests, seed=seed, **settings)
         label = (
             f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
-            f"seed {seed}; scheduler simulated)"
+            f"seed {seed}; vLLM's scheduler replayed)"
         )
         return trace, label
     path = Path(workload)
     if (
         str(workload) != "-"
-        and path.suffix.lower() not in (".csv", ".log", ".txt")
+        and path.suffix.lower() not in (".csv", ".log", ".txt", ".jsonl")
         and not path.exists()
     ):
         raise ValueError(
-            f"workload={str(workload)!r} is neither a synthetic preset ({sorted(LENGTH_PRESETS)}), "
+            f"workload={str(workload)!r} is neither a synthetic preset ({sorted(SYNTHETIC_NAMES)}), "
             f"a production trace ({sorted(PRODUCTION_TRACES)}) nor a file: give one of those "
             "names or the path of a requests/steps CSV"
         )
-    kind, table = load_trace(path, progress=progress)
+    if requests is not None:
+        kind, table = "requests", requests
+    else:
+        kind, table = load_trace(path, progress=progress, hash_block_size=hash_block_size)
     name = "stdin" if str(path) == "-" else shown_name(path.name)
     if kind == "requests":
-        return simulate_steps(
-            table, seed=seed, **limits
-        ), f"requests from {name}, scheduler simulated"
+        trace = simulate_steps(table, seed=seed, **settings)
+        return trace, f"requests from {name}, vLLM's scheduler replayed"
     return table, f"steps from {name}"
 
 
 def workload_requests(
-    workload: str | Path, *, num_requests: int = 300, rate_per_s: float = 8.0, seed: int = 0
+    workload: str | Path,
+    *,
+    num_requests: int = 300,
+    rate_per_s: float = 8.0,
+    seed: int = 0,
+    hash_block_size: int = HASH_BLOCK_SIZE,
 ) -> pd.DataFrame | None:
     """The request table behind :func:`workload_trace`'s trace (the same draw for a preset),
     or None when the workload is a file of steps (latency needs requests)."""
-    if isinstance(workload, str) and workload in LENGTH_PRESETS:
-        return synthetic_requests(num_requests, workload, rate_per_s=rate_per_s, seed=seed)
-    kind, table = load_trace(Path(trace_path(workload)))
+    if isinstance(workload, str) and workload in SYNTHETIC_NAMES:
+        return preset_requests(
+            workload,
+            num_requests=num_requests,
+            rate_per_s=rate_per_s,
+            seed=seed,
+            hash_block_size=hash_block_size,
+        )
+    kind, table = load_trace(Path(trace_path(workload)), hash_block_size=hash_block_size)
     return table if kind == "requests" else None
 
 

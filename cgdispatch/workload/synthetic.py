@@ -17,7 +17,13 @@ import pandas as pd
 from ..core.config import GraphConfig
 from ..core.validate import MAX_LORAS, MAX_REQUESTS, MAX_STEPS, check_int
 
-__all__ = ["LengthPreset", "LENGTH_PRESETS", "synthetic_requests", "random_batches"]
+__all__ = [
+    "LengthPreset",
+    "LENGTH_PRESETS",
+    "synthetic_requests",
+    "random_batches",
+    "lognormal_lengths",
+]
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,11 @@ LENGTH_PRESETS: dict[str, LengthPreset] = {
 }
 
 
-def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int, hi: int) -> np.ndarray:
+def lognormal_lengths(
+    rng: np.random.Generator, mean: float, sigma: float, n: int, hi: int
+) -> np.ndarray:
+    """``n`` token counts, lognormal with mean ``mean`` and log-spread ``sigma``, rounded and
+    clipped to [1, ``hi``] (int64)."""
     mu = np.log(mean) - sigma**2 / 2  # E[lognormal] = exp(mu + sigma^2 / 2)
     return np.clip(np.rint(rng.lognormal(mu, sigma, n)), 1, hi).astype(np.int64)
 
@@ -98,10 +108,10 @@ def synthetic_requests(
     frame = pd.DataFrame(
         {
             "arrival_s": arrival,
-            "prompt_tokens": _lognormal(
+            "prompt_tokens": lognormal_lengths(
                 rng, p.prompt_mean, p.prompt_sigma, num_requests, p.max_prompt_tokens
             ),
-            "output_tokens": _lognormal(
+            "output_tokens": lognormal_lengths(
                 rng, p.output_mean, p.output_sigma, num_requests, p.max_output_tokens
             ),
         }

@@ -1,10 +1,11 @@
-"""Workloads: step traces, a continuous-batching simulator, histograms.
+"""Workloads: step traces, the steps vLLM's scheduler forms for requests, histograms.
 
 A *request table* has one row per request: ``arrival_s`` (float, seconds from the start),
 ``prompt_tokens`` and ``output_tokens`` (int >= 1). A *step trace* has one row per engine
-step (see :data:`TRACE_COLUMNS`). The simulator turns the first into the second the way a
-vLLM-style scheduler does; it models scheduling only (no KV-cache capacity, no preemption)
-and its clock is a crude step-time model, so its ``time_s`` column is ``model``, not measured.
+step (see :data:`TRACE_COLUMNS`). :func:`simulate_steps` turns the first into the second
+with the replay of vLLM's own scheduler (:func:`~cgdispatch.workload.replay.replay_scheduler`,
+the newest release unless the limits name one); its clock is a step-time model, so its
+``time_s`` column is ``model``, not measured.
 Synthetic request tables come from :mod:`cgdispatch.workload.synthetic`, tables and traces an
 engine logged from :mod:`cgdispatch.workload.files`.
 """
@@ -12,20 +13,17 @@ engine logged from :mod:`cgdispatch.workload.files`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.validate import MAX_STEP_TOKENS
-from . import result_cache
-from .request_table import check_cells
-from .scheduler import (
-    LORA_COLUMN,
-    SchedulerLimits,
-    SchedulerSimulator,
-    check_requests,
-    default_step_time_ms,
-)
+from .limits import SchedulerLimits, scheduler_limits
+from .replay import default_step_time_ms, start_replay
+from .request_table import check_cells, check_requests
+from .steps import LORA_COLUMN
 
 __all__ = [
     "TRACE_COLUMNS",
@@ -155,46 +153,50 @@ def check_requests_fit(requests: pd.DataFrame, kv_cache_tokens: int, where: str)
 
 def simulate_steps(
     requests: pd.DataFrame,
+    limits: SchedulerLimits | None = None,
     *,
-    max_num_seqs: int = 256,
-    max_num_batched_tokens: int = 8192,
-    num_speculative_tokens: int = 0,
-    spec_acceptance_rate: float = 0.7,
-    enable_chunked_prefill: bool = True,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    num_speculative_tokens: int | None = None,
+    spec_acceptance_rate: float | None = None,
+    enable_chunked_prefill: bool | None = None,
     max_loras: int | None = None,
     step_time_ms: Callable[[int, int], float] = default_step_time_ms,
     seed: int = 0,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Steps a vLLM-style continuous-batching scheduler would run for ``requests``.
+    """Steps vLLM's scheduler runs for ``requests`` (the replay of its own scheduler).
 
-    Runs :class:`~cgdispatch.workload.scheduler.SchedulerSimulator` to the end (its
-    docstring says what is modelled). Returns a step trace with extra columns
-    ``num_prefill_tokens`` and ``time_s`` (step start on the model clock).
+    ``limits``: the scheduler limits (default: vLLM's defaults for the newest release); the
+    keyword settings, when given, replace those fields. Returns a step trace with extra
+    columns ``num_prefill_tokens`` and ``time_s`` (step start on the model clock).
+    ``progress`` is accepted for older callers (the replay runs in one go).
     """
-    limits = SchedulerLimits(
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        num_speculative_tokens=num_speculative_tokens,
-        spec_acceptance_rate=spec_acceptance_rate,
-        enable_chunked_prefill=enable_chunked_prefill,
-        max_loras=max_loras,
-    )
+    given = {
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "num_speculative_tokens": num_speculative_tokens,
+        "spec_acceptance_rate": spec_acceptance_rate,
+        "enable_chunked_prefill": enable_chunked_prefill,
+        "max_loras": max_loras,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if limits is None:
+        limits = scheduler_limits(**given)
+    elif given:
+        limits = replace(limits, **given)
     columns = [*TRACE_COLUMNS, "num_prefill_tokens", "time_s"]
 
     def build() -> dict[str, np.ndarray]:
-        sim = SchedulerSimulator(requests, limits, step_time_ms=step_time_ms, seed=seed)
-        trace = check_trace(sim.run(progress=progress))
+        run = start_replay(requests, limits, step_time_ms=step_time_ms, seed=seed)
+        trace = check_trace(run.frame())
         return {c: trace[c].to_numpy() for c in columns}
 
-    if step_time_ms is not default_step_time_ms:  # another clock has no key: always simulate
+    if step_time_ms is not default_step_time_ms:  # another clock has no key: always replay
         return pd.DataFrame(build(), columns=columns)
-    # a long trace takes seconds to simulate (azure-conv: 1.7 s on two cores); its steps
-    # are a pure function of this key
-    key = result_cache.request_key(
-        "simulate_steps", check_requests(requests), repr(limits), str(seed)
-    )
-    return pd.DataFrame(result_cache.cached_arrays("steps", key, build), columns=columns)
+    # a long trace takes seconds to replay; its steps are a pure function of this key
+    key = cache.digest(*cache.frame_parts(check_requests(requests)), repr(limits), str(seed))
+    return pd.DataFrame(cache.cached_arrays("steps", key, build), columns=columns)
 
 
 def step_histogram(trace: pd.DataFrame) -> pd.DataFrame:

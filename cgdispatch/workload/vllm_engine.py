@@ -14,6 +14,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 
+from .closed_loop import ClosedLoop
 from .vllm_call import ScheduleCall, SteadyStretch
 from .vllm_scheduler import VllmSchedulerCore
 
@@ -33,10 +34,13 @@ def run_engine(
     on_call: Callable[[ScheduleCall], None],
     on_stretch: Callable[[SteadyStretch], None],
     max_calls: int,
+    closed: ClosedLoop | None = None,
 ) -> None:
     """Run ``core`` to the end. ``on_call`` sees every schedule call as it is made, except
     the calls of a steady stretch, which ``on_stretch`` sees at once; a RuntimeError after
-    ``max_calls`` calls (requests that keep preempting each other)."""
+    ``max_calls`` calls (requests that keep preempting each other). ``closed``: arrivals
+    that wait on finishes (:mod:`~cgdispatch.workload.closed_loop`; its ``finished`` must be
+    told of each finish), read instead of ``arrival_s``."""
     total, nxt, now = len(arrival_s), 0, 0.0
     queue: deque[ScheduleCall] = deque()
     calls = 0
@@ -48,7 +52,10 @@ def run_engine(
     def stretch(now: float) -> SteadyStretch | None:
         """At a loop top whose calls admit nothing (the caller checked): a steady stretch."""
         nonlocal calls
-        arrive = arrival_s[nxt] if nxt < total else math.inf
+        if closed is not None:
+            arrive = closed.next_s()
+        else:
+            arrive = arrival_s[nxt] if nxt < total else math.inf
         n = core.d_count
         run = core.steady_stretch(now, stretch_time_s(n), arrive, max_calls - calls)
         if run is not None:
@@ -62,11 +69,17 @@ def run_engine(
     # next top admits nothing unless a request arrives first (core.repeats)
     repeated = False
     while True:
-        arrived = nxt < total and arrival_s[nxt] <= now
-        while nxt < total and arrival_s[nxt] <= now:
-            core.waiting.append(nxt)
-            core.num_unfinished += 1
-            nxt += 1
+        if closed is not None:
+            due = closed.pop_due(now)
+            arrived = bool(due)
+            core.waiting.extend(due)
+            core.num_unfinished += len(due)
+        else:
+            arrived = nxt < total and arrival_s[nxt] <= now
+            while nxt < total and arrival_s[nxt] <= now:
+                core.waiting.append(nxt)
+                core.num_unfinished += 1
+                nxt += 1
         if core.bulk:
             core.bulk_top(queue[0] if queue else None)
         if (
@@ -104,6 +117,14 @@ def run_engine(
             if len(queue) < 2 and (call.num_reqs or has_requests()):
                 continue
         elif not queue:
+            if closed is not None:
+                if not closed.left:
+                    return
+                t = closed.next_s()
+                if t == math.inf:  # idle with every slot free: only a bug gets here
+                    raise RuntimeError(f"{closed.left} requests wait on requests that never ran")
+                now = max(now, t)
+                continue
             if nxt == total:
                 return
             now = max(now, arrival_s[nxt])  # idle: the next arrival

@@ -20,7 +20,7 @@ TUNE = ("tune", "--model", "llama-3.1-8b", "--device", "H100", "--num-requests",
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
     # one cache folder for the session: tune builds the 8B cost model once
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cost-cache"))
 
 
 def _one_error_line(capsys) -> str:

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cgdispatch import SchedulerLimits, replay_scheduler
 from cgdispatch.__main__ import main
 from cgdispatch.plan.planner import plan_capture_sizes
 from cgdispatch.workload.synthetic import synthetic_requests
@@ -37,9 +38,29 @@ def test_plan_json_from_requests(tmp_path, capsys):
     for row in rows.values():
         assert {"name", "sizes", "num_graphs", "padded_token_ratio", "eager_step_share"} <= set(row)
         assert row["num_graphs"] == len(row["sizes"])
-    trace = simulate_steps(req, max_num_seqs=64)  # same simulation as the command
+    # the same replay as the command: vLLM 0.33's scheduler, 64 sequences
+    trace = simulate_steps(req, SchedulerLimits(vllm_version="0.33", max_num_seqs=64))
     assert rows["planned"]["sizes"] == plan_capture_sizes(trace, 6)
     assert rows["planned"]["padded_token_ratio"] <= rows["pow2"]["padded_token_ratio"]
+
+
+def test_plan_plans_on_the_replay_under_the_same_kv_blocks_as_its_latency(tmp_path, capsys):
+    """``--num-gpu-blocks`` is part of the one limits value: the planning trace is vLLM's
+    scheduler under that KV cache (here small enough to preempt), not an unlimited one."""
+    rng = np.random.default_rng()
+    req = synthetic_requests(150, "sharegpt", rate_per_s=60, seed=int(rng.integers(1 << 20)))
+    path = tmp_path / "req.csv"
+    req.to_csv(path, index=False)
+    longest = int((req["prompt_tokens"] + req["output_tokens"]).max())
+    blocks = -(-longest // 16) + 1 + int(rng.integers(5, 40))  # the longest fits, little more
+    limits = SchedulerLimits(vllm_version="0.33", max_num_seqs=64, num_gpu_blocks=blocks)
+    steps = replay_scheduler(req, limits)
+    assert steps["num_preempted"].sum() > 0  # the KV cache binds
+    argv = ["plan", "--trace", str(path), "--max-graphs", "6", "--max-num-seqs", "64"]
+    argv += ["--vllm-version", "0.33", "--num-gpu-blocks", str(blocks), "--json"]
+    assert main(argv) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["ladders"]}
+    assert rows["planned"]["sizes"] == plan_capture_sizes(steps, 6)
 
 
 def test_plan_table_from_steps(tmp_path, capsys):
@@ -200,7 +221,7 @@ def test_plan_holdout_time_objective_reports_every_ladder_on_the_later_half(tmp_
 
 
 def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_path, capsys):
-    from cgdispatch import GraphConfig
+    from cgdispatch import GraphConfig, SchedulerLimits
     from cgdispatch.plan.planner import plan_multiple_of
     from cgdispatch.workload.sources import workload_trace
 
@@ -213,7 +234,10 @@ def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_pa
     assert rows["planned"]["evaluated_on"].startswith("other trace: requests from req2.csv")
     # notebook 04 / dashboard path: workload_trace + plan_capture_sizes(config=...)
     config = GraphConfig(max_num_seqs=64, num_speculative_tokens=1).resolve()
-    trace, _ = workload_trace(path, max_num_seqs=64, num_speculative_tokens=1)
+    # the steps of vLLM 0.33's scheduler, the release the command was given
+    trace, _ = workload_trace(
+        path, max_num_seqs=64, num_speculative_tokens=1, limits=SchedulerLimits(vllm_version="0.33")
+    )
     assert plan_multiple_of(config) == 2
     assert rows["planned"]["sizes"] == plan_capture_sizes(trace, 6, config=config)
 

@@ -18,7 +18,7 @@ SMALL = ("--model", "toy-tiny", "--num-requests", "120", "--max-num-seqs", "32")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cost-cache"))
 
 
 def _one_token_requests(path, n=160, seed=0):
@@ -188,15 +188,17 @@ def test_a_trace_over_the_row_bound_is_refused_before_parsing(tmp_path, capsys):
     assert f"{rows:_} rows" in err and "10_000_000" in err
 
 
-def test_a_request_longer_than_the_kv_cache_is_refused_before_simulating(tmp_path, capsys):
+def test_a_prompt_longer_than_the_kv_cache_is_rejected_and_counted_not_the_trace(tmp_path, capsys):
+    """Issue 40: vLLM starts with a max_model_len its KV cache holds and rejects the one
+    request whose prompt reaches it; the other requests are tuned, the header counts it."""
     rng = np.random.default_rng()
     req = synthetic_requests(40, "sharegpt", rate_per_s=6, seed=int(rng.integers(1000)))
-    req.loc[int(rng.integers(40)), "output_tokens"] = 3_000_000
+    req.loc[int(rng.integers(40)), "prompt_tokens"] = 3_000_000
     path = tmp_path / "long.csv"
     req.rename(columns={"arrival_s": "timestamp"}).to_csv(path, index=False)
-    assert main(["tune", "--trace", str(path)]) == 2  # llama-3.1-8b on H200: ~0.9M tokens
-    err = capsys.readouterr().err
-    assert "3,000," in err and "KV cache" in err and "llama-3.1-8b on H200" in err
+    assert main(["tune", "--trace", str(path)]) == 0  # llama-3.1-8b on H200: ~0.9M tokens
+    header = capsys.readouterr().out.split("\n")[1]
+    assert "; 1 request rejected as vLLM would (prompt >= max_model_len " in header
 
 
 @pytest.mark.parametrize(
@@ -268,7 +270,7 @@ def test_a_latin1_file_name_prints_escaped(tmp_path):
     req.rename(columns={"arrival_s": "timestamp"}).to_csv(os.fsdecode(name), index=False)
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", "PYTHONPATH": str(repo),
-           "CGDISPATCH_CACHE": str(tmp_path / "cache")}  # fmt: skip
+           "CGDISPATCH_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
     argv = [sys.executable, "-m", "cgdispatch", "tune", *SMALL, "--trace", os.fsdecode(name)]
     done = subprocess.run(argv, env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-500:]

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from cgdispatch.workload.sources import PRODUCTION_TRACES
-from cgdispatch.workload.synthetic import LENGTH_PRESETS
+from cgdispatch.workload.sources import PRODUCTION_TRACES, SYNTHETIC_NAMES
 
 
 @pytest.mark.parametrize("command", ["tune", "plan"])
@@ -21,5 +20,5 @@ def test_help_lists_every_trace_name(command):
         env={**os.environ, "COLUMNS": "200"},  # wide: names are not wrapped
     ).stdout
     trace_help = " ".join(out.split("--trace TRACE", 2)[-1].split("\n  --")[0].split())
-    missing = [name for name in (*LENGTH_PRESETS, *PRODUCTION_TRACES) if name not in trace_help]
+    missing = [name for name in (*SYNTHETIC_NAMES, *PRODUCTION_TRACES) if name not in trace_help]
     assert PRODUCTION_TRACES and missing == []

@@ -18,7 +18,7 @@ SMALL = ("--model", "toy-tiny", "--num-requests", "120", "--max-num-seqs", "32")
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cost-cache"))
 
 
 def _serve_flags(line: str) -> dict[str, str]:
@@ -82,12 +82,34 @@ def test_verdict_is_short_and_labelled(tmp_path, capsys):
         (["--rate", "0"], "--rate=0"),
         (["--model", "gpt-9"], "--model 'gpt-9'"),
         (["--max-graphs", "0"], "--max-graphs=0"),
+        (["--replicas", "0"], "--replicas=0"),
     ],
 )
 def test_bad_flags_end_in_one_line(argv, needle, capsys):
     assert main(["tune", *argv]) == 2
     err = capsys.readouterr().err.strip().split("\n")
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_overload_is_the_first_line_and_replicas_give_a_per_replica_verdict(capsys):
+    """Traffic far above one replica: the first line says so with a replica count N;
+    ``--replicas N`` then tunes one replica's share, and its verdict says per replica."""
+    flood = (*SMALL, "--rate", "400", "--num-requests", "200", "--max-num-batched-tokens", "1024")
+    assert main(["tune", *flood]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert lines[0].startswith("overloaded: one replica cannot hold the held-out traffic")
+    assert len(lines) <= MAX_VERDICT_LINES and lines[-1].startswith("vllm serve ")
+    assert main(["tune", *flood, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    n = out["replicas_needed"]
+    assert out["overload"]["sustainable"] is False and f"--replicas {n}" in lines[0]
+    assert main(["tune", *flood, "--replicas", str(n), "--json"]) == 0
+    share = json.loads(capsys.readouterr().out)
+    assert share["replicas"] == n and share["balance"] == "round-robin"
+    assert f"of {n} (round-robin, the busiest)" in share["trace"]
+    with pytest.raises(SystemExit):  # argparse's choices: one line, exit status 2
+        main(["tune", *SMALL, "--balance", "random"])
+    assert "invalid choice: 'random'" in capsys.readouterr().err
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
@@ -135,3 +157,17 @@ def test_a_model_that_does_not_fit_is_an_error_not_a_serve_line(argv, needle, ca
     err = captured.err.strip().split("\n")
     assert "vllm serve" not in captured.out
     assert len(err) == 1 and err[0].startswith("error: ") and needle in err[0]
+
+
+def test_replicas_of_a_file_of_steps_is_refused_naming_the_fix(tmp_path, capsys):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng()
+    n = int(rng.integers(50, 200))
+    path = tmp_path / "steps.csv"
+    pd.DataFrame({"num_tokens": rng.integers(1, 64, n), "num_reqs": 1,
+                  "uniform_decode": False}).to_csv(path, index=False)  # fmt: skip
+    assert main(["tune", *SMALL, "--trace", str(path), "--replicas", "2"]) == 2
+    err = capsys.readouterr().err.strip().split("\n")
+    assert len(err) == 1 and "replicas=2" in err[0] and "file of steps" in err[0]

@@ -15,10 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tune(cache: Path) -> tuple[str, set[str]]:
-    """(stdout, modules imported) of one ``tune`` process with the result cache off, so the
-    whole simulation and replay run, not only cache reads."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CGDISPATCH_CACHE": str(cache),
-           "CGDISPATCH_RESULT_CACHE": "0"}  # fmt: skip
+    """(stdout, modules imported) of one ``tune`` process with the cache in ``cache``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CGDISPATCH_CACHE_DIR": str(cache)}
+    env.pop("CGDISPATCH_CACHE", None)
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "cgdispatch", "tune", "--trace", "sharegpt",
          "--num-requests", "60", "--vllm-version", "0.34", "--json"],
@@ -37,6 +36,13 @@ def _tune(cache: Path) -> tuple[str, set[str]]:
 def test_the_warm_path_does_not_import_torch(tmp_path: Path) -> None:
     cold_out, cold = _tune(tmp_path)
     assert "cgdispatch.workload.vllm_engine" in cold  # the parse sees the imports
+    # the simulated steps and latencies dropped, the cost model and stage profile kept: the
+    # whole simulation and replay run again, only the expensive models are read
+    kept = {p.name.split("-")[0] for p in tmp_path.iterdir()}
+    assert {"cost", "stage"} <= kept, kept
+    for path in tmp_path.iterdir():
+        if not path.name.startswith(("cost-model-", "stage-profile-")):
+            path.unlink()
     warm_out, warm = _tune(tmp_path)
     assert warm_out == cold_out
     assert "cgdispatch.workload.vllm_engine" in warm

@@ -24,7 +24,7 @@ LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path_factory.getbasetemp() / "cost-cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cost-cache"))
 
 
 def test_a_model_refused_on_one_gpu_tunes_on_four(capsys):

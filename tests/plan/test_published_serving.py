@@ -154,7 +154,6 @@ def test_a_closed_loop_of_one_sends_the_second_request_when_the_first_ends():
     # A: prefill step then 4 decodes = 50 ms; B sent at 50 ms, the same again
     assert sim["sim_mean_ttft_ms"] == pytest.approx(STEP_MS)
     assert sim["sim_duration_s"] == pytest.approx(10 * STEP_MS / 1e3)
-    assert sim["closed_loop_residual_ms"] < 1.0
 
 
 def test_a_rate_far_past_capacity_is_simulated_as_overloaded_and_a_light_one_is_not():

@@ -14,6 +14,7 @@ from cgdispatch.estimate.uncertainty import MODEL_ERRORS
 from cgdispatch.plan.costs import AffineCostModel
 from cgdispatch.plan.tune import tune
 from cgdispatch.plan.tune_bands import pareto_set, step_band
+from cgdispatch.views.numbers import duration
 from cgdispatch.views.tune_verdict import verdict_lines
 from cgdispatch.workload.trace import make_trace
 
@@ -131,8 +132,9 @@ def test_a_loss_inside_the_band_is_said_as_worse_never_as_a_negative_gain():
     loss = float(rng.uniform(0.01, 5.0))
     worse = dataclasses.replace(result, gain=-loss, band=2 * loss)
     head = verdict_lines(worse, model="m", device="d")[0]
-    assert f"is worse by {loss:,.3g} ms, inside the" in head and "gain of -" not in head
+    assert f"is worse by {duration(loss)}, inside the" in head and "gain of -" not in head
     better = dataclasses.replace(result, gain=loss, band=2 * loss)
     assert (
-        f"gain of +{loss:,.3g} ms is inside the" in verdict_lines(better, model="m", device="d")[0]
+        f"gain of {duration(loss, sign=True)} is inside the"
+        in verdict_lines(better, model="m", device="d")[0]
     )

@@ -19,7 +19,9 @@ def test_no_public_name_equals_a_submodule_name():
 
 
 def test_every_lazy_name_resolves_to_its_module_object():
-    for name, module in cgdispatch._LAZY.items():
+    from cgdispatch.core.compat_names import COMPAT_NAMES
+
+    for name, module in {**cgdispatch._LAZY, **COMPAT_NAMES}.items():
         value = getattr(cgdispatch, name)
         assert getattr(value, "__module__", f"cgdispatch.{module}") in (
             f"cgdispatch.{module}",

@@ -203,3 +203,34 @@ def test_step_time_figure_draws_each_modes_medians_and_names_the_source():
             assert np.allclose(line.get_ydata(), want.to_numpy())
     with pytest.raises(ValueError, match="eager_ms"):
         step_time_figure(rows.drop(columns=["eager_ms"]))
+
+
+def test_step_time_bands_do_not_swamp_the_lines_and_each_series_has_its_colour():
+    """Issue 37: p90s ten times the medians (CPU noise) leave the lines readable, and each
+    legend entry is a line of its own colour."""
+    from matplotlib.colors import to_hex
+
+    from cgdispatch.views.figure_checks import text_size_problems
+    from cgdispatch.views.plots import step_time_figure
+
+    rng = np.random.default_rng()
+    rows = _fake_rows(int(rng.integers(0, 1000)))
+    ok = rows["status"] == "ok"
+    rows["graph_ms"] = rng.uniform(0.5, 1.5, len(rows))
+    rows["eager_ms"] = rng.uniform(0.8, 2.0, len(rows))
+    rows["graph_p10_ms"] = rows["graph_ms"] * 0.9
+    rows["graph_p90_ms"] = rows["graph_ms"] * rng.uniform(5, 10, len(rows))
+    rows.loc[~ok, ["eager_ms", "graph_ms"]] = None
+    fig = step_time_figure(rows)
+    medians = rows[ok][["graph_ms", "eager_ms"]].to_numpy()
+    bottom, top = fig.axes[0].get_ylim()
+    assert top <= 1.5 * np.nanmax(medians) + 1e-9 and bottom == 0.0
+    assert "cut at the top" in fig._suptitle.get_text()
+    for ax in fig.axes:
+        lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+        colours = [to_hex(line.get_color()) for line in lines]
+        assert len(set(colours)) == len(lines)
+    legend = fig.axes[-1].get_legend()
+    drawn = {line.get_label() for line in fig.axes[-1].get_lines()}
+    assert {t.get_text() for t in legend.get_texts()} <= drawn
+    assert not [p for p in text_size_problems(fig) if "cut off" in p]

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from cgdispatch import GraphConfig, tune, tune_dashboard
+from cgdispatch import GraphConfig, SchedulerLimits, tune, tune_dashboard
+from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.views.model_cache import cached_cost_model
+from cgdispatch.estimate.startup import startup_for
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
 
@@ -23,16 +24,23 @@ def shown(widget_html: str) -> dict[str, str]:
 def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
     config = GraphConfig(vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     config = config.resolve()
-    steps, label = workload_trace(
-        trace, num_requests=200, rate_per_s=8.0, max_num_seqs=seqs, max_num_batched_tokens=tokens
-    )
+    # the dashboard plans on vLLM's scheduler of the release with the default ladder's KV
+    # cache (whole 16-token blocks plus the null block) from the start-up estimate
+    startup = startup_for("qwen2.5-7b", "H100")
+    blocks = int(startup(config).kv_cache_tokens // 16) + 1
+    limits = SchedulerLimits(
+        vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+        num_gpu_blocks=blocks,
+    )  # fmt: skip
+    steps, label = workload_trace(trace, num_requests=200, rate_per_s=8.0, limits=limits)
     return tune(
         steps,
         config=config,
-        cost_model=cached_cost_model("qwen2.5-7b", "H100"),
+        cost_model=device_cost_model("qwen2.5-7b", "H100"),
         kv_bytes_per_token=kv_bytes_per_token("qwen2.5-7b"),
         trace_label=label,
         requests=workload_requests(trace, num_requests=200, rate_per_s=8.0),
+        startup=startup,
     )
 
 
@@ -158,7 +166,7 @@ def test_a_config_json_and_a_listed_gpu_are_choices(tmp_path, monkeypatch) -> No
 
     from cgdispatch.estimate.devices import DEVICE_PRESETS
 
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path))
     path = str(Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json")
     dash = tune_dashboard(model=path, device="L40S", num_requests=100, draw=False)
     assert (
@@ -240,7 +248,7 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
 
     from cgdispatch.__main__ import main
 
-    monkeypatch.setenv("CGDISPATCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path / "cache"))
     logs = Path(__file__).resolve().parents[1] / "data" / "vllm_logs"
     llama = sorted(str(p) for p in logs.glob("llama-3.1-8b-h100-tp1-*.log"))
     profile = tmp_path / "mine.json"
@@ -256,3 +264,164 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
     assert dash.result is None and "nothing.json" in dash.message.value
     dash.calibration_box.value = ""
     assert dash.result is not None and "calibrated on your logs" not in dash.verdict.value
+
+
+def test_the_replicas_and_balance_controls_are_tunes_flags() -> None:
+    """The replicas box and the balance dropdown are ``tune --replicas/--balance``: the
+    verdict is tune's for the busiest replica's share; 0 replicas is named, not clamped."""
+    from cgdispatch.views.tune_run import TuneSettings, tune_for
+
+    dash = tune_dashboard(
+        model="qwen2.5-7b", device="H100", trace="alpaca", max_num_seqs=32,
+        max_num_batched_tokens=1024, num_requests=200, draw=False,
+    )  # fmt: skip
+    for replicas, balance in ((2, "round-robin"), (3, "prefix"), (2, "least-outstanding")):
+        dash.replicas_box.value = replicas
+        dash.balance_box.value = balance
+        got = shown(dash.verdict.value)
+        assert got["replicas"] == str(replicas) and got["balance"] == balance
+        assert f"(per replica, of {replicas})" in html.unescape(dash.verdict.value)
+        assert dash.result is not None and dash.result.replicas == replicas
+        # the CLI's path with the same settings (it plans on vLLM's scheduler with the
+        # start-up's KV cache, as the dashboard does)
+        want = tune_for(TuneSettings(model="qwen2.5-7b", device="H100", trace="alpaca",
+                                     num_requests=200, max_num_seqs=32,
+                                     max_num_batched_tokens=1024, replicas=replicas,
+                                     balance=balance))  # fmt: skip
+        assert float(got["mean-step-pct"]) == pytest.approx(want.deltas["mean_step_pct"])
+        assert dash.result.trace_label.endswith(want.trace_label.split("; per replica: ")[1])
+    dash.replicas_box.value = 0
+    assert dash.replicas_box.value == 0 and dash.result is None
+    assert "replicas=0 is invalid" in html.unescape(dash.message.value)
+    dash.replicas_box.value = 1
+    assert "tune-verdict" in dash.verdict.value and shown(dash.verdict.value)["replicas"] == "1"
+
+
+# --- issue 37: every tune flag has a control; each drives the same tune_for as the CLI
+
+
+def _same_as_tune_for(dash, **changes) -> None:
+    """The dashboard's result is tune_for's for the dashboard's settings with ``changes``."""
+    import dataclasses
+
+    from cgdispatch.views.tune_run import TuneSettings, tune_for
+
+    assert dash.result is not None, dash.message.value
+    base = dict(  # the other controls as the shared dashboard holds them now
+        model=dash.model_box.value, device=dash.device_box.value, num_requests=100,
+        tensor_parallel_size=int(dash.tp_box.value), trace=dash.trace_box.value,
+        max_num_seqs=int(dash.seqs_box.value), max_num_batched_tokens=int(dash.tokens_box.value),
+        vllm_version=dash.version_box.value,
+    )  # fmt: skip
+    want = tune_for(TuneSettings(**{**base, **changes}))
+    got = dash.result
+    assert (got.recommendation, got.flags, got.objective) == (
+        want.recommendation, want.flags, want.objective,
+    )  # fmt: skip
+    assert got.gain == pytest.approx(want.gain) and got.holdout == want.holdout
+    assert dataclasses.asdict(got.config) == dataclasses.asdict(want.config)
+
+
+def test_rate_requests_objective_max_graphs_and_holdout_are_tunes_flags(dash) -> None:
+    import random
+
+    rng = random.Random()
+    rate = round(rng.uniform(2.0, 12.0), 1)
+    dash.rate_box.value = rate
+    _same_as_tune_for(dash, rate_per_s=rate)
+    count = rng.randint(60, 140)
+    dash.requests_box.value = count
+    _same_as_tune_for(dash, rate_per_s=rate, num_requests=count)
+    objective = rng.choice(["step", "throughput"])
+    dash.objective_box.value = objective
+    graphs = rng.randint(2, 8)
+    dash.graphs_box.value = graphs
+    holdout = round(rng.uniform(0.3, 0.7), 2)
+    dash.holdout_box.value = holdout
+    changes = dict(rate_per_s=rate, num_requests=count, objective=objective, max_graphs=graphs,
+                   holdout=holdout)  # fmt: skip
+    _same_as_tune_for(dash, **changes)
+    assert dash.result.objective == objective and dash.result.holdout == holdout
+    for box, bad, needle in (
+        (dash.rate_box, 0.0, "rate=0 is invalid"),
+        (dash.requests_box, 0, "requests=0 is invalid"),
+        (dash.graphs_box, 0, "max graphs=0 is invalid"),
+        (dash.holdout_box, 1.0, "holdout=1 is invalid"),
+    ):
+        good = box.value
+        box.value = bad
+        assert_shows_error(dash, needle)
+        box.value = good
+        _same_as_tune_for(dash, **changes)
+    dash.objective_box.value = "default"
+    dash.rate_box.value, dash.requests_box.value, dash.holdout_box.value = 8.0, 100, 0.5
+    from cgdispatch.plan.tune import DEFAULT_GRAPHS
+
+    dash.graphs_box.value = DEFAULT_GRAPHS  # back to the start: the fixture is shared
+    _same_as_tune_for(dash)
+
+
+def test_a_config_json_path_or_folder_and_a_device_spec_file(dash, tmp_path) -> None:
+    import dataclasses
+    import shutil
+    from pathlib import Path
+
+    from cgdispatch.estimate.devices import DEVICE_PRESETS
+
+    config = Path(__file__).resolve().parents[1] / "data" / "configs" / "qwen2-7b.json"
+    dash.model_path_box.value = str(config)
+    _same_as_tune_for(dash, model=str(config))
+    assert f"vllm serve {config.parent}" in html.unescape(dash.verdict.value)
+    folder = tmp_path / "qwen"
+    folder.mkdir()
+    shutil.copy(config, folder / "config.json")
+    dash.model_path_box.value = str(folder)
+    _same_as_tune_for(dash, model=str(folder))
+    dash.model_path_box.value = str(tmp_path / "missing.json")
+    assert_shows_error(dash, "missing.json", "no such file or folder")
+    dash.model_path_box.value = ""
+    _same_as_tune_for(dash)
+    spec = DEVICE_PRESETS["L40S"].replace(name="my-gpu")
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(dataclasses.asdict(spec)))
+    dash.device_spec_box.value = str(path)
+    _same_as_tune_for(dash, device=spec)
+    assert dash.result.source.startswith("model (my-gpu,") and "my-gpu" in dash.verdict.value
+    dash.device_spec_box.value = str(tmp_path / "nothing.json")
+    assert_shows_error(dash, "device spec", "nothing.json", "cannot be read")
+    path.write_text('{"name": "x"}')
+    dash.device_spec_box.value = str(tmp_path / "nothing.json") + " "  # a change: re-read
+    dash.device_spec_box.value = str(path)
+    assert_shows_error(dash, "device spec")
+    dash.device_spec_box.value = ""
+    _same_as_tune_for(dash)
+
+
+def test_the_verdict_wraps_at_spaces_with_its_own_line_height(dash) -> None:
+    """Issue 37: no mid-word breaks (JupyterLab), no 28 px widget line height (Voila)."""
+    style = dash.verdict.value.split("style='", 1)[1].split("'", 1)[0]
+    assert "overflow-wrap:anywhere" not in style and "word-break:break-all" not in style
+    assert "white-space:pre-wrap" in style and "line-height:1.4" in style
+    body = dash.verdict.value.split(">", 1)[1]
+    assert "," in html.unescape(body) and body.count(",") == body.count(",<wbr>")
+
+
+def test_the_dashboards_default_is_the_readmes_tune(capsys) -> None:
+    """Issue 37: one verdict per setting: the dashboard as it opens runs the README's `tune`
+    command and shows its recommendation, flags and gain."""
+    import re as _re
+    import shlex
+    from pathlib import Path
+
+    from cgdispatch.__main__ import main
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    command = _re.search(r"```bash\n\.venv/bin/python -m cgdispatch (tune [^\n]*)\n```", readme)
+    assert main([*shlex.split(command.group(1)), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    dash = tune_dashboard(draw=False)
+    assert dash.result is not None, dash.message.value
+    mine = dash.result.as_dict()
+    for key in ("recommendation", "flags", "sizes", "objective", "reason", "trace"):
+        assert mine[key] == cli[key], key
+    assert mine["gain"] == pytest.approx(cli["gain"]) and mine["band"] == pytest.approx(cli["band"])

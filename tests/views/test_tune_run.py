@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
-from cgdispatch import GraphConfig, tune, tune_dashboard
+from cgdispatch import GraphConfig, SchedulerLimits, tune, tune_dashboard
 from cgdispatch.__main__ import main
+from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
-from cgdispatch.views.model_cache import cached_cost_model, cached_startup
+from cgdispatch.estimate.startup import startup_for
 from cgdispatch.views.tune_run import TuneSettings, tune_for
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
@@ -35,22 +37,35 @@ def _by_hand(s: TuneSettings):
         max_num_seqs=s.max_num_seqs,
         max_num_batched_tokens=s.max_num_batched_tokens,
     ).resolve()
-    steps, label = workload_trace(
-        s.trace,
-        num_requests=s.num_requests,
-        rate_per_s=s.rate_per_s,
+    startup = startup_for(s.model, s.device)
+    # the planning trace: vLLM's scheduler of the release, with vLLM's default ladder's KV
+    # cache (whole 16-token blocks plus the null block)
+    limits = SchedulerLimits(
+        vllm_version=s.vllm_version,
         max_num_seqs=s.max_num_seqs,
         max_num_batched_tokens=s.max_num_batched_tokens,
+        num_gpu_blocks=int(startup(config).kv_cache_tokens // 16) + 1,
     )
-    return tune(
+    steps, label = workload_trace(
+        s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s, limits=limits
+    )
+    requests = workload_requests(s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s)
+    # vLLM's max_model_len: a registry model states no context length, so the KV cache's
+    # whole 16-token blocks; these presets' prompts are far shorter, none is rejected
+    max_model_len = int(startup(config).kv_cache_tokens // 16) * 16
+    assert (requests["prompt_tokens"] < max_model_len).all()
+    result = tune(
         steps,
         config=config,
-        cost_model=cached_cost_model(s.model, s.device),
+        cost_model=device_cost_model(s.model, s.device),
         kv_bytes_per_token=kv_bytes_per_token(s.model),
         trace_label=label,
-        requests=workload_requests(s.trace, num_requests=s.num_requests, rate_per_s=s.rate_per_s),
-        startup=cached_startup(s.model, s.device),
+        requests=requests,
+        startup=startup,
     )
+    traffic = {"max_model_len": max_model_len, "rejected_requests": 0,
+               "prefix_hit_rate": None, "max_concurrency": None}  # fmt: skip
+    return replace(result, traffic=traffic)
 
 
 def test_the_cli_the_dashboard_and_a_hand_assembled_call_agree(capsys) -> None:

@@ -382,3 +382,44 @@ def test_dashboard_with_requests_shows_vllms_scheduler_for_the_boxed_sizes():
             "vLLM&#x27;s scheduler" in dash.metrics.value
             or "vLLM's scheduler" in dash.metrics.value
         )
+
+
+def test_a_plan_is_always_accepted_by_the_widget_that_asked_for_it():
+    """Issue 37: notebook 04's settings (vLLM 0.34, the device model, objective time, max
+    graphs <= 8) give a time plan with no prefill size; the box shows "none", the what-if
+    accepts it and the figure shows (no empty box rejected, no broken image)."""
+    from cgdispatch.estimate.device_model import device_cost_model
+    from cgdispatch.plan.planner_v2 import plan_gen2_capture_sizes
+    from cgdispatch.views.whatif_handlers import plan_boxes
+    from cgdispatch.workload.sources import workload_trace
+
+    rng = random.Random()
+    config = GraphConfig(vllm_version="0.34", max_num_seqs=64, max_num_batched_tokens=2048)
+    trace, _ = workload_trace(
+        "sharegpt", num_requests=150, rate_per_s=8.0, seed=rng.randint(0, 99),
+        max_num_seqs=64, max_num_batched_tokens=2048,
+    )  # fmt: skip
+    model = device_cost_model("llama-3.1-8b", "H200")
+    dash = whatif_dashboard(trace, config, cost_models={"H200": model})
+    cases = [(n, rng.choice(["time", "padding"])) for n in rng.sample(range(2, 9), 3)]
+    for max_graphs, objective in [*cases, (8, "time")]:  # the notebook's own: time, 8
+        boxes, notes = plan_boxes(config, trace, "FULL_AND_PIECEWISE", objective, max_graphs, model)
+        assert boxes is not None, notes
+        want = plan_gen2_capture_sizes(
+            trace, max_graphs, objective=objective, cost_model=model, config=config.resolve()
+        )
+        assert whatif_for_box(config, trace, boxes.sizes_text, "FULL_AND_PIECEWISE", model,
+                              boxes.decode_text)[0] is not None  # fmt: skip
+        dash.objective_box.value, dash.graphs_box.value = objective, max_graphs
+        dash.plan()
+        assert dash.result is not None and dash.message.value == "", dash.message.value
+        got = attrs(dash.metrics.value)
+        assert got["sizes"] == ",".join(map(str, want.prefill_token_sizes))
+        assert got["decode-sizes"] == ",".join(map(str, want.decode_request_sizes))
+        assert dash.plot.layout.display is None and dash.plot.value
+    dash.graphs_box.value = 1  # too few for two ladders: one message, the last result kept
+    dash.plan()
+    assert "max_graphs=1 is too few" in dash.message.value and dash.result is not None
+    dash.sizes_box.value = ""  # a cleared box: one message, and no broken image
+    assert dash.result is None and "none" in dash.message.value
+    assert dash.plot.layout.display == "none"

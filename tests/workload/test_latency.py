@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cgdispatch.core.generation import VLLM_VERSIONS
 from cgdispatch.workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
 from cgdispatch.workload.scheduler import SchedulerLimits
 
@@ -66,12 +67,19 @@ def test_a_smaller_cache_preempts_more_and_waits_longer() -> None:
     assert runs[0]["e2e_p99_ms"] < runs[1]["e2e_p99_ms"]
 
 
-def test_without_a_release_it_says_what_to_set() -> None:
-    req = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [3], "output_tokens": [2]})
-    with pytest.raises(ValueError, match="vllm_version"):
-        simulate_latencies(req, SchedulerLimits())
-    with pytest.raises(ValueError, match=r"num_gpu_blocks need vLLM's own scheduler"):
-        SchedulerLimits(num_gpu_blocks=100)
+def test_without_a_release_it_replays_the_newest() -> None:
+    rng = np.random.default_rng()
+    n = int(rng.integers(2, 40))
+    req = pd.DataFrame(
+        {"arrival_s": np.sort(rng.uniform(0, 1, n)), "prompt_tokens": rng.integers(1, 200, n),
+         "output_tokens": rng.integers(1, 30, n)}
+    )  # fmt: skip
+    newest = max(VLLM_VERSIONS, key=lambda v: tuple(int(p) for p in v.split(".")))
+    blocks = int(rng.integers(30, 400))
+    got = simulate_latencies(req, SchedulerLimits(num_gpu_blocks=blocks))
+    want = simulate_latencies(req, SchedulerLimits(vllm_version=newest, num_gpu_blocks=blocks))
+    pd.testing.assert_frame_equal(got.steps, want.steps)
+    pd.testing.assert_frame_equal(got.requests, want.requests)
 
 
 def test_step_time_follows_the_dispatchers_padding() -> None:

@@ -1,9 +1,11 @@
-"""Workloads: synthetic requests, the continuous-batching simulator, histograms."""
+"""Workloads: synthetic requests, the steps vLLM's scheduler forms for them, histograms."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from cgdispatch.core.generation import VLLM_VERSIONS
+from cgdispatch.workload.limits import SchedulerLimits
 from cgdispatch.workload.synthetic import LENGTH_PRESETS, synthetic_requests
 from cgdispatch.workload.trace import check_trace, make_trace, simulate_steps, step_histogram
 
@@ -58,26 +60,40 @@ def _random_requests(rng, n):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_simulator_conserves_tokens_and_respects_limits(seed):
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng()  # fresh traffic each run
     req = _random_requests(rng, 150)
     seqs, budget = int(rng.integers(2, 40)), int(rng.integers(64, 600))
-    steps = simulate_steps(req, max_num_seqs=seqs, max_num_batched_tokens=budget)
+    limits = SchedulerLimits(
+        vllm_version=VLLM_VERSIONS[seed % len(VLLM_VERSIONS)],
+        async_scheduling=seed >= 2,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
+    )
+    steps = simulate_steps(req, limits)
     assert steps["num_tokens"].max() <= budget and steps["num_reqs"].max() <= seqs
-    # every prompt token is prefilled once; each later output token costs one decode token
-    assert steps["num_prefill_tokens"].sum() == req["prompt_tokens"].sum()
+    # every prompt token is computed once (no KV limit: no preemption) and each later output
+    # token costs one decode token
     assert (
         steps["num_tokens"].sum() == req["prompt_tokens"].sum() + (req["output_tokens"] - 1).sum()
     )
+    # vLLM counts a request's lone last prompt token as a decode: at most one per request
+    prompt = int(req["prompt_tokens"].sum())
+    assert prompt - len(req) <= steps["num_prefill_tokens"].sum() <= prompt
     decode_only = steps["num_prefill_tokens"] == 0
     assert (steps["uniform_decode"] >= decode_only).all()  # q = 1: decode-only steps are uniform
     assert np.all(np.diff(steps["time_s"]) > 0)
 
 
-def test_simulator_speculative_decoding_all_accepted():
-    rng = np.random.default_rng(7)
-    req = _random_requests(rng, 80)
-    k = 3
-    steps = simulate_steps(req, num_speculative_tokens=k, spec_acceptance_rate=1.0)
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_simulator_speculative_decoding_all_accepted(version):
+    rng = np.random.default_rng()
+    # prompts of 2 tokens or more: vLLM pads a lone 1-token prompt to a decode of 1 + k
+    req = _random_requests(rng, 80).assign(prompt_tokens=lambda r: r["prompt_tokens"] + 1)
+    k = int(rng.integers(1, 4))
+    # sync scheduling: each decode step schedules 1 + k tokens and all are accepted (async
+    # schedules a step ahead, drafts past a request's end included, as vLLM does)
+    limits = SchedulerLimits(vllm_version=version, async_scheduling=False)
+    steps = simulate_steps(req, limits, num_speculative_tokens=k, spec_acceptance_rate=1.0)
     decode_steps_per_req = -(-(req["output_tokens"] - 1) // (1 + k))
     assert (
         steps["num_tokens"].sum()

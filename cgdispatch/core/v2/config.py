@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..arith import cdiv
@@ -369,14 +370,14 @@ def _split_sizes(
     shared_max: int,
     out: dict[str, Any],
 ) -> dict[str, Any]:
-    prefill_sizes = config.prefill_cudagraph_capture_token_sizes
-    max_prefill_tokens = config.max_prefill_cudagraph_capture_tokens
-    decode_sizes = config.decode_cudagraph_capture_request_sizes
-    max_decode_requests = config.max_decode_cudagraph_capture_requests
-    max_decode_tokens = config.max_decode_cudagraph_capture_tokens
     uses_split = any(
         x is not None
-        for x in (prefill_sizes, max_prefill_tokens, decode_sizes, max_decode_requests)
+        for x in (
+            config.prefill_cudagraph_capture_token_sizes,
+            config.max_prefill_cudagraph_capture_tokens,
+            config.decode_cudagraph_capture_request_sizes,
+            config.max_decode_cudagraph_capture_requests,
+        )
     )
     if legacy and not uses_split:
         warn_user(
@@ -386,45 +387,12 @@ def _split_sizes(
             "and the request counts of decode CUDA graphs with "
             "decode_cudagraph_capture_request_sizes or max_decode_cudagraph_capture_requests."
         )
-    max_num_seqs, max_num_tokens = config.max_num_seqs, config.max_num_batched_tokens
-    interactivity = config.performance_mode == "interactivity"
     wide_defaults = not legacy and _is_sm100(config)
+    max_decode_tokens = config.max_decode_cudagraph_capture_tokens
     if wide_defaults and max_decode_tokens is None:
         max_decode_tokens = 8192
-    if prefill_sizes is not None:
-        prefill_sizes = _explicit(
-            prefill_sizes,
-            max_num_tokens,
-            max_prefill_tokens,
-            "prefill_cudagraph_capture_token_sizes",
-            "max_prefill_cudagraph_capture_tokens",
-        )
-    elif max_prefill_tokens is not None or wide_defaults:
-        limit = 8192 if max_prefill_tokens is None else max_prefill_tokens
-        prefill_sizes = prefill_cudagraph_capture_grid(min(limit, max_num_tokens), interactivity)
-    else:
-        prefill_sizes = list(shared_sizes)
-    if decode_sizes is not None:
-        decode_sizes = _explicit(
-            decode_sizes,
-            max_num_seqs,
-            max_decode_requests,
-            "decode_cudagraph_capture_request_sizes",
-            "max_decode_cudagraph_capture_requests",
-        )
-    elif max_decode_requests is not None or wide_defaults:
-        decode_sizes = decode_cudagraph_capture_grid(
-            max_num_seqs if max_decode_requests is None else min(max_decode_requests, max_num_seqs)
-        )
-    else:
-        decode_sizes = sorted(
-            {
-                min(cdiv(s, q), max_num_seqs)
-                for s in shared_sizes
-                for q in target_query_lens
-                if cdiv(s, q) * q <= shared_max
-            }
-        )
+    prefill_sizes = _prefill_sizes(config, wide_defaults, shared_sizes)
+    decode_sizes = _decode_sizes(config, wide_defaults, target_query_lens, shared_sizes, shared_max)
     mode = config.cudagraph_mode
     if (
         config.enable_adaptive_verification
@@ -442,38 +410,26 @@ def _split_sizes(
     out["decode_cudagraph_capture_request_sizes"] = decode_sizes
     out["max_decode_cudagraph_capture_requests"] = max(decode_sizes, default=0)
     out["max_decode_cudagraph_capture_tokens"] = max_decode_tokens
-    decode_max = min(max_num_tokens, max_decode_tokens or max_num_tokens)
-    token_sizes: set[int] = {
-        n * q
-        for n, q in decode_cudagraph_capture_shapes(decode_sizes, target_query_lens, decode_max)
-    }
-    if decode_sizes and _uses_draft_decode_graphs(config):
-        draft = decode_cudagraph_capture_grid(max_num_seqs)
-        token_sizes.update(
-            n for n, _ in decode_cudagraph_capture_shapes(draft, {1: max_num_seqs}, decode_max)
-        )
-    if config.enable_adaptive_verification:
-        token_sizes.update(
-            varlen_token_sizes(config, max(decode_sizes, default=0), max_decode_tokens)
-        )
-    decode_token_sizes = set(token_sizes)
-    token_sizes.update(prefill_sizes)
-    if not (legacy and not uses_split) and config.cudagraph_mode.mixed_mode() is M.NONE:
-        token_sizes = set(decode_token_sizes)
+    token_sizes = _token_sizes(
+        config, target_query_lens, prefill_sizes, decode_sizes, max_decode_tokens,
+        legacy and not uses_split,
+    )  # fmt: skip
     if legacy and uses_split:
         if shared_sizes not in (
-            sorted(decode_token_sizes | set(prefill_sizes)),
-            sorted(decode_token_sizes),
+            sorted(token_sizes.decode | set(prefill_sizes)),
+            sorted(token_sizes.decode),
         ):
             raise ValueError(
                 "The deprecated cudagraph_capture_sizes and max_cudagraph_capture_size "
                 "cannot be combined with the prefill and decode CUDA graph capture sizes; "
                 "set only the latter."
             )
-        token_sizes = set(shared_sizes)
-    out["cudagraph_capture_sizes"] = sorted(token_sizes)
-    out["max_cudagraph_capture_size"] = max(token_sizes, default=0)
-    if not token_sizes:
+        sizes: set[int] = set(shared_sizes)
+    else:
+        sizes = token_sizes.all
+    out["cudagraph_capture_sizes"] = sorted(sizes)
+    out["max_cudagraph_capture_size"] = max(sizes, default=0)
+    if not sizes:
         out["cudagraph_mode"] = M.NONE
         if config.enable_adaptive_verification:  # validated after the sizes, as in vLLM
             raise ValueError(
@@ -481,6 +437,101 @@ def _split_sizes(
                 "size is left: give prefill or decode sizes, or disable adaptive verification."
             )
     return out
+
+
+def _prefill_sizes(config: GraphConfig, wide_defaults: bool, shared_sizes: list[int]) -> list[int]:
+    """The prefill token sizes: explicit, a grid up to the prefill limit, or the shared list."""
+    sizes, limit = (
+        config.prefill_cudagraph_capture_token_sizes,
+        config.max_prefill_cudagraph_capture_tokens,
+    )
+    if sizes is not None:
+        return _explicit(
+            sizes,
+            config.max_num_batched_tokens,
+            limit,
+            "prefill_cudagraph_capture_token_sizes",
+            "max_prefill_cudagraph_capture_tokens",
+        )
+    if limit is not None or wide_defaults:
+        top = min(8192 if limit is None else limit, config.max_num_batched_tokens)
+        return prefill_cudagraph_capture_grid(top, config.performance_mode == "interactivity")
+    return list(shared_sizes)
+
+
+def _decode_sizes(
+    config: GraphConfig,
+    wide_defaults: bool,
+    target_query_lens: dict[int, int],
+    shared_sizes: list[int],
+    shared_max: int,
+) -> list[int]:
+    """The decode request sizes: explicit, a grid up to the request limit, or derived from the
+    shared token list (each size's requests at every query length that fits)."""
+    sizes, limit = (
+        config.decode_cudagraph_capture_request_sizes,
+        config.max_decode_cudagraph_capture_requests,
+    )
+    max_num_seqs = config.max_num_seqs
+    if sizes is not None:
+        return _explicit(
+            sizes,
+            max_num_seqs,
+            limit,
+            "decode_cudagraph_capture_request_sizes",
+            "max_decode_cudagraph_capture_requests",
+        )
+    if limit is not None or wide_defaults:
+        return decode_cudagraph_capture_grid(
+            max_num_seqs if limit is None else min(limit, max_num_seqs)
+        )
+    return sorted(
+        {
+            min(cdiv(s, q), max_num_seqs)
+            for s in shared_sizes
+            for q in target_query_lens
+            if cdiv(s, q) * q <= shared_max
+        }
+    )
+
+
+@dataclass(frozen=True)
+class _TokenSizes:
+    decode: set[int]  # the token counts of the decode graphs
+    all: set[int]  # every captured token count (prefill too unless mixed graphs are off)
+
+
+def _token_sizes(
+    config: GraphConfig,
+    target_query_lens: dict[int, int],
+    prefill_sizes: list[int],
+    decode_sizes: list[int],
+    max_decode_tokens: int | None,
+    legacy_only: bool,
+) -> _TokenSizes:
+    """The token counts captured: each decode size at each query length, the draft model's
+    decode graphs, adaptive verification's varlen sizes, then the prefill sizes."""
+    max_num_tokens = config.max_num_batched_tokens
+    decode_max = min(max_num_tokens, max_decode_tokens or max_num_tokens)
+    token_sizes: set[int] = {
+        n * q
+        for n, q in decode_cudagraph_capture_shapes(decode_sizes, target_query_lens, decode_max)
+    }
+    if decode_sizes and _uses_draft_decode_graphs(config):
+        draft = decode_cudagraph_capture_grid(config.max_num_seqs)
+        token_sizes.update(
+            n
+            for n, _ in decode_cudagraph_capture_shapes(draft, {1: config.max_num_seqs}, decode_max)
+        )
+    if config.enable_adaptive_verification:
+        token_sizes.update(
+            varlen_token_sizes(config, max(decode_sizes, default=0), max_decode_tokens)
+        )
+    decode = set(token_sizes)
+    token_sizes.update(prefill_sizes)
+    if not legacy_only and config.cudagraph_mode.mixed_mode() is M.NONE:
+        token_sizes = set(decode)
+    return _TokenSizes(decode, token_sizes)
 
 
 def varlen_token_sizes(

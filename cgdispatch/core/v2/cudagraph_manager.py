@@ -201,6 +201,14 @@ class CudaGraphManager:
     def _init_candidates(self) -> None:
         if self.cudagraph_mode is M.NONE:
             return
+        decode_descs, token_keyed = self._build_descs()
+        self._index_descs(decode_descs, token_keyed)
+
+    def _build_descs(
+        self,
+    ) -> tuple[list[BatchExecutionDescriptor], list[BatchExecutionDescriptor]]:
+        """The graphs vLLM captures: decode graphs keyed by query length and requests, and
+        token-keyed graphs (varlen decode, mixed/prefill), microbatch twins included."""
         cfg = self.config
         prefill_sizes = sorted(cfg.prefill_cudagraph_capture_token_sizes or [])
         decode_sizes = self.decode_request_sizes
@@ -252,7 +260,15 @@ class CudaGraphManager:
                 twin = self._maybe_ubatch_twin(desc)
                 if twin is not None:
                     token_keyed.append(twin)
+        return decode_descs, token_keyed
 
+    def _index_descs(
+        self,
+        decode_descs: list[BatchExecutionDescriptor],
+        token_keyed: list[BatchExecutionDescriptor],
+    ) -> None:
+        """Capture order per mode, the decode tables and the token-keyed candidates."""
+        loras = self.lora_capture_cases
         by_mode: defaultdict[CUDAGraphMode, list[BatchExecutionDescriptor]] = defaultdict(list)
         for desc in decode_descs + token_keyed:
             by_mode[desc.cg_mode].append(desc)
@@ -372,44 +388,10 @@ class CudaGraphManager:
             and type(num_reqs) is int
             and num_reqs >= 0
         ):
-            known = True  # a batch whose answer the flat tables decide
-            if num_tokens <= self._fast_max:
-                if uniform_token_count is not None:
-                    # an unknown query length (0 and text included) falls to the checked path
-                    table = self._fast_decode.get(uniform_token_count)
-                    if table is not None:
-                        n = cdiv(num_tokens, uniform_token_count)
-                        if n < len(table):
-                            desc = table[n]
-                            if desc.num_reqs >= num_reqs:
-                                return desc
-                    known = table is not None and type(uniform_token_count) is int
-                if known:
-                    # the token-keyed graphs treat uniform and mixed batches alike
-                    for limit, desc in self._fast_mixed[num_tokens]:
-                        if num_reqs <= limit:
-                            return desc
-            elif num_tokens <= self._max_graph_tokens:
-                known = False
-            if (
-                known
-                and type(num_active_loras) is int
-                and type(num_ubatches) is int
-                and (
-                    uniform_token_count is None
-                    or (
-                        type(uniform_token_count) is int
-                        and 0 < uniform_token_count <= MAX_STEP_TOKENS
-                    )
-                )
-            ):
-                # eager: answered before (the checked path below fills this table, so
-                # num_tokens and num_reqs were checked then)
-                by_reqs = self._eager_answers.get(num_tokens)
-                if by_reqs is not None:
-                    answer = by_reqs.get(num_reqs)
-                    if answer is not None:
-                        return answer
+            ints = type(num_active_loras) is int and type(num_ubatches) is int
+            desc = self._dispatch_fast(num_reqs, num_tokens, uniform_token_count, ints)
+            if desc is not None:
+                return desc
         key = (
             num_reqs,
             num_tokens,
@@ -436,6 +418,48 @@ class CudaGraphManager:
             self._memo.clear()
         self._memo[key] = desc
         return desc
+
+    def _dispatch_fast(
+        self, num_reqs: int, num_tokens: int, uniform_token_count: int | None, ints: bool
+    ) -> BatchExecutionDescriptor | None:
+        """A batch without LoRA, query bound or microbatching, answered from the flat tables
+        or the eager answers kept (``ints``: its LoRA and microbatch counts are ints, so an
+        eager answer kept may stand); None: the checked path decides."""
+        known = True  # a batch whose answer the flat tables decide
+        if num_tokens <= self._fast_max:
+            if uniform_token_count is not None:
+                # an unknown query length (0 and text included) falls to the checked path
+                table = self._fast_decode.get(uniform_token_count)
+                if table is not None:
+                    n = cdiv(num_tokens, uniform_token_count)
+                    if n < len(table):
+                        desc = table[n]
+                        if desc.num_reqs >= num_reqs:
+                            return desc
+                known = table is not None and type(uniform_token_count) is int
+            if known:
+                # the token-keyed graphs treat uniform and mixed batches alike
+                for limit, desc in self._fast_mixed[num_tokens]:
+                    if num_reqs <= limit:
+                        return desc
+        elif num_tokens <= self._max_graph_tokens:
+            known = False
+        if (
+            known
+            and ints
+            and (
+                uniform_token_count is None
+                or (type(uniform_token_count) is int and 0 < uniform_token_count <= MAX_STEP_TOKENS)
+            )
+        ):
+            # eager: answered before (the checked path below fills this table, so
+            # num_tokens and num_reqs were checked then)
+            by_reqs = self._eager_answers.get(num_tokens)
+            if by_reqs is not None:
+                answer = by_reqs.get(num_reqs)
+                if answer is not None:
+                    return answer
+        return None
 
     def _candidates_for(self, num_tokens: int, loras: int) -> list[BatchExecutionDescriptor]:
         """Token-keyed graphs a batch of ``num_tokens`` may take: per mode, the narrowest
