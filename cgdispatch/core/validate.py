@@ -277,7 +277,7 @@ def read_json_file(path: Any, what: str) -> Any:
 
     file = Path(path)
     if not file.is_file():
-        raise ValueError(f"{what}: no such file")
+        raise ValueError(f"{what} cannot be read: no such file")
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
