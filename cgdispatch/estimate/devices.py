@@ -106,13 +106,18 @@ _NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
 }  # fmt: skip
 
 
+def _plain(bound: float) -> str:
+    """A bound as a person writes it: ``1_000_000_000``, ``0.01``, not ``1e+09``."""
+    return f"{int(bound):_}" if float(bound).is_integer() else f"{bound:g}"
+
+
 def _check_number(field: str, value: Any, least: float, most: float, open_low: bool) -> None:
     """ValueError unless ``value`` is a finite real number in the field's range."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and (value > least if open_low else value >= least) and value <= most:
         return  # (a NaN fails every comparison, infinity the upper bound)
-    low = f"> {least:g}" if open_low else f">= {least:g}"
-    top = f"{most:_}" if isinstance(most, int) else f"{most:g}"
+    low = f"> {_plain(least)}" if open_low else f">= {_plain(least)}"
+    top = _plain(most)
     shown = repr(value) if not isinstance(value, float) else f"{value:g}"
     raise ValueError(
         f"field {field!r}={shown} is invalid: give a finite number {low} and at most "

@@ -45,7 +45,7 @@ def _with(field, literal):
         (_with("memory_bytes", "1e999"), "'memory_bytes'=1e999"),
         (_with("memory_bytes", "9" * 401), "'memory_bytes'=<a 401-digit number>"),
         (_with("kernel_gap_us", "NaN"), "'kernel_gap_us'=NaN"),
-        (_with("peak_flops", "1e30"), "'peak_flops'=1e+30 is invalid: give a finite number >= 1e+09 and at most 1_000_000_000_000_000_000"),
+        (_with("peak_flops", "1e30"), "'peak_flops'=1e+30 is invalid: give a finite number >= 1_000_000_000 and at most 1_000_000_000_000_000_000"),
         (_with("bandwidth_bytes_per_s", "1e30"), "'bandwidth_bytes_per_s'=1e+30"),
         (_with("bw_efficiency", "0"), "'bw_efficiency'=0 is invalid: give a finite number >= 0.01 and at most 1"),
         (_with("flop_efficiency", "0"), "'flop_efficiency'=0 is invalid"),
