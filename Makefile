@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint format bench clean notebooks lab dashboard browser oracle oracle-scheduler
+.PHONY: install run test lint format bench clean notebooks lab dashboard browser oracle oracle-scheduler oracle-prefix
 # notebook kernels, nbval and servers import this checkout's cgdispatch (editable install or not)
 NOTEBOOK_ENV := PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}
 NBVAL_ARGS := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
@@ -112,4 +112,13 @@ oracle-scheduler:
 		test -x $(ORACLE_DIR)/vllm-$$v/bin/python || { echo "run make oracle first"; exit 1; }; \
 		$(ORACLE_DIR)/vllm-$$v/bin/python scripts/vllm_sched_oracle.py \
 			--out $(ORACLE_DATA)/scheduler-$$v.json --cases 400; \
+	done
+
+# the same with vLLM's prefix caching on, traces with shared prefixes; rewrites
+# tests/data/vllm_oracle/scheduler-prefix-*.json (~4 min)
+oracle-prefix:
+	@set -e; for v in $(ORACLE_VERSIONS); do \
+		test -x $(ORACLE_DIR)/vllm-$$v/bin/python || { echo "run make oracle first"; exit 1; }; \
+		$(ORACLE_DIR)/vllm-$$v/bin/python scripts/vllm_sched_oracle.py --prefix \
+			--out $(ORACLE_DATA)/scheduler-prefix-$$v.json --cases 320 --seed 20261205; \
 	done

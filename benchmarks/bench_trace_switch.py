@@ -40,7 +40,7 @@ IN_PROCESS = """
 import sys, time
 from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.startup import startup_for
-from cgdispatch.views.tune_run import TuneSettings, tune_for
+from cgdispatch.plan.tune_run import TuneSettings, tune_for
 version = sys.argv[1]
 device_cost_model("llama-3.1-8b", "H200")
 startup_for("llama-3.1-8b", "H200")

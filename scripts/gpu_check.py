@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cgdispatch.capture.runner import GraphRunner  # noqa: E402
 from cgdispatch.cli.capture import build_runner  # noqa: E402
 from cgdispatch.core.config import GraphConfig  # noqa: E402
-from cgdispatch.core.generation import GENERATIONS, NEWEST, dispatch_step  # noqa: E402
+from cgdispatch.core.generation import NEWEST, check_version, dispatch_step, release_arg  # noqa: E402
 from cgdispatch.core.ladders import ENGINE_LADDERS  # noqa: E402
 from cgdispatch.estimate.device_model import device_cost_model  # noqa: E402
 from cgdispatch.estimate.graph_memory import estimate_graph_memory  # noqa: E402
@@ -248,12 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--vllm-version",
-        choices=list(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=NEWEST.release,
-        help="graph dispatch of vLLM 0.33 (V1) or 0.34 (generation 2; default %(default)s, "
-        "the newest)",
+        help="graph dispatch of a vLLM release from 0.8 on: up to 0.33 V1's, from 0.34 "
+        "generation 2's (default %(default)s, the newest)",
     )
     args = p.parse_args(argv)
+    args.vllm_version = check_version(args.vllm_version)  # its generation: 0.33 or 0.34
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)  # now, not after the GPU work
 

@@ -13,6 +13,14 @@ Every case draws a random trace and scheduler settings, builds the engine config
 flight). The model is stood in for: a partial prefill samples ``[]``, anything else one
 token plus its drafts when they are accepted (all or none, by a rule both sides replay).
 The schema is in ``tests/data/vllm_oracle/README.md`` ("Scheduler fixtures").
+
+With ``--prefix`` it runs vLLM's prefix caching (``enable_prefix_caching=True``, the block
+hasher vLLM's ``EngineCore`` builds) on traces with shared prefixes: every request carries
+``hash_ids`` (one id per ``hash_block_size`` prompt tokens; equal ids = equal tokens) drawn
+so that requests share system prompts and grow earlier requests' prompts (multi-turn), under
+KV pressure; each step also records the tokens served from the cache to the requests it
+admitted. Prompt token ``t`` is ``prompt_token(hash_ids[t // hash_block_size], t %
+hash_block_size)``; a request's sampled tokens are ``output_token(rid)``, unique to it.
 """
 
 from __future__ import annotations
@@ -31,6 +39,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vllm_oracle as base  # noqa: E402  (sets vLLM's environment before it is imported)
 
 MAX_CALLS = 4000  # schedule calls per case; a case that needs more stalled (redrawn)
+
+
+def prompt_token(hash_id: int, offset: int, hash_block_size: int) -> int:
+    """The prompt token at ``offset`` of the block named ``hash_id`` (distinct per pair)."""
+    return 1000 + hash_id * hash_block_size + offset
+
+
+def output_token(rid: int) -> int:
+    """Request ``rid``'s sampled token: no other request's, no prompt's."""
+    return 50_000_000 + rid
 
 
 def accepted(t: int, rid: int, accept_mod: int) -> bool:
@@ -92,7 +110,46 @@ def random_case(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def _config(engine_args: dict[str, Any]) -> Any:
+def random_prefix_case(rng: random.Random) -> dict[str, Any]:
+    """:func:`random_case` with prefix caching: shared system prompts, multi-turn growth,
+    repeated prompts, and KV caches small enough to evict and preempt."""
+    case = random_case(rng)
+    ea = case["engine_args"]
+    mml = ea["max_model_len"]
+    bs = ea["block_size"]
+    hbs = rng.choice([bs, bs, 2 * bs, 8, 24, 40, 100])
+    systems = [
+        [rng.randint(0, 10**6) for _ in range(rng.randint(1, 4))] for _ in range(rng.randint(1, 3))
+    ]
+    requests: list[list[Any]] = []
+    for r in case["requests"]:
+        arrival, _, max_tokens, lora = r
+        roll = rng.random()
+        if requests and roll < 0.35:  # a later turn: an earlier prompt and more
+            ids = list(rng.choice(requests)[4]) + [
+                rng.randint(0, 10**6) for _ in range(rng.randint(0, 3))
+            ]
+        elif requests and roll < 0.45:  # the same prompt again
+            ids = list(rng.choice(requests)[4])
+        elif roll < 0.8:  # a shared system prompt, then its own
+            ids = rng.choice(systems) + [rng.randint(0, 10**6) for _ in range(rng.randint(0, 3))]
+        else:
+            ids = [rng.randint(0, 10**6) for _ in range(rng.randint(1, 4))]
+        ids = ids[: max(1, (mml - 1) // hbs)]
+        prompt = len(ids) * hbs - rng.randint(0, hbs - 1)
+        prompt = max(1, min(prompt, mml - 1))
+        ids = ids[: -(-prompt // hbs)]
+        requests.append([arrival, prompt, max_tokens, lora, ids])
+    case["requests"] = requests
+    case["hash_block_size"] = hbs
+    k = ea["num_speculative_tokens"]
+    need = max(math.ceil((min(p + m, mml) + 2 * k + 1) / bs) for _, p, m, _, _ in requests)
+    if rng.random() < 0.85:  # KV pressure: evictions and preemptions
+        case["num_gpu_blocks"] = need + 1 + rng.randint(0, 2 * need)
+    return case
+
+
+def _config(engine_args: dict[str, Any], prefix: bool = False) -> Any:
     from vllm.engine.arg_utils import EngineArgs
 
     kwargs = dict(engine_args)
@@ -105,8 +162,20 @@ def _config(engine_args: dict[str, Any]) -> Any:
             "prompt_lookup_min": 1,
         }
     return EngineArgs(
-        model=base.model_dir(), skip_tokenizer_init=True, enable_prefix_caching=False, **kwargs
+        model=base.model_dir(), skip_tokenizer_init=True, enable_prefix_caching=prefix, **kwargs
     ).create_engine_config()
+
+
+def _block_hasher(cfg: Any) -> Any:
+    """The request block hasher vLLM's ``EngineCore`` builds with prefix caching on."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    fn = get_hash_fn_by_name(cfg.cache_config.prefix_caching_hash_algo)
+    init_none_hash(fn)
+    return get_request_block_hasher(
+        cfg.cache_config.block_size, fn, getattr(cfg, "num_hash_lookahead_tokens", 0) or 0
+    )
 
 
 def _scheduler(cfg: Any, num_blocks: int) -> Any:
@@ -125,16 +194,26 @@ def _scheduler(cfg: Any, num_blocks: int) -> Any:
     )
     cfg.cache_config.num_gpu_blocks = num_blocks
     cls = AsyncScheduler if cfg.scheduler_config.async_scheduling else Scheduler
+    kwargs = {"hash_block_size": bs} if cfg.cache_config.enable_prefix_caching else {}
     return cls(
         vllm_config=cfg,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(cfg),
         block_size=bs,
         log_stats=False,
+        **kwargs,
     )
 
 
-def _request(rid: int, prompt: int, max_tokens: int, lora: int, t: int) -> Any:
+def _request(
+    rid: int,
+    prompt: int,
+    max_tokens: int,
+    lora: int,
+    t: int,
+    token_ids: list[int] | None = None,
+    block_hasher: Any = None,
+) -> Any:
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
@@ -146,11 +225,12 @@ def _request(rid: int, prompt: int, max_tokens: int, lora: int, t: int) -> Any:
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     return Request(
         request_id=str(rid),
-        prompt_token_ids=[7] * prompt,
+        prompt_token_ids=token_ids if token_ids is not None else [7] * prompt,
         sampling_params=params,
         pooling_params=None,
         arrival_time=float(t),
         lora_request=lora_request,
+        block_hasher=block_hasher,
     )
 
 
@@ -159,8 +239,10 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
     out: dict[str, Any] = {"inputs": inputs}
+    hbs = inputs.get("hash_block_size")  # set: prefix caching on
+    prefix = hbs is not None
     try:
-        cfg = _config(inputs["engine_args"])
+        cfg = _config(inputs["engine_args"], prefix)
     except Exception as err:  # noqa: BLE001 - a refusal is an answer
         out["refusal"] = {"type": type(err).__name__, "message": str(err)[:300]}
         return out
@@ -184,8 +266,10 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
         "max_loras": cfg.lora_config.max_loras if cfg.lora_config is not None else None,
         "num_blocks": blocks,
     }
+    out["config"]["enable_prefix_caching"] = bool(cfg.cache_config.enable_prefix_caching)
     try:
         sched = _scheduler(cfg, blocks)
+        hasher = _block_hasher(cfg) if prefix else None
     except Exception as err:  # noqa: BLE001
         out["refusal"] = {"type": type(err).__name__, "message": str(err)[:300]}
         return out
@@ -200,6 +284,8 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
 
     def schedule() -> Any:
         nonlocal t, calls
+        waiting = {r.request_id for r in sched.requests.values() if not r.is_finished()}
+        waiting -= {r.request_id for r in sched.running}
         so = sched.schedule()
         calls += 1
         clock_of[id(so)] = t
@@ -210,7 +296,16 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
         pre = sorted(int(r) for r in so.preempted_req_ids)
         if flat or pre:
             used = blocks - 1 - sched.kv_cache_manager.block_pool.get_num_free_blocks()
-            steps.append([t, flat, pre, used])
+            step = [t, flat, pre, used]
+            if prefix:  # tokens served from the cache to the requests admitted now
+                step.append(
+                    sum(
+                        sched.requests[r].num_computed_tokens - n
+                        for r, n in so.num_scheduled_tokens.items()
+                        if r in waiting
+                    )
+                )
+            steps.append(step)
         t += 1
         return so
 
@@ -225,7 +320,7 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
             else:
                 drafts = len(so.scheduled_spec_decode_tokens.get(r, ()))
                 ok = drafts and accepted(st, int(r), mod)
-                sampled.append([9] * (1 + (drafts if ok else 0)))
+                sampled.append([output_token(int(r))] * (1 + (drafts if ok else 0)))
         mro = (
             ModelRunnerOutput(
                 req_ids=ids,
@@ -247,8 +342,11 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
         nonlocal nxt
         while nxt < len(order) and reqs[order[nxt]][0] <= t:
             i = order[nxt]
-            _, p, m, lora = reqs[i]
-            sched.add_request(_request(i, p, m, lora, t))
+            p, m, lora = reqs[i][1:4]
+            ids = None
+            if prefix:
+                ids = [prompt_token(reqs[i][4][x // hbs], x % hbs, hbs) for x in range(p)]
+            sched.add_request(_request(i, p, m, lora, t, ids, hasher))
             live.add(str(i))
             nxt += 1
 
@@ -307,13 +405,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="fixture path (JSON)")
     parser.add_argument("--cases", type=int, default=400)
     parser.add_argument("--seed", type=int, default=20261203)
+    parser.add_argument(
+        "--prefix", action="store_true", help="prefix caching on, traces with shared prefixes"
+    )
     args = parser.parse_args(argv)
     t0 = time.time()
     version = base.bootstrap()
     rng = random.Random(args.seed)
+    draw = random_prefix_case if args.prefix else random_case
     cases, stalled, refused = [], 0, 0
     while len(cases) < args.cases:
-        case = run_case(random_case(rng))
+        case = run_case(draw(rng))
         if case.get("stalled") or "refusal" in case:  # redrawn: only traces vLLM ran count
             stalled += bool(case.get("stalled"))
             refused += "refusal" in case
@@ -323,14 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     # checkout as it found it when vLLM's answers are unchanged (printed below instead)
     doc = {
         "schema": 1,
-        "kind": "scheduler",
+        "kind": "scheduler-prefix" if args.prefix else "scheduler",
         "vllm_version": version,
         "seed": args.seed,
         "num_cases": len(cases),
         "num_stalled_redrawn": stalled,
         "num_refused_redrawn": refused,
         "model_config": base.TINY_LLAMA,
-        "step_fields": ["clock", "scheduled", "preempted", "kv_blocks_used"],
+        "step_fields": ["clock", "scheduled", "preempted", "kv_blocks_used"]
+        + (["num_cached_tokens"] if args.prefix else []),
         "cases": cases,
     }
     with open(args.out, "w") as f:

@@ -22,6 +22,7 @@ from ..core.generation import (
     dispatch_step,
     generation_of,
     make_graph_dispatcher,
+    release_arg,
 )
 from ..core.validate import MAX_STEPS, check_int
 
@@ -61,11 +62,13 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     """``--vllm-version`` and generation 2's size lists (commands that dispatch)."""
     parser.add_argument(
         "--vllm-version",
-        choices=list(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=default_release(),
-        help="vLLM release whose graph dispatch to model: "
+        help="vLLM release whose graph dispatch to model, any from 0.8 on (0.10.1.1, "
+        "0.26.1, ...; each dispatches as its generation: "
         + ", ".join(g.describe() for g in reversed(GENERATIONS.values()))
-        + "; default %(default)s, the newest",
+        + "); default %(default)s, the newest",
     )
     parser.add_argument(
         "--prefill-sizes",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..core.config import GraphConfig
-from ..core.generation import GENERATIONS, default_release, generation_for
+from ..core.generation import GENERATIONS, default_release, generation_for, release_arg
 from ..core.jsonout import strict_json
 from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
@@ -97,7 +97,6 @@ def run_plan(args: argparse.Namespace) -> int:
     from ..workload.sources import split_holdout, workload_requests, workload_trace
     from ..workload.trace import check_step_budget
 
-    shape = generation_for(args.vllm_version).ladder
     config = GraphConfig(
         vllm_version=args.vllm_version,
         cudagraph_mode=args.mode,
@@ -165,6 +164,23 @@ def run_plan(args: argparse.Namespace) -> int:
     table = compare(test, ladders, config=config, cost_model=cost_model, **latency)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
     table["evaluated_on"] = evaluated_on
+    return _print_plan(args, table, flags, plan_on, test, label, evaluated_on, cost_model)
+
+
+def _print_plan(
+    args: argparse.Namespace,
+    table: Any,
+    flags: dict[str, str],
+    plan_on: Any,
+    test: Any,
+    label: str,
+    evaluated_on: str,
+    cost_model: Any,
+) -> int:
+    """The ladders' table and the engine settings, as JSON or for a person; exit status 0."""
+    import pandas as pd
+
+    shape = generation_for(args.vllm_version).ladder
     if args.json:
         records = table.rename(columns={"ladder": "name"}).to_dict(orient="records")
         out = {
@@ -275,15 +291,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     plan.add_argument(
         "--vllm-version",
-        choices=tuple(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=default_release(),
-        help="vLLM release whose graph dispatch to plan for: "
+        help="vLLM release whose graph dispatch to plan for, any from 0.8 on (each "
+        "dispatches as its generation: "
         + ", ".join(g.describe() for g in GENERATIONS.values())
-        + "; default %(default)s, the newest",
+        + "); default %(default)s, the newest",
     )
     plan.add_argument(
         "--mode", default="FULL_AND_PIECEWISE", help="cudagraph mode (default %(default)s)"
     )
+    _add_engine_flags(plan)
+    plan.set_defaults(func=run_plan)
+
+
+def _add_engine_flags(plan: argparse.ArgumentParser) -> None:
+    """vLLM's scheduler limits the planning trace is simulated under."""
     plan.add_argument("--max-num-seqs", type=int, default=256)
     plan.add_argument("--max-num-batched-tokens", type=int, default=8192)
     plan.add_argument("--num-speculative-tokens", type=int, default=0)
@@ -298,4 +322,3 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan.add_argument(
         "--sequence-parallel", action="store_true", help="sizes must be multiples of the TP size"
     )
-    plan.set_defaults(func=run_plan)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..core.generation import GENERATIONS
+from ..core.generation import GENERATIONS, release_arg
 from .dispatch import add_config_arguments, config_from_args
 
 __all__ = ["add_parser"]
@@ -199,11 +199,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sweep.add_argument(
         "--vllm-version",
-        choices=list(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=None,
-        help="vLLM release whose graph dispatch the runner follows: "
+        help="vLLM release whose graph dispatch the runner follows, any from 0.8 on (each "
+        "dispatches as its generation: "
         + ", ".join(f"{g.release} ({g.name})" for g in GENERATIONS.values())
-        + "; default: the spec's (the presets': the newest)",
+        + "); default: the spec's (the presets': the newest)",
     )
     sweep.add_argument(
         "--strict",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from ..core.generation import GENERATIONS, default_release
+from ..core.generation import default_release, release_arg
 from .model_args import add_device_args, check_model_flag, device_from_args
 from .plan import check_int_flags
 
@@ -52,7 +52,7 @@ def _check(args: argparse.Namespace) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     _check(args)
     from ..estimate.devices import device_label
-    from ..views.tune_run import TuneSettings, tune_for
+    from ..plan.tune_run import TuneSettings, tune_for
     from ..views.tune_verdict import verdict_text
 
     device = device_from_args(args)
@@ -101,8 +101,6 @@ def _one_line_error(message: str) -> NoReturn:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
-    from ..plan.tune_result import OBJECTIVES
-    from ..workload.replicas import BALANCES
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
@@ -139,9 +137,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     tune.add_argument(
         "--vllm-version",
-        choices=tuple(GENERATIONS),
+        type=release_arg,
+        metavar="RELEASE",
         default=default_release(),
-        help="vLLM release whose dispatch and defaults to use (default %(default)s, the newest)",
+        help="vLLM release whose dispatch and defaults to use, any from 0.8 on (0.10.1.1, "
+        "0.21.0, ...; default %(default)s, the newest)",
     )
     tune.add_argument("--max-num-seqs", type=int, default=256)
     tune.add_argument(
@@ -159,37 +159,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_GRAPHS,
         help="most sizes to plan (0.34: decode request + prefill token sizes; %(default)s)",
     )
-    tune.add_argument("--memory-budget-mib", type=float, default=None, help="graph pool budget")
-    tune.add_argument("--capture-budget-s", type=float, default=None, help="capture-time budget")
-    tune.add_argument(
-        "--holdout",
-        type=float,
-        default=0.5,
-        help="held-out share of the trace (by time) the verdict is judged on (%(default)s)",
-    )
-    tune.add_argument("--context-len", type=int, default=512, help="KV positions per token")
-    tune.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=0.9,
-        help="vLLM's share of device memory, for the KV-cache estimate (default %(default)s)",
-    )
-    tune.add_argument(
-        "--objective",
-        choices=tuple(OBJECTIVES),
-        default=None,
-        help="the figure the plan must beat vLLM's default on, outside the band of model "
-        "error and noise: p99-ttft (default with requests: what a server's users see "
-        "first), step (mean step time; default for a trace of steps), throughput, "
-        "startup (capture time), kv (KV-cache tokens)",
-    )
-    tune.add_argument(
-        "--calibration",
-        default=None,
-        metavar="NAME_OR_PATH",
-        help="a profile `calibrate` fitted on this setup's own vLLM logs: its graph-pool, "
-        "capture-time, non-torch and step-time factors, and bands shrunk to its residuals",
-    )
+    _add_judging_flags(tune)
+    _add_traffic_flags(tune)
+    tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
+    tune.add_argument("--json", action="store_true", help="print one JSON object")
+    tune.set_defaults(func=run_tune)
+
+
+def _add_traffic_flags(tune: argparse.ArgumentParser) -> None:
+    """The flags that say how the traffic reaches vLLM: its length limit, the client's
+    concurrency, the tokens per prefix id, and the replicas it is split across."""
+    from ..workload.replicas import BALANCES
+
     tune.add_argument(
         "--max-model-len",
         type=int,
@@ -227,6 +208,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "replica with the fewest unfinished requests), prefix (a request goes to the replica "
         "that served its first prefix block, hash_ids; round-robin without them)",
     )
-    tune.add_argument("--seed", type=int, default=0, help="seed of synthetic traffic")
-    tune.add_argument("--json", action="store_true", help="print one JSON object")
-    tune.set_defaults(func=run_tune)
+
+
+def _add_judging_flags(tune: argparse.ArgumentParser) -> None:
+    """The flags that say what the plan is held to: budgets, the held-out share, the cost
+    model's inputs, the objective and a calibration profile."""
+    from ..plan.tune_result import OBJECTIVES
+
+    tune.add_argument("--memory-budget-mib", type=float, default=None, help="graph pool budget")
+    tune.add_argument("--capture-budget-s", type=float, default=None, help="capture-time budget")
+    tune.add_argument(
+        "--holdout",
+        type=float,
+        default=0.5,
+        help="held-out share of the trace (by time) the verdict is judged on (%(default)s)",
+    )
+    tune.add_argument("--context-len", type=int, default=512, help="KV positions per token")
+    tune.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="vLLM's share of device memory, for the KV-cache estimate (default %(default)s)",
+    )
+    tune.add_argument(
+        "--objective",
+        choices=tuple(OBJECTIVES),
+        default=None,
+        help="the figure the plan must beat vLLM's default on, outside the band of model "
+        "error and noise: p99-ttft (default with requests: what a server's users see "
+        "first), step (mean step time; default for a trace of steps), throughput, "
+        "startup (capture time), kv (KV-cache tokens)",
+    )
+    tune.add_argument(
+        "--calibration",
+        default=None,
+        metavar="NAME_OR_PATH",
+        help="a profile `calibrate` fitted on this setup's own vLLM logs: its graph-pool, "
+        "capture-time, non-torch and step-time factors, and bands shrunk to its residuals",
+    )

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from .arith import cdiv
 from .modes import CUDAGraphMode
 from .release import ConfigRules, Generation, GraphRules, RunnerTraits, SchedulerRules
+from .release_table import parse_release, release_defaults
 from .validate import MAX_CAPTURE_SIZE, MAX_STEP_TOKENS, check_bool, check_int
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "generation_for",
     "generation_of",
     "check_version",
+    "release_arg",
     "default_release",
     "GraphDispatcher",
     "GraphKey",
@@ -200,24 +202,55 @@ def __getattr__(name: str) -> Any:
 
 
 def check_version(version: Any) -> str | None:
-    """``version`` as the string of a registered release (or None), else ValueError.
+    """``version`` as the release string of the registered generation that dispatches it
+    (or None), else ValueError.
 
-    A float naming one (``0.34``) is taken as its string: papermill's ``-p vllm_version
-    0.34`` and YAML hand the release over as a number. A patch release (``"0.34.0"``)
-    names its minor release.
+    Any vLLM release from 0.8 on is accepted (``"0.10.1.1"``, ``"0.11.2"``, ``"0.26.1"``,
+    ``"0.34.0"``): :mod:`cgdispatch.core.release_table` maps it to its generation (V1's
+    ``CudagraphDispatcher`` up to 0.33, generation 2's ``CudaGraphManager`` from 0.34). A
+    float naming one (``0.34``) is taken as its string: papermill's ``-p vllm_version
+    0.34`` and YAML hand the release over as a number. That release's own defaults:
+    :func:`~cgdispatch.core.release_table.release_defaults`.
     """
-    if isinstance(version, float) and repr(version) in _REGISTRY:
-        return repr(version)
-    if isinstance(version, str) and version not in _REGISTRY and version.count(".") == 2:
-        minor = version.rsplit(".", 1)[0]
-        if minor in _REGISTRY:
-            return minor
     if version is None or (isinstance(version, str) and version in _REGISTRY):
         return version
-    known = ", ".join(f"'{g.release}' ({g.name}, {g.dispatcher_name})" for g in _REGISTRY.values())
+    if isinstance(version, float) and repr(version) in _REGISTRY:
+        return repr(version)
+    try:
+        parts = parse_release(version)  # not dotted numbers, older than 0.8 or unknown
+    except ValueError as exc:
+        known = ", ".join(
+            f"'{g.release}' ({g.name}, {g.dispatcher_name})" for g in _REGISTRY.values()
+        )
+        raise ValueError(f"{exc}; the registered generations are {known}") from None
+    generation = release_defaults(version).generation
+    if generation in _REGISTRY:
+        return generation
+    # a registry without the table's generation (tests register their own): the newest
+    # registered release at or below it, else the oldest
+    older = [r for r in _REGISTRY if _release_order(r) <= parts]
+    if older:
+        return older[-1]
+    if _REGISTRY:
+        return next(iter(_REGISTRY))
     raise ValueError(
-        f"vllm_version={version!r} is unknown: use {known} or None (each class's own generation)"
+        f"vllm_version={version!r} has no registered generation: import cgdispatch.core first"
     )
+
+
+def release_arg(text: str) -> str:
+    """A command line's ``--vllm-version``: a registered release as it is, else any release
+    from 0.8 on, normalised (``" 0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the
+    ValueError's text (it converts string defaults too)."""
+    import argparse
+
+    if text in _REGISTRY:
+        return text
+    try:
+        check_version(text)
+        return ".".join(str(p) for p in parse_release(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def generation_for(version: Any) -> Generation:

@@ -76,7 +76,8 @@ class RunnerTraits:
     # graphs hold a request count that each batch's is checked against (V1 reads none)
     keys_count_requests: bool
     cascade_attention: bool  # the runner has cascade attention (excludes FULL)
-    # vLLM's memory profile subtracts its estimate of graph memory from the KV cache
+    # the generation's own release's memory profile subtracts its estimate of graph memory
+    # from the KV cache (each release's answer: release_table.release_defaults)
     profiles_graph_memory: bool
 
 

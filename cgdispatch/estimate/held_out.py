@@ -28,7 +28,15 @@ from .startup import DEVICE_MEMORY_BYTES
 from .startup_data import reference_startups
 from .startup_pricing import CALIBRATION, GIB, StartupCoefficients
 
-__all__ = ["TARGETS", "held_out_errors", "held_out_table", "held_out_targets", "held_out_markdown"]
+__all__ = [
+    "LADDER_BINS",
+    "TARGETS",
+    "held_out_errors",
+    "held_out_markdown",
+    "held_out_table",
+    "held_out_targets",
+    "ladder_bin",
+]
 
 # issue 28's targets on runs not fitted: |relative error| statistic -> bound
 TARGETS = {
@@ -67,6 +75,7 @@ def held_out_errors(
             "vllm_version": str(row["vllm_version"]),
             "mode": row["cudagraph_mode"],
             "keys": _keys(row),
+            "ladder": ladder_bin(len(str(row["cudagraph_capture_sizes"]).split())),
             "max_num_seqs_from": seqs_from,
             "graph_memory_gib": row["graph_memory_gib"],
             "graph_memory_gib_model": est.graph_memory_bytes / GIB,
@@ -93,6 +102,21 @@ def held_out_errors(
     return table
 
 
+# ladder-size groups (issue 35): capture sizes in the run's list
+LADDER_BINS = ((1, 8, "1-8"), (9, 64, "9-64"), (65, None, "65+"))
+
+
+def ladder_bin(num_sizes: int) -> str:
+    """The group of a ladder of ``num_sizes`` capture sizes: ``"1-8"``, ``"9-64"`` or
+    ``"65+"``."""
+    if isinstance(num_sizes, bool) or not isinstance(num_sizes, int) or num_sizes < 1:
+        raise ValueError(f"num_sizes={num_sizes!r} is invalid: a ladder has >= 1 size")
+    for low, high, label in LADDER_BINS:
+        if num_sizes >= low and (high is None or num_sizes <= high):
+            return label
+    raise AssertionError("unreachable")
+
+
 def _version_key(version: str) -> tuple[int, ...]:
     """0.9.2 before 0.11.0 (numeric, not text, order)."""
     return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
@@ -116,13 +140,15 @@ def _stats(errors: pd.DataFrame) -> dict[str, Any]:
 
 
 def held_out_table(errors: pd.DataFrame | None = None, *, by: str = "device") -> pd.DataFrame:
-    """|relative error| statistics of the held-out runs per ``by`` (``"device"`` or
-    ``"vllm_version"``), with an ``all`` row last; each quantity counts only the runs where
-    it was evaluated (``... n``)."""
-    if by not in ("device", "vllm_version"):
-        raise ValueError(f"by={by!r} is invalid: group by 'device' or 'vllm_version'")
+    """|relative error| statistics of the held-out runs per ``by`` (``"device"``,
+    ``"vllm_version"`` or ``"ladder"``, the ladder-size groups of :data:`LADDER_BINS`),
+    with an ``all`` row last; each quantity counts only the runs where it was evaluated
+    (``... n``)."""
+    if by not in ("device", "vllm_version", "ladder"):
+        raise ValueError(f"by={by!r} is invalid: group by 'device', 'vllm_version' or 'ladder'")
     errors = held_out_errors() if errors is None else errors
-    keys = sorted(set(errors[by]), key=_version_key if by == "vllm_version" else str)
+    order = {"vllm_version": _version_key, "ladder": [b[2] for b in LADDER_BINS].index}
+    keys = sorted(set(errors[by]), key=order.get(by, str))
     out = [{by: key, **_stats(errors[errors[by] == key])} for key in keys]
     out.append({by: "all", **_stats(errors)})
     return pd.DataFrame(out)
@@ -171,13 +197,16 @@ def _group_markdown(table: pd.DataFrame, by: str, title: str) -> list[str]:
 
 
 def held_out_markdown(errors: pd.DataFrame | None = None) -> str:
-    """The held-out tables of docs/calibration.md: by GPU, by release, the targets and
+    """The held-out tables of docs/calibration.md: by GPU, by release, by ladder size, the
+    targets and
     every run (signed errors; ``–`` where not evaluated)."""
     errors = held_out_errors() if errors is None else errors
     lines = ["By GPU:", ""]
     lines += _group_markdown(held_out_table(errors, by="device"), "device", "GPU")
     lines += ["", "By vLLM release:", ""]
     lines += _group_markdown(held_out_table(errors, by="vllm_version"), "vllm_version", "vLLM")
+    lines += ["", "By ladder size (capture sizes in the run's list):", ""]
+    lines += _group_markdown(held_out_table(errors, by="ladder"), "ladder", "sizes")
     lines += ["", "Targets on runs not fitted:", ""]
     lines += ["| target | bound | held-out value | runs | met |", "| --- | --- | --- | --- | --- |"]
     for r in held_out_targets(errors).to_dict("records"):

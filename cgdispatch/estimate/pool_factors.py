@@ -24,6 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.release_table import release_defaults
+from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DEVICE_PRESETS
 from .startup import StartupEstimate, estimate_startup
 from .startup_data import reference_config, reference_startups
@@ -44,26 +46,25 @@ POOL_GROUPS = {"Ampere": "Ampere/Ada", "Ada": "Ampere/Ada"}
 # the pool model's inputs do not depend on the GPU: a run on a GPU without a preset is
 # traced with this one's (only its graph memory is then used)
 TRACE_DEVICE = "H100"
-# vLLM's server default max_num_seqs (vllm/engine/arg_utils.py, 0.10.0 and after): 1024 on a
-# GPU with at least 70 GiB that is not an A100, else 256
-DEFAULT_MAX_NUM_SEQS = 256
-LARGE_GPU_MAX_NUM_SEQS = 1024
-_LARGE_GPU_GIB = 70
 
 
-def run_max_num_seqs(row: pd.Series) -> tuple[int, str]:
+def run_max_num_seqs(row: Any) -> tuple[int, str]:
     """A logged run's max_num_seqs and where it comes from: the log; else the largest FULL
-    decode size (vLLM stops FULL decode sizes at max_num_seqs); else vLLM's default for the
-    GPU (1024 on one of 70 GiB or more but an A100, else 256)."""
+    decode size (vLLM stops FULL decode sizes at max_num_seqs); else its release's
+    ``vllm serve`` default for the GPU (:mod:`cgdispatch.core.release_table`: from 0.9, 1024
+    on one of 70 GiB or more that is not an A100, else 256). A row without a release
+    (``vllm_version``) is read as the newest release that logs like the reference runs."""
     if pd.notna(row["max_num_seqs"]):
         return int(row["max_num_seqs"]), "logged"
     if int(row["full_graphs"]) > 0:
         return int(row["full_largest"]), "largest FULL size"
-    spec = DEVICE_PRESETS.get(str(row["device"]))
-    large = spec is not None and spec.memory_bytes >= _LARGE_GPU_GIB * GIB
-    if large and "A100" not in str(row["device"]):
-        return LARGE_GPU_MAX_NUM_SEQS, "vLLM default (GPU of 70 GiB or more)"
-    return DEFAULT_MAX_NUM_SEQS, "vLLM default"
+    device = str(row["device"])
+    spec = DEVICE_PRESETS.get(device)
+    memory = spec.memory_bytes if spec is not None else 0.0
+    release = row.get("vllm_version") if hasattr(row, "get") else None
+    defaults = release_defaults(str(release) if pd.notna(release) else V1_RELEASE)
+    seqs, _ = defaults.batch_limits(device, memory)
+    return seqs, f"vLLM {defaults.release} default for the GPU"
 
 
 def predict_run(
@@ -88,6 +89,7 @@ def predict_run(
         kv_cache_dtype=str(row["kv_cache_dtype"]),
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
         coefficients=CALIBRATION if coefficients is None else coefficients,
+        vllm_version=str(row["vllm_version"]),  # its KV budget as that release computes it
     )
     return est, known, seqs_from
 

@@ -84,6 +84,7 @@ def run_config(path: str, log: VllmStartupLog, device: str | DeviceSpec) -> Grap
             "full_graphs": log.full_graphs,
             "full_largest": log.full_largest or max(log.capture_sizes),
             "device": device_label(device),
+            "vllm_version": log.vllm_version or float("nan"),
         }  # fmt: skip
     )
     config = GraphConfig(

@@ -118,7 +118,7 @@ class CalibrationProfile:
         capture = {
             k: getattr(base, k) * self.capture_factor
             for k in ("capture_base_s", "capture_per_node_s", "capture_per_eager",
-                      "capture_per_moe_key_s")
+                      "capture_per_moe_key_s", "capture_per_key_s")
         }  # fmt: skip
         return dataclasses.replace(
             base,

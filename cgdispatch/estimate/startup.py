@@ -9,9 +9,10 @@ models). Then:
 
 - **KV cache**, as vLLM's ``gpu_worker.determine_available_memory``: device memory x
   ``gpu_memory_utilization`` - weights - the profile run's activation peak - non-torch
-  memory it adds, and under generation 2 also the graph-memory estimate (vLLM 0.34 sets
-  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` by default; the reference logs, V1, did
-  not subtract it). Blocks per GPU are that memory over one block of every layer's KV;
+  memory it adds, and from vLLM 0.20 on also the graph-memory estimate (0.20.0's
+  ``vllm/envs.py`` sets ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` by default; 0.18
+  and 0.19 estimate without subtracting; the release table,
+  :mod:`cgdispatch.core.release_table`, says which release does what). Blocks per GPU are that memory over one block of every layer's KV;
   the run's capacity is the smallest GPU's. The activation peak is the sampler's fp32 logits
   for ``max_num_seqs`` requests, the MLP activation of ``max_num_batched_tokens`` tokens and
   a fixed part; non-torch memory depends on whether TP (NCCL, custom all-reduce buffers) or
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..core.config import GraphConfig
 from ..core.generation import generation_of
+from ..core.release_table import ReleaseDefaults, release_defaults
 from ..models.arch_spec import DTYPE_BYTES
 from ..models.published import PublishedModel, published_model
 from .devices import DEVICE_PRESETS, DeviceSpec, device_label, device_spec
@@ -82,7 +84,7 @@ class StartupEstimate:
     kv_cache_blocks: int
     kv_cache_tokens: int
     kv_bytes_per_token: float
-    graph_memory_subtracted: bool  # generation 2 takes its graph estimate from the KV budget
+    graph_memory_subtracted: bool  # the release (0.20+) takes its graph estimate from the KV budget
     source: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -159,6 +161,7 @@ def estimate_startup(
     gpu_memory_utilization: float = 0.9,
     block_size: int = 16,
     coefficients: StartupCoefficients | None = None,
+    vllm_version: str | None = None,
 ) -> StartupEstimate:
     """Graph memory, capture time and KV-cache capacity of one vLLM start-up (model).
 
@@ -171,6 +174,11 @@ def estimate_startup(
     ``dtype``, ``quantization`` and ``kv_cache_dtype`` as vLLM's flags; None is the
     checkpoint's dtype and quantization. A model that leaves no room for one KV block is a
     ValueError (vLLM would refuse to start), not an estimate of zero tokens.
+    ``vllm_version``: the release that starts (any from 0.8, ``"0.21.0"``; default the
+    config's own, ``config.vllm_version``); its KV budget is computed as that release
+    computes it: from 0.20 vLLM takes its graph-memory estimate from it
+    (:func:`~cgdispatch.core.release_table.release_defaults`). It must dispatch as the
+    config's generation (ValueError otherwise).
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     check_startup_config(config)
@@ -189,7 +197,10 @@ def estimate_startup(
         pm, device, config, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
     )
     graph_gib = c.pool_factor(device) * (
-        c.pool_base_gib + c.pool_per_node_gib * f["nodes"] + c.pool_per_boundary * f["boundary_gib"]
+        c.pool_base_gib
+        + c.pool_per_key_gib * f["keys"]
+        + c.pool_per_node_gib * f["nodes"]
+        + c.pool_per_boundary * f["boundary_gib"]
     )
     if not f["keys"]:
         graph_gib = 0.0
@@ -197,6 +208,7 @@ def estimate_startup(
     if f["keys"]:
         capture_s = (
             c.capture_base_s
+            + c.capture_per_key_s * f["keys"]
             + c.capture_per_node_s * f["nodes"]
             + c.capture_per_eager * f["eager_s"]
             + c.capture_per_moe_key_s * f["moe_keys"]
@@ -208,7 +220,7 @@ def estimate_startup(
         + c.activation_moe_gib * a["moe"]
     )
     non_torch = _non_torch_gib(c, tp, pp)
-    subtract = generation_of(config).runner.profiles_graph_memory
+    subtract = _release_of(config, vllm_version).subtracts_graph_estimate
     budget = device_spec(device).memory_bytes * gpu_memory_utilization
     kv_bytes, blocks = math.inf, None
     for rank in range(pp):
@@ -259,6 +271,21 @@ def estimate_startup(
         graph_memory_subtracted=subtract,
         source=startup_source(device, c),
     )
+
+
+def _release_of(config: GraphConfig, vllm_version: Any) -> ReleaseDefaults:
+    """The defaults of the release that starts: ``vllm_version``, else the config's."""
+    if vllm_version is None:
+        return release_defaults(config.vllm_version)
+    release = release_defaults(vllm_version)  # ValueError: not a release from 0.8 on
+    if release.generation != generation_of(config).release:
+        raise ValueError(
+            f"vllm_version={vllm_version!r} dispatches as generation {release.generation}, "
+            f"but config is of vLLM {config.vllm_version}: build the config with "
+            f"vllm_version={release.release!r} (GraphConfig(vllm_version=...)), or drop "
+            "vllm_version"
+        )
+    return release
 
 
 class DoesNotFitError(ValueError):

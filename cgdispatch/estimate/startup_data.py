@@ -22,7 +22,6 @@ import pandas as pd
 from ..core import cache
 from ..core.config import GraphConfig
 from ..core.modes import AttentionCGSupport
-from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DEVICE_PRESETS, device_spec
 
 __all__ = ["fitted_devices", "logged_devices", "reference_config", "reference_startups", "run_args"]
@@ -81,8 +80,8 @@ def _field(row: Mapping[str, Any] | pd.Series, name: str) -> Any:
 
 
 def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
-    """The :class:`GraphConfig` that reproduces a reference run's capture: its mode, sizes,
-    ``max_num_seqs`` and ``max_num_batched_tokens``; a run that logged no FULL graph had an
+    """The :class:`GraphConfig` that reproduces a reference run's capture under its own
+    release's generation: its mode, sizes, ``max_num_seqs`` and ``max_num_batched_tokens``; a run that logged no FULL graph had an
     attention backend without graph support, so its mode is lowered as vLLM lowered it."""
     if not isinstance(row, (Mapping, pd.Series)):
         raise ValueError(
@@ -96,8 +95,9 @@ def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
         max_num_seqs=int(_field(row, "max_num_seqs")),
         max_num_batched_tokens=int(_field(row, "max_num_batched_tokens")),
         tensor_parallel_size=int(_field(row, "tensor_parallel_size")),
-        # the logged runs are vLLM 0.19: V1's dispatch, the oldest generation modelled here
-        vllm_version=V1_RELEASE,
+        # the run's own release (0.9.2 to 0.26.1): its generation's dispatch, from the
+        # release table (cgdispatch.core.release_table)
+        vllm_version=str(_field(row, "vllm_version")),
     )
     no_full = int(_field(row, "full_graphs")) == 0 and int(_field(row, "piecewise_graphs")) > 0
     support = AttentionCGSupport.NEVER if no_full else AttentionCGSupport.ALWAYS
@@ -106,10 +106,11 @@ def reference_config(row: Mapping[str, Any] | pd.Series) -> GraphConfig:
 
 def run_args(row: pd.Series) -> dict[str, Any]:
     """The keyword arguments of :func:`~cgdispatch.estimate.startup.estimate_startup` that
-    one reference run's row logs (parallel sizes, dtype, quantization, KV dtype, memory
-    share)."""
+    one reference run's row logs (release, parallel sizes, dtype, quantization, KV dtype,
+    memory share)."""
     quant = row["quantization"]
     return {
+        "vllm_version": str(row["vllm_version"]),
         "tensor_parallel_size": int(row["tensor_parallel_size"]),
         "pipeline_parallel_size": int(row["pipeline_parallel_size"]),
         "dtype": str(row["dtype"]),

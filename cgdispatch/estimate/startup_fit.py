@@ -20,7 +20,13 @@ import pandas as pd
 from ..models.published import published_model
 from .startup import activation_features, estimate_startup
 from .startup_data import reference_config, reference_startups, run_args
-from .startup_pricing import GIB, StartupCoefficients, startup_features
+from .startup_pricing import (
+    CAPTURE_BASE_CAP_S,
+    GIB,
+    POOL_BASE_CAP_GIB,
+    StartupCoefficients,
+    startup_features,
+)
 
 __all__ = ["FAMILIES", "fit_startup_model", "calibration_table", "error_summary"]
 
@@ -87,17 +93,40 @@ def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-_POOL = ("one", "nodes", "boundary_gib")
-_CAPTURE = ("one", "nodes", "eager_s", "moe_keys")
+_POOL = ("one", "keys", "nodes", "boundary_gib")
+_CAPTURE = ("one", "keys", "nodes", "eager_s", "moe_keys")
 _ACTIVATION = ("one", "logits_gib", "mlp_gib", "moe")
 
 
-def _fit(features: pd.DataFrame, rows: pd.DataFrame) -> StartupCoefficients:
+def _capped_base(a: np.ndarray, b: np.ndarray, cap: float, scale: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of ``a @ x ~ b`` whose first column (the fixed base,
+    ``scale`` its per-row weight) is at most ``cap``: fitted freely, and when it comes out
+    above the cap, held there and the rest refitted (issue 35: the reference runs, ladders of
+    51-166 keys, put into a fixed base what a small ladder does not pay)."""
+    x = _nonnegative_lstsq(a, b)
+    if x[0] <= cap:
+        return x
+    rest = _nonnegative_lstsq(a[:, 1:], b - cap * scale)
+    return np.concatenate([[cap], rest])
+
+
+def _fit(
+    features: pd.DataFrame,
+    rows: pd.DataFrame,
+    caps: tuple[float, float] = (POOL_BASE_CAP_GIB, CAPTURE_BASE_CAP_S),
+) -> StartupCoefficients:
+    """The constants fitted on ``rows``; ``caps``: the most the fixed pool (GiB) and
+    capture (s) bases may be (``(inf, inf)``: free, the fit before issue 35)."""
     x = features.assign(one=1.0)
     y = rows["graph_memory_gib"].to_numpy(float)
     a = x[list(_POOL)].to_numpy(float)
-    pool = _nonnegative_lstsq(a / y[:, None], np.ones_like(y))  # relative error
-    cap = _nonnegative_lstsq(x[list(_CAPTURE)].to_numpy(float), rows["capture_s"].to_numpy(float))
+    pool = _capped_base(a / y[:, None], np.ones_like(y), caps[0], 1 / y)  # relative error
+    cap = _capped_base(
+        x[list(_CAPTURE)].to_numpy(float),
+        rows["capture_s"].to_numpy(float),
+        caps[1],
+        np.ones_like(y),
+    )
     act = _nonnegative_lstsq(
         x[list(_ACTIVATION)].to_numpy(float), rows["activation_peak_gib"].to_numpy(float)
     )
@@ -107,11 +136,23 @@ def _fit(features: pd.DataFrame, rows: pd.DataFrame) -> StartupCoefficients:
     nt = rows["non_torch_increase_gib"].to_numpy(float)
     non_torch = [float(nt[r == 1].mean()) if (r == 1).any() else 0.0 for r in regimes.T]
     return StartupCoefficients(
-        *(float(v) for v in pool),
-        *(float(v) for v in cap),
-        *(float(v) for v in act),
-        *non_torch,
+        pool_base_gib=float(pool[0]),
+        pool_per_node_gib=float(pool[2]),
+        pool_per_boundary=float(pool[3]),
+        capture_base_s=float(cap[0]),
+        capture_per_node_s=float(cap[2]),
+        capture_per_eager=float(cap[3]),
+        capture_per_moe_key_s=float(cap[4]),
+        activation_base_gib=float(act[0]),
+        activation_per_logits=float(act[1]),
+        activation_per_mlp=float(act[2]),
+        activation_moe_gib=float(act[3]),
+        non_torch_single_gib=non_torch[0],
+        non_torch_tp_gib=non_torch[1],
+        non_torch_pp_gib=non_torch[2],
         fitted_on=len(rows),
+        pool_per_key_gib=float(pool[1]),
+        capture_per_key_s=float(cap[1]),
     )
 
 

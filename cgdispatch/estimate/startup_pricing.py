@@ -53,6 +53,11 @@ __all__ = [
 ]
 
 GIB = float(1 << 30)
+# the most a fixed base may be: a whole small ladder's logged cost (issue 35: Llama-2-7b
+# with max_num_seqs 1, 4 sizes, 0.08 GiB of graphs and 0.37 s of capture); the fit puts
+# the rest of the base on a per-key term (startup_fit)
+POOL_BASE_CAP_GIB = 0.08
+CAPTURE_BASE_CAP_S = 0.37
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,10 @@ class StartupCoefficients:
     # "device_fit" runs by fit_pool_factors(); 1 for any architecture not listed
     pool_factors: tuple[tuple[str, float], ...] = ()
     pool_factor_runs: int = 0  # device_fit runs behind pool_factors
+    # the part of the base that grows with the ladder: GiB and seconds per captured key
+    # (issue 35: the fixed bases are capped at POOL_BASE_CAP_GIB and CAPTURE_BASE_CAP_S)
+    pool_per_key_gib: float = 0.0
+    capture_per_key_s: float = 0.0
 
     def pool_factor(self, device: str | DeviceSpec) -> float:
         """The graph-pool factor of ``device``'s architecture (1 where none is fitted)."""
@@ -89,13 +98,13 @@ class StartupCoefficients:
 # (tests/estimate/test_startup.py refits and checks these; scripts/fit_startup_model.py
 # prints them)
 CALIBRATION = StartupCoefficients(
-    pool_base_gib=0.2381770065318849,
-    pool_per_node_gib=1.4934708986384297e-05,
-    pool_per_boundary=0.8731390193430919,
-    capture_base_s=1.395172905123058,
-    capture_per_node_s=3.7308770846302644e-05,
-    capture_per_eager=0.6708259678319883,
-    capture_per_moe_key_s=0.0023020438229020435,
+    pool_base_gib=0.08,  # held at POOL_BASE_CAP_GIB (the free fit put 0.24 here)
+    pool_per_node_gib=1.5149459558406425e-05,
+    pool_per_boundary=0.8856543397699943,
+    capture_base_s=0.37,  # held at CAPTURE_BASE_CAP_S (the free fit put 1.40 here)
+    capture_per_node_s=3.918467959693692e-05,
+    capture_per_eager=0.6688772809098664,
+    capture_per_moe_key_s=0.0022828985080449987,
     activation_base_gib=0.11681512703152136,
     activation_per_logits=3.5397633718364148,
     activation_per_mlp=0.18491709236088472,
@@ -105,8 +114,10 @@ CALIBRATION = StartupCoefficients(
     non_torch_pp_gib=0.07,
     fitted_on=59,
     # fit_pool_factors() on the 8 "device_fit" runs (issue 28; tests/estimate/test_pool_factors.py)
-    pool_factors=(("Ampere", 0.815851081318507), ("Ada", 0.815851081318507)),
+    pool_factors=(("Ampere", 1.121807137513995), ("Ada", 1.121807137513995)),
     pool_factor_runs=8,
+    pool_per_key_gib=0.0014485451045066094,
+    capture_per_key_s=0.009288516048558428,
 )
 
 
@@ -241,8 +252,10 @@ class GraphPricing:
         """Pool bytes one key of each size adds: its nodes and its attention inputs."""
         n = np.asarray(num_tokens, dtype=np.float64)
         c = self.coefficients
-        gib = c.pool_per_node_gib * self.nodes(mode) + c.pool_per_boundary * n * (
-            self.boundary_bytes_per_token / GIB
+        gib = (
+            c.pool_per_key_gib
+            + c.pool_per_node_gib * self.nodes(mode)
+            + c.pool_per_boundary * n * (self.boundary_bytes_per_token / GIB)
         )
         return gib * GIB * self.pool_factor
 
@@ -261,7 +274,8 @@ class GraphPricing:
         c = self.coefficients
         n = np.asarray(num_tokens, dtype=np.int64)
         return (
-            c.capture_per_node_s * self.nodes(mode)
+            c.capture_per_key_s
+            + c.capture_per_node_s * self.nodes(mode)
             + c.capture_per_eager * (num_warmups + 1) * self.eager_s(n)
             + c.capture_per_moe_key_s * self.moe_layers
         )

@@ -66,7 +66,13 @@ MODEL_TYPES: dict[str, _Kind] = {
     "gpt_oss": _Kind("gpt-oss", qkv_bias=True, sliding_every=2),
 }
 # quantization_config.quant_method -> vLLM's name of the scheme (QUANT_WEIGHT_BYTES)
-_QUANT = {"fp8": "fp8", "compressed-tensors": "compressed", "mxfp4": "mxfp4", "gptq": "gptq_marlin"}
+_QUANT = {
+    "fp8": "fp8",
+    "compressed-tensors": "compressed",
+    "mxfp4": "mxfp4",
+    "gptq": "gptq_marlin",
+    "awq": "awq_marlin",
+}
 _DTYPES = ("bfloat16", "float16", "float32")
 # the most an integer field may hold (cgdispatch.core.validate.BOUNDS); any other: a width
 _MOST = {
@@ -197,12 +203,40 @@ def _quantization(cfg: Mapping[str, Any]) -> str:
             f"config.json field 'quantization_config.bits'={quant.get('bits')!r} is "
             "unsupported: GPTQ is modelled at 4 bits"
         )
+    if method == "awq" and quant.get("bits", quant.get("w_bit")) != 4:
+        raise ValueError(
+            f"config.json field 'quantization_config.bits'={quant.get('bits')!r} is "
+            "unsupported: AWQ is modelled at 4 bits"
+        )
+    if method == "compressed-tensors":
+        return _compressed_scheme(quant)
     if method not in _QUANT:
         raise ValueError(
             f"config.json field 'quantization_config.quant_method'={method!r} is unsupported: "
             f"use one of {sorted(_QUANT)} (or drop quantization_config for 16-bit weights)"
         )
     return _QUANT[method]
+
+
+def _compressed_scheme(quant: Mapping[str, Any]) -> str:
+    """compressed-tensors priced at its weights' bit width: every config group's
+    ``weights.num_bits`` (8: one byte a weight; 4: W4A16 groups)."""
+    groups = quant.get("config_groups")
+    bits = set()
+    if isinstance(groups, Mapping):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if isinstance(weights, Mapping):
+                bits.add(weights.get("num_bits"))
+    if not bits or bits == {8}:
+        return "compressed"
+    if bits == {4}:
+        return "compressed_w4a16"
+    raise ValueError(
+        f"config.json field 'quantization_config.config_groups' weights num_bits="
+        f"{sorted(bits, key=str)} is unsupported: compressed-tensors is modelled at 8 or 4 bits "
+        "(one width for every group)"
+    )
 
 
 def _check_structure(cfg: Mapping[str, Any]) -> None:

@@ -44,11 +44,17 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "fp8_e4m3":
 # 8-bit schemes keep one byte per weight (per-channel scales are negligible); GPTQ 4-bit keeps
 # half a byte plus a 16-bit scale per group of 128; MXFP4 (gpt-oss experts only) half a byte
 # plus an 8-bit scale per block of 32
+# AWQ 4-bit (vLLM's awq_marlin, or awq) half a byte plus a 16-bit scale and a 4-bit zero
+# point per group of 128; compressed-tensors with 4-bit weight groups (W4A16, pack-quantized)
+# half a byte plus a 16-bit scale per group of 128
 QUANT_WEIGHT_BYTES = {
     "fp8": 1.0,
     "compressed": 1.0,
     "compressed-tensors": 1.0,
+    "compressed_w4a16": 0.5 + 2 / 128,
     "gptq_marlin": 0.5 + 2 / 128,
+    "awq_marlin": 0.5 + 2.5 / 128,
+    "awq": 0.5 + 2.5 / 128,
     "mxfp4": 0.5 + 1 / 32,
 }
 _VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE

@@ -143,7 +143,7 @@ class TuneResult:
     # compare's rows for every ladder replayed ("held out", "in sample"): the plan, vLLM's
     # default and any ladders tune was asked to replay beside them (not in --json)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict, compare=False, repr=False)
-    # what the traffic was as vLLM would see it (set by views.tune_run): max_model_len, the
+    # what the traffic was as vLLM would see it (set by plan.tune_run): max_model_len, the
     # requests rejected for reaching it, the trace's ideal prefix hit rate (None without
     # hash_ids), the client's max_concurrency (None: open loop)
     traffic: dict[str, Any] = field(default_factory=dict)

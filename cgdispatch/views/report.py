@@ -143,6 +143,33 @@ def _markdown(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
+def _memory_estimate_lines(estimates: pd.DataFrame) -> list[str]:
+    """The report's graph-memory estimate section (``model``), none without estimates."""
+    if not len(estimates):
+        return []
+    return [
+        "## Graph memory (estimate: `model`)",
+        "",
+        _markdown(
+            estimates.assign(
+                est_pool_MiB=estimates["est_pool_bytes"] / MIB,
+                est_separate_MiB=estimates["est_separate_bytes"] / MIB,
+            )[
+                [
+                    "model",
+                    "mode",
+                    "ladder",
+                    "est_graphs",
+                    "est_pool_MiB",
+                    "est_separate_MiB",
+                    "est_source",
+                ]
+            ]
+        ),
+        "",
+    ]
+
+
 def write_report(
     results: str | Path,
     out: str | Path | None = None,
@@ -199,28 +226,7 @@ def write_report(
         ]
     lines += ["## Capture time", "", *image("capture", "capture time")]
     lines += image("capture_per_key", "capture time per key")
-    if len(estimates):
-        lines += [
-            "## Graph memory (estimate: `model`)",
-            "",
-            _markdown(
-                estimates.assign(
-                    est_pool_MiB=estimates["est_pool_bytes"] / MIB,
-                    est_separate_MiB=estimates["est_separate_bytes"] / MIB,
-                )[
-                    [
-                        "model",
-                        "mode",
-                        "ladder",
-                        "est_graphs",
-                        "est_pool_MiB",
-                        "est_separate_MiB",
-                        "est_source",
-                    ]
-                ]
-            ),
-            "",
-        ]
+    lines += _memory_estimate_lines(estimates)
     lines += image("memory", "graph memory") + image("memory_per_key", "graph memory per key")
     if len(failed):
         errors = failed.groupby(["mode", "ladder", "error"], as_index=False).size()

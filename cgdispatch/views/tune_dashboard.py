@@ -38,12 +38,12 @@ from ..estimate.startup import DoesNotFitError
 from ..models.architectures import ARCHITECTURES
 from ..models.registry import tensor_parallel_size_for
 from ..plan.tune_result import OBJECTIVES, TuneResult
+from ..plan.tune_run import TuneSettings, tune_for
 from ..workload.replicas import BALANCES
 from ..workload.sources import TRACE_NAMES
 from .explorer_handlers import message_html
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
-from .tune_run import TuneSettings, tune_for
 from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]
@@ -93,30 +93,8 @@ class TuneDashboard(Snapshot, w.VBox):
         self._settings: TuneSettings | None = None  # the last run's, named by its verdict
         self.runs = 0  # recomputes so far, shown as data-run (the browser tests count them)
         style = {"description_width": "initial"}
-        self.model_box = w.Dropdown(
-            options=sorted({*ARCHITECTURES, model}), value=model, description="model", style=style
-        )
-        devices = [(name, name) for name in sorted(DEVICE_PRESETS)]
-        if isinstance(device, DeviceSpec):  # a GPU from a spec joins the presets
-            devices.append((device.name, device))
-        self.device_box = w.Dropdown(
-            options=devices, value=device, description="device", style=style
-        )
-        self.trace_box = w.Combobox(
-            options=list(TRACE_NAMES), value=trace, description="traffic", ensure_option=False,
-            placeholder="preset, production trace or CSV path", continuous_update=False,
-            style=style,
-        )  # fmt: skip
-        # unbounded: a bounded box would turn 0 into 1 silently; GraphConfig says what is wrong
-        self.seqs_box = w.IntText(value=max_num_seqs, description="max_num_seqs", style=style)
-        self.tokens_box = w.IntText(
-            value=max_num_batched_tokens, description="max_num_batched_tokens", style=style
-        )
-        self.tp_box = w.IntText(  # unbounded too: 0 is named, not clamped
-            value=tensor_parallel_size_for(model, tensor_parallel_size),
-            description="tensor_parallel_size",
-            style=style,
-        )
+        self._engine_controls(model, device, tensor_parallel_size, trace, max_num_seqs,
+                              max_num_batched_tokens, style)  # fmt: skip
         # tune --replicas and --balance; unbounded too: 0 replicas is named, not clamped
         self.replicas_box = w.IntText(value=replicas, description="replicas", style=style)
         self.balance_box = w.Dropdown(
@@ -163,6 +141,42 @@ class TuneDashboard(Snapshot, w.VBox):
             self.plot,
         ]
         self.update()
+
+    def _engine_controls(
+        self,
+        model: str,
+        device: str | DeviceSpec,
+        tensor_parallel_size: int | None,
+        trace: str,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        style: dict[str, str],
+    ) -> None:
+        """The model, device, traffic, limit and TP controls, unobserved."""
+        self.model_box = w.Dropdown(
+            options=sorted({*ARCHITECTURES, model}), value=model, description="model", style=style
+        )
+        devices = [(name, name) for name in sorted(DEVICE_PRESETS)]
+        if isinstance(device, DeviceSpec):  # a GPU from a spec joins the presets
+            devices.append((device.name, device))
+        self.device_box = w.Dropdown(
+            options=devices, value=device, description="device", style=style
+        )
+        self.trace_box = w.Combobox(
+            options=list(TRACE_NAMES), value=trace, description="traffic", ensure_option=False,
+            placeholder="preset, production trace or CSV path", continuous_update=False,
+            style=style,
+        )  # fmt: skip
+        # unbounded: a bounded box would turn 0 into 1 silently; GraphConfig says what is wrong
+        self.seqs_box = w.IntText(value=max_num_seqs, description="max_num_seqs", style=style)
+        self.tokens_box = w.IntText(
+            value=max_num_batched_tokens, description="max_num_batched_tokens", style=style
+        )
+        self.tp_box = w.IntText(  # unbounded too: 0 is named, not clamped
+            value=tensor_parallel_size_for(model, tensor_parallel_size),
+            description="tensor_parallel_size",
+            style=style,
+        )
 
     def _on_change(self, change: dict[str, Any]) -> None:
         self.update()

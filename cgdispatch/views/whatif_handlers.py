@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -110,6 +111,43 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
+def _metrics_attrs(
+    result: WhatIfResult,
+    release: Any,
+    sizes: list[int],
+    others: list[list[int]],
+    eager_steps: int,
+    latency: dict | None,
+) -> dict[str, Any]:
+    """The metrics box's figures as ``data-*`` attributes (the browser tests read them)."""
+    s = result.summary
+    cfg = result.config
+    attrs = {
+        "testid": "whatif-metrics",
+        "vllm-version": s["vllm_version"],
+        "mode": cfg.cudagraph_mode.name,
+        "sizes": ",".join(str(x) for x in sizes),  # what the sizes box holds
+        "steps": s["steps"],
+        "eager-steps": eager_steps,
+        "eager-step-share": repr(float(s["eager_step_share"])),
+        "step-share-full": repr(float(s["step_share_FULL"])),
+        "step-share-piecewise": repr(float(s["step_share_PIECEWISE"])),
+        "padding-tokens": s["padding_tokens"],
+        "padded-token-ratio": repr(float(s["padded_token_ratio"])),
+        "num-graphs": s["num_graphs"],
+    }
+    for ladder, values in zip(release.ladder.ladders[1:], others):  # "decode-sizes"
+        attrs[ladder.flag.replace("_", "-")] = ",".join(str(x) for x in values)
+    if "mean_step_ms" in s:
+        attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
+        attrs["source"] = s["source"]
+    if "graph_memory_bytes" in s:
+        attrs["graph-memory-bytes"] = repr(float(s["graph_memory_bytes"]))
+    for key, value in (latency or {}).items():
+        attrs[key.replace("_", "-")] = repr(float(value))
+    return attrs
+
+
 def metrics_html(
     result: WhatIfResult, trace_source: str = "trace", *, latency: dict | None = None
 ) -> str:
@@ -174,28 +212,6 @@ def metrics_html(
         )
     rows.append(("trace", f"{s['steps']} steps, {e(trace_source)}"))
     body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td>{v}</td></tr>" for k, v in rows)
-    attrs = {
-        "testid": "whatif-metrics",
-        "vllm-version": s["vllm_version"],
-        "mode": cfg.cudagraph_mode.name,
-        "sizes": ",".join(str(x) for x in sizes),  # what the sizes box holds
-        "steps": s["steps"],
-        "eager-steps": eager_steps,
-        "eager-step-share": repr(float(s["eager_step_share"])),
-        "step-share-full": repr(float(s["step_share_FULL"])),
-        "step-share-piecewise": repr(float(s["step_share_PIECEWISE"])),
-        "padding-tokens": s["padding_tokens"],
-        "padded-token-ratio": repr(float(s["padded_token_ratio"])),
-        "num-graphs": s["num_graphs"],
-    }
-    for ladder, values in zip(release.ladder.ladders[1:], others):  # "decode-sizes"
-        attrs[ladder.flag.replace("_", "-")] = ",".join(str(x) for x in values)
-    if "mean_step_ms" in s:
-        attrs["mean-step-ms"] = repr(float(s["mean_step_ms"]))
-        attrs["source"] = s["source"]
-    if "graph_memory_bytes" in s:
-        attrs["graph-memory-bytes"] = repr(float(s["graph_memory_bytes"]))
-    for key, value in (latency or {}).items():
-        attrs[key.replace("_", "-")] = repr(float(value))
+    attrs = _metrics_attrs(result, release, sizes, others, eager_steps, latency)
     attr_text = " ".join(f'data-{k}="{e(str(v))}"' for k, v in attrs.items())
     return f"<div {attr_text}><table>{body}</table></div>"

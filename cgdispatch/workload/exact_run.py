@@ -15,13 +15,20 @@ from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
 from .closed_loop import closed_loop_for
 from .limits import SchedulerLimits
-from .steps import LORA_COLUMN, STEP_FIELDS, Step
+from .steps import HASH_IDS_COLUMN, LORA_COLUMN, STEP_FIELDS, TOKEN_IDS_COLUMN, Step
 from .vllm_call import AcceptFn, ScheduleCall, SteadyStretch
 from .vllm_engine import run_engine
+from .vllm_prefix import BlockKeys
 from .vllm_rules import scheduler_rules
 from .vllm_scheduler import VllmSchedulerCore
 
 __all__ = ["ExactRun", "AcceptFn"]
+
+# prefix caching with every prompt unique (no hash_ids / prompt_token_ids) and an unlimited KV
+# cache changes nothing vLLM schedules: no request can hit another's blocks, none is ever
+# preempted to hit its own, and no cached block is ever evicted. Such runs take the counting
+# path (test_prefix_cache.py checks both give the same steps); False: always block for block.
+UNIQUE_UNLIMITED_AS_OFF = True
 
 _BOOL_FIELDS = ("uniform_decode", "has_lora")
 _DTYPES = {"time_s": np.float64, **{f: np.bool_ for f in _BOOL_FIELDS}}
@@ -83,10 +90,17 @@ class ExactRun:
                 )
         rows = self.rows
         accept = accept_drafts or geometric_accept(lim.spec_acceptance_rate, seed)
+        prompt_list, lora_list = prompt.tolist(), lora.tolist()
+        keys = None
+        if lim.enable_prefix_caching:
+            keys = _block_keys(requests, prompt_list, lora_list, lim, rows)
+            if keys.all_unique and lim.num_gpu_blocks is None and UNIQUE_UNLIMITED_AS_OFF:
+                keys = None
+        self._pc_on = lim.enable_prefix_caching
         self.core = VllmSchedulerCore(
-            prompt.tolist(),
+            prompt_list,
             output.tolist(),
-            lora.tolist(),
+            lora_list,
             rules=scheduler_rules(lim.vllm_version),
             max_num_seqs=lim.max_num_seqs,
             max_num_batched_tokens=lim.max_num_batched_tokens,
@@ -100,6 +114,7 @@ class ExactRun:
             async_scheduling=lim.is_async,
             accept=lambda clock_s, i, d: accept(clock_s, int(rows[i]), d),
             bulk=not record_calls,  # the bulk path lists only the requests it must
+            prefix=keys,
         )
         # arrivals that wait on finishes (a client's concurrency limit, delayed turns): the
         # core tells the closed loop of each finish; None keeps the fixed arrival times
@@ -147,6 +162,7 @@ class ExactRun:
             max_q,
             sum(call.decode) + bulk,
             call.kv_blocks_used,
+            call.num_cached_tokens,
         )  # in STEP_FIELDS order
         for col, value in zip(self._cols, row):
             col.append(value)
@@ -168,6 +184,7 @@ class ExactRun:
             "max_query_len": [1] * k,
             "num_decode_reqs": [n] * k,
             "kv_blocks_used": run.kv_blocks_used,
+            "num_cached_tokens": [0] * k,
         }
         for f, col in zip(STEP_FIELDS, self._cols):
             col.extend(values[f])
@@ -214,6 +231,21 @@ class ExactRun:
         )
         if self.closed is not None:  # when each request reached the server
             self.arrival_s = np.asarray(self.closed.arrived_s, dtype=np.float64)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens served from vLLM's prefix cache over the tokens the admissions asked
+        for (vLLM's ``PrefixCacheStats``: a resumed request's admission counts again); NaN
+        with prefix caching off or nothing admitted."""
+        self.run()
+        core = self.core
+        if not self._pc_on:
+            return float("nan")
+        if core.pc is None:  # every prompt unique, KV unlimited: nothing could hit
+            return 0.0
+        if not core.query_tokens:
+            return float("nan")
+        return core.hit_tokens / core.query_tokens
 
     @property
     def num_steps(self) -> int:
@@ -263,6 +295,33 @@ class ExactRun:
         ).sort_index()
         out.index.name = None
         return out
+
+
+def _block_keys(
+    requests: pd.DataFrame,
+    prompt: list[int],
+    lora: list[int],
+    lim: SchedulerLimits,
+    rows: np.ndarray,
+) -> BlockKeys:
+    """The block hashes prefix caching reads: from the table's hash_ids or prompt_token_ids
+    column (checked against the prompt lengths), else every prompt unique. The tokens per
+    hash id are the trace's own where its loader recorded them (``attrs["hash_block_size"]``:
+    a property of the ids, not of the engine), else the limits'."""
+    hash_ids = token_ids = None
+    hbs = int(requests.attrs.get("hash_block_size", lim.hash_block_size))
+    if HASH_IDS_COLUMN in requests:
+        hash_ids = requests[HASH_IDS_COLUMN].tolist()
+        for i, (ids, p) in enumerate(zip(hash_ids, prompt)):
+            if len(ids) != -(-p // hbs):
+                raise ValueError(
+                    f"request row {int(rows[i])}: {len(ids)} hash_ids for prompt_tokens={p} "
+                    f"at hash_block_size={hbs}: one id per {hbs} prompt tokens needs "
+                    f"{-(-p // hbs)}; fix the ids or set hash_block_size to the trace's"
+                )
+    elif TOKEN_IDS_COLUMN in requests:
+        token_ids = requests[TOKEN_IDS_COLUMN].tolist()
+    return BlockKeys(prompt, lora, lim.block_size, hash_ids, token_ids, hbs)
 
 
 def call_content(core: VllmSchedulerCore, call: ScheduleCall) -> StepContent:

@@ -329,6 +329,30 @@ def check_repeated_header(frame: pd.DataFrame) -> None:
         )
 
 
+def _arrival_times(frame: pd.DataFrame, column: str, scale: float, time_unit: str) -> np.ndarray:
+    """A request CSV's arrival column in seconds (numbers in ``time_unit``, or dates on one
+    UTC time line), or ValueError naming the first row that has none."""
+    stamps = frame[column]
+    if pd.api.types.is_numeric_dtype(stamps):
+        arrival = stamps.to_numpy(dtype=np.float64) * scale
+    else:
+        try:
+            # UTC offsets (a clock change mid-trace: +01:00 then +02:00) on one time line
+            times = pd.to_datetime(stamps, errors="coerce", format="mixed", utc=True)
+        except (ValueError, TypeError, OverflowError):
+            times = pd.Series(pd.NaT, index=stamps.index)
+        arrival = (times - times.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(arrival)
+    if bad.any():  # a NaN arrival never comes due: the simulator would wait for it forever
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{source_name(frame)}, row {row + 1}, column {column!r}: found "
+            f"{cell(stamps.iloc[row])}, expected an arrival time (a number in {time_unit}, "
+            "or a date); fill or drop that request"
+        )
+    return arrival
+
+
 def load_requests(
     source: str | Path | pd.DataFrame,
     *,
@@ -358,25 +382,7 @@ def load_requests(
     scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6}.get(time_unit)
     if scale is None:
         raise ValueError(f"time_unit={time_unit!r} is unknown: use 's', 'ms' or 'us'")
-    column = found["arrival_s"]
-    stamps = frame[column]
-    if pd.api.types.is_numeric_dtype(stamps):
-        arrival = stamps.to_numpy(dtype=np.float64) * scale
-    else:
-        try:
-            # UTC offsets (a clock change mid-trace: +01:00 then +02:00) on one time line
-            times = pd.to_datetime(stamps, errors="coerce", format="mixed", utc=True)
-        except (ValueError, TypeError, OverflowError):
-            times = pd.Series(pd.NaT, index=stamps.index)
-        arrival = (times - times.min()).dt.total_seconds().to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(arrival)
-    if bad.any():  # a NaN arrival never comes due: the simulator would wait for it forever
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"{source_name(frame)}, row {row + 1}, column {column!r}: found "
-            f"{cell(stamps.iloc[row])}, expected an arrival time (a number in {time_unit}, "
-            "or a date); fill or drop that request"
-        )
+    arrival = _arrival_times(frame, found["arrival_s"], scale, time_unit)
     too_big = " (MAX_REQUEST_TOKENS)"
     out = pd.DataFrame(
         {

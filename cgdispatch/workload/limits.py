@@ -52,6 +52,11 @@ class SchedulerLimits:
         None  # vLLM's num_gpu_blocks, null block included (None: unlimited)
     )
     async_scheduling: bool | None = None  # None: the release's default (0.34: on)
+    # vLLM's automatic prefix caching (on by default, as in vLLM V1); vLLM's own scheduler
+    # only: the older model ignores it. Prefix identity comes from the request table's
+    # hash_ids / prompt_token_ids column (steps.HASH_IDS_COLUMN), else every prompt is unique
+    enable_prefix_caching: bool = True
+    hash_block_size: int = 512  # prompt tokens per entry of a request's hash_ids
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -64,6 +69,7 @@ class SchedulerLimits:
             ("max_loras", 1, MAX_LORAS),
             ("max_model_len", 2, MAX_MODEL_LEN),
             ("num_gpu_blocks", 2, MAX_STEP_TOKENS),
+            ("hash_block_size", 1, MAX_STEP_TOKENS),
         ):
             value = getattr(self, name)
             if value is not None or name not in _OPTIONAL:
@@ -81,6 +87,11 @@ class SchedulerLimits:
             self,
             "enable_chunked_prefill",
             check_bool("enable_chunked_prefill", self.enable_chunked_prefill),
+        )
+        set_(
+            self,
+            "enable_prefix_caching",
+            check_bool("enable_prefix_caching", self.enable_prefix_caching),
         )
         if self.async_scheduling is not None:
             set_(self, "async_scheduling", check_bool("async_scheduling", self.async_scheduling))

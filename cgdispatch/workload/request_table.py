@@ -5,11 +5,14 @@ It checks; it neither sorts nor simulates (:mod:`cgdispatch.workload.scheduler` 
 
 from __future__ import annotations
 
+import contextlib
+import json
+
 import numpy as np
 import pandas as pd
 
 from ..core.validate import MAX_REQUEST_TOKENS
-from .steps import LORA_COLUMN
+from .steps import HASH_IDS_COLUMN, LORA_COLUMN, TOKEN_IDS_COLUMN
 
 __all__ = ["check_requests", "check_cells"]
 
@@ -34,6 +37,13 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
         )
     if len(requests) == 0:
         raise ValueError("request table is empty: give at least one request")
+    lists = [c for c in (HASH_IDS_COLUMN, TOKEN_IDS_COLUMN) if c in requests.columns]
+    if len(lists) > 1:
+        raise ValueError(
+            f"request table has both {HASH_IDS_COLUMN!r} and {TOKEN_IDS_COLUMN!r}: give one "
+            "source of prefix identity (drop the other column)"
+        )
+    frame = requests[lists].reset_index(drop=True)
     has_lora = LORA_COLUMN in requests.columns
     columns = {
         "arrival_s": (-np.inf, np.inf, False),
@@ -46,8 +56,12 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
     if all(c in requests.columns for c in _SESSION_COLUMNS):
         out.update(_sessions(requests[list(_SESSION_COLUMNS)].reset_index(drop=True)))
     checked = pd.DataFrame(out)
-    if "max_concurrency" in requests.attrs:  # the client's limit (workload.closed_loop)
-        checked.attrs["max_concurrency"] = requests.attrs["max_concurrency"]
+    for col in lists:
+        checked[col] = _id_lists(frame[col], col, out["prompt_tokens"])
+    # the client's limit (workload.closed_loop) and the tokens per hash id of the trace's ids
+    for key in ("max_concurrency", "hash_block_size"):
+        if key in requests.attrs:
+            checked.attrs[key] = requests.attrs[key]
     return checked
 
 
@@ -112,6 +126,43 @@ def check_cells(
                 f"{cell} is invalid: it must be an integer from {least:_} to {most:_}{per}"
             )
         out[col] = values.astype(np.int64) if integral else values
+    return out
+
+
+def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int, ...]]:
+    """A list-of-ints column as tuples of Python ints, or ValueError naming the first bad row
+    (token ids: exactly ``prompt_tokens`` of them). A cell may be a list, a tuple, an array
+    or, as a CSV holds it, the text of a JSON list (``"[12, 7, 7]"``)."""
+    out: list[tuple[int, ...]] = []
+    for row, value in enumerate(column.tolist()):
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        elif isinstance(value, str) and value.strip().startswith("["):
+            with contextlib.suppress(ValueError):  # else refused below, as written
+                value = json.loads(value)
+        ok = isinstance(value, (list, tuple)) and len(value) > 0
+        if ok:
+            try:
+                ids = tuple(int(x) for x in value)
+            except (TypeError, ValueError):
+                ok = False
+            else:
+                ok = all(
+                    type(x).__name__ not in ("str", "float", "bool", "float64") and x == y
+                    for x, y in zip(value, ids)
+                )
+        if not ok:
+            raise ValueError(
+                f"request table row {row}: {col}={_shown(value)} is invalid: it must be a "
+                "non-empty list of integers (one id per hash block of the prompt for "
+                f"{HASH_IDS_COLUMN!r}, one per prompt token for {TOKEN_IDS_COLUMN!r})"
+            )
+        if col == TOKEN_IDS_COLUMN and len(ids) != int(prompt[row]):
+            raise ValueError(
+                f"request table row {row}: {col} holds {len(ids)} token ids but prompt_tokens="
+                f"{int(prompt[row])}: give one id per prompt token"
+            )
+        out.append(ids)
     return out
 
 

@@ -37,6 +37,7 @@ class ScheduleCall:
     n_bulk: int = 0
     bulk_loras: frozenset[int] = frozenset()  # their adapter ids
     tick: int = 0  # the schedule call's number
+    num_cached_tokens: int = 0  # prefix-cache hits of the requests it admitted (tokens)
 
     @property
     def num_tokens(self) -> int:

@@ -1,5 +1,5 @@
 """vLLM's own scheduler, step for step: ``Scheduler`` / ``AsyncScheduler`` of vLLM 0.33 and 0.34
-with FCFS, no prefix caching, KV blocks of one full-attention group, and preemption.
+with FCFS, KV blocks of one full-attention group, preemption, and prefix caching on or off.
 
 :class:`VllmSchedulerCore` keeps the request state vLLM keeps (``num_computed_tokens``,
 ``num_output_placeholders``, in-flight and stale tokens, drafts, blocks held) and makes
@@ -11,6 +11,11 @@ agrees with vLLM's own classes on every case of the scheduler oracle
 docs/semantics.md. The model is stood in for: a step samples one token per request that is
 not mid-prefill, plus the drafts the ``accept`` hook accepts. It schedules; the caller owns
 the clock's meaning (:class:`~cgdispatch.workload.scheduler.SchedulerSimulator`).
+
+Without prefix caching, KV blocks are counted (``held``, ``used``); with it (``prefix``: the
+requests' block hashes), blocks have identity in a
+:class:`~cgdispatch.workload.vllm_prefix.PrefixPool`, as vLLM's ``KVCacheManager`` keeps
+them (the ``_pc_*`` methods and :meth:`VllmSchedulerCore._admit_pc`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections import deque
 
 from ..core.arith import cdiv
 from .vllm_call import FINISHED, NO_LIMIT, RUNNING, WAITING, AcceptFn, ScheduleCall
+from .vllm_prefix import BlockKeys, PrefixPool
 from .vllm_rules import SchedulerRules
 from .vllm_steady import SteadyDecodes
 
@@ -48,6 +54,7 @@ class VllmSchedulerCore(SteadyDecodes):
         async_scheduling: bool,
         accept: AcceptFn,
         bulk: bool = False,
+        prefix: BlockKeys | None = None,  # prefix caching on, with these block hashes
     ) -> None:
         n = len(prompt)
         self.prompt, self.max_tokens, self.lora = prompt, max_tokens, lora
@@ -77,6 +84,19 @@ class VllmSchedulerCore(SteadyDecodes):
         self.preemptions_of = [0] * n  # times each request was preempted
         self.first_token_s = [float("nan")] * n
         self.finish_s = [float("nan")] * n
+        # prefix caching (vLLM's BlockPool with real block identity); None: off, blocks counted
+        self.keys = prefix
+        self.pc: PrefixPool | None = None
+        self.step_cached = 0  # num_cached_tokens of the call being made
+        self.hit_tokens = 0  # prefix-cache hits of every admission so far (tokens)
+        self.query_tokens = 0  # tokens those admissions asked for
+        if prefix is not None:
+            self.pc = PrefixPool(None if num_gpu_blocks is None else num_gpu_blocks - 1)
+            self.blocks_of: dict[int, list[int]] = {}  # running request -> its blocks
+            self.ncached: dict[int, int] = {}  # running request -> its blocks cached
+            self.run_seq: dict[int, int] = {}  # running request -> its place in running
+            self.pc_finished: list[int] = []  # finished in the update under way
+            self.pc_preempted: dict[int, bool] = {}  # requests whose own blocks were hashed
         self._init_steady(n, bulk)  # the bulk path's state (SteadyDecodes)
 
     def prompt_total(self) -> int:
@@ -88,8 +108,11 @@ class VllmSchedulerCore(SteadyDecodes):
 
     def _preempt(self, i: int) -> None:
         self.p_order.pop(i, None)
-        self.used -= self.held[i]
-        self.held[i] = 0
+        if self.pc is not None:
+            self._pc_free(i)
+        else:
+            self.used -= self.held[i]
+            self.held[i] = 0
         self.status[i] = WAITING
         self.computed[i] = 0
         self.spec[i] = 0
@@ -139,7 +162,9 @@ class VllmSchedulerCore(SteadyDecodes):
                     break
             if not ok:
                 break
-            if want > self.held[i]:
+            if self.pc is not None:
+                self._pc_allocate(i, want, computed[i] + n)
+            elif want > self.held[i]:
                 self.used += want - self.held[i]
                 self.held[i] = want
             prefill_scheduled |= self.prefill_chunk[i]
@@ -160,7 +185,12 @@ class VllmSchedulerCore(SteadyDecodes):
             loras = None
             if self.max_loras is not None:
                 loras = {self.lora[j] for j in running if self.lora[j] >= 0}
-            self._admit(budget, lpt, pad, loras, (reqs, tokens, drafts, decode))
+            lists = (reqs, tokens, drafts, decode)
+            if self.pc is not None:
+                pad_ok = bool(k and not prefill_scheduled)
+                self._admit_pc(budget, lpt, pad_ok, bool(reqs), loras, lists)
+            else:
+                self._admit(budget, lpt, pad, loras, lists)
         return self._scheduled(clock_s, (reqs, tokens, drafts, decode), preempted)
 
     def _admit(
@@ -218,6 +248,153 @@ class VllmSchedulerCore(SteadyDecodes):
             budget -= n
         waiting.extendleft(reversed(skipped))
 
+    # ----- prefix caching (vLLM's KVCacheManager with enable_caching) -----------------------
+    def _pc_free(self, i: int, finished: bool = False) -> None:
+        """``KVCacheManager.free``: request ``i``'s blocks back to the pool, tail first. Its
+        own cached blocks (output tokens, a unique prompt) enter the hash map only now, when
+        preempted, as only it can hit them; finished, no one can."""
+        blocks = self.blocks_of.pop(i, None)
+        ncached = self.ncached.pop(i, 0)
+        self.run_seq.pop(i, None)
+        self.held[i] = 0
+        if not blocks:
+            return
+        pc = self.pc
+        shared = len(self.keys.prompt_keys(i))
+        if finished:
+            hashed = self.pc_preempted.pop(i, False)  # else none of its own blocks has a hash
+            self.used -= pc.free(blocks, shared, max(ncached - shared, 0), hashed)
+            return
+        self.pc_preempted[i] = True
+        own = -(i << 32) - 1
+        for j in range(shared, ncached):
+            pc.insert(own - j, blocks[j])
+        self.used -= pc.free(blocks)
+
+    def _pc_cache(self, i: int, num_tokens: int) -> None:
+        """``cache_blocks``: request ``i``'s full blocks up to ``num_tokens`` (capped at the
+        tokens it has: drafts and in-flight tokens are never cached) count as cached; those
+        others may share enter the hash map now, its own ones when it is preempted."""
+        full = min(num_tokens, self.prompt[i] + self.out[i]) // self.bs
+        done = self.ncached.get(i, 0)
+        if done >= full:
+            return
+        self.ncached[i] = full
+        keys = self.keys.prompt_keys(i)
+        if done >= len(keys):
+            return
+        blocks, pc = self.blocks_of[i], self.pc
+        hashes, cached = pc.hash, pc.cached
+        for j in range(done, min(full, len(keys))):
+            key = keys[j]
+            b = blocks[j]
+            if hashes[b] is not None:
+                continue  # a hit: cached under this key already
+            hashes[b] = key
+            first = cached.setdefault(key, b)
+            if first != b:
+                pc.add_dup(key, first, b)
+
+    def _pc_allocate(self, i: int, want: int, cache_to: int) -> None:
+        """``allocate_slots`` for running request ``i`` once the blocks fit: blocks up to
+        ``want``, then its full blocks up to ``cache_to`` tokens cached."""
+        have = self.held[i]
+        if want > have:
+            new = self.pc.get_new_blocks(want - have)
+            self.blocks_of.setdefault(i, []).extend(new)
+            self.used += want - have
+            self.held[i] = want
+        self._pc_cache(i, cache_to)
+
+    def _pc_hits(self, i: int, max_tokens: int) -> list[int]:
+        """``get_computed_blocks``: the cached blocks of request ``i``'s longest prefix of
+        whole blocks within ``max_tokens`` tokens (vLLM passes num_tokens - 1)."""
+        most = min(max_tokens, self.prompt[i] + self.out[i]) // self.bs  # its block hashes
+        lookup = self.pc.cached.get
+        keys = self.keys.prompt_keys(i)
+        hits = []
+        for key in keys[:most]:
+            b = lookup(key)
+            if b is None:
+                return hits
+            hits.append(b)
+        if most > len(keys) and i in self.pc_preempted:  # its own blocks, cached when preempted
+            own = -(i << 32) - 1
+            for j in range(len(keys), most):
+                b = lookup(own - j)
+                if b is None:
+                    break
+                hits.append(b)
+        return hits
+
+    def _admit_pc(
+        self,
+        budget: int,
+        lpt: int,
+        pad_ok: bool,
+        running_scheduled: bool,
+        loras: set[int] | None,
+        lists: tuple[list[int], list[int], list[bool], list[bool]],
+    ) -> None:
+        """:meth:`_admit` with prefix caching: each admission starts from its cached
+        blocks (hits in whole blocks, the last token always recomputed), and the block
+        checks count hit blocks in the free queue as vLLM's ``allocate_slots`` does."""
+        prompt, out, k, bs, mml = self.prompt, self.out, self.k, self.bs, self.mml
+        running, waiting, pc = self.running, self.waiting, self.pc
+        reqs, tokens, drafts, decode = lists
+        skipped: list[int] = []
+        while len(running) < self.max_num_seqs and budget > 0 and waiting:
+            i = waiting[0]
+            if self.stale[i] > 0:  # its preempted step's output is still in flight
+                skipped.append(waiting.popleft())
+                continue
+            lo = self.lora[i]
+            if loras is not None and lo >= 0 and len(loras) == self.max_loras and lo not in loras:
+                skipped.append(waiting.popleft())
+                continue
+            num_tokens = prompt[i] + out[i]
+            hits = self._pc_hits(i, num_tokens - 1)
+            h = len(hits) * bs
+            n, padded = num_tokens - h, False
+            if pad_ok and n == 1 and (running_scheduled or h > 0) and h + k + 2 <= mml:
+                if 1 + k > budget:
+                    break
+                n, padded = 1 + k, True
+            if 0 < lpt < n:
+                n = lpt
+            if not self.chunked and n > budget:
+                break
+            n = min(n, budget)
+            free = self.usable - self.used
+            evictable = pc.evictable(hits)
+            if max(self._blocks(num_tokens) - len(hits), 0) + evictable > free:
+                break  # the whole sequence must fit (scheduler_reserve_full_isl)
+            want = self._blocks(min(h, mml) + n)
+            if max(want - len(hits), 0) + evictable > free:
+                break
+            waiting.popleft()
+            running.append(i)
+            self.p_order[i] = None
+            if loras is not None and lo >= 0:
+                loras.add(lo)
+            self.status[i] = RUNNING
+            self.run_seq[i] = self.query_tokens  # grows with every admission
+            self.computed[i] = h
+            self.used += pc.touch(hits)
+            self.blocks_of[i] = hits
+            self.ncached[i] = len(hits)
+            self.held[i] = len(hits)
+            self._pc_allocate(i, want, min(h, mml) + n)
+            self.step_cached += h
+            self.hit_tokens += h
+            self.query_tokens += num_tokens
+            reqs.append(i)
+            tokens.append(n)
+            drafts.append(k if padded else 0)
+            decode.append(h > 0 and h >= num_tokens - 1)
+            budget -= n
+        waiting.extendleft(reversed(skipped))
+
     def _scheduled(
         self,
         clock_s: float,
@@ -244,9 +421,10 @@ class VllmSchedulerCore(SteadyDecodes):
                     self.spec[i] = self.k
         self.finished_pending = False
         self.tick += 1
+        cached, self.step_cached = self.step_cached, 0
         return ScheduleCall(
             clock_s, reqs, tokens, drafts, decode, preempted, self.used, sampled,
-            n_bulk=n_bulk, bulk_loras=bulk_loras, tick=self.tick - 1,
+            n_bulk=n_bulk, bulk_loras=bulk_loras, tick=self.tick - 1, num_cached_tokens=cached,
         )  # fmt: skip
 
     # ----- the model's output (update_from_output) ------------------------------------------
@@ -274,6 +452,7 @@ class VllmSchedulerCore(SteadyDecodes):
                     ph[i] -= rejected
             if not g:
                 continue
+            publish = self.pc is not None and not stale and (ph[i] > 0 or self.k > 0)
             if out[i] == 0:
                 self.first_token_s[i] = call.end_s
             stopped = False
@@ -286,6 +465,9 @@ class VllmSchedulerCore(SteadyDecodes):
                     break
             if not stale and ph[i] > 0:
                 ph[i] -= g
+            if publish and self.status[i] == RUNNING:
+                # update_from_output publishes the blocks its tokens finalised
+                self._pc_cache(i, computed[i] - self.inflight[i])
             if stopped:
                 self._finish(i, call.end_s)
         if self.bulk and not self.is_async:
@@ -293,6 +475,16 @@ class VllmSchedulerCore(SteadyDecodes):
                 if i in members and self.due[i] == call.tick:  # out reaches its limit now
                     self._leave(i, call.tick + 1)
                     self._finish(i, call.end_s)
+        if self.pc is not None and self.pc_finished:
+            # vLLM frees finished requests' blocks in the call's (running) order; the bulk
+            # path meets them out of it, so they are freed here, sorted
+            done, self.pc_finished = self.pc_finished, []
+            if len(done) > 1:
+                seq = self.run_seq
+                done.sort(key=lambda j: seq.get(j, -1))
+            for i in done:
+                self._pc_free(i, finished=True)
+                self.keys.forget(i)
         if self.k and not self.is_async and call.reqs:
             # update_draft_token_ids: k drafts for every live request that sampled a token
             for i, g in zip(call.reqs, call.sampled):
@@ -305,8 +497,11 @@ class VllmSchedulerCore(SteadyDecodes):
             self.running.remove(i)
         else:
             self.waiting.remove(i)
-        self.used -= self.held[i]
-        self.held[i] = 0
+        if self.pc is not None:
+            self.pc_finished.append(i)  # freed at the end of the update, in running order
+        else:
+            self.used -= self.held[i]
+            self.held[i] = 0
         self.status[i] = FINISHED
         self.finish_s[i] = when_s
         self.num_unfinished -= 1

@@ -41,6 +41,12 @@ class SteadyDecodes:
         self.d_members: dict[int, None] = {}  # the steady set, in joining order
         self.due = [0] * n  # the tick of each member's entry in d_due
         self.joined = [0] * n  # the loop top at which each member joined
+        # prefix caching: the members per phase, whose next block each call of that phase
+        # takes from the pool (which member gets which block is immaterial: blocks differ
+        # only by their state, and every block taken in one call comes from the queue's front)
+        self.phase_members: list[dict[int, None]] = (
+            [{} for _ in range(self.bs)] if self.pc is not None else []
+        )
 
     @property
     def d_count(self) -> int:
@@ -84,6 +90,8 @@ class SteadyDecodes:
         self.due[i] = due
         self.d_due.setdefault(due, []).append(i)
         self.phase_cnt[off % self.bs] += 1
+        if self.pc is not None:
+            self.phase_members[off % self.bs][i] = None
         lo = self.lora[i]
         if lo >= 0:
             self.d_loras[lo] = self.d_loras.get(lo, 0) + 1
@@ -105,6 +113,12 @@ class SteadyDecodes:
             self.out[i] = computed - self.prompt[i] + 1
         self.held[i] = self._blocks(computed)
         self.phase_cnt[off % self.bs] -= 1
+        if self.pc is not None:
+            del self.phase_members[off % self.bs][i]
+            # the output blocks vLLM cached meanwhile (schedule-time cache_blocks; async also
+            # update-time publishing, one token behind): no one else can hit them, so they
+            # enter the hash map now, before anything can free them
+            self._pc_cache(i, computed - 1 if self.is_async else computed)
         lo = self.lora[i]
         if lo >= 0:
             left = self.d_loras[lo] - 1
@@ -181,8 +195,16 @@ class SteadyDecodes:
         budget = self.budget
         if total > budget or need > self.usable - self.used:
             return None
-        self.used += need
         reqs, tokens, drafts, decode = [], [], [], []
+        if self.pc is not None:
+            self._pc_phase_blocks(T)
+            if len(plan) > 1:  # caching in running order (which copy of a block is found)
+                seq = self.run_seq
+                plan.sort(key=lambda x: seq[x[0]])
+            for i, n, want in plan:
+                self._pc_allocate(i, want, computed[i] + n)
+        else:
+            self.used += need
         for i, n, want in plan:
             if want > held[i]:
                 held[i] = want
@@ -195,8 +217,21 @@ class SteadyDecodes:
         if self.max_loras is not None:
             loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
         lists = (reqs, tokens, drafts, decode)
-        self._admit(budget, lpt, False, loras, lists)
+        if self.pc is not None:
+            self._admit_pc(budget, lpt, False, bool(reqs), loras, lists)
+        else:
+            self._admit(budget, lpt, False, loras, lists)
         return self._scheduled(clock_s, lists, [], self.d_count, frozenset(self.d_loras))
+
+    def _pc_phase_blocks(self, tick: int) -> None:
+        """Prefix caching: the members whose token of call ``tick`` opens a block take it."""
+        members = self.phase_members[-tick % self.bs]
+        if members:
+            blocks = self.pc.get_new_blocks(len(members))
+            blocks_of = self.blocks_of
+            for i, b in zip(members, blocks):
+                blocks_of[i].append(b)
+            self.used += len(blocks)
 
     # ----- steady stretches -----------------------------------------------------------------
     def inert(self, call: ScheduleCall) -> bool:
@@ -254,6 +289,7 @@ class SteadyDecodes:
         end = min(self.d_due, default=NO_LIMIT)  # the first tick a steady decode ends at
         last = min(end, t + most)
         phase, bs, used, free = self.phase_cnt, self.bs, self.used, self.usable - self.used
+        pcache = self.pc is not None
         clocks: list[float] = []
         kv: list[int] = []
         while t < last and now_s < next_arrival_s:
@@ -262,13 +298,17 @@ class SteadyDecodes:
                 break
             used += need
             free -= need
+            if pcache and need:
+                self._pc_phase_blocks(t)
             clocks.append(now_s)
             kv.append(used)
             now_s += step_s(t)
             t += 1
         if not clocks:
             return None
-        self.used, self.tick = used, t
+        self.tick = t
+        if not pcache:  # else _pc_phase_blocks counted them
+            self.used = used
         self.finished_pending = False  # each call sends the finished ids (_scheduled)
         loras = frozenset(self.d_loras)
         return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)

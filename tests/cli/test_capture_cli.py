@@ -140,7 +140,7 @@ def test_module_entry_point_runs():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr

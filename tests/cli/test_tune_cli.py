@@ -171,3 +171,13 @@ def test_replicas_of_a_file_of_steps_is_refused_naming_the_fix(tmp_path, capsys)
     assert main(["tune", *SMALL, "--trace", str(path), "--replicas", "2"]) == 2
     err = capsys.readouterr().err.strip().split("\n")
     assert len(err) == 1 and "replicas=2" in err[0] and "file of steps" in err[0]
+
+
+def test_any_release_from_0_8_is_taken_and_dispatches_as_its_generation(capsys):
+    """issue 35: real release strings; each runs under its generation's dispatcher."""
+    assert main(["tune", *SMALL, "--vllm-version", "0.10.1.1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.33"  # V1's dispatch
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", *SMALL, "--vllm-version", "0.7.3", "--json"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "'0.7.3' is older than vLLM 0.8" in err

@@ -1,4 +1,5 @@
 import json
+import re
 import shlex
 import warnings
 
@@ -367,7 +368,9 @@ def test_vllm_version_as_a_float_is_its_release_string(number, text):
 
 @pytest.mark.parametrize("bad", [0.35, 0.3, 34, True, "0.340", "v0.34"])
 def test_other_vllm_versions_are_refused(bad):
-    with pytest.raises(ValueError, match=r"vllm_version=.* is unknown: use '0.33'.*'0.34'"):
+    # each message names the value and the rule: dotted numbers, 0.8 to 0.34 (issue 35)
+    rule = r"(older than vLLM 0\.8|newer than vLLM 0\.34|dotted numbers)"
+    with pytest.raises(ValueError, match=r"vllm_version=" + re.escape(repr(bad)) + ".*" + rule):
         GraphConfig(vllm_version=bad)
 
 

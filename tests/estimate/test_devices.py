@@ -18,6 +18,7 @@ from cgdispatch.estimate.devices import (
     load_device_spec,
 )
 from cgdispatch.estimate.startup import estimate_startup
+from cgdispatch.estimate.startup_pricing import CALIBRATION
 
 GIB = float(1 << 30)
 LISTED = (
@@ -60,6 +61,9 @@ def test_the_calibrated_presets_keep_their_figures():
         assert spec.bandwidth_bytes_per_s == bandwidth and spec.memory_bytes == gib * GIB
 
 
+AMPERE_POOL_FACTOR = dict(CALIBRATION.pool_factors)["Ampere"]  # fitted: pool_factors.py
+
+
 def test_a_slower_gpu_is_modelled_slower_and_says_it_has_no_logged_start_ups():
     h100, l4 = device_cost_model("llama-3.1-8b", "H100"), device_cost_model("llama-3.1-8b", "L4")
     n = np.array([1, 64, 512])
@@ -67,7 +71,7 @@ def test_a_slower_gpu_is_modelled_slower_and_says_it_has_no_logged_start_ups():
     assert h100.source == "model (H100 SXM)"
     assert l4.source.startswith(
         "model (L4, no logged start-ups on this GPU; calibrated on 59 vLLM startups on H100; "
-        "graph pool x0.82 for Ampere and Ada GPUs"
+        f"graph pool x{AMPERE_POOL_FACTOR:.2f} for Ampere and Ada GPUs"
     )
     assert l4.memory_source == l4.source
 

@@ -114,3 +114,25 @@ def test_docs_quote_the_pool_factor_table_the_code_computes() -> None:
         "docs/calibration.md's pool-factor table is stale: paste "
         "cgdispatch.estimate.pool_factors.pool_factor_markdown() between the markers"
     )
+
+
+def test_ladder_groups_count_each_runs_capture_sizes(errors: pd.DataFrame) -> None:
+    """issue 35: errors by ladder size; each run's group from its own logged list."""
+    rows = cg.reference_startups(split="held_out")
+    sizes = rows["cudagraph_capture_sizes"].astype(str).str.split().str.len()
+    expected = np.select([sizes <= 8, sizes <= 64], ["1-8", "9-64"], "65+")
+    assert list(errors["ladder"]) == list(expected)
+    table = held_out.held_out_table(errors, by="ladder")
+    assert list(table["ladder"])[-1] == "all"
+    for label in table["ladder"][:-1]:
+        group = errors[errors["ladder"] == label]
+        row = table.set_index("ladder").loc[label]
+        assert row["runs"] == len(group)
+        assert row["graph median"] == pytest.approx(group["graph_memory_error"].abs().median())
+    rng = np.random.default_rng(35)
+    for n in rng.integers(1, 600, 50):
+        assert held_out.ladder_bin(int(n)) == ("1-8" if n <= 8 else "9-64" if n <= 64 else "65+")
+    with pytest.raises(ValueError, match="num_sizes=0 is invalid"):
+        held_out.ladder_bin(0)
+    with pytest.raises(ValueError, match="by='size' is invalid"):
+        held_out.held_out_table(errors, by="size")

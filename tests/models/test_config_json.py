@@ -13,6 +13,7 @@ import pytest
 
 from cgdispatch.core.config import GraphConfig
 from cgdispatch.estimate.startup import estimate_startup
+from cgdispatch.estimate.startup_pricing import CALIBRATION
 from cgdispatch.models.published import PUBLISHED_MODELS, model_from_config, published_model
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
@@ -99,7 +100,9 @@ def test_the_start_up_estimate_runs_offline_on_any_listed_gpu(name, device, tp):
     if device != "H100":  # only the fitted runs' GPU is labelled as calibrated
         assert est.source.startswith(f"model ({device}, ")
         assert "; calibrated on 59 vLLM startups on H100" in est.source
-        assert ("graph pool x0.82 for Ampere and Ada GPUs" in est.source) == (device != "H200")
+        factor = dict(CALIBRATION.pool_factors)["Ampere"]  # the fitted Ampere/Ada factor
+        label = f"graph pool x{factor:.2f} for Ampere and Ada GPUs"
+        assert (label in est.source) == (device != "H200")
 
 
 @pytest.mark.parametrize(

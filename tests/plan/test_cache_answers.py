@@ -159,7 +159,7 @@ def test_tunes_verdict_equal_off_cold_and_warm_and_after_a_config_edit(switch, t
     """The person's ``tune`` (tune_for: the real cost model and start-up estimate of a
     config.json folder) gives one verdict with caches off, cold and warm; after the config
     is edited in place (twice the layers), the cached run gives the new file's verdict."""
-    from cgdispatch.views.tune_run import TuneSettings, tune_for
+    from cgdispatch.plan.tune_run import TuneSettings, tune_for
     from cgdispatch.views.tune_verdict import verdict_text
 
     rng = np.random.default_rng()

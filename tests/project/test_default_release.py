@@ -21,10 +21,10 @@ from cgdispatch.core.generation import (
     register_generation,
     unregister_generation,
 )
+from cgdispatch.plan.tune_run import TuneSettings
 from cgdispatch.sweep.rows import LEGACY_VERSION
 from cgdispatch.sweep.spec import SWEEP_PRESETS, SweepSpec
 from cgdispatch.views.notebook_params import NOTEBOOK_PARAMETERS
-from cgdispatch.views.tune_run import TuneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

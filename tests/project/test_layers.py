@@ -274,8 +274,9 @@ def test_cycle_checker_finds_a_lazy_cycle(tmp_path):
     ]
 
 
-# the registry and the release packages: the only files that may name a release
-RELEASE_HOMES = ("core/generation.py", "core/v1/", "core/v2/")
+# the registry, its release table (issue 35: every release mapped to its generation) and
+# the release packages
+RELEASE_HOMES = ("core/generation.py", "core/release_table.py", "core/v1/", "core/v2/")
 
 
 def release_string_lines(package: Path, releases: list[str]) -> list[str]:

@@ -31,7 +31,7 @@ def run_script(tmp_path: Path, fail_on: str = "", env_py: bool = True):
         (tmp_path / "python3").symlink_to(fake)
         env["PATH"] = f"{tmp_path}:{env['PATH']}"
     proc = subprocess.run(
-        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600
     )
     calls = log.read_text().splitlines() if log.exists() else []
     return proc, calls

@@ -86,10 +86,10 @@ def test_workers_die_with_the_sweep(how, tmp_path):
             if how == "SIGINT twice":
                 time.sleep(0.3)
                 os.killpg(proc.pid, signal.SIGINT)
-        assert _wait(lambda: not _group(proc.pid), 10), (
-            f"still alive 10 s after {how}: {_group(proc.pid)} (workers were {started})"
+        assert _wait(lambda: not _group(proc.pid), 120), (
+            f"still alive 120 s after {how}: {_group(proc.pid)} (workers were {started})"
         )
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=600)
         if how != "SIGKILL":
             text = err.decode(errors="replace")
             assert proc.returncode == 130 and "interrupted:" in text

@@ -21,6 +21,13 @@ def shown(widget_html: str) -> dict[str, str]:
     return {k: html.unescape(v) for k, v in re.findall(r'data-([a-z0-9-]+)="([^"]*)"', head)}
 
 
+def plain(widget_html: str) -> str:
+    """The verdict's text as one line: tags and the wrapping (line breaks, continuation
+    backslashes, indents) taken out, so a phrase is found wherever the display breaks it."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", widget_html))
+    return " ".join(text.replace(" \\\n", " ").split())
+
+
 def direct(version: str, seqs: int, tokens: int, trace: str = "alpaca"):
     config = GraphConfig(vllm_version=version, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     config = config.resolve()
@@ -193,7 +200,7 @@ def test_a_model_refused_on_one_gpu_gets_the_clis_verdict_at_tp4(capsys) -> None
     dash.tp_box.value = 4
     got = shown(dash.verdict.value)
     assert got["tensor-parallel-size"] == "4" and dash.message.value == ""
-    text = html.unescape(dash.verdict.value)
+    text = plain(dash.verdict.value)
     assert "on H100 x4 (TP 4, figures per GPU)" in text
     assert f"vllm serve {LLAMA_70B} --tensor-parallel-size 4 " in text
     argv = ["tune", "--model", LLAMA_70B, "--device", "H100", "--num-requests", "120",
@@ -269,7 +276,7 @@ def test_the_calibration_control_is_tunes_calibration_flag(tmp_path, monkeypatch
 def test_the_replicas_and_balance_controls_are_tunes_flags() -> None:
     """The replicas box and the balance dropdown are ``tune --replicas/--balance``: the
     verdict is tune's for the busiest replica's share; 0 replicas is named, not clamped."""
-    from cgdispatch.views.tune_run import TuneSettings, tune_for
+    from cgdispatch.plan.tune_run import TuneSettings, tune_for
 
     dash = tune_dashboard(
         model="qwen2.5-7b", device="H100", trace="alpaca", max_num_seqs=32,
@@ -280,7 +287,7 @@ def test_the_replicas_and_balance_controls_are_tunes_flags() -> None:
         dash.balance_box.value = balance
         got = shown(dash.verdict.value)
         assert got["replicas"] == str(replicas) and got["balance"] == balance
-        assert f"(per replica, of {replicas})" in html.unescape(dash.verdict.value)
+        assert f"(per replica, of {replicas})" in plain(dash.verdict.value)
         assert dash.result is not None and dash.result.replicas == replicas
         # the CLI's path with the same settings (it plans on vLLM's scheduler with the
         # start-up's KV cache, as the dashboard does)
@@ -304,7 +311,7 @@ def _same_as_tune_for(dash, **changes) -> None:
     """The dashboard's result is tune_for's for the dashboard's settings with ``changes``."""
     import dataclasses
 
-    from cgdispatch.views.tune_run import TuneSettings, tune_for
+    from cgdispatch.plan.tune_run import TuneSettings, tune_for
 
     assert dash.result is not None, dash.message.value
     base = dict(  # the other controls as the shared dashboard holds them now

@@ -15,7 +15,7 @@ import pytest
 
 from cgdispatch.__main__ import main
 from cgdispatch.estimate.startup import startup_for
-from cgdispatch.views.tune_run import TuneSettings, tune_for
+from cgdispatch.plan.tune_run import TuneSettings, tune_for
 from cgdispatch.workload.model_len import (
     config_max_model_len,
     served_requests,

@@ -50,6 +50,7 @@ def simulator(case: dict[str, Any], version: str, record_calls: bool) -> Schedul
         block_size=cfg["block_size"],
         num_gpu_blocks=inp["num_gpu_blocks"],
         async_scheduling=cfg["async_scheduling"],
+        enable_prefix_caching=False,
     )
     mod = inp["accept_mod"]
     return SchedulerSimulator(

@@ -90,7 +90,11 @@ class V1:
     scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False)
     # the V1 runner has cascade attention (it excludes FULL); its keys count no requests
     runner = RunnerTraits(
-        keys_count_requests=False, cascade_attention=True, profiles_graph_memory=False
+        # vLLM 0.33 takes its graph estimate from the KV budget (from 0.20, vllm/envs.py;
+        # older releases dispatched as V1 differ: core/release_table.py)
+        keys_count_requests=False,
+        cascade_attention=True,
+        profiles_graph_memory=True,
     )
 
 

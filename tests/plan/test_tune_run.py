@@ -13,7 +13,7 @@ from cgdispatch.__main__ import main
 from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.kv_bytes import kv_bytes_per_token
 from cgdispatch.estimate.startup import startup_for
-from cgdispatch.views.tune_run import TuneSettings, tune_for
+from cgdispatch.plan.tune_run import TuneSettings, tune_for
 from cgdispatch.workload.sources import workload_requests, workload_trace
 
 

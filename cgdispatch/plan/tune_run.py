@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.generation import default_release
 
 if TYPE_CHECKING:
+    from ..core.config import GraphConfig
     from ..estimate.devices import DeviceSpec
     from ..plan.tune_result import TuneResult
 
@@ -55,6 +56,20 @@ class TuneSettings:
     replicas: int = 1  # identical replicas the arrivals are split across; one's share is tuned
     balance: str = "round-robin"  # how (workload.replicas.BALANCES)
 
+    def config(self) -> GraphConfig:
+        """The resolved engine config these settings describe (the TP size the model's own
+        when not given)."""
+        from ..core.config import GraphConfig
+        from ..models.registry import tensor_parallel_size_for
+
+        return GraphConfig(
+            vllm_version=self.vllm_version,
+            cudagraph_mode=self.cudagraph_mode,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            tensor_parallel_size=tensor_parallel_size_for(self.model, self.tensor_parallel_size),
+        ).resolve()
+
     def tp_flag(self) -> int | None:
         """The TP size as ``tune``'s flag: None at the model's own size (the same figures,
         and the cache key the dashboard and CLI have always used)."""
@@ -67,20 +82,17 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     """:func:`cgdispatch.plan.tune.tune` for ``settings``; ``progress``: a bar while the
     trace is simulated. Raises ValueError (``DoesNotFitError`` among them) for a setting
     that cannot run, naming it."""
-    from ..core.config import GraphConfig
     from ..estimate.device_model import device_cost_model
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
-    from ..estimate.startup import startup_for
     from ..estimate.uncertainty import errors_for
-    from ..models.registry import check_model_tensor_parallel, tensor_parallel_size_for
+    from ..models.registry import check_model_tensor_parallel
     from ..plan.tune import DEFAULT_GRAPHS, tune
-    from ..workload.closed_loop import with_max_concurrency
     from ..workload.limits import kv_cache_blocks, scheduler_limits
     from ..workload.model_len import served_requests
     from ..workload.prefix_stats import prefix_hit_rate
     from ..workload.replicas import check_balance
-    from ..workload.sources import workload_requests, workload_trace
+    from ..workload.sources import workload_trace
     from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
@@ -88,39 +100,12 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     tp_flag = s.tp_flag()
     # before the caches and any arithmetic: a TP size vLLM could not load is refused
     check_model_tensor_parallel(s.model, tp_flag)
-    config = GraphConfig(
-        vllm_version=s.vllm_version,
-        cudagraph_mode=s.cudagraph_mode,
-        max_num_seqs=s.max_num_seqs,
-        max_num_batched_tokens=s.max_num_batched_tokens,
-        tensor_parallel_size=tensor_parallel_size_for(s.model, s.tensor_parallel_size),
-    ).resolve()
-    requests = workload_requests(
-        s.trace,
-        num_requests=s.num_requests,
-        rate_per_s=s.rate_per_s,
-        seed=s.seed,
-        hash_block_size=s.hash_block_size,
-    )  # None for a file of steps: then no latency figures
-    if requests is not None and s.max_concurrency is not None:
-        requests = with_max_concurrency(requests, s.max_concurrency)
-    if s.replicas > 1 and requests is None:
-        raise ValueError(
-            f"replicas={s.replicas}: traffic {s.trace!r} is a file of steps, which cannot be "
-            "split across replicas; give requests (a requests CSV, a preset or a production "
-            "trace), or 1 replica"
-        )
+    config = s.config()
+    requests = _requests(s)  # None for a file of steps: then no latency figures
     profile = None
     if s.calibration is not None:  # refused here when it is of another model, GPU or TP
         profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
-    startup_options: dict[str, Any] = {}  # left out when not given: startup_for's defaults
-    if tp_flag is not None:
-        startup_options["tensor_parallel_size"] = tp_flag
-    if profile is not None:
-        startup_options["coefficients"] = profile.coefficients()
-    startup = startup_for(  # its stage profile (~5 s to build) comes from the cache
-        s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization, **startup_options
-    )
+    startup = _startup(s, tp_flag, profile)
     if profile is not None and startup is not None:
         startup = calibrated_startup(startup, profile)
     kv = None
@@ -170,13 +155,51 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         replicas=s.replicas,
         balance=s.balance,
     )
-    traffic = {
-        "max_model_len": max_model_len,
-        "rejected_requests": rejected,
-        "prefix_hit_rate": None if requests is None else prefix_hit_rate(requests),
-        "max_concurrency": s.max_concurrency,
-    }
-    return replace(result, traffic=traffic)
+    hit_rate = None if requests is None else prefix_hit_rate(requests)
+    return replace(result, traffic={"max_model_len": max_model_len, "rejected_requests": rejected,
+                                    "prefix_hit_rate": hit_rate,
+                                    "max_concurrency": s.max_concurrency})  # fmt: skip
+
+
+def _requests(s: TuneSettings) -> Any:
+    """The request table of ``s.trace`` (None for a file of steps), closed-loop when a client
+    concurrency is set."""
+    from ..workload.closed_loop import with_max_concurrency
+    from ..workload.sources import workload_requests
+
+    requests = workload_requests(
+        s.trace,
+        num_requests=s.num_requests,
+        rate_per_s=s.rate_per_s,
+        seed=s.seed,
+        hash_block_size=s.hash_block_size,
+    )  # None for a file of steps: then no latency figures
+    if requests is not None and s.max_concurrency is not None:
+        requests = with_max_concurrency(requests, s.max_concurrency)
+    if s.replicas > 1 and requests is None:
+        raise ValueError(
+            f"replicas={s.replicas}: traffic {s.trace!r} is a file of steps, which cannot be "
+            "split across replicas; give requests (a requests CSV, a preset or a production "
+            "trace), or 1 replica"
+        )
+    return requests
+
+
+def _startup(s: TuneSettings, tp_flag: int | None, profile: Any) -> Any:
+    """The start-up estimate for ``s`` (its stage profile comes from the cache), with a
+    calibration profile's coefficients when one is given."""
+    from ..estimate.startup import startup_for
+
+    startup_options: dict[str, Any] = {}  # left out when not given: startup_for's defaults
+    if tp_flag is not None:
+        startup_options["tensor_parallel_size"] = tp_flag
+    if profile is not None:
+        startup_options["coefficients"] = profile.coefficients()
+    startup_options["vllm_version"] = s.vllm_version  # any release from 0.8: its KV budget
+    startup = startup_for(  # its stage profile (~5 s to build) comes from the cache
+        s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization, **startup_options
+    )
+    return startup
 
 
 def _max_model_len(s: TuneSettings, kv: float | None, where: str) -> int | None:

@@ -1,0 +1,283 @@
+"""vLLM's prefix cache, block for block: the ``BlockPool`` (its free-block queue, reference
+counts and hash-to-block map) and the chained block hashes of each request, as vLLM 0.33 and
+0.34 keep them for one full-attention KV-cache group (``vllm/v1/core/block_pool.py``,
+``kv_cache_utils.py``'s ``FreeKVCacheBlockQueue`` and ``get_request_block_hasher``,
+``single_type_kv_cache_manager.py``'s ``FullAttentionManager``).
+
+:class:`PrefixPool` holds what the pool holds; :class:`BlockKeys` gives each request's block
+hashes. A hash here is any value equal exactly when vLLM's would be: a block's hash covers
+every token up to its end (chained) and the request's LoRA adapter. Prompt tokens come from
+the request's ``hash_ids`` (one id per ``hash_block_size`` tokens, equal ids = equal tokens,
+the mooncake_trace convention), or its explicit ``prompt_token_ids``, or neither (every
+prompt unique); output tokens are unique to their request, so a block holding any is shared
+with no other request (a preempted request can still hit its own).
+
+The scheduler side (admission, allocation, caching, freeing) is in
+:class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+
+__all__ = ["PrefixPool", "BlockKeys"]
+
+_INF = 1 << 62
+
+
+class BlockKeys:
+    """The block hashes of each request of a table (index 0..n-1), computed on demand.
+
+    ``hash_ids[i]``: request ``i``'s ids, one per ``hash_block_size`` prompt tokens (None:
+    not given); ``token_ids[i]``: its prompt token ids (None: not given). With neither, the
+    request's prompt is unique. ``lora[i]`` (< 0: none) enters every hash, as vLLM's
+    ``_gen_lora_extra_hash_keys`` does."""
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        lora: Sequence[int],
+        block_size: int,
+        hash_ids: Sequence[Sequence[int]] | None = None,
+        token_ids: Sequence[Sequence[int]] | None = None,
+        hash_block_size: int = 512,
+    ) -> None:
+        self.prompt, self.lora, self.bs = prompt, lora, block_size
+        self.hash_ids, self.token_ids, self.hbs = hash_ids, token_ids, hash_block_size
+        self.keys: dict[int, list[int]] = {}  # request -> its prompt-only block hashes
+        self._chain: dict[tuple[Hashable, Hashable], int] = {}  # (parent, content) -> id
+
+    def _intern(self, parent: Hashable, content: Hashable) -> int:
+        key = (parent, content)
+        chain = self._chain
+        got = chain.get(key)
+        if got is None:
+            got = chain[key] = len(chain)
+        return got
+
+    def prompt_keys(self, i: int) -> list[int]:
+        """Request ``i``'s hashes of its leading blocks that other requests may share
+        (prompt tokens only; none when its prompt is unique), memoised.
+
+        Hashes are ints: ``>= 0`` for blocks named by their prompt content (shareable),
+        ``< 0`` for blocks unique to the request (:meth:`own_key`)."""
+        keys = self.keys.get(i)
+        if keys is not None:
+            return keys
+        bs, p = self.bs, self.prompt[i]
+        full = p // bs
+        lo = self.lora[i]
+        if self.hash_ids is not None:
+            ids, hbs = self.hash_ids[i], self.hbs
+            chain, parent = [], ("lora", lo)
+            for h in ids[: (full * bs + hbs - 1) // hbs]:
+                parent = self._intern(parent, h)
+                chain.append(parent)
+            # block j ends at token (j+1)*bs - 1, inside hash block ((j+1)*bs - 1) // hbs:
+            # the ids up to there and the position fix every token before its end
+            keys = [(chain[((j + 1) * bs - 1) // hbs] << 32) | j for j in range(full)]
+        elif self.token_ids is not None:
+            tokens, keys, parent = self.token_ids[i], [], ("lora", lo)
+            for j in range(full):
+                parent = self._intern(parent, tuple(tokens[j * bs : (j + 1) * bs]))
+                keys.append(parent)
+        else:
+            keys = []  # every block its own
+        self.keys[i] = keys
+        return keys
+
+    @staticmethod
+    def own_key(i: int, j: int) -> int:
+        """The hash of request ``i``'s block ``j`` when no other request has that block."""
+        return -((i << 32) | j) - 1
+
+    def key(self, i: int, j: int) -> int:
+        """The hash of request ``i``'s block ``j`` (its tokens must exist)."""
+        keys = self.prompt_keys(i)
+        if j < len(keys):
+            return keys[j]
+        return -((i << 32) | j) - 1  # this request's own (output tokens, or a unique prompt)
+
+    @property
+    def all_unique(self) -> bool:
+        """No prompt can share a block with another (no hash_ids, no token ids)."""
+        return self.hash_ids is None and self.token_ids is None
+
+    def forget(self, i: int) -> None:
+        """Drop request ``i``'s memoised hashes (it finished)."""
+        self.keys.pop(i, None)
+
+
+class PrefixPool:
+    """vLLM's ``BlockPool`` with caching on: ``usable`` blocks (the null block apart; None:
+    unlimited), each with a reference count and at most one cached hash.
+
+    The free-block queue is ``front + fresh + back``: blocks freed without a hash are
+    prepended (``free_blocks``' LIFO; they are alike, so ``front`` is a stack), never-used
+    blocks follow in id order, cached blocks freed are appended (LRU eviction from the
+    front). A run of freed blocks whose hashes nothing can look up again (a finished
+    request's own blocks) is held in ``back`` as one entry, a count (its key < 0), with their
+    ids in ``anon``: they are alike too, and evicting them is taking them."""
+
+    def __init__(self, usable: int | None) -> None:
+        self.front: list[int] = []
+        self.back: OrderedDict[int, int] = OrderedDict()  # block id -> 0, or run key -> count
+        self.n_back = 0  # blocks in back
+        self.anon: list[int] = []  # the ids of the blocks counted in back's runs
+        self._runs = 0  # run keys handed out (-1, -2, ...)
+        self.fresh_next = 1  # block 0 is vLLM's null block
+        self.fresh_end = _INF if usable is None else usable + 1
+        self.ref: list[int] = [0]  # per block id
+        self.hash: list[Hashable | None] = [None]
+        self.cached: dict[Hashable, int] = {}  # hash -> the first block cached under it
+        self.dups: dict[Hashable, list[int]] = {}  # hash -> every block under it, if several
+
+    def num_free(self) -> int:
+        return len(self.front) + (self.fresh_end - self.fresh_next) + self.n_back
+
+    def evictable(self, blocks: Sequence[int]) -> int:
+        """Hit blocks in the free queue (``_get_num_evictable_blocks``)."""
+        ref = self.ref
+        return sum(1 for b in blocks if ref[b] == 0)
+
+    def touch(self, blocks: Sequence[int]) -> int:
+        """``BlockPool.touch``: one more reference each; the blocks newly in use (count)."""
+        ref, back = self.ref, self.back
+        taken = 0
+        for b in blocks:
+            if ref[b] == 0:
+                del back[b]  # a cached block in the free queue sits in back, by itself
+                taken += 1
+            ref[b] += 1
+        self.n_back -= taken
+        return taken
+
+    def get_new_blocks(self, n: int) -> list[int]:
+        """``get_new_blocks``: ``n`` blocks from the queue's front, their hashes evicted."""
+        front, ref = self.front, self.ref
+        out: list[int] = []
+        if front:
+            out = front[-n:]
+            del front[-n:]
+            n -= len(out)
+            if not n:
+                for b in out:
+                    ref[b] = 1
+                return out
+        for b in out:
+            ref[b] = 1
+        fresh = min(n, self.fresh_end - self.fresh_next)
+        if fresh:
+            first = self.fresh_next
+            self.fresh_next = first + fresh
+            ref.extend([1] * fresh)
+            self.hash.extend([None] * fresh)
+            out.extend(range(first, first + fresh))
+            n -= fresh
+        back, hashes, anon = self.back, self.hash, self.anon
+        self.n_back -= n
+        while n:
+            key = next(iter(back))
+            if key < 0:  # a run of blocks nothing can hit
+                count = back[key]
+                take = min(count, n)
+                got = anon[-take:]
+                del anon[-take:]
+                if take == count:
+                    del back[key]
+                else:
+                    back[key] = count - take
+                for b in got:
+                    ref[b] = 1
+                out.extend(got)
+                n -= take
+            else:
+                back.popitem(last=False)
+                if hashes[key] is not None:
+                    self.evict(key)
+                ref[key] = 1
+                out.append(key)
+                n -= 1
+        return out
+
+    def evict(self, b: int) -> None:
+        """Block ``b``'s hash out of the map (``_maybe_evict_cached_block``)."""
+        key = self.hash[b]
+        self.hash[b] = None
+        dups = self.dups.get(key)
+        if dups is None:
+            if self.cached.get(key) == b:
+                del self.cached[key]
+            return
+        if b in dups:
+            dups.remove(b)
+            self.cached[key] = dups[0]
+            if len(dups) == 1:
+                del self.dups[key]
+
+    def insert(self, key: Hashable, b: int) -> None:
+        """Cache block ``b`` under ``key`` (``_insert_block_hash``)."""
+        if self.hash[b] is not None:
+            return  # cached already (only ever under this key)
+        self.hash[b] = key
+        first = self.cached.setdefault(key, b)
+        if first != b:
+            self.add_dup(key, first, b)
+
+    def add_dup(self, key: Hashable, first: int, b: int) -> None:
+        """Block ``b`` cached under ``key`` besides ``first`` (found first while it lasts)."""
+        dups = self.dups.get(key)
+        if dups is None:
+            self.dups[key] = [first, b]
+        else:
+            dups.append(b)
+
+    def free(
+        self,
+        blocks: Sequence[int],
+        dead_from: int = _INF,
+        dead_cached: int = 0,
+        dead_hashed: bool = True,
+    ) -> int:
+        """``free_blocks`` of a request's blocks in reverse (tail first); the blocks that
+        are no longer in use (count). ``blocks[dead_from:]`` are the finished request's own
+        (one reference each), the first ``dead_cached`` of them cached: nothing can hit them
+        again, so they go to ``back`` as one run, their hashes dropped (``dead_hashed``:
+        some may have one; if not, their reference counts are left for the next taker)."""
+        ref, hashes = self.ref, self.hash
+        released = 0
+        if dead_from < len(blocks):
+            own = blocks[dead_from:]
+            if dead_hashed:
+                for b in own:
+                    if hashes[b] is not None:
+                        self.evict(b)
+                    ref[b] = 0
+            self.front.extend(own[dead_cached:])  # order is immaterial in front
+            cached_own = own[:dead_cached]
+            if cached_own:
+                back = self.back
+                last_key = next(reversed(back)) if back else 0
+                if last_key < 0:
+                    back[last_key] += len(cached_own)
+                else:
+                    self._runs -= 1
+                    back[self._runs] = len(cached_own)
+                self.anon.extend(cached_own)
+                self.n_back += len(cached_own)
+            released = len(own)
+            blocks = blocks[:dead_from]
+        first: list[int] = []
+        last: list[int] = []
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                (first if hashes[b] is None else last).append(b)
+        self.front.extend(first)
+        if last:
+            back = self.back
+            for b in last:
+                back[b] = 0
+            self.n_back += len(last)
+        return released + len(first) + len(last)
