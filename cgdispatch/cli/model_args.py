@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.validate import check_text
 from ..estimate.devices import DEVICE_PRESETS, DeviceSpec, load_device_spec
 
 __all__ = ["DEVICES", "add_device_args", "check_model_flag", "device_from_args"]
@@ -32,17 +33,23 @@ def add_device_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_model_flag(model: str, usable: list[str]) -> None:
+def check_model_flag(
+    model: str, usable: list[str], tensor_parallel_size: int | None = None
+) -> None:
     """ValueError unless ``--model`` is a usable registry name, a published Hugging Face id
     or a readable ``config.json`` of a supported decoder (read here, so a bad field fails
-    before any work)."""
+    before any work) that vLLM can shard over ``--tensor-parallel-size`` GPUs."""
     from ..models.config_json import is_config_source
     from ..models.published import PUBLISHED_MODELS, published_model
+    from ..models.registry import check_model_tensor_parallel
 
+    check_text("--model", model)  # printed in the verdict's lines: one line of text
     if model in usable or model in PUBLISHED_MODELS:
+        check_model_tensor_parallel(model, tensor_parallel_size)
         return
     if is_config_source(model):
         published_model(model)
+        check_model_tensor_parallel(model, tensor_parallel_size)
         return
     raise ValueError(
         f"--model {model!r} is unknown here: use one of {usable}, a Hugging Face id of "

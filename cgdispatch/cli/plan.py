@@ -78,7 +78,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--mode NONE captures nothing: pick a graph mode")
     CUDAGraphMode.parse(args.mode)
     usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
-    check_model_flag(args.model, usable)
+    check_model_flag(args.model, usable, args.tensor_parallel_size)
     for flag in ("trace", "evaluate_on"):
         path = getattr(args, flag)
         if path is not None and Path(path).suffix and not Path(path).exists():

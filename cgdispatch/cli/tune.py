@@ -40,7 +40,7 @@ def _check(args: argparse.Namespace) -> None:
     if not 0 < args.holdout < 1:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
     usable = [n for n in model_names() if not n.startswith("hf-")]
-    check_model_flag(args.model, usable)
+    check_model_flag(args.model, usable, args.tensor_parallel_size)
     if args.trace not in (*TRACE_NAMES, "-") and not Path(args.trace).exists():
         raise ValueError(
             f"--trace {args.trace}: no such file and not a synthetic preset "
@@ -88,11 +88,9 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(result.to_json())
         return 0
-    # vllm serve takes a checkpoint's folder, not its config.json
-    model = args.model
-    if model.endswith(".json") and Path(model).is_file():
-        model = str(Path(model).resolve().parent)
-    print(verdict_text(result, model=model, device=device_label(device)))
+    # the serve line names what vLLM loads: a config.json's _name_or_path, its checkpoint
+    # folder, or a placeholder it says to replace (views.tune_verdict.serve_target)
+    print(verdict_text(result, model=args.model, device=device_label(device)))
     return 0
 
 

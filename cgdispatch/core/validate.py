@@ -7,6 +7,9 @@ tested against it).
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from typing import Any
 
 __all__ = [
@@ -14,6 +17,10 @@ __all__ = [
     "check_bool",
     "check_device",
     "check_nesting",
+    "check_json_depth",
+    "check_text",
+    "read_json_file",
+    "BadNumber",
     "check_size_list",
     "as_index",
     "BOUNDS",
@@ -33,6 +40,14 @@ __all__ = [
     "MAX_NESTING",
     "MAX_BLOCK_SIZE",
     "MAX_MODEL_LEN",
+    "MAX_LAYERS",
+    "MAX_MODEL_WIDTH",
+    "MAX_HEADS",
+    "MAX_VOCAB",
+    "MAX_EXPERTS",
+    "MAX_DEVICE_RATE",
+    "MAX_DEVICE_MEMORY",
+    "MAX_DEVICE_US",
     "DENSE_TABLE_LIMIT",
 ]
 
@@ -56,6 +71,18 @@ MAX_INPUT_SETS = 1_000  # distinct random inputs per sweep point (each is a set 
 MAX_BLOCK_SIZE = 1_024  # tokens per KV-cache block: vLLM's attention kernels take up to 256
 MAX_MODEL_LEN = 2 * MAX_REQUEST_TOKENS  # a prompt and its output
 MAX_NESTING = 32  # depth of a vLLM JSON or spec file (vLLM's configs nest 3 deep)
+# a model's config.json (models/config_json.py, models/shape_rules.py): far above released
+# models, low enough that the meta-tensor model and the byte counts stay small integers
+MAX_LAYERS = 1_024  # num_hidden_layers: 8x the deepest released decoder (Llama 3.1 405B: 126)
+MAX_MODEL_WIDTH = 1_048_576  # hidden, intermediate and expert sizes, head_dim, LoRA ranks:
+# 19x the widest released MLP (Llama 3.1 405B's intermediate_size 53,248)
+MAX_HEADS = 4_096  # attention or KV heads: 32x the most a released model has (128)
+MAX_VOCAB = 16_777_216  # vocab_size: 64x the largest released vocabulary (262,144)
+MAX_EXPERTS = 16_384  # routed experts: 32x the most a released model routes (512)
+# a device spec (estimate/devices.py DeviceSpec, --device-spec)
+MAX_DEVICE_RATE = 10**18  # FLOP/s or bytes/s: 200x a B200's dense fp8 rate (4.5e15 FLOP/s)
+MAX_DEVICE_MEMORY = 2**44  # bytes of one GPU (16 TiB): 60x the largest GPU's (288 GB)
+MAX_DEVICE_US = 1_000_000  # a launch or per-step host cost in microseconds: one second
 # the dispatchers precompute every count up to this many tokens; above it they bisect
 DENSE_TABLE_LIMIT = 32_768
 
@@ -85,6 +112,17 @@ BOUNDS: dict[str, tuple[int, str]] = {
     "repeats per sweep point": (MAX_REPEATS, "a day at ~1 s a step"),
     "input sets per sweep point": (MAX_INPUT_SETS, "each holds its own tensors"),
     "nesting of a vLLM JSON or spec file": (MAX_NESTING, "vLLM's configs nest 3 deep"),
+    "layers of a model (num_hidden_layers)": (MAX_LAYERS, "8x the deepest released decoder"),
+    "width of a model (hidden, intermediate and expert sizes, head_dim, LoRA ranks)": (
+        MAX_MODEL_WIDTH,
+        "19x the widest released MLP",
+    ),
+    "attention or KV heads of a model": (MAX_HEADS, "32x the most a released model has"),
+    "vocab_size": (MAX_VOCAB, "64x the largest released vocabulary"),
+    "routed experts of a model": (MAX_EXPERTS, "32x the most a released model routes"),
+    "a device's FLOP/s or bytes/s": (MAX_DEVICE_RATE, "200x a B200's dense fp8 FLOP/s"),
+    "a device's memory_bytes": (MAX_DEVICE_MEMORY, "60x the largest GPU's memory"),
+    "a device's launch and step costs (us)": (MAX_DEVICE_US, "one second per launch"),
 }
 
 
@@ -173,3 +211,96 @@ def check_size_list(name: str, sizes: Any) -> list[int]:
             )
         out.append(number)
     return out
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_text(name: str, value: Any, *, max_chars: int = 1_000) -> str:
+    """``value`` if it is a non-empty string of at most ``max_chars`` characters with no
+    control character (a newline in a device or model name would start a line of its own in
+    the verdict, e.g. a forged ``vllm serve`` line), else ValueError naming it."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name}={value!r} is invalid: give a non-empty text")
+    bad = _CONTROL.search(value)
+    if bad is not None:
+        raise ValueError(
+            f"{name}={value!r} is invalid: it holds the control character "
+            f"{bad.group()!r}; names are printed on one line: remove it"
+        )
+    if len(value) > max_chars:
+        raise ValueError(f"{name} has {len(value):_} characters: at most {max_chars:_}")
+    return value
+
+
+class BadNumber:
+    """A number :func:`read_json_file` would not turn into a Python number: an integer of
+    more than :data:`_MAX_DIGITS` digits, a float out of range (``1e999``), ``NaN`` or
+    ``Infinity``. It stands where the number was, so the check of that field names it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        if len(self.text) > 24:
+            return f"<a {len(self.text):_}-digit number>"
+        return self.text
+
+
+_MAX_DIGITS = 40  # longer integers are BadNumber: every bound here has fewer than 20 digits
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def check_json_depth(name: str, text: str, limit: int = MAX_NESTING) -> None:
+    """ValueError when the JSON ``text`` nests its objects and arrays deeper than ``limit``,
+    found before parsing (Python's parser raises RecursionError on ~100,000 levels)."""
+    depth = 0
+    for bracket in _BRACKET.finditer(_STRING.sub('""', text)):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > limit:
+                raise ValueError(
+                    f"{name} nests deeper than {limit} levels: a vLLM config or spec file is "
+                    "a few levels deep; check the file for a runaway structure"
+                )
+        else:
+            depth -= 1
+
+
+def read_json_file(path: Any, what: str) -> Any:
+    """The JSON value in the file at ``path``, or ValueError naming ``what`` (the file and
+    the flag that gave it): a missing, empty, truncated, non-UTF-8 or too deeply nested
+    file. Numbers Python would lose or refuse (``NaN``, ``Infinity``, ``1e999``, integers
+    of more than 40 digits) come back as :class:`BadNumber`, for the field's check to name."""
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"{what} cannot be read: no such file")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{what} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not text.strip():
+        raise ValueError(f"{what} is empty: it must hold one JSON object")
+    check_json_depth(what, text)
+
+    def number(kind: type) -> Any:
+        def parse(token: str) -> Any:
+            if kind is int and len(token.lstrip("-")) > _MAX_DIGITS:
+                return BadNumber(token)
+            value = kind(token)
+            return value if kind is int or math.isfinite(value) else BadNumber(token)
+
+        return parse
+
+    try:
+        return json.loads(
+            text, parse_int=number(int), parse_float=number(float), parse_constant=BadNumber
+        )
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{what} is not JSON ({err.msg}: line {err.lineno}, column {err.colno}): "
+            "check that the file is complete"
+        ) from None

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .device_model import predict_step
-from .devices import DeviceSpec
+from .devices import MIN_EFFICIENCY, DeviceSpec
 from .kernels import StepProfile, toy_profiles
 
 __all__ = ["calibrate", "calibrate_rows", "predict_config"]
@@ -70,7 +70,7 @@ def calibrate(
             for factor in (math.exp(step), math.exp(-step)):
                 value = getattr(best, name) * factor
                 if name.endswith("efficiency"):
-                    value = min(value, 1.0)
+                    value = min(max(value, MIN_EFFICIENCY), 1.0)  # DeviceSpec's range
                 trial = best.replace(**{name: value})
                 trial_loss = loss(trial)
                 if trial_loss < best_loss:

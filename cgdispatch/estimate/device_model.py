@@ -296,6 +296,15 @@ class DeviceCostModel:
         return (self.num_warmups + 1) * eager_s + graphs * self.spec.graph_instantiate_us / 1e6
 
 
+def check_sharding(model: object, tensor_parallel_size: int | None) -> None:
+    """ValueError unless vLLM can shard ``model`` over ``tensor_parallel_size`` GPUs, for the
+    layers that may not import models (``plan``):
+    :func:`cgdispatch.models.registry.check_model_tensor_parallel`, the one home of the rule."""
+    from ..models.registry import check_model_tensor_parallel
+
+    check_model_tensor_parallel(model, tensor_parallel_size)
+
+
 def device_cost_model(
     model: object = "llama-3.1-8b",
     device: str | DeviceSpec = "H200",

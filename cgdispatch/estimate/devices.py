@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from ..core.validate import (
+    MAX_DEVICE_MEMORY,
+    MAX_DEVICE_RATE,
+    MAX_DEVICE_US,
+    BadNumber,
+    check_text,
+    read_json_file,
+)
 
 __all__ = [
     "DeviceSpec",
@@ -25,6 +33,7 @@ __all__ = [
     "device_spec",
     "device_label",
     "load_device_spec",
+    "MIN_EFFICIENCY",
 ]
 
 _GIB = float(1 << 30)
@@ -64,8 +73,56 @@ class DeviceSpec:
     # direction (NVLink, PCIe; device_specs.csv names the source); 0: unknown (PCIe Gen4)
     link_bytes_per_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        check_text("device name", self.name, max_chars=200)
+        if self.architecture:
+            check_text("device architecture", self.architecture, max_chars=200)
+        for field, (least, most, open_low) in _NUMBER_RANGES.items():
+            _check_number(field, getattr(self, field), least, most, open_low)
+
     def replace(self, **changes: Any) -> DeviceSpec:
         return dataclasses.replace(self, **changes)
+
+
+# below it the step times are years and every figure is noise: the slowest GPU's rates are
+# 1,000x this (an L4's fp32: 30e12 FLOP/s, its bandwidth 300e9 B/s)
+MIN_DEVICE_RATE = 1e9  # least FLOP/s or bytes/s of peak_flops, peak_fp32_flops, bandwidth
+MIN_EFFICIENCY = 0.01  # least share of peak a kernel reaches (flop_ and bw_efficiency)
+# field -> (least, most, whether ``least`` itself is refused); the fields not listed are the
+# host costs in microseconds, from 0 to MAX_DEVICE_US
+_NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
+    "peak_flops": (MIN_DEVICE_RATE, MAX_DEVICE_RATE, False),
+    "peak_fp32_flops": (MIN_DEVICE_RATE, MAX_DEVICE_RATE, False),
+    "bandwidth_bytes_per_s": (MIN_DEVICE_RATE, MAX_DEVICE_RATE, False),
+    "memory_bytes": (0.0, MAX_DEVICE_MEMORY, True),
+    "peak_fp8_flops": (0.0, MAX_DEVICE_RATE, False),
+    "link_bytes_per_s": (0.0, MAX_DEVICE_RATE, False),
+    # a share of peak: at 0 a kernel never ends (tune's scheduler loop waited forever)
+    "flop_efficiency": (MIN_EFFICIENCY, 1.0, False),
+    "bw_efficiency": (MIN_EFFICIENCY, 1.0, False),
+    **{f: (0.0, MAX_DEVICE_US, False) for f in (
+        "kernel_launch_us", "kernel_gap_us", "piece_overhead_us", "step_overhead_us",
+        "graph_launch_us", "kernel_min_us", "graph_instantiate_us")},
+}  # fmt: skip
+
+
+def _plain(bound: float) -> str:
+    """A bound as a person writes it: ``1_000_000_000``, ``0.01``, not ``1e+09``."""
+    return f"{int(bound):_}" if float(bound).is_integer() else f"{bound:g}"
+
+
+def _check_number(field: str, value: Any, least: float, most: float, open_low: bool) -> None:
+    """ValueError unless ``value`` is a finite real number in the field's range."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and (value > least if open_low else value >= least) and value <= most:
+        return  # (a NaN fails every comparison, infinity the upper bound)
+    low = f"> {_plain(least)}" if open_low else f">= {_plain(least)}"
+    top = _plain(most)
+    shown = repr(value) if not isinstance(value, float) else f"{value:g}"
+    raise ValueError(
+        f"field {field!r}={shown} is invalid: give a finite number {low} and at most "
+        f"{top} (cgdispatch.core.validate.BOUNDS)"
+    )
 
 
 def _load_table() -> tuple[dict[str, DeviceSpec], dict[str, str]]:
@@ -128,37 +185,42 @@ def load_device_spec(path: str | Path) -> DeviceSpec:
     ``name``, ``peak_flops``, ``peak_fp32_flops``, ``bandwidth_bytes_per_s`` and
     ``memory_bytes`` are required; the launch constants default to the presets'. A missing
     or unknown field, or a value that is not a positive number, is a ValueError naming it."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    what = f"device spec {path} (--device-spec)"
+    data = read_json_file(path, what)
     if not isinstance(data, dict):
-        raise ValueError(f"device spec {path}: give a JSON object of DeviceSpec fields")
+        raise ValueError(f"{what}: give a JSON object of DeviceSpec fields")
     known = {f.name: f for f in dataclasses.fields(DeviceSpec)}
     for name in data:
         if name not in known:
             raise ValueError(
-                f"device spec {path}: field {name!r} is unknown: use the fields of "
-                f"DeviceSpec, {sorted(known)}"
+                f"{what}: field {name!r} is unknown: use the fields of DeviceSpec, {sorted(known)}"
             )
     for name, value in data.items():
-        if name == "name":
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"device spec {path}: field 'name' must be a non-empty string")
-        elif name == "architecture":
-            if not isinstance(value, str):
+        if name in ("name", "architecture"):
+            if not isinstance(value, str) or (name == "name" and not value.strip()):
                 raise ValueError(
-                    f"device spec {path}: field 'architecture'={value!r} is invalid: give a "
-                    "GPU generation as text (Ampere, Ada, Hopper, Blackwell, CDNA3)"
+                    f"{what}: field {name!r}={value!r} is invalid: give "
+                    + ("the GPU's name" if name == "name" else "a GPU generation (Hopper, ...)")
+                    + " as text"
                 )
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        elif isinstance(value, (bool, BadNumber)) or not isinstance(value, (int, float)):
             raise ValueError(
-                f"device spec {path}: field {name!r}={value!r} is invalid: give a number >= 0"
+                f"{what}: field {name!r}={value!r} is invalid: give a finite number (JSON "
+                "has no NaN or Infinity; integers of at most 40 digits)"
             )
-        elif value == 0 and name in _REQUIRED:
-            raise ValueError(f"device spec {path}: field {name!r} must be > 0")
     for name in _REQUIRED:
         if name not in data:
-            raise ValueError(
-                f"device spec {path}: field {name!r} is missing: {list(_REQUIRED)} are required"
-            )
+            raise ValueError(f"{what}: field {name!r} is missing: {list(_REQUIRED)} are required")
     text = ("name", "architecture")
-    return DeviceSpec(**{k: (v if k in text else float(v)) for k, v in data.items()})
+    try:  # the bounds are DeviceSpec's own; the message gets the file and the flag
+        return DeviceSpec(**{k: (v if k in text else _as_float(v)) for k, v in data.items()})
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
+
+
+def _as_float(value: int | float) -> float:
+    """``value`` as a float; an integer too large for one stays an int (refused by bound)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return value  # type: ignore[return-value]

@@ -12,13 +12,24 @@ way it does not model is a ValueError naming the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODEL_TYPES", "config_fields", "is_config_source"]
+from ..core.validate import (
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_MODEL_LEN,
+    MAX_MODEL_WIDTH,
+    MAX_VOCAB,
+    check_nesting,
+    check_text,
+    read_json_file,
+)
+
+__all__ = ["MODEL_TYPES", "config_fields", "config_model_name", "is_config_source"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,21 @@ _QUANT = {
     "awq": "awq_marlin",
 }
 _DTYPES = ("bfloat16", "float16", "float32")
+# the most an integer field may hold (cgdispatch.core.validate.BOUNDS); any other: a width
+_MOST = {
+    "num_hidden_layers": MAX_LAYERS,
+    "first_k_dense_replace": MAX_LAYERS,
+    "sliding_window_pattern": MAX_LAYERS,
+    "num_attention_heads": MAX_HEADS,
+    "num_key_value_heads": MAX_HEADS,
+    "vocab_size": MAX_VOCAB,
+    "num_local_experts": MAX_EXPERTS,
+    "num_experts": MAX_EXPERTS,
+    "n_routed_experts": MAX_EXPERTS,
+    "num_experts_per_tok": MAX_EXPERTS,
+    "n_shared_experts": MAX_EXPERTS,
+    "max_position_embeddings": MAX_MODEL_LEN,
+}
 
 
 def is_config_source(model: object) -> bool:
@@ -81,10 +107,7 @@ def _read(source: Any) -> tuple[dict[str, Any], str]:
             path = path / "config.json"
         if not path.is_file():
             raise ValueError(f"model={str(source)!r}: no such config.json file")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"model={str(source)!r} is not a JSON config.json: {e}") from e
+        data = read_json_file(path, f"config file {path}")
         name = str(path)
     elif isinstance(source, Mapping):
         data, name = dict(source), ""
@@ -94,7 +117,18 @@ def _read(source: Any) -> tuple[dict[str, Any], str]:
         raise ValueError(f"model={source!r} is invalid: give a config.json path, dict or config")
     if not isinstance(data, dict):
         raise ValueError(f"model={name or source!r}: config.json must hold a JSON object")
-    return data, str(data.get("_name_or_path") or name or f"{data.get('model_type')} config")
+    check_nesting(f"config file {name}" if name else "config", data)
+    given = data.get("_name_or_path")
+    if given:  # printed in the verdict and the vllm serve line: one line of text
+        check_text("config.json field '_name_or_path'", given)
+    return data, str(given or name or f"{data.get('model_type')} config")
+
+
+def config_model_name(source: Any) -> str:
+    """The config's ``_name_or_path`` (the checkpoint it was saved from), or "" when it has
+    none: what ``vllm serve`` can load, where the file's own path is only a config."""
+    data, _ = _read(source)
+    return str(data.get("_name_or_path") or "")
 
 
 def _int(cfg: Mapping[str, Any], field: str, default: int | None = None) -> int:
@@ -103,8 +137,21 @@ def _int(cfg: Mapping[str, Any], field: str, default: int | None = None) -> int:
         if default is None:
             raise ValueError(f"config.json field {field!r} is missing: it is required")
         value = default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"config.json field {field!r}={value!r} is invalid: give an integer >= 0")
+    most = _MOST.get(field, MAX_MODEL_WIDTH)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise ValueError(
+            f"config.json field {field!r}={value!r} is invalid: give an integer from 0 to "
+            f"{most:_} (cgdispatch.core.validate.BOUNDS)"
+        )
+    return value
+
+
+def _flag(cfg: Mapping[str, Any], field: str, default: bool) -> bool:
+    value = cfg.get(field, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"config.json field {field!r}={value!r} is invalid: give true or false")
     return value
 
 
@@ -115,6 +162,12 @@ def _full_attention_every(cfg: Mapping[str, Any], kind: _Kind, layers: int) -> i
         if not isinstance(types, list) or len(types) != layers:
             raise ValueError(
                 f"config.json field 'layer_types' is invalid: give one entry per layer ({layers})"
+            )
+        odd = next((t for t in types if not isinstance(t, str)), None)
+        if odd is not None:
+            raise ValueError(
+                f"config.json field 'layer_types' holds {odd!r}: each entry is a text, "
+                "'full_attention' or 'sliding_attention'"
             )
         unknown = set(types) - {"full_attention", "sliding_attention"}
         if unknown:
@@ -140,6 +193,11 @@ def _quantization(cfg: Mapping[str, Any]) -> str:
     if not quant:
         return ""
     method = quant.get("quant_method") if isinstance(quant, Mapping) else None
+    if not isinstance(method, str):
+        raise ValueError(
+            f"config.json field 'quantization_config.quant_method'={method!r} is invalid: "
+            f"give one of {sorted(_QUANT)} as text"
+        )
     if method == "gptq" and quant.get("bits") != 4:
         raise ValueError(
             f"config.json field 'quantization_config.bits'={quant.get('bits')!r} is "
@@ -195,14 +253,26 @@ def config_fields(source: Any, *, name: str | None = None) -> dict[str, Any]:
     ``config.json`` (path, dict or ``transformers`` config); ``name`` overrides the model name (default: the config's
     ``_name_or_path``, else the file's path). Multimodal configs use their ``text_config``
     (the vision tower is not counted)."""
-    data, default_name = _read(source)
+    path = str(source) if isinstance(source, (str, Path)) else ""
+    try:
+        data, default_name = _read(source)
+        return _fields(data, default_name, name)
+    except ValueError as err:  # name the file: a person may be trying several
+        if path and path not in str(err):
+            raise ValueError(f"config file {path}: {err}") from None
+        raise
+
+
+def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[str, Any]:
+    from .shape_rules import check_shapes
+
     cfg = dict(data)
     vision_note = ""
     if isinstance(data.get("text_config"), Mapping):
         cfg = {**data, **data["text_config"]}
         vision_note = " (text_config; vision tower not counted)"
     model_type = cfg.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise ValueError(
             f"config.json field 'model_type'={model_type!r} is unsupported: use a decoder of "
             f"{sorted(MODEL_TYPES)}"
@@ -235,14 +305,14 @@ def config_fields(source: Any, *, name: str | None = None) -> dict[str, Any]:
         _int(cfg, "n_shared_experts", 0) * moe_inter
     )
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
-    if dtype not in _DTYPES:
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
         raise ValueError(f"config.json field 'torch_dtype'={dtype!r} is unsupported: use {_DTYPES}")
     if not (layers and hidden and heads and _int(cfg, "vocab_size")):
         raise ValueError("config.json fields 'num_hidden_layers', 'hidden_size', "
                          "'num_attention_heads' and 'vocab_size' must be > 0")  # fmt: skip
     if experts and not _int(cfg, "num_experts_per_tok"):
         raise ValueError("config.json field 'num_experts_per_tok' must be > 0 with experts")
-    return dict(
+    out = dict(
         model=name or default_name,
         family=kind.family,
         layers=layers,
@@ -252,8 +322,8 @@ def config_fields(source: Any, *, name: str | None = None) -> dict[str, Any]:
         head_dim=head_dim,
         intermediate_size=_int(cfg, "intermediate_size", moe_inter),
         vocab_size=_int(cfg, "vocab_size"),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", kind.tied)),
-        qkv_bias=bool(cfg.get("attention_bias", kind.qkv_bias)),
+        tied_embeddings=_flag(cfg, "tie_word_embeddings", kind.tied),
+        qkv_bias=_flag(cfg, "attention_bias", kind.qkv_bias),
         gated_mlp=kind.gated_mlp,
         norms_per_layer=kind.norms_per_layer,
         qk_norm=kind.qk_norm,
@@ -272,4 +342,7 @@ def config_fields(source: Any, *, name: str | None = None) -> dict[str, Any]:
         quantization=_quantization(cfg),
         source=f"config.json {default_name}{vision_note}",
         q_lora_rank=_int(cfg, "q_lora_rank", 0) if mla else 0,
+        max_position_embeddings=_int(cfg, "max_position_embeddings", 0),
     )
+    check_shapes(out, "config.json")
+    return out

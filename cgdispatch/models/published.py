@@ -93,6 +93,12 @@ class PublishedModel:
     quantization: str  # the checkpoint's scheme as vLLM names it ("" for none)
     source: str
     q_lora_rank: int = 0  # latent attention's query rank (DeepSeek-V3; 0: one q projection)
+    max_position_embeddings: int = 0  # the context the config allows (0: not given)
+
+    def __post_init__(self) -> None:
+        from .shape_rules import check_shapes
+
+        check_shapes({f.name: getattr(self, f.name) for f in fields(self)}, f"model {self.model!r}")
 
     @property
     def is_moe(self) -> bool:
@@ -103,15 +109,15 @@ class PublishedModel:
         return self.kv_lora_rank > 0
 
     def check_parallel(self, tp: int, pp: int) -> None:
-        """ValueError unless TP and PP are integers >= 1 that fit this model's heads and layers."""
+        """ValueError unless TP and PP are integers >= 1 that fit this model's layers and
+        that vLLM can shard it over (heads, KV heads, MLP, experts, vocabulary:
+        :func:`~cgdispatch.models.shape_rules.check_tensor_parallel`)."""
         for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} is invalid: it must be an integer >= 1")
-        if self.num_heads % tp:
-            raise ValueError(
-                f"tensor_parallel_size={tp} does not divide {self.model}'s {self.num_heads} "
-                "attention heads: choose a TP size that divides them"
-            )
+        from .shape_rules import check_tensor_parallel
+
+        check_tensor_parallel(self, tp)
         if pp > self.layers:
             raise ValueError(
                 f"pipeline_parallel_size={pp} exceeds {self.model}'s {self.layers} layers: "
@@ -127,7 +133,9 @@ class PublishedModel:
         return max(1, self.num_kv_heads // tp)
 
     def padded_vocab(self, tp: int) -> int:
-        return math.ceil(self.vocab_size / (_VOCAB_PADDING * tp)) * _VOCAB_PADDING * tp
+        """The vocabulary as vLLM shards it: padded to a multiple of 64 (``pad_vocab_size``,
+        vllm/model_executor/layers/vocab_parallel_embedding.py), which ``tp`` must divide."""
+        return math.ceil(self.vocab_size / _VOCAB_PADDING) * _VOCAB_PADDING
 
     def _layer_params(self, tp: int, dense: bool) -> tuple[float, float, float]:
         """(linear, expert, other) parameters of one decoder layer on one TP rank."""
@@ -283,9 +291,7 @@ def arch_spec(
         hidden_size=model.hidden_size,
         num_heads=model.num_heads,
         num_kv_heads=model.num_heads if mla else model.num_kv_heads,
-        intermediate_size=model.intermediate_size
-        if model.intermediate_size % tp == 0
-        else model.intermediate_size // tp * tp,
+        intermediate_size=model.intermediate_size,
         vocab_size=model.padded_vocab(tp),
         source=model.source,
         tensor_parallel_size=tp,

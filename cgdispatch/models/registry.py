@@ -19,6 +19,7 @@ __all__ = [
     "model_names",
     "build_model",
     "tensor_parallel_size_for",
+    "check_model_tensor_parallel",
 ]
 
 
@@ -82,6 +83,29 @@ def tensor_parallel_flag(model: object, requested: int | None) -> int | None:
     if requested is None or requested == tensor_parallel_size_for(model):
         return None
     return requested
+
+
+def check_model_tensor_parallel(model: object, tensor_parallel_size: int | None) -> None:
+    """:func:`check_tensor_parallel` for ``model`` as ``tune`` and ``plan`` take it: a
+    registry name with a published config (at its own TP size when ``tensor_parallel_size``
+    is None), a Hugging Face id, a config.json or a PublishedModel. Models without a published
+    config (toy models) are left to the cost model, which refuses to shard them."""
+    from .arch_spec import ARCHITECTURES
+    from .config_json import is_config_source
+    from .published import PUBLISHED_MODELS, PublishedModel, published_model
+    from .shape_rules import check_tensor_parallel
+
+    tp = tensor_parallel_size
+    if isinstance(model, str) and model in ARCHITECTURES:
+        spec = ARCHITECTURES[model]
+        if not spec.published:
+            return  # its ArchSpec checked its own TP size when it was built
+        model, tp = published_model(spec.published), tp or spec.tensor_parallel_size
+    elif isinstance(model, PublishedModel) or model in PUBLISHED_MODELS or is_config_source(model):
+        model = published_model(model)
+    else:
+        return
+    check_tensor_parallel(model, tp or 1)
 
 
 def build_model(

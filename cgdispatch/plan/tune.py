@@ -32,8 +32,9 @@ import pandas as pd
 from ..core.config import GraphConfig
 from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
 from ..workload.replicas import check_balance
+from ..workload.request_table import check_requests
 from ..workload.sources import arrival_cut, split_holdout
-from ..workload.trace import check_step_budget
+from ..workload.trace import check_step_budget, check_trace
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan, kinds_absent
@@ -161,6 +162,14 @@ def tune(
         raise ValueError(f"max_graphs={max_graphs!r} is invalid: give an integer >= 1")
     if objective is not None and objective not in OBJECTIVES:  # before any work
         raise ValueError(f"objective={objective!r} is unknown: use one of {list(OBJECTIVES)}")
+    # every cell of both frames, before the split: an error names the row as the caller
+    # counts it, and a bad cell in the planning part is refused as one in the held-out part
+    trace = check_trace(trace)
+    if requests is not None:
+        checked = check_requests(requests)
+        requests = requests.reset_index(drop=True).assign(
+            **{c: checked[c].to_numpy() for c in checked.columns}
+        )
     check_balance(balance, replicas)
     if replicas > 1 and requests is None:
         raise ValueError(

@@ -82,7 +82,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     """:func:`cgdispatch.plan.tune.tune` for ``settings``; ``progress``: a bar while the
     trace is simulated. Raises ValueError (``DoesNotFitError`` among them) for a setting
     that cannot run, naming it."""
-    from ..estimate.device_model import device_cost_model
+    from ..estimate.device_model import check_sharding, device_cost_model
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
     from ..estimate.uncertainty import errors_for
@@ -97,6 +97,8 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     s = settings
     check_balance(s.balance, s.replicas)  # before any work
     tp_flag = s.tp_flag()
+    # before the caches and any arithmetic: a TP size vLLM could not load is refused
+    check_sharding(s.model, tp_flag)
     config = s.config()
     requests = _requests(s)  # None for a file of steps: then no latency figures
     profile = None

@@ -222,10 +222,9 @@ class TuneDashboard(Snapshot, w.VBox):
     def _show(self, result: TuneResult) -> None:
         png = tradeoff_figure(result)._repr_png_() if self.draw else b""
         settings = self._settings
-        model = settings.model  # vllm serve takes a checkpoint's folder, not its config.json
-        if model.endswith(".json") and Path(model).is_file():
-            model = str(Path(model).resolve().parent)
-        lines = verdict_lines(result, model=model, device=device_label(settings.device))
+        # the serve line names what vLLM loads (tune_verdict.serve_target): a config.json's
+        # _name_or_path, its checkpoint folder, or a placeholder it says to replace
+        lines = verdict_lines(result, model=settings.model, device=device_label(settings.device))
         d = result.deltas
         attrs = {
             "testid": "tune-verdict",

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 import textwrap
+from pathlib import Path
 
+from ..core.validate import check_text
 from ..plan.tune_result import OBJECTIVES, TuneResult
 from .numbers import band as _band
 from .numbers import count, duration, duration_s, format_in, nbytes
@@ -25,6 +28,8 @@ __all__ = [
     "engine_flags",
     "traffic_note",
     "overload_line",
+    "serve_name",
+    "serve_target",
     "MAX_VERDICT_LINES",
 ]
 
@@ -91,13 +96,54 @@ def delta_rows(result: TuneResult) -> list[tuple[str, str, str, str, str]]:
 
 
 def serve_name(model: str) -> str:
-    """The name ``vllm serve`` takes for registry model ``model``: the Hugging Face id its
-    published shapes come from, else ``model`` itself."""
-    from ..models.arch_spec import ARCHITECTURES
+    """The name ``vllm serve`` takes for ``model`` (:func:`serve_target`'s, shell-quoted)."""
+    return serve_target(model)[0]
 
+
+_WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+
+
+def serve_target(model: str) -> tuple[str, str]:
+    """(the model as ``vllm serve`` takes it, shell-quoted; a note when it is a stand-in).
+
+    A registry model: the Hugging Face id its published shapes come from. A config.json:
+    its ``_name_or_path``; else, for a file named ``config.json``, its folder (a checkpoint's
+    folder is what vLLM loads; the note says so when no weights lie beside it); else (a
+    ``variants/x.json``) the folder's name as a placeholder, and the note says to replace
+    it. Anything else: ``model`` itself."""
+    from ..models.arch_spec import ARCHITECTURES
+    from ..models.config_json import config_model_name, is_config_source
+    from ..models.published import PUBLISHED_MODELS
+
+    check_text("model", model)  # a path with a newline would print a line of its own
     spec = ARCHITECTURES.get(model)
     first = spec.source.split()[0] if spec is not None else ""
-    return first if "/" in first else model
+    if "/" in first:
+        return shlex.quote(first), ""
+    if spec is None and model not in PUBLISHED_MODELS and is_config_source(model):
+        given = config_model_name(model)  # checked: one line of text
+        if given:
+            return shlex.quote(given), ""
+        file = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
+        folder = file.resolve().parent
+        check_text("the config's folder", str(folder))  # resolved: printed as one line
+        if file.name == "config.json":
+            if any(next(folder.glob(g), None) for g in _WEIGHTS):
+                return shlex.quote(str(folder)), ""
+            return shlex.quote(str(folder)), (
+                "no weights beside its config.json yet: vLLM loads this folder once they are "
+                "there; else put the checkpoint's folder or Hugging Face id there"
+            )
+        return shlex.quote(folder.name or "MODEL"), (
+            f"{folder.name or 'MODEL'!r} stands for the model: {file.name} has no "
+            "_name_or_path; put the checkpoint's folder or Hugging Face id there"
+        )
+    return shlex.quote(model), ""
+
+
+def _one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``): user text never starts a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def verdict_lines(
@@ -154,7 +200,7 @@ def verdict_lines(
     lines += [
         head,
         *([f"note: {'; '.join(result.notes)}"] if result.notes else []),
-        f"{model} on {device}"
+        f"{_one_line(model)} on {_one_line(device)}"
         + (
             f" x{cfg.tensor_parallel_size} (TP {cfg.tensor_parallel_size}, figures per GPU)"
             if cfg.tensor_parallel_size > 1
@@ -162,7 +208,8 @@ def verdict_lines(
         )
         + f", vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}; objective: {result.objective}; "
-        f"figures: {result.source}; traffic: {result.trace_label}" + traffic_note(result),
+        f"figures: {result.source}; traffic: {_one_line(result.trace_label)}"
+        + traffic_note(result),
         f"{'held out':<16}{'planned':>14}{'vLLM default':>14}{'change':>12}  90% band   (last "
         f"{result.holdout:g} of the trace: {result.steps_held_out} steps; planned on the "
         f"first {result.steps_planned})",
@@ -175,7 +222,15 @@ def verdict_lines(
             + "): "
             + ", ".join(result.pareto)
         )
-    serve = f"vllm serve {serve_model or serve_name(model)} {result.flags}"
+    from ..models.registry import check_model_tensor_parallel
+
+    # the serve line is printed only for a model vLLM can load at this TP size
+    check_model_tensor_parallel(model, cfg.tensor_parallel_size)
+    if serve_model:
+        target, note = shlex.quote(check_text("serve_model", serve_model)), ""
+    else:
+        target, note = serve_target(model)
+    serve = f"vllm serve {target} {result.flags}" + (f"  # {note}" if note else "")
     if len(lines) + 1 > MAX_VERDICT_LINES and result.pareto:  # the serve line stays
         lines = [line for line in lines if not line.startswith("Pareto set")]
     return [*lines[: MAX_VERDICT_LINES - 1], serve]

@@ -14,7 +14,7 @@ import pandas as pd
 from ..core.validate import MAX_REQUEST_TOKENS
 from .steps import HASH_IDS_COLUMN, LORA_COLUMN, TOKEN_IDS_COLUMN
 
-__all__ = ["check_requests"]
+__all__ = ["check_requests", "check_cells"]
 
 _REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 # multi-turn sessions (cgdispatch.workload.mooncake.SESSION_COLUMNS): kept when all are given
@@ -22,8 +22,14 @@ _SESSION_COLUMNS = ("session_id", "turn", "delay_s")
 
 
 def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
-    """A request table's columns with their dtypes, or ValueError naming the first bad row."""
-    missing = [c for c in _REQUEST_COLUMNS if c not in getattr(requests, "columns", ())]
+    """A request table's columns with their dtypes, or ValueError naming the first bad row
+    (by the frame's own index label, as ``requests.loc[row]`` finds it) and column."""
+    if not isinstance(requests, pd.DataFrame):
+        raise ValueError(
+            f"a request table must be a pandas DataFrame, got {type(requests).__name__}: give "
+            f"one with columns {list(_REQUEST_COLUMNS)}"
+        )
+    missing = [c for c in _REQUEST_COLUMNS if c not in requests.columns]
     if missing:
         raise ValueError(
             f"request table lacks columns {missing}: it needs {list(_REQUEST_COLUMNS)} "
@@ -31,37 +37,22 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
         )
     if len(requests) == 0:
         raise ValueError("request table is empty: give at least one request")
-    cols = [*_REQUEST_COLUMNS, *([LORA_COLUMN] if LORA_COLUMN in requests.columns else [])]
     lists = [c for c in (HASH_IDS_COLUMN, TOKEN_IDS_COLUMN) if c in requests.columns]
     if len(lists) > 1:
         raise ValueError(
             f"request table has both {HASH_IDS_COLUMN!r} and {TOKEN_IDS_COLUMN!r}: give one "
             "source of prefix identity (drop the other column)"
         )
-    frame = requests[cols + lists].reset_index(drop=True)
-    arrival = pd.to_numeric(frame["arrival_s"], errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~np.isfinite(arrival)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise ValueError(
-            f"request table row {row}: arrival_s={_shown(frame['arrival_s'][row])} is not a finite "
-            "number: every request needs an arrival time in seconds (fill or drop blank ones)"
-        )
-    out: dict = {"arrival_s": arrival}
-    for col in ("prompt_tokens", "output_tokens", *cols[3:]):
-        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
-        low = -1 if col == LORA_COLUMN else 1
-        high = 2**62 if col == LORA_COLUMN else MAX_REQUEST_TOKENS
-        bad = ~np.isfinite(values) | (values != np.round(values)) | (values < low)
-        bad |= values > high
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"request table row {row}: {col}={_shown(frame[col][row])} is invalid: it must be "
-                f"an integer from {low} to {high:_}"
-                + (" (at most MAX_REQUEST_TOKENS per request)" if col != LORA_COLUMN else "")
-            )
-        out[col] = values.astype(np.int64)
+    frame = requests[lists].reset_index(drop=True)
+    has_lora = LORA_COLUMN in requests.columns
+    columns = {
+        "arrival_s": (-np.inf, np.inf, False),
+        "prompt_tokens": (1, MAX_REQUEST_TOKENS, True),
+        "output_tokens": (1, MAX_REQUEST_TOKENS, True),
+        **({LORA_COLUMN: (-1, 2**62, True)} if has_lora else {}),
+    }
+    out = check_cells(requests, "request table", columns)
+    out["arrival_s"] = out["arrival_s"].astype(np.float64)
     if all(c in requests.columns for c in _SESSION_COLUMNS):
         out.update(_sessions(requests[list(_SESSION_COLUMNS)].reset_index(drop=True)))
     checked = pd.DataFrame(out)
@@ -98,6 +89,43 @@ def _sessions(frame: pd.DataFrame) -> dict[str, np.ndarray]:
             "turn that arrives at its arrival_s"
         )
     out["delay_s"] = delay
+    return out
+
+
+def check_cells(
+    frame: pd.DataFrame, what: str, columns: dict[str, tuple[float, float, bool]]
+) -> dict[str, np.ndarray]:
+    """Each of ``columns`` (name -> least, most, integral) of ``frame`` as a numpy array
+    (int64 where integral), or ValueError naming the first bad cell: text where a number
+    belongs, a blank, NaN or infinity, a fraction in a count, a value out of range. Rows are
+    named by the frame's index label, as the person who built it counts them."""
+    out = {}
+    for col, (least, most, integral) in columns.items():
+        cells = frame[col]
+        if cells.dtype == object or pd.api.types.is_string_dtype(cells.dtype):
+            text = cells.map(lambda v: isinstance(v, (str, bytes))).to_numpy(dtype=bool)
+            if text.any():
+                pos = int(np.flatnonzero(text)[0])
+                raise ValueError(
+                    f"{what} row {frame.index[pos]}: {col}={_shown(cells.iloc[pos])} is not a "
+                    "finite number but text: give numbers "
+                    f"(pd.to_numeric(frame[{col!r}]) converts a column of digits)"
+                )
+        values = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values < least) | (values > most)
+        if integral:
+            bad |= values != np.round(values)
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            cell = f"{what} row {frame.index[pos]}: {col}={_shown(cells.iloc[pos])}"
+            if not integral:
+                low = "" if least == -np.inf else f" >= {least:g}"
+                raise ValueError(f"{cell} is not a finite number{low}: fill or drop blank ones")
+            per = " (at most MAX_REQUEST_TOKENS per request)" if most == MAX_REQUEST_TOKENS else ""
+            raise ValueError(
+                f"{cell} is invalid: it must be an integer from {least:_} to {most:_}{per}"
+            )
+        out[col] = values.astype(np.int64) if integral else values
     return out
 
 

@@ -19,9 +19,10 @@ import numpy as np
 import pandas as pd
 
 from ..core import cache
+from ..core.validate import MAX_STEP_TOKENS
 from .limits import SchedulerLimits, scheduler_limits
 from .replay import default_step_time_ms, start_replay
-from .request_table import check_requests
+from .request_table import check_cells, check_requests
 from .steps import LORA_COLUMN
 
 __all__ = [
@@ -84,6 +85,7 @@ def check_trace(trace: pd.DataFrame) -> pd.DataFrame:
             f"step trace has no 'num_tokens' column (columns: {list(trace.columns)}): "
             "a trace needs one row per step with at least num_tokens"
         )
+    _check_trace_cells(trace)
     trace = trace.copy()
     defaults = {"num_reqs": trace["num_tokens"], "uniform_decode": False, "has_lora": False}
     for col, value in defaults.items():
@@ -98,6 +100,18 @@ def check_trace(trace: pd.DataFrame) -> pd.DataFrame:
         if len(trace) and int(trace[col].min()) < 0:
             raise ValueError(f"step trace has {col} < 0: counts must be >= 0")
     return trace
+
+
+def _check_trace_cells(trace: pd.DataFrame) -> None:
+    """ValueError naming the first bad cell of the columns the planners read: text, NaN,
+    infinity, a fraction in a count, a count out of range, a flag other than 0/1/True/False
+    (rows by the frame's index label)."""
+    counts = {"num_tokens": (1, MAX_STEP_TOKENS, True), "num_reqs": (0, MAX_STEP_TOKENS, True),
+              "num_active_loras": (0, MAX_STEP_TOKENS, True),
+              "num_prefill_tokens": (0, MAX_STEP_TOKENS, True),
+              "uniform_decode": (0, 1, True), "has_lora": (0, 1, True),
+              "time_s": (-np.inf, np.inf, False)}  # fmt: skip
+    check_cells(trace, "step trace", {c: r for c, r in counts.items() if c in trace.columns})
 
 
 def check_step_budget(

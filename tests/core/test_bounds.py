@@ -80,7 +80,18 @@ OVER_THE_BOUND = [
     ("num_tokens", "dispatch_step(make_graph_dispatcher(GraphConfig()), v.MAX_STEP_TOKENS + 1)", v.MAX_STEP_TOKENS),
     ("padding table", "padded_token_table(make_graph_dispatcher(GraphConfig()), max_tokens=v.MAX_CAPTURE_SIZE + 1)", v.MAX_CAPTURE_SIZE),
     ("nesting", "GraphConfig.from_vllm(deep(v.MAX_NESTING + 1))", v.MAX_NESTING),
+    ("config layers", "model_from_config(dict(CFG, num_hidden_layers=v.MAX_LAYERS + 1))", v.MAX_LAYERS),
+    ("config hidden_size", "model_from_config(dict(CFG, hidden_size=v.MAX_MODEL_WIDTH + 1))", v.MAX_MODEL_WIDTH),
+    ("config intermediate", "model_from_config(dict(CFG, intermediate_size=10**15))", v.MAX_MODEL_WIDTH),
+    ("config heads", "model_from_config(dict(CFG, num_attention_heads=v.MAX_HEADS + 1))", v.MAX_HEADS),
+    ("config vocab", "model_from_config(dict(CFG, vocab_size=v.MAX_VOCAB + 1))", v.MAX_VOCAB),
+    ("config experts", "model_from_config(dict(CFG, model_type='mixtral', num_local_experts=v.MAX_EXPERTS + 1, num_experts_per_tok=2))", v.MAX_EXPERTS),
+    ("device rate", "DeviceSpec('g', 10**18 + 1, 1e12, 1e12)", v.MAX_DEVICE_RATE),
+    ("device memory", "DeviceSpec('g', 1e14, 1e12, 1e12, memory_bytes=v.MAX_DEVICE_MEMORY + 1)", v.MAX_DEVICE_MEMORY),
+    ("device launch", "DeviceSpec('g', 1e14, 1e12, 1e12, kernel_launch_us=v.MAX_DEVICE_US + 1)", v.MAX_DEVICE_US),
 ]  # fmt: skip
+CONFIG = dict(model_type="llama", num_hidden_layers=2, hidden_size=256, num_attention_heads=4,
+              num_key_value_heads=2, intermediate_size=512, vocab_size=1000)  # fmt: skip
 
 
 def test_each_bound_plus_one_is_refused_under_a_memory_cap() -> None:
@@ -94,6 +105,10 @@ def test_each_bound_plus_one_is_refused_under_a_memory_cap() -> None:
         from cgdispatch.core import validate as v
         from cgdispatch.core.ladders import every_size_ladder, sglang_ladder
         from cgdispatch.sweep.spec import SweepSpec
+        from cgdispatch.models.published import model_from_config
+        from cgdispatch.estimate.devices import DeviceSpec
+
+        CFG = {CONFIG!r}
 
         def deep(n):
             out = {{}}

@@ -171,5 +171,5 @@ def test_sparse_lora_counts_take_the_sorting_path():
     ]
     assert result.padded_tokens.tolist() == [desc.num_tokens for _, desc in want]
     assert result.runtime_mode.tolist() == [MODE_CODES[m] for m, _ in want]
-    with pytest.raises(ValueError, match="num_active_loras < 0"):
+    with pytest.raises(ValueError, match="row 0: num_active_loras=-1 is invalid"):
         evaluate(config, make_trace([3], num_active_loras=-1))

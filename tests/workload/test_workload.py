@@ -138,7 +138,9 @@ def test_check_trace_fills_defaults_and_rejects():
     assert trace["num_reqs"].tolist() == [3, 5] and not trace["has_lora"].any()
     with pytest.raises(ValueError, match="num_tokens"):
         check_trace(pd.DataFrame({"tokens": [3]}))
-    with pytest.raises(ValueError, match="num_tokens < 1"):
+    with pytest.raises(
+        ValueError, match="row 0: num_tokens=0 is invalid: it must be an integer from 1"
+    ):
         check_trace(pd.DataFrame({"num_tokens": [0]}))
 
 
