@@ -159,41 +159,7 @@ def verdict_lines(
     key, lower = OBJECTIVES[result.objective]
     name = _NAMES.get(key, key)
     unit = _UNITS.get(key, "")
-
-    def shown(value: float, sign: bool = False) -> str:
-        return format_in(value, unit, sign=sign)
-
-    graphs = "num_captured_graphs" if "num_captured_graphs" in planned else "num_graphs"
-    better = "lower" if lower else "higher"
-    if result.reason == "overloaded":
-        head = (
-            f"recommendation: keep vLLM's default ({default[graphs]} graphs): no {name} "
-            f"verdict, it would measure the queue; it needs {_fleet(result)} or lower traffic"
-        )
-    elif result.recommendation == "planned":
-        head = (
-            f"recommendation: use the planned sizes ({planned[graphs]} graphs): {name} "
-            f"{shown(result.gain)} {better} than vLLM's default held out, outside the "
-            f"{_band(result.band, unit)} band of model error and noise"
-        )
-    elif result.reason == "no measurable difference":
-        # a loss is said as one, never as a negative gain (issue 40)
-        change = (
-            f"the plan's {name} gain of {shown(result.gain, True)} is"
-            if result.gain >= 0
-            else f"the plan's {name} is worse by {shown(-result.gain)},"
-        )
-        head = (
-            f"recommendation: no measurable difference: keep vLLM's default "
-            f"({default[graphs]} graphs): {change} inside the "
-            f"{_band(result.band, unit)} band of model error and noise"
-        )
-    else:
-        head = (
-            f"recommendation: keep vLLM's default ({default[graphs]} graphs): the plan is "
-            f"worse held out on {name} ({shown(-result.gain, True)}, band "
-            f"{_band(result.band, unit)})"
-        )
+    head = _head(result, planned, default, name, unit, lower)
     if result.replicas > 1:
         head += f" (per replica, of {result.replicas})"
     lines = [] if result.overload is None else [overload_line(result)]
@@ -234,6 +200,49 @@ def verdict_lines(
     if len(lines) + 1 > MAX_VERDICT_LINES and result.pareto:  # the serve line stays
         lines = [line for line in lines if not line.startswith("Pareto set")]
     return [*lines[: MAX_VERDICT_LINES - 1], serve]
+
+
+def _head(
+    result: TuneResult, planned: dict, default: dict, name: str, unit: str, lower: bool
+) -> str:
+    """The recommendation line: keep or use, and why (the gain against its band, a loss said
+    as one, or overload)."""
+
+    def shown(value: float, sign: bool = False) -> str:
+        return format_in(value, unit, sign=sign)
+
+    graphs = "num_captured_graphs" if "num_captured_graphs" in planned else "num_graphs"
+    better = "lower" if lower else "higher"
+    if result.reason == "overloaded":
+        head = (
+            f"recommendation: keep vLLM's default ({default[graphs]} graphs): no {name} "
+            f"verdict, it would measure the queue; it needs {_fleet(result)} or lower traffic"
+        )
+    elif result.recommendation == "planned":
+        head = (
+            f"recommendation: use the planned sizes ({planned[graphs]} graphs): {name} "
+            f"{shown(result.gain)} {better} than vLLM's default held out, outside the "
+            f"{_band(result.band, unit)} band of model error and noise"
+        )
+    elif result.reason == "no measurable difference":
+        # a loss is said as one, never as a negative gain (issue 40)
+        change = (
+            f"the plan's {name} gain of {shown(result.gain, True)} is"
+            if result.gain >= 0
+            else f"the plan's {name} is worse by {shown(-result.gain)},"
+        )
+        head = (
+            f"recommendation: no measurable difference: keep vLLM's default "
+            f"({default[graphs]} graphs): {change} inside the "
+            f"{_band(result.band, unit)} band of model error and noise"
+        )
+    else:
+        head = (
+            f"recommendation: keep vLLM's default ({default[graphs]} graphs): the plan is "
+            f"worse held out on {name} ({shown(-result.gain, True)}, band "
+            f"{_band(result.band, unit)})"
+        )
+    return head
 
 
 def _fleet(result: TuneResult) -> str:
