@@ -304,7 +304,7 @@ def test_a_config_json_path_and_a_device_spec_file_in_the_browser(
     spec = tmp_path / "gpu.json"
     spec.write_text(json.dumps(dataclasses.asdict(DEVICE_PRESETS["L40S"].replace(name="my-gpu"))))
     for label, entry, needle in (
-        ("config.json", str(config), f"vllm serve {config.parent}"),
+        ("config.json", str(config), f"stands for the model: {config.name} has no _name_or_path"),
         ("device spec", str(spec), "on my-gpu"),
         ("device spec", "", "on H200"),
         ("config.json", "", "vllm serve meta-llama/Llama-3.1-8B"),
