@@ -123,11 +123,26 @@ def mark_complete(con: sqlite3.Connection) -> None:
     )
 
 
+def _in_progress(name: str) -> bool:
+    """A store file another cgdispatch process is making right now (``create_file``'s and the
+    exports' temporaries, ``.store.sqlite.<random>.tmp``, and SQLite's journal beside one):
+    two sweeps started at once on one new folder see each other's, and neither makes the
+    folder foreign."""
+    ends = (".tmp", ".tmp-journal", ".tmp-wal", ".tmp-shm")
+    return name.endswith(ends) and any(
+        name.startswith(f".{known}.") for known in (DB_NAME, *LEGACY_NAMES)
+    )
+
+
 def refuse_foreign_folder(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{folder} is a file, not a folder: give a new folder or a .csv file")
     if folder.is_dir():
-        foreign = sorted(p.name for p in folder.iterdir() if p.name not in LEGACY_NAMES)
+        foreign = sorted(
+            p.name
+            for p in folder.iterdir()
+            if p.name not in LEGACY_NAMES and not _in_progress(p.name)
+        )
         if foreign and not (folder / "results.csv").exists():
             raise ValueError(
                 f"{folder} holds {foreign[:3]} and is not a cgdispatch store (no {DB_NAME}): "

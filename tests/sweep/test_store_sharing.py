@@ -260,3 +260,22 @@ def test_an_older_store_folder_keeps_its_captures_and_specs(tmp_path: Path) -> N
     again = run_sweep(SPEC, store=tmp_path, progress=False)  # migrated, nothing re-run
     assert sorted(again["timestamp"]) == sorted(rows["timestamp"])
     pd.testing.assert_frame_equal(load_captures(tmp_path), captures, check_dtype=False)
+
+
+def test_two_sweep_resumes_started_at_once_on_one_new_folder_both_finish(tmp_path: Path) -> None:
+    """Issue 36: two `sweep --resume` on a folder that does not exist yet both create and fill
+    the one store (no error, no point twice); the rows are each point's, once."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "new" / "store"
+    cmd = [sys.executable, "-m", "cgdispatch", "sweep", "--preset", "smoke", "--out", str(out),
+           "--resume", "--modes", "NONE", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]  # fmt: skip
+    results = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err.decode()[-500:] for _, err in results]
+    rows = load_results(out)
+    keys = rows[["mode", "ladder", "num_tokens", "uniform_decode"]]
+    assert len(rows) == 16 and not keys.duplicated().any() and (rows["status"] == "ok").all()
