@@ -108,7 +108,9 @@ def run_plan(args: argparse.Namespace) -> int:
         sequence_parallel=args.sequence_parallel,
     ).resolve()
     # the one value the planning trace and the latency replay obey
-    limits = scheduler_limits(config, num_gpu_blocks=args.num_gpu_blocks)
+    limits = scheduler_limits(
+        config, num_gpu_blocks=args.num_gpu_blocks, enable_prefix_caching=args.prefix_caching
+    )
 
     def load(path: str) -> tuple[pd.DataFrame, str]:
         return workload_trace(
@@ -318,6 +320,12 @@ def _add_engine_flags(plan: argparse.ArgumentParser) -> None:
         default=None,
         help="GPUs one replica spans, as vLLM's flag (default: the model's own, else 1); "
         "step times and graph memory are one GPU's, its share of the model",
+    )
+    plan.add_argument(
+        "--no-prefix-caching",
+        dest="prefix_caching",
+        action="store_false",
+        help="replay vLLM's scheduler with prefix caching off; on by default, as in vLLM",
     )
     plan.add_argument(
         "--sequence-parallel", action="store_true", help="sizes must be multiples of the TP size"

@@ -82,6 +82,7 @@ def run_tune(args: argparse.Namespace) -> int:
         max_concurrency=args.max_concurrency,
         hash_block_size=args.hash_block_size,
         replicas=args.replicas,
+        enable_prefix_caching=args.prefix_caching,
         balance=args.balance,
     )
     result = tune_for(settings, progress=not args.json and sys.stderr.isatty())
@@ -191,6 +192,13 @@ def _add_traffic_flags(tune: argparse.ArgumentParser) -> None:
         type=int,
         default=512,
         help="prompt tokens per hash id of a mooncake_trace or a hash_ids column (%(default)s)",
+    )
+    tune.add_argument(
+        "--no-prefix-caching",
+        dest="prefix_caching",
+        action="store_false",
+        help="replay vLLM's scheduler with prefix caching off (vLLM's "
+        "--no-enable-prefix-caching); on by default, as in vLLM",
     )
     tune.add_argument(
         "--replicas",

@@ -63,10 +63,12 @@ def split_for(
     config: GraphConfig,
     cost_model: CostModel | None,
     kv_blocks: KvBlocksFn | None,
+    limits: SchedulerLimits | None = None,
 ) -> np.ndarray:
     """:func:`~cgdispatch.workload.replicas.split_requests` with, for least-outstanding,
-    shares replayed through vLLM's scheduler on ``config`` (steps priced by its dispatch)."""
-    limits: SchedulerLimits = scheduler_limits(config)
+    shares replayed through vLLM's scheduler on ``config`` (steps priced by its dispatch;
+    ``limits``: the replays' scheduler limits, default ``config``'s)."""
+    limits = limits or scheduler_limits(config)
     if kv_blocks is not None:
         from dataclasses import replace
 
@@ -87,14 +89,19 @@ def _holds(
     config: GraphConfig,
     cost_model: CostModel | None,
     kv_blocks: KvBlocksFn | None,
+    limits: SchedulerLimits | None = None,
 ) -> bool:
     """Every replica's share of ``requests`` split ``replicas`` ways is sustainable."""
-    assignment = split_for(requests, replicas, balance, config, cost_model, kv_blocks)
+    assignment = split_for(requests, replicas, balance, config, cost_model, kv_blocks, limits)
     for share in replica_shares(requests, assignment, replicas):
         if (
             len(share)
             and not ladder_sustainability(
-                config, share.reset_index(drop=True), cost_model, kv_blocks=kv_blocks
+                config,
+                share.reset_index(drop=True),
+                cost_model,
+                kv_blocks=kv_blocks,
+                limits=limits,
             ).sustainable
         ):
             return False
@@ -111,6 +118,7 @@ def replicas_needed(
     at_least: int = 2,
     guess: int | None = None,
     max_replicas: int = MAX_REPLICAS,
+    limits: SchedulerLimits | None = None,
 ) -> int | None:
     """The smallest replica count N >= ``at_least`` whose every share of ``requests`` (split
     by ``balance``) one replica running ``config`` holds, with ``at_least - 1`` taken as not
@@ -124,7 +132,7 @@ def replicas_needed(
     n = min(max(at_least, guess or at_least), max_replicas)
 
     def holds(k: int) -> bool:
-        return _holds(requests, k, balance, config, cost_model, kv_blocks)
+        return _holds(requests, k, balance, config, cost_model, kv_blocks, limits)
 
     if holds(n):
         while n > at_least and holds(n - 1):
@@ -156,10 +164,11 @@ def busiest_share(
     cost_model: CostModel,
     kv_blocks: KvBlocksFn | None,
     trace_label: str,
+    limits: SchedulerLimits | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """(steps, requests, label) of the busiest replica's share (the most prompt and output
     tokens; ties: the lowest index) when ``fleet`` is split ``replicas`` ways by ``balance``."""
-    assignment = split_for(fleet, replicas, balance, default_cfg, cost_model, kv_blocks)
+    assignment = split_for(fleet, replicas, balance, default_cfg, cost_model, kv_blocks, limits)
     work = (fleet["prompt_tokens"] + fleet["output_tokens"]).to_numpy(dtype=np.float64)
     which = int(np.argmax(np.bincount(assignment, weights=work, minlength=replicas)))
     share = fleet[assignment == which].reset_index(drop=True)

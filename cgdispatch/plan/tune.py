@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..core.config import GraphConfig
 from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
+from ..workload.limits import SchedulerLimits
 from ..workload.replicas import check_balance
 from ..workload.request_table import check_requests
 from ..workload.sources import arrival_cut, split_holdout
@@ -98,6 +99,7 @@ def tune(
     budgets: tuple[int, ...] = (8, 16),
     replicas: int = 1,
     balance: str = "round-robin",
+    limits: SchedulerLimits | None = None,
 ) -> TuneResult:
     """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
 
@@ -139,6 +141,10 @@ def tune(
     (:func:`~cgdispatch.plan.overload.replicas_needed`), and nothing is judged on queueing:
     the default objective becomes mean step time, and an explicit ``p99-ttft`` gets no
     verdict (vLLM's default is kept, ``reason`` "overloaded").
+
+    ``limits``: the scheduler limits every replay obeys (default: ``config``'s, from
+    :func:`~cgdispatch.workload.limits.scheduler_limits`; prefix caching on as in vLLM);
+    ``kv_blocks`` sets each ladder's ``num_gpu_blocks`` over them.
 
     ``replicas`` (>= 2 needs ``requests``): the arrivals are split across that many identical
     replicas by ``balance`` (:data:`~cgdispatch.workload.replicas.BALANCES`: round-robin,
@@ -183,7 +189,7 @@ def tune(
         trace, requests, trace_label = busiest_share(
             fleet, replicas, balance, config, default_cfg, cost_model,
             kv_blocks or _kv_blocks(startup, {"d": None if startup is None else startup(default_cfg)}),
-            trace_label,
+            trace_label, limits,
         )  # fmt: skip
     # with the requests, the held-out part starts at an arrival: the last ``holdout`` of the
     # requests (a burst the scheduler drains long after it arrived still has a held-out part)
@@ -221,10 +227,10 @@ def tune(
     held_requests = overload = needed = None
     if replay is None and requests is not None:
         held_requests = _held_out_requests(requests, cut_s)
-        replay = _with_latency(held_requests, kv_blocks)
+        replay = _with_latency(held_requests, kv_blocks, limits)
         # before any verdict: does one replica hold the held-out traffic? (issue 40)
         overload = ladder_sustainability(
-            configs["vllm default"], held_requests, cost_model, kv_blocks=kv_blocks
+            configs["vllm default"], held_requests, cost_model, kv_blocks=kv_blocks, limits=limits
         )
         if overload.sustainable:
             overload = None
@@ -232,7 +238,7 @@ def tune(
             needed = replicas_needed(
                 _held_out_requests(fleet, cut_s), configs["vllm default"], cost_model,
                 balance=balance, kv_blocks=kv_blocks, at_least=replicas + 1,
-                guess=first_guess(overload, replicas),
+                guess=first_guess(overload, replicas), limits=limits,
             )  # fmt: skip
         notes += window_notes(
             train, test, held=overload, planning_offered_tok_s=offered_before(requests, cut_s)
@@ -256,7 +262,8 @@ def tune(
         gain, band = _gain_and_band(
             objective, held_out, deltas, steps, errors,
             pessimistic=lambda factor, fewer_tokens: _pessimistic_latency(
-                configs["planned"], held_requests, cost_model, kv_blocks, factor, fewer_tokens
+                configs["planned"], held_requests, cost_model, kv_blocks, factor, fewer_tokens,
+                limits,
             ),
         )  # fmt: skip
     wins = gain > band and not (overload is not None and objective == "p99-ttft")
@@ -371,6 +378,7 @@ def _pessimistic_latency(
     kv_blocks: Callable | None,
     factor: float,
     fewer_tokens: float,
+    limits: SchedulerLimits | None = None,
 ) -> dict[str, Any] | None:
     """The plan's latencies with its steps ``factor`` times longer and ``fewer_tokens`` less
     KV cache: where the models' errors, at their cross-validated size, would put it."""
@@ -384,7 +392,11 @@ def _pessimistic_latency(
             return max(2, kv_blocks(config) - drop)
 
     out = ladder_latency(
-        planned, requests, ScaledCostModel(cost_model, factor), kv_blocks=worse_blocks
+        planned,
+        requests,
+        ScaledCostModel(cost_model, factor),
+        kv_blocks=worse_blocks,
+        limits=limits,
     )
     return {_LATENCY_NAMES.get(k, k): v for k, v in out.items()}
 
@@ -440,12 +452,17 @@ def _held_out_requests(requests: pd.DataFrame, cut_s: float) -> pd.DataFrame:
     return held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
 
 
-def _with_latency(requests: pd.DataFrame, kv_blocks: Callable | None = None) -> ReplayFn:
+def _with_latency(
+    requests: pd.DataFrame, kv_blocks: Callable | None = None, limits: SchedulerLimits | None = None
+) -> ReplayFn:
     """``compare`` plus vLLM's scheduler over ``requests`` (each ladder's KV cache from
-    ``kv_blocks``): p99 TTFT and TPOT, throughput and preemption columns."""
+    ``kv_blocks``, the rest of ``limits``): p99 TTFT and TPOT, throughput and preemption
+    columns."""
 
     def replay(trace: pd.DataFrame, ladders: dict, **kwargs) -> pd.DataFrame:
-        table = compare(trace, ladders, requests=requests, kv_blocks=kv_blocks, **kwargs)
+        table = compare(
+            trace, ladders, requests=requests, kv_blocks=kv_blocks, scheduler=limits, **kwargs
+        )
         return table.rename(columns=_LATENCY_NAMES)
 
     return replay

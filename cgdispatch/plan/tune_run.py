@@ -55,6 +55,7 @@ class TuneSettings:
     hash_block_size: int = 512  # prompt tokens per hash id of a mooncake_trace or hash_ids
     replicas: int = 1  # identical replicas the arrivals are split across; one's share is tuned
     balance: str = "round-robin"  # how (workload.replicas.BALANCES)
+    enable_prefix_caching: bool = True  # vLLM's default; False: --no-prefix-caching
 
     def config(self) -> GraphConfig:
         """The resolved engine config these settings describe (the TP size the model's own
@@ -119,7 +120,9 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         requests, rejected = served_requests(requests, max_model_len, where)
     # the one value the planning trace obeys: the config's limits with vLLM's default ladder's
     # KV cache, so the plan is made on the steps the judge replays for vLLM's default
-    limits = scheduler_limits(config, num_gpu_blocks=num_gpu_blocks)
+    limits = scheduler_limits(
+        config, num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=s.enable_prefix_caching
+    )
     # before simulating too: it refuses a TP size the model cannot take
     cost_model = device_cost_model(
         s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
@@ -153,6 +156,7 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
         errors=errors,
         replicas=s.replicas,
         balance=s.balance,
+        limits=limits,
     )
     hit_rate = None if requests is None else prefix_hit_rate(requests)
     return replace(result, traffic={"max_model_len": max_model_len, "rejected_requests": rejected,
