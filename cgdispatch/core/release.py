@@ -67,6 +67,8 @@ class SchedulerRules:
     async_by_default: bool  # SchedulerConfig.async_scheduling when the user leaves it unset
     # apply long_prefill_token_threshold only with chunked prefill on (0.34), or always (0.33)
     long_prefill_needs_chunked: bool
+    # the default stays on with (ngram) drafts; 0.33's V1 runner turns it off for them
+    async_with_drafts: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,10 @@ class SchedulerLimits:
         """Whether the engine loop is async (the release's default when not set)."""
         if self.async_scheduling is not None:
             return self.async_scheduling
-        return scheduler_rules(self.vllm_version).async_by_default
+        rules = scheduler_rules(self.vllm_version)
+        if self.num_speculative_tokens and not rules.async_with_drafts:
+            return False  # 0.33: async scheduling is turned off for (ngram) drafts
+        return rules.async_by_default
 
 
 _FIELDS = tuple(f.name for f in fields(SchedulerLimits))

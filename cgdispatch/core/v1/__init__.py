@@ -87,7 +87,13 @@ class V1:
         step_dispatch=step_dispatch,
         explain=explain,
     )
-    scheduler = SchedulerRules(async_by_default=False, long_prefill_needs_chunked=False)
+    # async scheduling is on unless turned off: vllm/config/vllm.py of 0.33.0
+    # (VllmConfig.__post_init__: async_scheduling None -> True for a generative model whose
+    # executor and runner support it, which for ngram drafts it does not; since 0.14.0,
+    # core/release_table.py)
+    scheduler = SchedulerRules(
+        async_by_default=True, long_prefill_needs_chunked=False, async_with_drafts=False
+    )
     # the V1 runner has cascade attention (it excludes FULL); its keys count no requests
     runner = RunnerTraits(
         # vLLM 0.33 takes its graph estimate from the KV budget (from 0.20, vllm/envs.py;
