@@ -193,16 +193,16 @@ def _startup(s: TuneSettings, tp_flag: int | None, profile: Any) -> Any:
     calibration profile's coefficients when one is given."""
     from ..estimate.startup import startup_for
 
-    startup_options: dict[str, Any] = {}  # left out when not given: startup_for's defaults
+    options: dict[str, Any] = {}  # TP and coefficients left out when not given: the defaults
     if tp_flag is not None:
-        startup_options["tensor_parallel_size"] = tp_flag
+        options["tensor_parallel_size"] = tp_flag
     if profile is not None:
-        startup_options["coefficients"] = profile.coefficients()
-    startup_options["vllm_version"] = s.vllm_version  # any release from 0.8: its KV budget
-    startup = startup_for(  # its stage profile (~5 s to build) comes from the cache
-        s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization, **startup_options
-    )
-    return startup
+        options["coefficients"] = profile.coefficients()
+    return startup_for(  # its stage profile (~5 s to build) comes from the cache
+        s.model, s.device, gpu_memory_utilization=s.gpu_memory_utilization,
+        vllm_version=s.vllm_version,  # any release from 0.8: its KV budget
+        **options,
+    )  # fmt: skip
 
 
 def _max_model_len(s: TuneSettings, kv: float | None, where: str) -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import count
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -60,9 +61,7 @@ class SharedPromptPreset:
         seed: int = 0,
         hash_block_size: int = HASH_BLOCK_SIZE,
     ) -> pd.DataFrame:
-        n = check_int("num_requests", num_requests, 1, MAX_REQUESTS)
-        block = check_int("hash_block_size", hash_block_size, 1, 1 << 20)
-        rng = np.random.default_rng(seed)
+        n, block, rng = _start(num_requests, hash_block_size, seed)
         arrival = _arrivals(rng, n, rate_per_s, burstiness)
         p = self.lengths
         user = lognormal_lengths(rng, p.prompt_mean, p.prompt_sigma, n, p.max_prompt_tokens)
@@ -76,6 +75,13 @@ class SharedPromptPreset:
         frame[HASH_IDS] = [_ids(shared[k], int(t), block, fresh) for k, t in zip(which, prompt)]
         frame.attrs["hash_block_size"] = block
         return frame
+
+
+def _start(num_requests: int, hash_block_size: int, seed: int) -> tuple[int, int, Any]:
+    """A preset draw's checked request count and block size, and its generator."""
+    n = check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+    block = check_int("hash_block_size", hash_block_size, 1, 1 << 20)
+    return n, block, np.random.default_rng(seed)
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,7 @@ class MultiTurnPreset:
         seed: int = 0,
         hash_block_size: int = HASH_BLOCK_SIZE,
     ) -> pd.DataFrame:
-        n = check_int("num_requests", num_requests, 1, MAX_REQUESTS)
-        block = check_int("hash_block_size", hash_block_size, 1, 1 << 20)
-        rng = np.random.default_rng(seed)
+        n, block, rng = _start(num_requests, hash_block_size, seed)
         turns = rng.geometric(1.0 / self.turns_mean, n)  # at most n sessions are needed
         sessions = int(np.searchsorted(np.cumsum(turns), n)) + 1
         turns = turns[:sessions]

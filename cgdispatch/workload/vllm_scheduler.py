@@ -193,6 +193,14 @@ class VllmSchedulerCore(SteadyDecodes):
                 self._admit(budget, lpt, pad, loras, lists)
         return self._scheduled(clock_s, (reqs, tokens, drafts, decode), preempted)
 
+    def _must_wait(self, i: int, loras: set[int] | None) -> bool:
+        """A waiting request the admission loop skips this step: its preempted step's output
+        is still in flight, or its adapter would exceed ``max_loras``."""
+        if self.stale[i] > 0:
+            return True
+        lo = self.lora[i]
+        return loras is not None and lo >= 0 and len(loras) == self.max_loras and lo not in loras
+
     def _admit(
         self,
         budget: int,
@@ -210,13 +218,10 @@ class VllmSchedulerCore(SteadyDecodes):
         skipped: list[int] = []
         while len(running) < self.max_num_seqs and budget > 0 and waiting:
             i = waiting[0]
-            if self.stale[i] > 0:  # its preempted step's output is still in flight
+            if self._must_wait(i, loras):
                 skipped.append(waiting.popleft())
                 continue
             lo = self.lora[i]
-            if loras is not None and lo >= 0 and len(loras) == self.max_loras and lo not in loras:
-                skipped.append(waiting.popleft())
-                continue
             num_tokens = prompt[i] + out[i]
             n, padded = num_tokens, False
             if pad and n == 1:
@@ -345,13 +350,10 @@ class VllmSchedulerCore(SteadyDecodes):
         skipped: list[int] = []
         while len(running) < self.max_num_seqs and budget > 0 and waiting:
             i = waiting[0]
-            if self.stale[i] > 0:  # its preempted step's output is still in flight
+            if self._must_wait(i, loras):
                 skipped.append(waiting.popleft())
                 continue
             lo = self.lora[i]
-            if loras is not None and lo >= 0 and len(loras) == self.max_loras and lo not in loras:
-                skipped.append(waiting.popleft())
-                continue
             num_tokens = prompt[i] + out[i]
             hits = self._pc_hits(i, num_tokens - 1)
             h = len(hits) * bs
