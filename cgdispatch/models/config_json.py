@@ -43,6 +43,7 @@ class _Kind:
     qk_norm: bool = False
     gated_mlp: bool = True
     sliding_every: int = 1  # layers per full-attention layer when the config does not say
+    bias_field: str = "attention_bias"  # the config field that turns attention biases on
 
 
 MODEL_TYPES: dict[str, _Kind] = {
@@ -64,6 +65,18 @@ MODEL_TYPES: dict[str, _Kind] = {
     "deepseek_v3": _Kind("DeepSeek"),
     "kimi_k2": _Kind("Kimi"),
     "gpt_oss": _Kind("gpt-oss", qkv_bias=True, sliding_every=2),
+    # the layouts below are those of transformers 5.x's modeling_<type>.py and vLLM's
+    # vllm/model_executor/models/<type>.py (0.33.0); config field names as in the checkpoints
+    # of tests/data/configs (falcon-7b, starcoder2-3b, olmo-2-7b)
+    # Falcon: GELU MLP h -> ffn_hidden_size (default 4h) -> h, LayerNorm(s), tied head, one
+    # KV head with multi_query (unless new_decoder_architecture), biases with "bias"
+    "falcon": _Kind("Falcon", tied=True, norms_per_layer=1, gated_mlp=False, bias_field="bias"),
+    # StarCoder2: biased GELU MLP (c_fc, c_proj) and attention ("use_bias"), two LayerNorms
+    "starcoder2": _Kind(
+        "StarCoder", qkv_bias=True, tied=True, gated_mlp=False, bias_field="use_bias"
+    ),
+    # OLMo 2: Llama's SwiGLU with norms after attention and MLP and q/k RMSNorms
+    "olmo2": _Kind("OLMo", qk_norm=True),
 }
 # quantization_config.quant_method -> vLLM's name of the scheme (QUANT_WEIGHT_BYTES)
 _QUANT = {
@@ -81,6 +94,7 @@ _MOST = {
     "sliding_window_pattern": MAX_LAYERS,
     "num_attention_heads": MAX_HEADS,
     "num_key_value_heads": MAX_HEADS,
+    "num_kv_heads": MAX_HEADS,
     "vocab_size": MAX_VOCAB,
     "num_local_experts": MAX_EXPERTS,
     "num_experts": MAX_EXPERTS,
@@ -263,6 +277,46 @@ def config_fields(source: Any, *, name: str | None = None) -> dict[str, Any]:
         raise
 
 
+def _hf_available() -> bool:
+    from .hf.meta_config import hf_available
+
+    return hf_available()
+
+
+def _counted_fields(
+    data: dict[str, Any], cfg: Mapping[str, Any], default_name: str, name: str | None
+) -> dict[str, Any]:
+    """The fields of a ``model_type`` outside :data:`MODEL_TYPES`, read off the model
+    transformers builds on the meta device (:mod:`cgdispatch.models.hf.meta_config`)."""
+    from .hf.meta_config import meta_fields
+    from .shape_rules import check_shapes
+
+    _check_structure(cfg)
+    shapes, count = meta_fields(data)
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
+        raise ValueError(f"config.json field 'torch_dtype'={dtype!r} is unsupported: use {_DTYPES}")
+    context = cfg.get("max_position_embeddings")
+    out = dict(
+        model=name or default_name,
+        **shapes,
+        kv_lora_rank=0,
+        qk_rope_head_dim=0,
+        qk_nope_head_dim=0,
+        v_head_dim=0,
+        full_attention_every=_full_attention_every(cfg, _Kind(""), shapes["layers"]),
+        vision_params=0,
+        dtype=dtype,
+        quantization=_quantization(cfg),
+        source=f"config.json {default_name} (counted on transformers' meta-device model)",
+        q_lora_rank=0,
+        max_position_embeddings=_int(cfg, "max_position_embeddings", 0) if context else 0,
+        param_count=count,
+    )
+    check_shapes(out, "config.json")
+    return out
+
+
 def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[str, Any]:
     from .shape_rules import check_shapes
 
@@ -272,10 +326,13 @@ def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[s
         cfg = {**data, **data["text_config"]}
         vision_note = " (text_config; vision tower not counted)"
     model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type not in MODEL_TYPES and _hf_available():
+        return _counted_fields(data, cfg, default_name, name)
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise ValueError(
             f"config.json field 'model_type'={model_type!r} is unsupported: use a decoder of "
-            f"{sorted(MODEL_TYPES)}"
+            f"{sorted(MODEL_TYPES)}, or install the hf extra (pip install 'cgdispatch[hf]') "
+            "for any decoder transformers builds"
         )
     kind = MODEL_TYPES[model_type]
     _check_structure(cfg)
@@ -298,6 +355,17 @@ def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[s
             "required with 'kv_lora_rank' (multi-head latent attention)"
         )
     head_dim = nope + rope if mla else _int(cfg, "head_dim", hidden // max(heads, 1))
+    kv_heads = heads if mla else _int(cfg, "num_key_value_heads", heads)
+    norms = kind.norms_per_layer
+    if model_type == "falcon":  # transformers' FalconAttention, vLLM's falcon.py
+        new = _flag(cfg, "new_decoder_architecture", False)
+        multi_query = _flag(cfg, "multi_query", True)
+        kv_heads = _int(cfg, "num_kv_heads", heads) if new or not multi_query else 1
+        cfg = {**cfg, "intermediate_size": _int(cfg, "ffn_hidden_size", 4 * hidden)}
+        if new:  # ln_attn and ln_mlp (num_ln_in_parallel_attn, default 2)
+            norms = _int(cfg, "num_ln_in_parallel_attn", 2)
+        elif not _flag(cfg, "parallel_attn", True):  # a post-attention LayerNorm too
+            norms = 2
     moe_inter = _int(cfg, "moe_intermediate_size", 0) or (
         _int(cfg, "intermediate_size") if experts else 0
     )
@@ -318,14 +386,14 @@ def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[s
         layers=layers,
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=heads if mla else _int(cfg, "num_key_value_heads", heads),
+        num_kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate_size=_int(cfg, "intermediate_size", moe_inter),
         vocab_size=_int(cfg, "vocab_size"),
         tied_embeddings=_flag(cfg, "tie_word_embeddings", kind.tied),
-        qkv_bias=_flag(cfg, "attention_bias", kind.qkv_bias),
+        qkv_bias=_flag(cfg, kind.bias_field, kind.qkv_bias),
         gated_mlp=kind.gated_mlp,
-        norms_per_layer=kind.norms_per_layer,
+        norms_per_layer=norms,
         qk_norm=kind.qk_norm,
         num_experts=experts,
         experts_per_token=_int(cfg, "num_experts_per_tok", 0) if experts else 0,

@@ -37,6 +37,7 @@ __all__ = [
     "published_model",
     "model_from_config",
     "QUANT_WEIGHT_BYTES",
+    "ParamCount",
 ]
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -58,6 +59,27 @@ QUANT_WEIGHT_BYTES = {
     "mxfp4": 0.5 + 1 / 32,
 }
 _VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters counted on the model ``transformers`` builds from a config on torch's meta
+    device (:mod:`cgdispatch.models.hf.meta_config`), one GPU, no tensor parallelism.
+
+    ``layers`` holds per decoder layer (linear, expert, other): weights of the layer's linear
+    projections (quantized with the checkpoint), routed experts' weights, and the rest
+    (norms, biases, routers). ``embedding`` is the token (and position) embeddings on the
+    first stage, ``head`` the untied LM head (0 when tied), ``final`` everything else
+    outside the layers (the final norm) on the last stage."""
+
+    layers: tuple[tuple[int, int, int], ...]
+    embedding: int
+    head: int
+    final: int
+
+    @property
+    def total(self) -> int:
+        return sum(map(sum, self.layers)) + self.embedding + self.head + self.final
 
 
 @dataclass(frozen=True)
@@ -94,11 +116,22 @@ class PublishedModel:
     source: str
     q_lora_rank: int = 0  # latent attention's query rank (DeepSeek-V3; 0: one q projection)
     max_position_embeddings: int = 0  # the context the config allows (0: not given)
+    # counted on the meta-device model (a model_type outside config_json.MODEL_TYPES):
+    # weight_bytes sums these instead of the shape formula (None: the formula)
+    param_count: ParamCount | None = None
 
     def __post_init__(self) -> None:
         from .shape_rules import check_shapes
 
-        check_shapes({f.name: getattr(self, f.name) for f in fields(self)}, f"model {self.model!r}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.pop("param_count")
+        check_shapes(values, f"model {self.model!r}")
+        count = self.param_count
+        if count is not None and len(count.layers) != self.layers:
+            raise ValueError(
+                f"model {self.model!r}: param_count has {len(count.layers)} layers, the model "
+                f"{self.layers}: count the same model the fields describe"
+            )
 
     @property
     def is_moe(self) -> bool:
@@ -210,15 +243,28 @@ class PublishedModel:
         expert_bytes = QUANT_WEIGHT_BYTES[quant] if quant else linear_bytes
         first = self.layers // pp * rank
         linear = experts = other = 0.0
+        count = self.param_count
         for layer in range(first, first + self.layers_on_rank(pp, rank)):
             a, b, c = self._layer_params(tp, dense=layer < self.dense_layers)
+            if count is not None:  # the counted layer, split over TP as the formula splits
+                a, b, c = (
+                    n * _share(part, whole)
+                    for n, part, whole in zip(
+                        count.layers[layer],
+                        (a, b, c),
+                        self._layer_params(1, layer < self.dense_layers),
+                    )
+                )
             linear, experts, other = linear + a, experts + b, other + c
         table = self.padded_vocab(tp) * self.hidden_size / tp
+        pad = self.padded_vocab(tp) / self.vocab_size / tp  # vLLM's padded, sharded vocabulary
         if rank == 0:
-            other += table + self.vision_params / tp
+            other += (count.embedding * pad if count else table) + self.vision_params / tp
         if rank == pp - 1:
-            other += self.hidden_size  # final norm
-            if not self.tied_embeddings or pp > 1:
+            other += count.final if count else self.hidden_size  # final norm
+            if count and count.head:
+                other += count.head * pad
+            elif not self.tied_embeddings or pp > 1:
                 other += table
         return linear * linear_bytes + experts * expert_bytes + other * elem
 
@@ -266,6 +312,11 @@ class PublishedModel:
         else:
             per_layer = 2 * self.kv_heads_per_rank(tp) * self.head_dim
         return float(layers * per_layer * _DTYPE_BYTES[kv])
+
+
+def _share(part: float, whole: float) -> float:
+    """One TP rank's share of a layer's parameters (``part`` of ``whole``; 1 with none)."""
+    return part / whole if whole else 1.0
 
 
 def arch_spec(
