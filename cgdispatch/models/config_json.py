@@ -68,8 +68,9 @@ MODEL_TYPES: dict[str, _Kind] = {
     # the layouts below are those of transformers 5.x's modeling_<type>.py and vLLM's
     # vllm/model_executor/models/<type>.py (0.33.0); config field names as in the checkpoints
     # of tests/data/configs (falcon-7b, starcoder2-3b, olmo-2-7b)
-    # Falcon: GELU MLP h -> ffn_hidden_size (default 4h) -> h, LayerNorm(s), tied head, one
-    # KV head with multi_query (unless new_decoder_architecture), biases with "bias"
+    # Falcon: GELU MLP h -> ffn_hidden_size (default 4h) -> h, LayerNorm(s), tied head;
+    # KV heads: num_kv_heads with new_decoder_architecture, else one with multi_query, else
+    # every head (vLLM's FalconAttention); biases with "bias"
     "falcon": _Kind("Falcon", tied=True, norms_per_layer=1, gated_mlp=False, bias_field="bias"),
     # StarCoder2: biased GELU MLP (c_fc, c_proj) and attention ("use_bias"), two LayerNorms
     "starcoder2": _Kind(
@@ -360,7 +361,7 @@ def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[s
     if model_type == "falcon":  # transformers' FalconAttention, vLLM's falcon.py
         new = _flag(cfg, "new_decoder_architecture", False)
         multi_query = _flag(cfg, "multi_query", True)
-        kv_heads = _int(cfg, "num_kv_heads", heads) if new or not multi_query else 1
+        kv_heads = _int(cfg, "num_kv_heads", heads) if new else 1 if multi_query else heads
         cfg = {**cfg, "intermediate_size": _int(cfg, "ffn_hidden_size", 4 * hidden)}
         if new:  # ln_attn and ln_mlp (num_ln_in_parallel_attn, default 2)
             norms = _int(cfg, "num_ln_in_parallel_attn", 2)

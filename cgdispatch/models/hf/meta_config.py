@@ -62,10 +62,14 @@ def _config(cfg: Mapping[str, Any]) -> Any:
             f"{transformers.__version__} cannot build it ({err}); update transformers or give "
             "a model_type it knows"
         ) from None
-    if getattr(config, "is_encoder_decoder", False):
+    from transformers.models.auto import modeling_auto
+
+    masked = getattr(modeling_auto, "MODEL_FOR_MASKED_LM_MAPPING_NAMES", {})
+    if getattr(config, "is_encoder_decoder", False) or model_type in masked:
         raise ValueError(
-            f"config.json field 'model_type'={model_type!r} is an encoder-decoder model: "
-            "vLLM's CUDA-graph replay here covers decoder-only models"
+            f"config.json field 'model_type'={model_type!r} is unsupported: it is an "
+            f"{'encoder-decoder' if config.is_encoder_decoder else 'encoder (masked LM)'} "
+            "model; give a decoder-only causal LM"
         )
     return config
 
@@ -234,7 +238,10 @@ def _shape_fields(
         dense_mlp = mlp if moe_layer is None else mlp_of(layers[0])
         lin = [_linear(m) for m in dense_mlp.modules()] if dense_mlp else []
         lin = [shape for shape in lin if shape]
+        # the projection back to the hidden size (with an MLP as wide as the model, any)
         down = next((i for i, o in lin if o == hidden and i != hidden), None)
+        if down is None and any(o == hidden for _, o in lin):
+            down = hidden
         if down is None:
             raise ValueError(
                 f"{type(layer).__name__} has no MLP down projection to {hidden}: unsupported"
