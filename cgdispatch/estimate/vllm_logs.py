@@ -46,6 +46,10 @@ _GPU_NAMES = (
     (r"A100[^\n]{0,20}?40\s?GB", "A100-40GB"), (r"A100", "A100-80GB"), (r"B200", "B200"),
     (r"L40S", "L40S"), (r"A10G", "A10G"), (r"\bL4\b", "L4"), (r"RTX[ _]?4090", "RTX-4090"),
     (r"RTX[ _]?3090", "RTX-3090"), (r"RTX[ _]?A5000", "RTX-A5000"), (r"MI300X", "MI300X"),
+    (r"A800", "A800"), (r"H800", "H800"), (r"(?<![A-Za-z0-9])H20(?![0-9])", "H20"),
+    (r"(?<![A-Za-z0-9])L20(?![0-9])", "L20"), (r"(?<![A-Za-z0-9])L40(?![0-9S])", "L40"),
+    (r"RTX[ _]?6000[ _]?Ada", "RTX-6000-Ada"), (r"RTX[ _]?A6000", "RTX-A6000"),
+    (r"(?<![A-Za-z0-9])A40(?![0-9])", "A40"), (r"V100", "V100"),
 )  # fmt: skip
 
 
@@ -149,12 +153,12 @@ def _int(value: float | None) -> int | None:
 
 def gpu_preset(text: str) -> tuple[str | None, str | None]:
     """(the GPU name printed in ``text``, the device preset it maps to): the first
-    ``NVIDIA ...``/``AMD ...`` name that maps to a preset, else the first printed with
+    ``NVIDIA ...``/``AMD ...``/``Tesla ...`` (torch's V100) name that maps to a preset, else the first printed with
     None, else (None, None) (most vLLM logs print none)."""
     names = [
         m.group(0).strip()
         for m in re.finditer(
-            r"(?:NVIDIA|AMD)[ _](?:GeForce[ _])?(?:Instinct[ _])?[A-Za-z0-9][A-Za-z0-9 _-]{1,30}",
+            r"(?:NVIDIA|AMD|Tesla)[ _](?:GeForce[ _])?(?:Instinct[ _])?[A-Za-z0-9][A-Za-z0-9 _-]{1,30}",
             text,
         )
     ]

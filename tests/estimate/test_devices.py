@@ -43,6 +43,30 @@ def test_the_table_lists_the_issues_gpus_each_with_a_source():
             assert "reported memory: https://" in row["source"], name
 
 
+ISSUE_35 = ("A800", "H800", "H20", "L20", "L40", "A40", "RTX-A6000", "RTX-6000-Ada", "V100")
+
+
+def test_the_gpus_of_published_logs_are_presets_with_sources():
+    """Issue 35: GPUs common in published vLLM logs. The export variants are their
+    originals' silicon: the A800 is the A100 80GB and the H800 the H100 SXM but for a
+    400 GB/s NVLink (200 per direction)."""
+    with resources.files("cgdispatch.data").joinpath("device_specs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    named = {alias: row for row in rows for alias in (row["name"], *row["aliases"].split())}
+    for name in ISSUE_35:
+        row = named[name]
+        assert row["source"].startswith("https://") and row["link_source"], name
+        assert row["architecture"] in ("Volta", "Ampere", "Ada", "Hopper"), name
+    for variant, original in (("A800", "A100"), ("H800", "H100")):
+        cut = DEVICE_PRESETS[variant]
+        assert cut.link_bytes_per_s == 200e9
+        assert cut.replace(name="", link_bytes_per_s=0) == DEVICE_PRESETS[original].replace(
+            name="", link_bytes_per_s=0, memory_bytes=cut.memory_bytes
+        )
+    # vLLM's V1 engine runs on compute capability 7.0 from v0.10.2 (vllm-project/vllm#23614)
+    assert "v0.10.2" in named["V100"]["source"] and DEVICE_PRESETS["V100"].architecture == "Volta"
+
+
 def test_the_calibrated_presets_keep_their_figures():
     """H100, H200 and A100 are aliases whose numbers are issue 18's, unchanged but the
     A100's memory: 79.15 GiB, what torch reports on an A100 80GB (vllm-project/vllm#4408),

@@ -140,7 +140,13 @@ def test_a_file_that_is_no_startup_log_is_refused():
     ("text", "preset"),
     [("device_name=NVIDIA_H100_80GB_HBM3.json", "H100"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
      ("| NVIDIA GeForce RTX 4090 |", "RTX-4090"), ("NVIDIA L40S", "L40S"), ("no gpu here", None),
-     ("NVIDIA_TF32_OVERRIDE=0 ... NVIDIA H200 detected", "H200")],
+     ("NVIDIA_TF32_OVERRIDE=0 ... NVIDIA H200 detected", "H200"),
+     # issue 35: GPUs of published logs
+     ("NVIDIA A800-SXM4-80GB", "A800"), ("NVIDIA H800", "H800"), ("NVIDIA H20", "H20"),
+     ("device_name=NVIDIA_H20.json", "H20"), ("NVIDIA L20", "L20"), ("NVIDIA L40", "L40"),
+     ("NVIDIA L40S", "L40S"), ("NVIDIA A40", "A40"), ("| NVIDIA RTX A6000 |", "RTX-A6000"),
+     ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"), ("Tesla V100-SXM2-32GB", "V100"),
+     ("NVIDIA Tesla V100-SXM2-32GB", "V100"), ("NVIDIA RTX A4000", None)],
 )  # fmt: skip
 def test_printed_gpu_names_map_to_presets(text, preset):
     assert gpu_preset(text)[1] == preset
