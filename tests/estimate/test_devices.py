@@ -60,8 +60,8 @@ def test_the_gpus_of_published_logs_are_presets_with_sources():
     for variant, original in (("A800", "A100"), ("H800", "H100")):
         cut = DEVICE_PRESETS[variant]
         assert cut.link_bytes_per_s == 200e9
-        assert cut.replace(name="", link_bytes_per_s=0) == DEVICE_PRESETS[original].replace(
-            name="", link_bytes_per_s=0, memory_bytes=cut.memory_bytes
+        assert cut.replace(name="x", link_bytes_per_s=0) == DEVICE_PRESETS[original].replace(
+            name="x", link_bytes_per_s=0, memory_bytes=cut.memory_bytes
         )
     # vLLM's V1 engine runs on compute capability 7.0 from v0.10.2 (vllm-project/vllm#23614)
     assert "v0.10.2" in named["V100"]["source"] and DEVICE_PRESETS["V100"].architecture == "Volta"
