@@ -12,10 +12,11 @@ way it does not model is a ValueError naming the field.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.validate import (
     MAX_EXPERTS,
@@ -28,6 +29,9 @@ from ..core.validate import (
     check_text,
     read_json_file,
 )
+
+if TYPE_CHECKING:
+    from .published import QuantScheme
 
 __all__ = ["MODEL_TYPES", "config_fields", "config_model_name", "is_config_source"]
 
@@ -81,6 +85,7 @@ MODEL_TYPES: dict[str, _Kind] = {
 }
 # quantization_config.quant_method -> vLLM's name of the scheme (QUANT_WEIGHT_BYTES)
 _QUANT = {
+    "bitsandbytes": "bitsandbytes",
     "fp8": "fp8",
     "compressed-tensors": "compressed",
     "mxfp4": "mxfp4",
@@ -203,55 +208,181 @@ def _full_attention_every(cfg: Mapping[str, Any], kind: _Kind, layers: int) -> i
     return kind.sliding_every if cfg.get("sliding_window") else 1
 
 
-def _quantization(cfg: Mapping[str, Any]) -> str:
+def _qint(quant: Mapping[str, Any], field: str, default: int, allowed: tuple[int, ...]) -> int:
+    value = quant.get(field, default)
+    value = default if value is None else value
+    if isinstance(value, bool) or value not in allowed:
+        raise ValueError(
+            f"config.json field 'quantization_config.{field}'={value!r} is unsupported: use "
+            f"one of {list(allowed)}"
+        )
+    return value
+
+
+def _scheme(cfg: Mapping[str, Any], layers: int) -> QuantScheme | None:
+    """The checkpoint's :class:`~cgdispatch.models.published.QuantScheme` from its
+    ``quantization_config`` (None without one); ``layers`` decoder layers are checked
+    against its lists of modules left unquantized. Each scheme's bytes per weight, with
+    its source, is in the branch that reads it."""
+    from .published import QuantScheme
+
     quant = cfg.get("quantization_config")
     if not quant:
-        return ""
+        return None
     method = quant.get("quant_method") if isinstance(quant, Mapping) else None
     if not isinstance(method, str):
         raise ValueError(
             f"config.json field 'quantization_config.quant_method'={method!r} is invalid: "
             f"give one of {sorted(_QUANT)} as text"
         )
-    if method == "gptq" and quant.get("bits") != 4:
-        raise ValueError(
-            f"config.json field 'quantization_config.bits'={quant.get('bits')!r} is "
-            "unsupported: GPTQ is modelled at 4 bits"
+    skip: list[str] = []
+    match = "substring"  # how a skip entry names a module (vLLM's rule per scheme)
+    head = False
+    if method in ("gptq", "awq"):
+        # GPTQ (vllm/model_executor/layers/quantization/gptq.py, gptq_marlin.py): packed
+        # ``bits`` ints, an fp16 scale per group of ``group_size`` inputs and output (-1: one
+        # per output channel), packed zero points unless ``sym``; desc_act adds one int32
+        # g_idx per input row (under 0.1%, not counted). AWQ (awq.py): 4 bits, a scale and a
+        # packed zero point per group (``zero_point``); skip list ``modules_to_not_convert``
+        # (vLLM's is_layer_skipped_awq: substring of the module's name)
+        awq = method == "awq"
+        bits = _qint(quant, "bits", quant.get("w_bit", 4), (4,) if awq else (2, 3, 4, 8))
+        group = _qint(
+            quant, "group_size", quant.get("q_group_size", 128), (-1, 32, 64, 128, 256, 1024)
         )
-    if method == "awq" and quant.get("bits", quant.get("w_bit")) != 4:
-        raise ValueError(
-            f"config.json field 'quantization_config.bits'={quant.get('bits')!r} is "
-            "unsupported: AWQ is modelled at 4 bits"
+        zeros = quant.get("zero_point", True) if awq else not quant.get("sym", True)
+        per_group = 2 + (bits / 8 if zeros else 0)
+        weight = bits / 8 + (per_group / group if group > 0 else 0.0)
+        skip = list(quant.get("modules_to_not_convert") or [])
+        head = bool(quant.get("lm_head", False)) and not awq
+        name = "awq_marlin" if awq else "gptq_marlin"
+        rule = (
+            f"{method} {bits}-bit, group {group}{', zero points' if zeros else ''}"
+            f"{', lm_head quantized' if head else ''}"
         )
-    if method == "compressed-tensors":
-        return _compressed_scheme(quant)
-    if method not in _QUANT:
+    elif method == "fp8":
+        # vLLM's Fp8Config (vllm/model_executor/layers/quantization/fp8.py): one byte a
+        # weight, an fp32 scale per tensor or per ``weight_block_size`` block; skip list
+        # ``ignored_layers`` (exact module names)
+        block = quant.get("weight_block_size")
+        if block is not None and (
+            not isinstance(block, list)
+            or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+        ):
+            raise ValueError(
+                f"config.json field 'quantization_config.weight_block_size'={block!r} is "
+                "invalid: give two positive integers, e.g. [128, 128]"
+            )
+        weight = 1.0 + (4 / (block[0] * block[1]) if block else 0.0)
+        skip, match, name = list(quant.get("ignored_layers") or []), "exact", "fp8"
+        rule = f"fp8, {'block ' + 'x'.join(map(str, block)) if block else 'per-tensor'} scales"
+    elif method == "bitsandbytes":
+        # bitsandbytes (vllm/model_executor/layers/quantization/bitsandbytes.py): 4-bit
+        # nf4/fp4 in blocks of 64 with an fp32 absmax each, or with double quantization an
+        # 8-bit absmax and an fp32 scale per 256 blocks; 8-bit (LLM.int8) one byte and an
+        # fp32 scale per row; skip list ``llm_int8_skip_modules`` (substring)
+        if quant.get("load_in_8bit") or quant.get("_load_in_8bit"):
+            weight, rule = 1.0, "bitsandbytes 8-bit"
+        elif quant.get("load_in_4bit", quant.get("_load_in_4bit", True)):
+            double = bool(quant.get("bnb_4bit_use_double_quant", False))
+            weight = 0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64)
+            kind = quant.get("bnb_4bit_quant_type", "fp4")
+            rule = f"bitsandbytes 4-bit {kind}{', double quantization' if double else ''}"
+        else:
+            raise ValueError(
+                "config.json field 'quantization_config' (bitsandbytes) sets neither "
+                "load_in_4bit nor load_in_8bit: give one"
+            )
+        skip, name = list(quant.get("llm_int8_skip_modules") or []), "bitsandbytes"
+    elif method == "compressed-tensors":
+        weight, rule = _compressed_bytes(quant)
+        name = "compressed" if weight >= 1 else "compressed_w4a16"
+        skip, match = list(quant.get("ignore") or []), "exact"
+    elif method == "mxfp4":
+        return QuantScheme("mxfp4", 0.5 + 1 / 32, rule="mxfp4 experts (block of 32)")
+    else:
         raise ValueError(
             f"config.json field 'quantization_config.quant_method'={method!r} is unsupported: "
-            f"use one of {sorted(_QUANT)} (or drop quantization_config for 16-bit weights)"
+            f"use one of {sorted(_QUANT)} (or drop quantization_config for 16-bit weights); "
+            "a GGUF file is priced with the run's quantization, e.g. 'gguf_q4_k'"
         )
-    return _QUANT[method]
+    unquantized = _unquantized(skip, match, layers)
+    if skip:
+        rule += f"; {len(skip)} module name(s) left 16-bit"
+    return QuantScheme(name, weight, head=head, unquantized=unquantized, rule=rule)
 
 
-def _compressed_scheme(quant: Mapping[str, Any]) -> str:
-    """compressed-tensors priced at its weights' bit width: every config group's
-    ``weights.num_bits`` (8: one byte a weight; 4: W4A16 groups)."""
+# projections of each part of a layer, as transformers names them (vLLM matches skip lists
+# against these names before fusing them)
+_PARTS = {
+    "attn": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"),
+    "mlp": ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"),
+    "experts": ("mlp.experts.0.gate_proj", "mlp.experts.0.up_proj", "mlp.experts.0.down_proj"),
+}
+
+
+def _unquantized(skip: list[Any], match: str, layers: int) -> tuple[tuple[int, str], ...]:
+    """(layer, part) whose every projection a skip entry names: a substring of the module
+    name (AWQ, bitsandbytes), or the exact name or a ``re:`` pattern (fp8,
+    compressed-tensors). A part with only some projections named counts as quantized."""
+    for entry in skip:
+        if not isinstance(entry, str):
+            raise ValueError(
+                f"config.json quantization_config skip list entry {entry!r} is invalid: give "
+                "module names as text"
+            )
+    patterns = [re.compile(e[3:]) for e in skip if e.startswith("re:")]
+    names = {e for e in skip if not e.startswith("re:")}
+
+    def named(module: str) -> bool:
+        if match == "substring":
+            return any(e in module for e in names)
+        return module in names or any(p.match(module) for p in patterns)
+
+    out = []
+    for layer in range(layers):
+        for part, projections in _PARTS.items():
+            if all(named(f"model.layers.{layer}.{p}") for p in projections):
+                out.append((layer, part))
+    return tuple(out)
+
+
+def _compressed_bytes(quant: Mapping[str, Any]) -> tuple[float, str]:
+    """compressed-tensors (vllm/model_executor/layers/quantization/compressed_tensors):
+    every config group's ``weights``: ``num_bits`` per weight, an fp16 scale per group of
+    ``group_size`` (strategy "group"; per channel or tensor: negligible), a packed zero
+    point per group unless ``symmetric``; one width for every group."""
     groups = quant.get("config_groups")
-    bits = set()
+    widths = set()
     if isinstance(groups, Mapping):
         for group in groups.values():
             weights = group.get("weights") if isinstance(group, Mapping) else None
             if isinstance(weights, Mapping):
-                bits.add(weights.get("num_bits"))
-    if not bits or bits == {8}:
-        return "compressed"
-    if bits == {4}:
-        return "compressed_w4a16"
-    raise ValueError(
-        f"config.json field 'quantization_config.config_groups' weights num_bits="
-        f"{sorted(bits, key=str)} is unsupported: compressed-tensors is modelled at 8 or 4 bits "
-        "(one width for every group)"
-    )
+                bits = weights.get("num_bits")
+                size = weights.get("group_size")
+                if weights.get("strategy", "group" if size else None) != "group":
+                    size = 0  # per channel or tensor: one scale a row or tensor
+                zeros = weights.get("symmetric", True) is False
+                widths.add((bits, size or 0, zeros))
+    if not widths:
+        return 1.0, "compressed-tensors 8-bit"
+    bits_seen = {w[0] for w in widths}
+    if len(widths) > 1 or not bits_seen <= {4, 8}:
+        raise ValueError(
+            f"config.json field 'quantization_config.config_groups' weights num_bits="
+            f"{sorted(bits_seen, key=str)} is unsupported: compressed-tensors is modelled at 8 "
+            "or 4 bits (one width for every group)"
+        )
+    bits, size, zeros = widths.pop()
+    if size and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(
+            f"config.json field 'quantization_config.config_groups' weights group_size="
+            f"{size!r} is invalid: give a positive integer"
+        )
+    per_group = 2 + (bits / 8 if zeros else 0)
+    weight = bits / 8 + (per_group / size if size else 0.0)
+    return weight, f"compressed-tensors {bits}-bit" + (f", group {size}" if size else "")
 
 
 def _check_structure(cfg: Mapping[str, Any]) -> None:
@@ -294,6 +425,7 @@ def _counted_fields(
 
     _check_structure(cfg)
     shapes, count = meta_fields(data)
+    scheme = _scheme(cfg, shapes["layers"])
     dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
     if not isinstance(dtype, str) or dtype not in _DTYPES:
         raise ValueError(f"config.json field 'torch_dtype'={dtype!r} is unsupported: use {_DTYPES}")
@@ -308,11 +440,12 @@ def _counted_fields(
         full_attention_every=_full_attention_every(cfg, _Kind(""), shapes["layers"]),
         vision_params=0,
         dtype=dtype,
-        quantization=_quantization(cfg),
+        quantization=scheme.method if scheme else "",
         source=f"config.json {default_name} (counted on transformers' meta-device model)",
         q_lora_rank=0,
         max_position_embeddings=_int(cfg, "max_position_embeddings", 0) if context else 0,
         param_count=count,
+        quant_scheme=scheme if scheme and scheme.method != "mxfp4" else None,
     )
     check_shapes(out, "config.json")
     return out
@@ -379,6 +512,7 @@ def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[s
     if not (layers and hidden and heads and _int(cfg, "vocab_size")):
         raise ValueError("config.json fields 'num_hidden_layers', 'hidden_size', "
                          "'num_attention_heads' and 'vocab_size' must be > 0")  # fmt: skip
+    scheme = _scheme(cfg, layers)
     if experts and not _int(cfg, "num_experts_per_tok"):
         raise ValueError("config.json field 'num_experts_per_tok' must be > 0 with experts")
     out = dict(
@@ -408,10 +542,12 @@ def _fields(data: dict[str, Any], default_name: str, name: str | None) -> dict[s
         full_attention_every=_full_attention_every(cfg, kind, layers),
         vision_params=0,
         dtype=dtype,
-        quantization=_quantization(cfg),
+        quantization=scheme.method if scheme else "",
         source=f"config.json {default_name}{vision_note}",
         q_lora_rank=_int(cfg, "q_lora_rank", 0) if mla else 0,
         max_position_embeddings=_int(cfg, "max_position_embeddings", 0),
+        # mxfp4 (gpt-oss) quantizes the experts only: its nominal bytes say so
+        quant_scheme=scheme if scheme and scheme.method != "mxfp4" else None,
     )
     check_shapes(out, "config.json")
     return out

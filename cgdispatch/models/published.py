@@ -38,6 +38,7 @@ __all__ = [
     "model_from_config",
     "QUANT_WEIGHT_BYTES",
     "ParamCount",
+    "QuantScheme",
 ]
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -54,9 +55,36 @@ QUANT_WEIGHT_BYTES = {
     "compressed-tensors": 1.0,
     "compressed_w4a16": 0.5 + 2 / 128,
     "gptq_marlin": 0.5 + 2 / 128,
+    "gptq": 0.5 + 2 / 128,
     "awq_marlin": 0.5 + 2.5 / 128,
     "awq": 0.5 + 2.5 / 128,
     "mxfp4": 0.5 + 1 / 32,
+    # bitsandbytes 4-bit (nf4/fp4): half a byte plus an fp32 absmax per block of 64 (its
+    # 8-bit, double-quantized form: quantization_config gives the exact bytes)
+    "bitsandbytes": 0.5 + 4 / 64,
+    # GGUF block types (llama.cpp ggml-common.h: bytes per block / weights per block); vLLM
+    # keeps a GGUF file's embeddings and head quantized too; "gguf" alone: Q4_K
+    "gguf": 144 / 256,
+    "gguf_q4_0": 18 / 32,
+    "gguf_q4_1": 20 / 32,
+    "gguf_q5_0": 22 / 32,
+    "gguf_q5_1": 24 / 32,
+    "gguf_q8_0": 34 / 32,
+    "gguf_q2_k": 84 / 256,
+    "gguf_q3_k": 110 / 256,
+    "gguf_q4_k": 144 / 256,
+    "gguf_q5_k": 176 / 256,
+    "gguf_q6_k": 210 / 256,
+}
+# vLLM's names of one scheme (a run logged as "gptq_marlin" loads a "gptq" checkpoint)
+_SCHEME_FAMILY = {
+    "gptq": "gptq",
+    "gptq_marlin": "gptq",
+    "awq": "awq",
+    "awq_marlin": "awq",
+    "compressed": "compressed-tensors",
+    "compressed-tensors": "compressed-tensors",
+    "compressed_w4a16": "compressed-tensors",
 }
 _VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
 
@@ -80,6 +108,21 @@ class ParamCount:
     @property
     def total(self) -> int:
         return sum(map(sum, self.layers)) + self.embedding + self.head + self.final
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """A checkpoint's quantization as its ``config.json`` ``quantization_config`` sets it
+    (:func:`~cgdispatch.models.config_json.config_fields`): what one quantized weight costs,
+    scales and zero points included, and which modules stay 16-bit."""
+
+    method: str  # vLLM's name of the scheme, a key of QUANT_WEIGHT_BYTES
+    bytes_per_weight: float  # one quantized linear (or expert) weight with its scales
+    head: bool = False  # the LM head is quantized too (GPTQ's ``lm_head``)
+    # (layer, part) left 16-bit: part "attn" (q, k, v, o), "mlp" (dense MLP or shared
+    # experts) or "experts" (routed experts)
+    unquantized: tuple[tuple[int, str], ...] = ()
+    rule: str = ""  # how the bytes follow from the config (for the model's source)
 
 
 @dataclass(frozen=True)
@@ -119,12 +162,16 @@ class PublishedModel:
     # counted on the meta-device model (a model_type outside config_json.MODEL_TYPES):
     # weight_bytes sums these instead of the shape formula (None: the formula)
     param_count: ParamCount | None = None
+    # the checkpoint's quantization_config, where its config.json gave one (None: the
+    # scheme's nominal bytes in QUANT_WEIGHT_BYTES)
+    quant_scheme: QuantScheme | None = None
 
     def __post_init__(self) -> None:
         from .shape_rules import check_shapes
 
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.pop("param_count")
+        values.pop("quant_scheme")
         check_shapes(values, f"model {self.model!r}")
         count = self.param_count
         if count is not None and len(count.layers) != self.layers:
@@ -172,6 +219,12 @@ class PublishedModel:
 
     def _layer_params(self, tp: int, dense: bool) -> tuple[float, float, float]:
         """(linear, expert, other) parameters of one decoder layer on one TP rank."""
+        attn, mlp, experts, other = self._layer_parts(tp, dense)
+        return attn + mlp, experts, other
+
+    def _layer_parts(self, tp: int, dense: bool) -> tuple[float, float, float, float]:
+        """(attention linear, MLP linear, expert, other) parameters of one decoder layer on
+        one TP rank (MLP: the dense MLP or the shared experts)."""
         h = self.hidden_size
         if self.is_mla:
             heads = self.num_heads / tp
@@ -200,7 +253,7 @@ class PublishedModel:
             mlp = mats * h * self.intermediate_size / tp
             if not self.gated_mlp:  # biased fc1/fc2 (phi-2)
                 other += self.intermediate_size / tp + h
-        return attn + mlp, experts, other
+        return attn, mlp, experts, other
 
     def weight_bytes(
         self,
@@ -241,32 +294,51 @@ class PublishedModel:
         elem = _DTYPE_BYTES[dtype]
         linear_bytes = QUANT_WEIGHT_BYTES[quant] if quant and quant != "mxfp4" else elem
         expert_bytes = QUANT_WEIGHT_BYTES[quant] if quant else linear_bytes
+        # the checkpoint's own scheme, read from its quantization_config: its exact bytes per
+        # weight and the modules it leaves unquantized
+        scheme = self.quant_scheme
+        if scheme is None or _SCHEME_FAMILY.get(quant, quant) != _SCHEME_FAMILY.get(
+            self.quantization, self.quantization
+        ):
+            scheme = None
+        if scheme is not None:
+            linear_bytes = expert_bytes = scheme.bytes_per_weight
+        skipped = set(scheme.unquantized) if scheme is not None else set()
         first = self.layers // pp * rank
-        linear = experts = other = 0.0
+        total = other = 0.0
         count = self.param_count
         for layer in range(first, first + self.layers_on_rank(pp, rank)):
-            a, b, c = self._layer_params(tp, dense=layer < self.dense_layers)
+            dense = layer < self.dense_layers
+            attn, mlp, experts, rest = self._layer_parts(tp, dense)
             if count is not None:  # the counted layer, split over TP as the formula splits
-                a, b, c = (
-                    n * _share(part, whole)
-                    for n, part, whole in zip(
-                        count.layers[layer],
-                        (a, b, c),
-                        self._layer_params(1, layer < self.dense_layers),
-                    )
-                )
-            linear, experts, other = linear + a, experts + b, other + c
+                a1, m1, e1, r1 = self._layer_parts(1, dense)
+                linear, e_n, r_n = count.layers[layer]
+                attn = linear * _share(a1, a1 + m1) * _share(attn, a1)
+                mlp = linear * _share(m1, a1 + m1) * _share(mlp, m1)
+                experts, rest = e_n * _share(experts, e1), r_n * _share(rest, r1)
+            for part, n, quantized in (
+                ("attn", attn, linear_bytes),
+                ("mlp", mlp, linear_bytes),
+                ("experts", experts, expert_bytes),
+            ):
+                total += n * (elem if (layer, part) in skipped else quantized)
+            other += rest
+        # embeddings and head stay 16-bit but in GGUF files (vLLM keeps them quantized) and
+        # a GPTQ checkpoint with ``lm_head`` quantized
+        table_bytes = QUANT_WEIGHT_BYTES[quant] if quant and quant.startswith("gguf") else elem
+        head_bytes = linear_bytes if scheme is not None and scheme.head else table_bytes
         table = self.padded_vocab(tp) * self.hidden_size / tp
         pad = self.padded_vocab(tp) / self.vocab_size / tp  # vLLM's padded, sharded vocabulary
         if rank == 0:
-            other += (count.embedding * pad if count else table) + self.vision_params / tp
+            embedding = count.embedding * pad if count else table
+            total += embedding * table_bytes + self.vision_params / tp * elem
         if rank == pp - 1:
             other += count.final if count else self.hidden_size  # final norm
             if count and count.head:
-                other += count.head * pad
+                total += count.head * pad * head_bytes
             elif not self.tied_embeddings or pp > 1:
-                other += table
-        return linear * linear_bytes + experts * expert_bytes + other * elem
+                total += table * head_bytes
+        return total + other * elem
 
     def kv_layer_slots(self, layers: int) -> int:
         """Layers' worth of KV pages vLLM's hybrid allocator sets aside per token.

@@ -113,8 +113,8 @@ def test_the_start_up_estimate_runs_offline_on_any_listed_gpu(name, device, tp):
         ({"num_hidden_layers": "eighty"}, "'num_hidden_layers'='eighty' is invalid"),
         ({"torch_dtype": "int8"}, "'torch_dtype'='int8' is unsupported"),
         (
-            {"quantization_config": {"quant_method": "bitsandbytes"}},
-            "'quantization_config.quant_method'='bitsandbytes'",
+            {"quantization_config": {"quant_method": "quanto"}},  # not one vLLM loads
+            "'quantization_config.quant_method'='quanto'",
         ),
         ({"layer_types": ["full_attention"]}, "'layer_types' is invalid"),
         ({"mlp_only_layers": [3]}, "'mlp_only_layers' is unsupported"),

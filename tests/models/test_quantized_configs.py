@@ -23,7 +23,15 @@ def _config(name: str, quant: dict | None) -> dict:
 
 
 def _compressed(bits: int, groups: int) -> dict:
-    weights = {"num_bits": bits, "type": "int", "symmetric": True, "group_size": 128}
+    # as RedHatAI's W4A16 (group of 128) and W8A8 (per channel) checkpoints write them
+    grouped = bits == 4
+    weights = {
+        "num_bits": bits,
+        "type": "int",
+        "symmetric": True,
+        "group_size": 128 if grouped else None,
+        "strategy": "group" if grouped else "channel",
+    }
     return {
         "quant_method": "compressed-tensors",
         "config_groups": {
@@ -65,7 +73,7 @@ def test_a_4_bit_compressed_tensors_moe_is_priced_at_4_bits() -> None:
 @pytest.mark.parametrize(
     ("quant", "message"),
     [
-        ({"quant_method": "awq", "bits": 8}, "AWQ is modelled at 4 bits"),
+        ({"quant_method": "awq", "bits": 8}, r"bits.=8 is unsupported: use one of \[4\]"),
         (_compressed(3, 1), r"num_bits=\[3\] is unsupported"),
     ],
 )
