@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.validate import (
     MAX_EXPERTS,
@@ -29,9 +29,7 @@ from ..core.validate import (
     check_text,
     read_json_file,
 )
-
-if TYPE_CHECKING:
-    from .published import QuantScheme
+from .weights import QuantScheme
 
 __all__ = ["MODEL_TYPES", "config_fields", "config_model_name", "is_config_source"]
 
@@ -220,12 +218,10 @@ def _qint(quant: Mapping[str, Any], field: str, default: int, allowed: tuple[int
 
 
 def _scheme(cfg: Mapping[str, Any], layers: int) -> QuantScheme | None:
-    """The checkpoint's :class:`~cgdispatch.models.published.QuantScheme` from its
+    """The checkpoint's :class:`~cgdispatch.models.weights.QuantScheme` from its
     ``quantization_config`` (None without one); ``layers`` decoder layers are checked
     against its lists of modules left unquantized. Each scheme's bytes per weight, with
     its source, is in the branch that reads it."""
-    from .published import QuantScheme
-
     quant = cfg.get("quantization_config")
     if not quant:
         return None

@@ -29,6 +29,7 @@ import pandas as pd
 from ..core import cache
 from ..core.arith import round_up
 from .arch_spec import ArchSpec
+from .weights import ParamCount, QuantScheme
 
 __all__ = [
     "arch_spec",
@@ -87,42 +88,6 @@ _SCHEME_FAMILY = {
     "compressed_w4a16": "compressed-tensors",
 }
 _VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
-
-
-@dataclass(frozen=True)
-class ParamCount:
-    """Parameters counted on the model ``transformers`` builds from a config on torch's meta
-    device (:mod:`cgdispatch.models.hf.meta_config`), one GPU, no tensor parallelism.
-
-    ``layers`` holds per decoder layer (linear, expert, other): weights of the layer's linear
-    projections (quantized with the checkpoint), routed experts' weights, and the rest
-    (norms, biases, routers). ``embedding`` is the token (and position) embeddings on the
-    first stage, ``head`` the untied LM head (0 when tied), ``final`` everything else
-    outside the layers (the final norm) on the last stage."""
-
-    layers: tuple[tuple[int, int, int], ...]
-    embedding: int
-    head: int
-    final: int
-
-    @property
-    def total(self) -> int:
-        return sum(map(sum, self.layers)) + self.embedding + self.head + self.final
-
-
-@dataclass(frozen=True)
-class QuantScheme:
-    """A checkpoint's quantization as its ``config.json`` ``quantization_config`` sets it
-    (:func:`~cgdispatch.models.config_json.config_fields`): what one quantized weight costs,
-    scales and zero points included, and which modules stay 16-bit."""
-
-    method: str  # vLLM's name of the scheme, a key of QUANT_WEIGHT_BYTES
-    bytes_per_weight: float  # one quantized linear (or expert) weight with its scales
-    head: bool = False  # the LM head is quantized too (GPTQ's ``lm_head``)
-    # (layer, part) left 16-bit: part "attn" (q, k, v, o), "mlp" (dense MLP or shared
-    # experts) or "experts" (routed experts)
-    unquantized: tuple[tuple[int, str], ...] = ()
-    rule: str = ""  # how the bytes follow from the config (for the model's source)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..published import ParamCount
+from ..weights import ParamCount
 from .support import require_transformers
 
 __all__ = ["hf_available", "meta_count", "meta_fields", "meta_model"]
