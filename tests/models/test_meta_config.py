@@ -17,7 +17,11 @@ torch = pytest.importorskip("torch")
 from cgdispatch.models import config_json  # noqa: E402
 from cgdispatch.models.config_json import MODEL_TYPES  # noqa: E402
 from cgdispatch.models.hf.meta_config import meta_count, meta_fields, meta_model  # noqa: E402
-from cgdispatch.models.published import QUANT_WEIGHT_BYTES, published_model  # noqa: E402
+from cgdispatch.models.published import (  # noqa: E402
+    PUBLISHED_MODELS,
+    QUANT_WEIGHT_BYTES,
+    published_model,
+)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
 SHIPPED = sorted(CONFIGS.glob("*.json"))
@@ -210,3 +214,87 @@ def test_param_count_must_describe_the_same_layers() -> None:
     values = {f.name: getattr(pm, f.name) for f in fields(pm)}
     with pytest.raises(ValueError, match="param_count has"):
         type(pm)(**{**values, "param_count": short})
+
+
+def _model_type(pm) -> str:
+    """The transformers model_type whose layout a row of model_architectures.csv has."""
+    family = pm.family
+    if family == "Llama":
+        return "llama4_text" if pm.is_moe else "llama"
+    if family in ("Qwen", "Kimi") and not pm.is_mla:
+        if pm.is_moe:
+            return "qwen3_moe" if pm.qk_norm else "qwen2_moe"
+        return "qwen3" if pm.qk_norm else "qwen2"
+    if family == "Gemma":
+        if pm.norms_per_layer == 4:
+            return "gemma3_text" if pm.qk_norm else "gemma2"
+        return "gemma"
+    return {
+        "Mistral/Mixtral": "mixtral" if pm.is_moe else "mistral",
+        "Granite": "granite",
+        "Phi": "phi3" if pm.gated_mlp else "phi",
+        "DeepSeek": "deepseek_v3" if pm.q_lora_rank else "deepseek_v2",
+        "Kimi": "deepseek_v3",
+        "gpt-oss": "gpt_oss",
+    }[family]
+
+
+def _row_config(pm) -> dict:
+    """A config.json of a CSV row's numbers (its text decoder: the vision tower is not
+    built), in the field names of its model_type."""
+    model_type = _model_type(pm)
+    cfg = dict(
+        model_type=model_type, num_hidden_layers=pm.layers, hidden_size=pm.hidden_size,
+        num_attention_heads=pm.num_heads, num_key_value_heads=pm.num_kv_heads,
+        head_dim=pm.head_dim, intermediate_size=pm.intermediate_size,
+        vocab_size=pm.vocab_size, tie_word_embeddings=pm.tied_embeddings,
+        attention_bias=pm.qkv_bias,
+    )  # fmt: skip
+    if model_type == "llama4_text":  # every layer routed + shared, as Llama 4 Scout
+        cfg.update(
+            intermediate_size=pm.moe_intermediate_size, intermediate_size_mlp=pm.intermediate_size,
+            num_local_experts=pm.num_experts, num_experts_per_tok=pm.experts_per_token,
+            interleave_moe_layer_step=1, use_qk_norm=pm.qk_norm,
+        )  # fmt: skip
+        return cfg
+    if pm.is_moe:
+        cfg.update(
+            num_local_experts=pm.num_experts, num_experts=pm.num_experts,
+            n_routed_experts=pm.num_experts, num_experts_per_tok=pm.experts_per_token,
+            moe_intermediate_size=pm.moe_intermediate_size,
+            shared_expert_intermediate_size=pm.shared_intermediate_size,
+            n_shared_experts=pm.shared_intermediate_size // pm.moe_intermediate_size,
+            first_k_dense_replace=pm.dense_layers, n_group=1, topk_group=1,
+        )  # fmt: skip
+    if pm.is_mla:
+        cfg.update(
+            kv_lora_rank=pm.kv_lora_rank, q_lora_rank=pm.q_lora_rank or None,
+            qk_rope_head_dim=pm.qk_rope_head_dim, qk_nope_head_dim=pm.qk_nope_head_dim,
+            v_head_dim=pm.v_head_dim,
+        )  # fmt: skip
+    every = pm.full_attention_every
+    if every > 1:
+        cfg.update(
+            sliding_window=4096,
+            layer_types=[
+                "full_attention" if (i + 1) % every == 0 else "sliding_attention"
+                for i in range(pm.layers)
+            ],
+        )
+    return cfg
+
+
+ROWS = sorted(PUBLISHED_MODELS)
+
+
+@pytest.mark.parametrize("key", ROWS)
+def test_every_shipped_model_row_agrees_with_the_meta_device_count(key: str) -> None:
+    """cgdispatch/data/model_architectures.csv: each row's weight formula against the
+    parameters transformers builds from its numbers (the vision tower left out); the
+    largest gap, gpt-oss's attention sinks and expert biases, is 0.035%."""
+    pm = PUBLISHED_MODELS[key]
+    counted = _numel(meta_model(_row_config(pm)))
+    params = pm.weight_bytes(dtype="float32", quantization="") / 4 - pm.vision_params
+    padding = (pm.padded_vocab(1) - pm.vocab_size) * pm.hidden_size
+    padding *= 1 if pm.tied_embeddings else 2
+    assert params - padding == pytest.approx(counted, rel=1e-3)
