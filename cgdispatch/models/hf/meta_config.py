@@ -33,7 +33,9 @@ _ATTENTION_NAMES = ("self_attn", "self_attention", "attention", "attn", "mixer")
 _MLP_NAMES = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
 _EXPERT_COUNT = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 # class names of sequence mixers other than attention (state-space, linear attention)
-_NOT_ATTENTION = re.compile(r"Mamba|LinearAttention|DeltaNet|Rwkv|RWKV|ShortConv|SSM")
+_NOT_ATTENTION = re.compile(
+    r"Mamba|LinearAttention|DeltaNet|Rwkv|RWKV|ShortConv|SSM|Mixer$|Conv1d$"
+)
 _EXPERT_TOPK = ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k")
 
 
@@ -188,11 +190,15 @@ def _shape_fields(
             f"model_type {cfg.model_type!r}: multi-head latent attention is modelled for "
             "the model types of cgdispatch.models.config_json.MODEL_TYPES only"
         )
-    for path, module in layers[0].named_modules():
+    for index, path, module in (
+        (i, path, module)
+        for i, block in enumerate(layers)
+        for path, module in block.named_modules()
+    ):
         if _NOT_ATTENTION.search(type(module).__name__):
             raise ValueError(
                 f"config.json field 'model_type'={cfg.model_type!r} is unsupported: its "
-                f"layers hold {type(module).__name__} ({path}), not attention; hybrid "
+                f"layer {index} holds {type(module).__name__} ({path}), not attention; hybrid "
                 "decoders are not modelled"
             )
     hidden, heads = cfg.hidden_size, cfg.num_attention_heads
