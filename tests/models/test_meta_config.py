@@ -197,6 +197,11 @@ def test_encoders_and_hybrid_decoders_are_refused_naming_the_model_type() -> Non
     hybrid = {**_random_config("jamba", np.random.default_rng(1)), "num_experts": 2}
     with pytest.raises(ValueError, match="hybrid decoders are not modelled"):
         published_model(hybrid)
+    # a Mamba-2 mixer beside attention (IBM's Bamba), a gated delta net (Qwen3-Next)
+    for model_type, mixer in (("bamba", "BambaMixer"), ("qwen3_next", "GatedDeltaNet")):
+        cfg = {**_random_config(model_type, np.random.default_rng(2)), "num_experts": 2}
+        with pytest.raises(ValueError, match=f"holds \\w*{mixer}"):
+            published_model(cfg)
 
 
 def test_without_the_hf_extra_an_unknown_model_type_names_the_install(monkeypatch) -> None:
