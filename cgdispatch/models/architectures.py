@@ -197,7 +197,7 @@ class ArchLM(SlotsFromConfig, nn.Module):
 def build_arch_model(
     name: str,
     *,
-    device: object = None,
+    device: torch.device | str | None = None,
     dtype: str | None = None,
     seed: int = 0,
     max_num_tokens: int | None = None,

@@ -261,10 +261,15 @@ def build_toy_model(
     device: torch.device | str | None = None,
     dtype: str | None = None,
     seed: int = 0,
+    max_num_tokens: int | None = None,
+    attention: str | None = None,
 ) -> ToyLM:
-    """A seeded random-weight ToyLM from a preset name or a config, in eval mode.
+    """A seeded random-weight ToyLM from a preset name or a config, in eval mode (the
+    registry's toy builder).
 
-    ``dtype`` overrides the preset's (weights and KV cache; norms and softmax run in fp32).
+    ``dtype`` overrides the preset's (weights and KV cache; norms and softmax run in fp32),
+    ``attention`` its attention op ("general" or "uniform"). ``max_num_tokens`` is ignored:
+    the toy LM runs steps of any size.
     """
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -276,6 +281,8 @@ def build_toy_model(
         raise ValueError(f"preset={preset!r} is invalid: pass a preset name or a ToyConfig")
     if dtype is not None:
         cfg = cfg.replace(dtype=dtype)
+    if attention is not None:
+        cfg = cfg.replace(attention=attention)
     torch.manual_seed(seed)
     device = torch.device("cpu" if device is None else device)
     if device.type == "cuda" and not torch.cuda.is_available():
