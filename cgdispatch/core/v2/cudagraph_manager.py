@@ -79,7 +79,8 @@ class BatchQuery(NamedTuple):
 
 
 def is_compatible(desc: BatchExecutionDescriptor, batch: BatchQuery) -> bool:
-    """vLLM's ``_is_compatible``: whether graph ``desc`` can run this batch."""
+    """vLLM's ``_is_compatible``: whether graph ``desc`` can run ``batch`` (vLLM passes the
+    batch's six fields as separate arguments)."""
     num_reqs, num_tokens, uniform_token_count, num_active_loras, max_query_len, ubatches = batch
     return (
         (desc.uniform_token_count is None or desc.uniform_token_count == uniform_token_count)
