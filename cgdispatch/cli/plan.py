@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, default_release, generation_for, release_arg
@@ -20,6 +20,7 @@ from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
 from ..views.numbers import number
 from .dispatch import other_releases
+from .errors import one_line_errors
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
 __all__ = ["DEVICES", "check_int_flags", "check_planning_flags", "run_plan", "add_parser"]
@@ -257,12 +258,6 @@ def _short(sizes: list[int]) -> str:
     )
 
 
-def _one_line_error(message: str) -> NoReturn:
-    """Bad flags fail at once with one line on stderr (argparse would add the usage)."""
-    print(f"error: plan: {message} (see python -m cgdispatch plan --help)", file=sys.stderr)
-    sys.exit(2)
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
@@ -270,7 +265,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
     )
-    plan.error = _one_line_error  # type: ignore[method-assign]
+    one_line_errors(plan, "plan")
     plan.add_argument(
         "--trace",
         required=True,

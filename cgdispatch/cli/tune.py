@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from ..core.generation import default_release, release_arg
 from ..core.modes import CUDAGraphMode
+from .errors import one_line_errors
 from .model_args import add_device_args, device_from_args
 from .plan import check_planning_flags
 
@@ -86,11 +87,6 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_line_error(message: str) -> NoReturn:
-    print(f"error: tune: {message} (see python -m cgdispatch tune --help)", file=sys.stderr)
-    sys.exit(2)
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
     from ..workload.sources import PRODUCTION_TRACES
@@ -103,7 +99,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "held-out rest against vLLM's default ladder, print the verdict and the vllm serve "
         "flags. Figures are modelled (device model on fake tensors; no GPU needed).",
     )
-    tune.error = _one_line_error  # type: ignore[method-assign]
+    one_line_errors(tune, "tune")
     tune.add_argument(
         "--model",
         default="llama-3.1-8b",

@@ -4,7 +4,8 @@ Each notebook's first code cell after its parameters calls
 ``globals().update(cg.check_notebook_parameters("04_what_if", globals()))``: every parameter
 is checked against its rule at once, and one ``ValueError`` lists every bad one with the
 fix, instead of a traceback from cell 8 after 20 s of work. The returned values are the
-cleaned ones (``-p vllm_version 0.34`` arrives as a float and leaves as the release string).
+cleaned ones (``-p vllm_version 0.34`` arrives as a float and leaves as the release string;
+a mode's name leaves as the :class:`~cgdispatch.core.modes.CUDAGraphMode`, parsed here once).
 """
 
 from __future__ import annotations
