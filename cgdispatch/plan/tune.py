@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..core.modes import CUDAGraphMode
 from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
 from ..workload.limits import SchedulerLimits
 from ..workload.replicas import check_balance
@@ -390,8 +391,8 @@ def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str
         return export_plan(planned, config, leave_default=absent)["vllm"]
     tp = config.tensor_parallel_size
     parallel = f"--tensor-parallel-size {tp} " if tp > 1 else ""
-    mode = str(config.cudagraph_mode)
+    mode = config.cudagraph_mode
     flags = f"--max-num-seqs {config.max_num_seqs} --max-num-batched-tokens {config.max_num_batched_tokens}"
-    if mode != "FULL_AND_PIECEWISE":  # vLLM's default mode needs no flag
-        flags = f'--compilation-config \'{{"cudagraph_mode":"{mode}"}}\' ' + flags
+    if mode is not CUDAGraphMode.FULL_AND_PIECEWISE:  # vLLM's default mode needs no flag
+        flags = f'--compilation-config \'{{"cudagraph_mode":"{mode.name}"}}\' ' + flags
     return parallel + flags
