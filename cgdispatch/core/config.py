@@ -22,6 +22,7 @@ from .generation import (
     Generation,
     check_version,
     default_release,
+    full_release,
     generation_for,
 )
 from .modes import DEFAULT_SPLITTING_OPS, AttentionCGSupport, CUDAGraphMode
@@ -184,10 +185,14 @@ class GraphConfig(metaclass=_BuiltFromRules):
     # owns, so that replace() re-derives defaults (set by construction, not by callers)
     _asked: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
     _asked_own: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # the whole release the user named ("0.11.0"), of which vllm_version keeps only the
+    # generation ("0.33"): the release's own defaults (async scheduling, KV budget) read it
+    _release: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def _derive(cls, values: dict[str, Any]) -> GraphConfig:
         """The config as its generation derives it from the user's ``values``."""
+        release = full_release(values["vllm_version"])  # before it becomes the generation
         values = _checked(values)
         draft = cls._exactly(values)  # as asked: the rules read it
         draft._check_scheduler()
@@ -202,7 +207,10 @@ class GraphConfig(metaclass=_BuiltFromRules):
         draft = draft._with(**generation.rules.check_fields(draft))
         asked_own = {f: getattr(draft, f) for f in generation.own_fields}
         return draft._with(
-            _asked=asked, _asked_own=asked_own, **generation.rules.derive_sizes(draft)
+            _asked=asked,
+            _asked_own=asked_own,
+            _release=release,
+            **generation.rules.derive_sizes(draft),
         )
 
     @classmethod
@@ -220,6 +228,14 @@ class GraphConfig(metaclass=_BuiltFromRules):
     def generation(self) -> Generation:
         """The vLLM release whose rules this config follows."""
         return generation_for(self.vllm_version)
+
+    @property
+    def release(self) -> str:
+        """The whole vLLM release this config models, as named (``"0.11.0"``;
+        ``vllm_version`` holds its dispatch generation, ``"0.33"``): the release whose own
+        defaults apply where they differ within a generation (async scheduling by default,
+        the KV budget; :func:`~cgdispatch.core.release_table.release_defaults`)."""
+        return self._release or self.vllm_version
 
     def _check_scheduler(self) -> None:
         seqs, tokens, spec = (
@@ -305,6 +321,7 @@ class GraphConfig(metaclass=_BuiltFromRules):
         if "cudagraph_capture_sizes" in changes and "max_cudagraph_capture_size" not in changes:
             kwargs["max_cudagraph_capture_size"] = None
         kwargs.update(self._asked_own)
+        kwargs["vllm_version"] = self.release  # the whole release, not only its generation
         kwargs.update(changes)
         return GraphConfig(**kwargs)
 

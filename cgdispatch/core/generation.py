@@ -46,6 +46,7 @@ __all__ = [
     "generation_of",
     "check_version",
     "release_arg",
+    "full_release",
     "default_release",
     "GraphDispatcher",
     "GraphKey",
@@ -238,6 +239,23 @@ def check_version(version: Any) -> str | None:
     )
 
 
+def full_release(version: Any) -> str:
+    """The whole release ``version`` names, normalised (``"0.10.1.1"``, ``"0.11.0"``; a
+    registered generation's own string as it is, ``"0.33"``; None: the newest,
+    :func:`default_release`), where :func:`check_version` keeps only its generation. The
+    release's own defaults (async scheduling, KV budget, ...) are read with it
+    (:func:`~cgdispatch.core.release_table.release_defaults`); ValueError as
+    :func:`check_version`'s."""
+    generation = check_version(version)  # ValueError naming the value, rule and fix
+    if generation is None:
+        return default_release()
+    if (isinstance(version, str) and version in _REGISTRY) or (
+        isinstance(version, float) and repr(version) in _REGISTRY
+    ):
+        return generation
+    return release_defaults(version).release
+
+
 def release_arg(text: str) -> str:
     """A command line's ``--vllm-version``: a registered release as it is, else any release
     from 0.8 on, normalised (``" 0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the
@@ -302,16 +320,17 @@ def for_generation(config: Any, vllm_version: Any) -> Any:
     sizes for speculative decoding into the legacy fields, which would then reach the
     other release as user-given sizes.
     """
+    release = full_release(vllm_version)  # the whole release named (None: the newest)
     vllm_version = check_version(vllm_version)  # a release, a float (papermill) or None
     source, target = generation_of(config), generation_for(vllm_version)
     if source is target:
-        if config.vllm_version == vllm_version:
+        if config.release == release:
             return config
-        return config.replace(vllm_version=vllm_version)
+        return config.replace(vllm_version=release)
     fields = {f: v for f, v in config._user_fields().items() if f not in source.own_fields}
     fields.update((f, v) for f, v in config._asked_own.items() if f in target.own_fields)
     fields["cudagraph_capture_sizes"], fields["max_cudagraph_capture_size"] = config._asked
-    fields["vllm_version"] = vllm_version
+    fields["vllm_version"] = release
     return type(config)(**fields)
 
 

@@ -256,13 +256,16 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "async_scheduling",
         (0, 8),
         False,
-        "vllm/config/scheduler.py async_scheduling: bool = False (0.13.0)",
+        "vllm/config/scheduler.py async_scheduling: bool = False (0.13.0; 0.8.0 to 0.13.0 "
+        "schedule synchronously unless --async-scheduling is given)",
     ),
     ReleaseRule(
         "async_scheduling",
         (0, 14),
         True,
-        "vllm/config/scheduler.py async_scheduling=None, vllm/config/vllm.py sets True (0.14.0)",
+        "vllm/config/scheduler.py async_scheduling=Field(default=None), "
+        "vllm/config/vllm.py VllmConfig.__post_init__ sets True (0.14.0; False with pipeline "
+        "parallelism or non-EAGLE drafts)",
     ),
     # the memory profile's graph estimate: made and logged, then taken from the KV budget
     ReleaseRule("estimates_graph_memory", (0, 8), False, "vllm/v1/worker/gpu_worker.py (0.17.0)"),

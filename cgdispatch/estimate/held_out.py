@@ -35,17 +35,28 @@ __all__ = [
     "held_out_markdown",
     "held_out_table",
     "held_out_targets",
+    "held_out_misses",
     "ladder_bin",
+    "MISS_BOUNDS",
+    "RUN_NOTES",
 ]
 
-# issue 28's targets on runs not fitted: |relative error| statistic -> bound
+# issue 35's targets on runs not fitted: |relative error| statistic -> bound (issue 28's
+# were a 10% graph-memory median and a 30% max)
 TARGETS = {
-    "graph memory median": 0.10,
-    "graph memory max": 0.30,
+    "graph memory median": 0.15,
+    "graph memory within 35%, share of runs": 0.90,
     "KV tokens within 5%, share of runs": 0.90,
     "capture median": 0.25,
 }
 KV_TOLERANCE = 0.05
+GRAPH_TOLERANCE = 0.35
+# the per-run bound behind each target: a run misses where its |error| is above it
+MISS_BOUNDS = {
+    "graph memory": ("graph_memory_error", GRAPH_TOLERANCE),
+    "capture": ("capture_error", 0.25),
+    "KV tokens": ("kv_tokens_error", KV_TOLERANCE),
+}
 
 
 def _keys(row: pd.Series) -> str:
@@ -131,6 +142,7 @@ def _stats(errors: pd.DataFrame) -> dict[str, Any]:
         "graph n": len(graph),
         "graph median": graph.median() if len(graph) else np.nan,
         "graph max": graph.max() if len(graph) else np.nan,
+        "graph within 35%": float((graph <= GRAPH_TOLERANCE).mean()) if len(graph) else np.nan,
         "capture n": len(capture),
         "capture median": capture.median() if len(capture) else np.nan,
         "KV n": len(kv),
@@ -161,7 +173,7 @@ def held_out_targets(errors: pd.DataFrame | None = None) -> pd.DataFrame:
     s = _stats(errors)
     values = {
         "graph memory median": (s["graph median"], s["graph n"]),
-        "graph memory max": (s["graph max"], s["graph n"]),
+        "graph memory within 35%, share of runs": (s["graph within 35%"], s["graph n"]),
         "KV tokens within 5%, share of runs": (s["KV within 5%"], s["KV n"]),
         "capture median": (s["capture median"], s["capture n"]),
     }
@@ -170,9 +182,157 @@ def held_out_targets(errors: pd.DataFrame | None = None) -> pd.DataFrame:
         value, n = values[name]
         met = None
         if n:
-            met = bool(value >= bound) if name.startswith("KV") else bool(value <= bound)
+            met = bool(value >= bound) if "share of runs" in name else bool(value <= bound)
         rows.append({"target": name, "bound": bound, "value": value, "runs": n, "met": met})
     return pd.DataFrame(rows)
+
+
+# what each missing run's log and source show beside its numbers (read in the log and the
+# row's note; a cause the log does not prove is marked "likely"): docs/calibration.md
+RUN_NOTES = {
+    "tokenkaki-qwen3-8b--a100-40gb--v0.19.1": (
+        "vLLM's own profiled estimate (2.35 GiB) agrees with the logged pool: the pool on "
+        "this A100 40GB really is ~2.9x the model's; the Ampere factor (fitted on 8 runs, "
+        "from 0.4x to 3.3x) does not capture it"
+    ),
+    "tokenkaki-qwen3-8b--a100-40gb--v0.9.2": (
+        "the same machine and model as the 0.19.1 run (2.44 GiB there): the pool is the "
+        "GPU's, not the release's; capture 23 s against 4 s under 0.19.1 on the same "
+        "machine: 0.9.2 captured ~5x slower, a release effect no fitted run shows (all "
+        "fitted runs are 0.19, no device_fit run is 0.9)"
+    ),
+    "videocuttingagent-qwen3-vl-30b-a3b--h100-80gb--tp2--v0.12.0": (
+        "a vision-language model built as its text decoder; only rank 0 logs the capture "
+        "and its 0.15 GiB is far below every other run of this size (likely the free-"
+        "memory drop measured while the other rank or the encoder cache moved memory); "
+        "KV: the vision tower's weights and encoder-cache profile are not modelled"
+    ),
+    "agentic-ai-eks-qwen2.5-72b--l40s--tp4--v0.19.0": (
+        "TP4 over PCIe with custom all-reduce off (NCCL only): vLLM's own estimate (2.73 "
+        "GiB) agrees with the logged pool, so the pool is real; the non-torch memory of "
+        "NCCL-only TP is not the fitted TP value (H100 NVLink runs), which the KV "
+        "decomposition shows; capture likely slower for the NCCL all-reduce per graph"
+    ),
+    "daisuketakai-qwen3-32b--h100--tp4--v0.10.0": (
+        "0.10.0 at TP4: the KV decomposition puts the gap on non-KV memory other than "
+        "weights (TP non-torch memory is fitted on 0.19 runs)"
+    ),
+    "daisuketakai-qwen3-32b--h100--tp8--kvfp8--v0.10.0": (
+        "83 s of capture at TP8 against 5 s at TP4 on the same cluster (reproduced on "
+        "another day): not a cost of the graphs; the KV gap as for the TP4 run"
+    ),
+    "zyfjrx-qwen3-14b--a100-80gb--v0.10.0": (
+        "2.49 GiB on an A100 80GB where three other A100 80GB runs log 0.50-0.65 GiB for "
+        "7B models: a machine effect no run fitted shows (fresh compile, 41.55 s)"
+    ),
+    "dennislee22-qwen2-7b--a100-80gb--gmu0.25--v0.10.1.1": (
+        "KV: at gpu_memory_utilization 0.25 the KV cache is 5 GiB, so a 0.3 GiB miss in "
+        "non-KV memory is -6.6% of it (the same setup at 0.5 is within 1.5%)"
+    ),
+    "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.25--v0.10.1.1": (
+        "TP2 on A100 80GB in 0.10.1.1: the KV decomposition puts 1.8 GiB more non-KV "
+        "memory in the model than the log implies (the fitted TP non-torch memory, 2.1 "
+        "GiB on H100 NVLink with 0.19, is too large here); capture: 4 s logged in whole "
+        "seconds"
+    ),
+    "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.5--v0.10.1.1": (
+        "as the gmu 0.25 run of this setup: the fitted TP non-torch memory is too large "
+        "for this release and GPU"
+    ),
+    "dennislee22-qwen2-7b--a100-40gb--tp2-2nodes-ray--v0.10.1.1": (
+        "TP2 across two nodes over Ray (NCCL over the network): the pool is 1.00 GiB "
+        "against 0.65 GiB for the same TP2 in one node, capture 11 s against 4 s; the "
+        "model has no term for cross-node TP"
+    ),
+    "elloraa-deepseek-r1-distill-qwen-32b-fp8--l40s--v0.11.0": (
+        "an FP8 checkpoint on L40S: the KV decomposition shows which side is off; "
+        "likely the fp8 layers' workspace in the profile run, not modelled"
+    ),
+    "memsuit-qwen2.5-3b-distill--a100-80gb--v0.17.1": (
+        "the same machine's Llama-3.1-8B run (device_fit) logs 0.50 GiB, 37% under the "
+        "model too: this machine's pools sit under the Ampere factor"
+    ),
+    "mlops-qwen3-30b-a3b-fp8--h100--maxseqs64--v0.22.1": (
+        "a 30-key ladder (max_num_seqs 64): vLLM's own estimate (0.14 GiB) is below the "
+        "log as well; the model's per-node pool term, fitted on 86-key ladders, is too "
+        "large for a small one; capture: 46.5 s of compile around it, MoE fp8 kernels "
+        "tuned per size"
+    ),
+    "kolyangg-qwen3-30b-a3b--h100--v0.10.2": (
+        "the log's own breakdown shows a 5.58 GiB activation peak (MoE at 8192 tokens in "
+        "0.10.2) where the model, fitted on 0.19 runs, gives ~2.7: 0.10.2 profiled MoE "
+        "with more memory, so KV is over by a third; capture: fused-MoE kernels tuned per "
+        "size in 0.10.2"
+    ),
+    "demo-env-l4-llama-3.1-8b--l4--v0.11.0": (
+        "0.38 GiB logged on L4 (Ada) against 0.49 modelled with the Ampere/Ada factor"
+    ),
+    "vllm-router-gpt-oss-20b--gb10--v0.13.0": (
+        "GB10 (DGX Spark) has unified memory and TRITON attention: no device term fits it"
+    ),
+}
+
+
+def _kv_parts(row: pd.Series, est: Any) -> str:
+    """Where a KV miss sits: the model's weights and its other non-KV memory against the
+    log's weights and the other memory the log implies (the budget minus the logged
+    weights and KV cache), per GPU, in GiB."""
+    from .devices import device_spec
+
+    total = row.get("total_memory_gib")
+    memory = float(total) * GIB if pd.notna(total) else device_spec(str(row["device"])).memory_bytes
+    budget = memory * float(row["gpu_memory_utilization"]) / GIB
+    tp, pp = int(row["tensor_parallel_size"]), int(row["pipeline_parallel_size"])
+    weights_model = est.weights_bytes / GIB / (1 if tp > 1 or pp == 1 else pp)
+    logged_w, logged_kv = float(row["weights_gib"]), float(row["kv_cache_gib"])
+    other_model = budget - weights_model - est.kv_cache_bytes / GIB
+    other_log = budget - logged_w - logged_kv
+    return (
+        f"weights {weights_model:.2f} GiB modelled / {logged_w:.2f} logged; other non-KV "
+        f"memory {other_model:.2f} GiB modelled / {other_log:.2f} implied by the log "
+        f"(budget {budget:.2f} - logged weights - logged KV {logged_kv:.2f})"
+    )
+
+
+def held_out_misses(
+    rows: pd.DataFrame | None = None, coefficients: StartupCoefficients | None = None
+) -> pd.DataFrame:
+    """Every held-out run and quantity whose |error| is above its per-run bound
+    (:data:`MISS_BOUNDS`): the error, what the log shows (KV: the model's weights and other
+    non-KV memory against the log's; graph memory: vLLM's own profiled estimate where the
+    log prints one) and the run's note (:data:`RUN_NOTES`)."""
+    rows = reference_startups(split="held_out") if rows is None else rows
+    errors = held_out_errors(rows, coefficients)
+    records = []
+    for (_, row), err in zip(rows.iterrows(), errors.to_dict("records")):
+        est = None
+        for quantity, (column, bound) in MISS_BOUNDS.items():
+            value = err[column]
+            if pd.isna(value) or abs(value) <= bound:
+                continue
+            shown = ""
+            if quantity == "KV tokens":
+                est = est or predict_run(row, coefficients)[0]
+                shown = _kv_parts(row, est)
+            elif quantity == "graph memory" and pd.notna(row["graph_memory_gib_vllm_estimate"]):
+                vllm = float(row["graph_memory_gib_vllm_estimate"])
+                shown = (
+                    f"vLLM's own estimate {vllm:.2f} GiB "
+                    f"({vllm / float(row['graph_memory_gib']) - 1:+.0%} from the log)"
+                )
+            elif quantity == "capture":
+                shown = f"TP{int(row['tensor_parallel_size'])}, compile {row['compile_s']:g} s"
+            records.append(
+                {
+                    "run": err["run"],
+                    "quantity": quantity,
+                    "error": value,
+                    "bound": bound,
+                    "log shows": shown,
+                    "note": RUN_NOTES.get(err["run"], ""),
+                }
+            )
+    return pd.DataFrame(records, columns=["run", "quantity", "error", "bound", "log shows", "note"])
 
 
 def _pct(value: float, signed: bool = False) -> str:
@@ -183,14 +343,15 @@ def _pct(value: float, signed: bool = False) -> str:
 
 def _group_markdown(table: pd.DataFrame, by: str, title: str) -> list[str]:
     lines = [
-        f"| {title} | runs | graph memory n | median | max | capture n | median "
+        f"| {title} | runs | graph memory n | median | max | within 35% | capture n | median "
         "| KV tokens n | median | within 5% |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in table.to_dict("records"):
         lines.append(
             f"| {r[by]} | {r['runs']} | {r['graph n']} | {_pct(r['graph median'])} "
-            f"| {_pct(r['graph max'])} | {r['capture n']} | {_pct(r['capture median'])} "
+            f"| {_pct(r['graph max'])} | {_pct(r['graph within 35%'])} "
+            f"| {r['capture n']} | {_pct(r['capture median'])} "
             f"| {r['KV n']} | {_pct(r['KV median'])} | {_pct(r['KV within 5%'])} |"
         )
     return lines
@@ -198,8 +359,8 @@ def _group_markdown(table: pd.DataFrame, by: str, title: str) -> list[str]:
 
 def held_out_markdown(errors: pd.DataFrame | None = None) -> str:
     """The held-out tables of docs/calibration.md: by GPU, by release, by ladder size, the
-    targets and
-    every run (signed errors; ``–`` where not evaluated)."""
+    targets, every run (signed errors; ``–`` where not evaluated) and every miss with what
+    its log shows (:func:`held_out_misses`)."""
     errors = held_out_errors() if errors is None else errors
     lines = ["By GPU:", ""]
     lines += _group_markdown(held_out_table(errors, by="device"), "device", "GPU")
@@ -229,5 +390,18 @@ def held_out_markdown(errors: pd.DataFrame | None = None) -> str:
             f"| {_pct(r['graph_memory_error'], True)} "
             f"| {r['capture_s']:g} / {capture} | {_pct(r['capture_error'], True)} "
             f"| {int(r['kv_cache_tokens']):,} / {kv} | {_pct(r['kv_tokens_error'], True)} |"
+        )
+    lines += [
+        "",
+        "Every miss, run by run (|error| above the per-run bound behind each target: graph "
+        "memory 35%, capture 25%, KV tokens 5%; `held_out_misses()`):",
+        "",
+        "| run | quantity | error | what the log shows | why |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in held_out_misses().to_dict("records"):
+        lines.append(
+            f"| {r['run']} | {r['quantity']} | {_pct(r['error'], True)} "
+            f"| {r['log shows'] or '–'} | {r['note']} |"
         )
     return "\n".join(lines)

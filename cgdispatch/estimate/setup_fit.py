@@ -9,7 +9,10 @@ capture sizes and mode (V1's keys, as the logged releases capture), ``max_num_se
 1. ``pool_factor``: the geometric mean over runs of logged / modelled graph pool;
 2. ``capture_factor``: the same for capture time;
 3. ``non_torch_gib``: with those two applied, the mean over runs of the non-torch memory
-   that makes the modelled KV budget hold exactly the logged KV tokens;
+   that makes the modelled KV budget hold exactly the logged KV tokens, held at >= 0 (the
+   least-squares fit of one constant under that bound: memory is never negative); each
+   run's KV budget is computed as its own logged release computes it (from 0.20 the
+   graph-memory estimate comes off it, :mod:`cgdispatch.core.release_table`);
 4. ``step_scale`` (when step times are given): the geometric mean of measured / modelled
    step time at each :class:`~cgdispatch.estimate.step_measurements.StepPoint`.
 
@@ -33,6 +36,7 @@ import numpy as np
 
 from ..core.config import GraphConfig
 from ..core.modes import AttentionCGSupport, CUDAGraphMode
+from ..core.release_table import release_defaults
 from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DeviceSpec, device_label, device_spec
 from .setup_profile import CalibrationProfile, LoggedFile, published_id
@@ -41,7 +45,7 @@ from .startup_pricing import CALIBRATION, GIB, StartupCoefficients
 from .step_measurements import StepPoint
 from .vllm_logs import VllmStartupLog
 
-__all__ = ["LoggedRun", "fit_setup", "run_config", "estimate_run", "file_sha256"]
+__all__ = ["LoggedRun", "fit_setup", "run_config", "estimate_run", "file_sha256", "log_release"]
 
 KV_BLOCK_TOKENS = 16  # vLLM's default block_size (the logged runs use it)
 
@@ -67,10 +71,22 @@ def _mode(log: VllmStartupLog) -> str:
     return "FULL" if log.full_graphs else "PIECEWISE"
 
 
+def log_release(log: VllmStartupLog) -> str:
+    """The release a log was printed by (``"0.19.0"``), else V1's (a log that does not
+    print one is read as the newest release that logs like the reference runs)."""
+    if log.vllm_version:
+        try:
+            return release_defaults(log.vllm_version).release
+        except ValueError:
+            pass  # not a release string this table reads (a dev build): V1's
+    return V1_RELEASE
+
+
 def run_config(path: str, log: VllmStartupLog, device: str | DeviceSpec) -> GraphConfig:
-    """The :class:`GraphConfig` that captures what ``log`` captured (V1's keys: the logged
-    releases' dispatch), ``max_num_seqs`` as :func:`~cgdispatch.estimate.pool_factors.
-    run_max_num_seqs` reads a run that does not print it."""
+    """The :class:`GraphConfig` that captures what ``log`` captured, under the logged
+    release (:func:`log_release`: its generation's keys, its KV budget rule),
+    ``max_num_seqs`` as :func:`~cgdispatch.estimate.pool_factors.run_max_num_seqs` reads a
+    run that does not print it."""
     from .pool_factors import run_max_num_seqs
 
     if not log.capture_sizes or log.max_num_batched_tokens is None:
@@ -93,7 +109,7 @@ def run_config(path: str, log: VllmStartupLog, device: str | DeviceSpec) -> Grap
         max_num_seqs=seqs,
         max_num_batched_tokens=log.max_num_batched_tokens,
         tensor_parallel_size=log.tensor_parallel_size,
-        vllm_version=V1_RELEASE,
+        vllm_version=log_release(log),
     )
     no_full = log.full_graphs == 0 and log.piecewise_graphs > 0
     return config.resolve(AttentionCGSupport.NEVER if no_full else AttentionCGSupport.ALWAYS)
@@ -116,6 +132,7 @@ def estimate_run(
         kv_cache_dtype=log.kv_cache_dtype or "auto",
         gpu_memory_utilization=log.gpu_memory_utilization,
         coefficients=coefficients,
+        vllm_version=log_release(log),  # its KV budget as the logged release computes it
     )
 
 
@@ -194,8 +211,9 @@ def _capture_step(value: float | None) -> float:
 
 def _non_torch_need(runs: Sequence[LoggedRun], scaled: list[StartupEstimate]) -> float:
     """The mean over runs of the non-torch memory (GiB) that makes each estimate's KV
-    budget hold the logged KV tokens (else the logged KV GiB); the estimates' own when no
-    run logs either."""
+    budget hold the logged KV tokens (else the logged KV GiB), at least 0 (the constrained
+    least-squares value: a negative need means the model's other terms take too much, not
+    that the process frees memory); the estimates' own when no run logs either."""
     needs = []
     for r, e in zip(runs, scaled):
         if r.log.kv_cache_tokens:  # half a block above: the block count floors
@@ -205,7 +223,7 @@ def _non_torch_need(runs: Sequence[LoggedRun], scaled: list[StartupEstimate]) ->
         else:
             continue
         needs.append(e.non_torch_bytes / GIB + (e.kv_cache_bytes - target) / GIB)
-    return float(np.mean(needs)) if needs else scaled[0].non_torch_bytes / GIB
+    return max(float(np.mean(needs)), 0.0) if needs else scaled[0].non_torch_bytes / GIB
 
 
 def _step_fit(

@@ -175,7 +175,7 @@ def estimate_startup(
     checkpoint's dtype and quantization. A model that leaves no room for one KV block is a
     ValueError (vLLM would refuse to start), not an estimate of zero tokens.
     ``vllm_version``: the release that starts (any from 0.8, ``"0.21.0"``; default the
-    config's own, ``config.vllm_version``); its KV budget is computed as that release
+    whole release the config names, ``config.release``); its KV budget is computed as that release
     computes it: from 0.20 vLLM takes its graph-memory estimate from it
     (:func:`~cgdispatch.core.release_table.release_defaults`). It must dispatch as the
     config's generation (ValueError otherwise).
@@ -274,9 +274,10 @@ def estimate_startup(
 
 
 def _release_of(config: GraphConfig, vllm_version: Any) -> ReleaseDefaults:
-    """The defaults of the release that starts: ``vllm_version``, else the config's."""
+    """The defaults of the release that starts: ``vllm_version``, else the whole release
+    the config names (``config.release``: ``"0.11.0"``, not only its generation)."""
     if vllm_version is None:
-        return release_defaults(config.vllm_version)
+        return release_defaults(config.release)
     release = release_defaults(vllm_version)  # ValueError: not a release from 0.8 on
     if release.generation != generation_of(config).release:
         raise ValueError(

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..core.release_table import release_defaults
 from ..core.v1 import RELEASE as V1_RELEASE
 from ..estimate.device_model import device_cost_model
 from ..estimate.startup import estimate_startup
@@ -172,10 +173,16 @@ def _kv_cache_tokens(row: pd.Series, config: GraphConfig) -> tuple[int, str]:
     if not pd.isna(row["kv_cache_tokens"]):
         return int(row["kv_cache_tokens"]), "logged"
     gmu = row["gpu_memory_utilization"]
+    # the KV budget as the run's own release computes it (the graph estimate comes off it
+    # only from 0.20), whatever release's scheduler replays the run
+    release = str(row["vllm_version"])
+    if release_defaults(release).generation != config.vllm_version:
+        config = run_config(row, release)
     estimate = estimate_startup(
         row["model"],
         row["gpu"],
         config,
+        vllm_version=release,
         tensor_parallel_size=int(row["tensor_parallel_size"]),
         gpu_memory_utilization=0.9 if pd.isna(gmu) else float(gmu),
         block_size=BLOCK_SIZE,
@@ -206,14 +213,22 @@ def simulate_published_run(
     config = run_config(row, scheduler_release)
     tp = int(row["tensor_parallel_size"])
     kv_tokens, kv_source = _kv_cache_tokens(row, config)
-    limits = run_limits(row, config, kv_tokens // BLOCK_SIZE)
     requests = run_requests(row, seed)
     longest = int((requests["prompt_tokens"] + requests["output_tokens"]).max())
+    if kv_source == "modelled" and longest > kv_tokens:
+        # vLLM starts only when one request of max_model_len fits its KV cache
+        # (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory, 0.11.0 to 0.33.0):
+        # the published server served requests of `longest` tokens, so it held them; the
+        # start-up model (unstated flags read as vLLM's defaults) is short by the difference
+        modelled = kv_tokens
+        kv_tokens = (-(-longest // BLOCK_SIZE) + 1) * BLOCK_SIZE  # its blocks and the null one
+        kv_source = f"modelled {modelled:,} tokens, raised to the {longest:,} the run served"
     if longest > kv_tokens:
         raise ValueError(
             f"run {row['run_id']}: a request of {longest} tokens exceeds the {kv_source} KV cache "
             f"of {kv_tokens} tokens ({row['model']} on {row['gpu']})"
         )
+    limits = run_limits(row, config, kv_tokens // BLOCK_SIZE)
     step = step_time_for(config, cost_model_for(row["model"], row["gpu"], tp))
     concurrency = None if is_open_loop(row) else int(row["max_concurrency"])
     lat = _solve(requests, limits, step, seed, concurrency)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from ..core.generation import check_version, default_release
+from ..core.generation import check_version, default_release, full_release
+from ..core.release_table import parse_release, release_defaults
 from ..core.validate import (
     MAX_BLOCK_SIZE,
     MAX_LORAS,
@@ -57,6 +58,10 @@ class SchedulerLimits:
     # hash_ids / prompt_token_ids column (steps.HASH_IDS_COLUMN), else every prompt is unique
     enable_prefix_caching: bool = True
     hash_block_size: int = 512  # prompt tokens per entry of a request's hash_ids
+    # the whole vLLM release ("0.11.0") whose own defaults apply (async scheduling), of
+    # which vllm_version is the generation; None: vllm_version's as given (a whole release
+    # passed there is kept here), resolved on construction
+    release: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -96,7 +101,18 @@ class SchedulerLimits:
         if self.async_scheduling is not None:
             set_(self, "async_scheduling", check_bool("async_scheduling", self.async_scheduling))
         # ValueError naming the known releases; None: the newest, decided in one function
-        set_(self, "vllm_version", check_version(self.vllm_version) or default_release())
+        given = self.vllm_version
+        if self.release is not None:
+            release = full_release(self.release)
+            if given is not None and check_version(given) != check_version(release):
+                raise ValueError(
+                    f"release={self.release!r} is not of vllm_version={given!r}: it "
+                    f"dispatches as generation {check_version(release)}; pass one of them, "
+                    "or a release of that generation"
+                )
+            given = release
+        set_(self, "release", full_release(given))
+        set_(self, "vllm_version", check_version(given) or default_release())
         scheduler_rules(self.vllm_version)
 
     @property
@@ -111,7 +127,19 @@ class SchedulerLimits:
         rules = scheduler_rules(self.vllm_version)
         if self.num_speculative_tokens and not rules.async_with_drafts:
             return False  # 0.33: async scheduling is turned off for (ngram) drafts
-        return rules.async_by_default
+        return _async_by_default(self.release, rules.async_by_default)
+
+
+def _async_by_default(release: str, generation_default: bool) -> bool:
+    """Whether ``release`` schedules asynchronously when the user leaves it unset: the
+    release table's rule (:data:`~cgdispatch.core.release_table.RELEASE_RULES`: off up to
+    0.13, on from 0.14, ``vllm/config/scheduler.py`` and ``vllm/config/vllm.py``); a
+    registered release the table cannot read (a test's) takes its generation's."""
+    try:
+        parse_release(release)
+    except ValueError:
+        return generation_default
+    return release_defaults(release).async_scheduling
 
 
 _FIELDS = tuple(f.name for f in fields(SchedulerLimits))
@@ -144,11 +172,14 @@ def scheduler_limits(config: GraphConfig | None = None, /, **settings: Any) -> S
             )
         values = {
             "vllm_version": config.vllm_version,
+            "release": config.release,  # the whole release: its own defaults
             "max_num_seqs": config.max_num_seqs,
             "max_num_batched_tokens": config.max_num_batched_tokens,
             "num_speculative_tokens": config.num_speculative_tokens,
             "max_loras": config.max_loras or None,
         }
+    if settings.get("vllm_version") is not None and settings.get("release") is None:
+        values.pop("release", None)  # another release named: its own, not the config's
     values.update({k: v for k, v in settings.items() if v is not None})
     return SchedulerLimits(**values)
 

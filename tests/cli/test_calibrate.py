@@ -99,7 +99,7 @@ def test_tune_refuses_a_profile_of_another_gpu_and_an_edited_one(capsys, tmp_pat
         head
         + "\n"
         + re.sub(
-            r'"non_torch_gib":(-?)(\d)',  # the fitted value may be negative
+            r'"non_torch_gib":(-?)(\d)',  # any sign: the edit must be caught
             lambda m: f'"non_torch_gib":{m.group(1)}{(int(m.group(2)) + 1) % 10}',
             payload,
             count=1,

@@ -81,7 +81,7 @@ def _pair(**fields):
 
 
 def _same_fields(a, b):
-    skip = {"vllm_version", "_asked", "_asked_own"}
+    skip = {"vllm_version", "_release", "_asked", "_asked_own"}  # the release named
     return {
         f.name: getattr(a, f.name)
         for f in dataclasses.fields(a)

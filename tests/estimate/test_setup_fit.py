@@ -6,6 +6,7 @@ profile file edited by hand is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cgdispatch.core.release_table import release_defaults
 from cgdispatch.estimate.setup_fit import LoggedRun, estimate_run, file_sha256, fit_setup
 from cgdispatch.estimate.setup_profile import (
     FLOORS,
@@ -25,6 +27,7 @@ from cgdispatch.estimate.setup_profile import (
     same_model,
     save_profile,
 )
+from cgdispatch.estimate.startup_pricing import CALIBRATION
 from cgdispatch.estimate.step_measurements import read_bench_json, read_step_csv
 from cgdispatch.estimate.uncertainty import MODEL_ERRORS
 from cgdispatch.estimate.vllm_logs import parse_startup_log, read_startup_log
@@ -69,6 +72,43 @@ def test_the_profile_reproduces_the_logs_it_was_fitted_on(prefix, model, device)
         )
 
 
+@pytest.mark.parametrize(("prefix", "model", "device"), SETUPS, ids=[s[0] for s in SETUPS])
+def test_each_log_is_priced_under_its_own_release_and_non_torch_stays_physical(
+    prefix, model, device
+):
+    """The KV budget of a logged run is its own release's (the graph estimate comes off it
+    only from 0.20), so the fitted non-torch memory is >= 0 and near what vLLM logged."""
+    runs = _runs(prefix)
+    profile, _ = fit_setup("p", model, device, runs)
+    assert profile.non_torch_gib >= 0.0
+    logged = []
+    for run in runs:
+        text = Path(run.path).read_text()
+        version = re.search(r"Initializing a V1 LLM engine \(v([0-9.]+)\)", text).group(1)
+        est = estimate_run(run, model, device, profile.coefficients())
+        assert est.graph_memory_subtracted == release_defaults(version).subtracts_graph_estimate
+        logged += [
+            float(v) for v in re.findall(r"non-torch forward increase memory: ([0-9.]+)GiB", text)
+        ]
+    if logged:  # vLLM's own figure: the fit stays within 0.15 GiB of it
+        assert abs(profile.non_torch_gib - float(np.mean(logged))) <= 0.15
+
+
+@pytest.mark.parametrize("release", ["0.20.0", "0.21.0", "0.26.1"])
+def test_a_log_of_a_release_that_subtracts_the_graph_estimate_has_that_much_less_kv(release):
+    run = _runs("qwen2.5-7b-h100")[0]
+    text = Path(run.path).read_text()
+    assert "(v0.19.0)" in text
+    edited = LoggedRun(
+        "x.log", "0" * 64, parse_startup_log(text.replace("(v0.19.0)", f"(v{release})"))
+    )
+    model, device = "Qwen/Qwen2.5-7B-Instruct", "H100"
+    before = estimate_run(run, model, device, CALIBRATION)
+    after = estimate_run(edited, model, device, CALIBRATION)
+    assert not before.graph_memory_subtracted and after.graph_memory_subtracted
+    assert before.kv_cache_bytes - after.kv_cache_bytes == pytest.approx(after.graph_memory_bytes)
+
+
 def _edited(text: str, pool_gib: float, capture_s: int, tokens: int) -> str:
     text = re.sub(r"secs, took [0-9.]+ GiB", f"secs, took {pool_gib:.2f} GiB", text)
     text = re.sub(r"finished in [0-9]+ secs", f"finished in {capture_s} secs", text)
@@ -82,8 +122,8 @@ def test_factors_are_geometric_means_and_kv_the_mean_need(seed):
     rng = random.Random(seed)
     base = _runs("qwen2.5-3b-rtx4090")[0]
     text = Path(base.path).read_text()
-    figures = [
-        (rng.uniform(0.05, 2.0), rng.randint(1, 60), rng.randint(100_000, 600_000))
+    figures = [  # KV tokens up to beyond what the GPU holds with no non-torch memory at all
+        (rng.uniform(0.05, 2.0), rng.randint(1, 60), rng.randint(100_000, 900_000))
         for _ in range(2)
     ]
     figures = [(round(p, 2), c, t) for p, c, t in figures]
@@ -96,7 +136,14 @@ def test_factors_are_geometric_means_and_kv_the_mean_need(seed):
     est = estimate_run(runs[0], model, device, profile.coefficients())
     assert est.graph_memory_bytes / GIB == pytest.approx(math.sqrt(figures[0][0] * figures[1][0]))
     assert est.capture_s == pytest.approx(math.sqrt(figures[0][1] * figures[1][1]))
-    assert abs(est.kv_cache_tokens - (figures[0][2] + figures[1][2]) / 2) <= 32  # two blocks
+    # the mean need, unless it asks for negative non-torch memory: then none (the bound)
+    ceiling = estimate_run(
+        runs[0], model, device, dataclasses.replace(profile, non_torch_gib=0.0).coefficients()
+    ).kv_cache_tokens
+    assert profile.non_torch_gib >= 0.0
+    wanted = (figures[0][2] + figures[1][2]) / 2
+    assert abs(est.kv_cache_tokens - min(wanted, ceiling)) <= 32  # two blocks
+    assert (profile.non_torch_gib == 0.0) == (wanted > ceiling + 16)
     expected = [est.kv_cache_tokens / t - 1 for _, _, t in figures]
     assert profile.kv_tokens_residuals == pytest.approx(expected)
     worst = max(abs(r) for r in expected)

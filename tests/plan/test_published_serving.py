@@ -189,3 +189,48 @@ def test_the_comparison_puts_both_sides_and_their_ratio_in_one_row():
     assert row["ratio_mean_ttft_ms"] == pytest.approx(row["sim_mean_ttft_ms"] / 20.0)
     assert row["ratio_output_throughput"] == pytest.approx(row["sim_output_throughput"] / 100.0)
     assert math.isnan(row["ratio_mean_tpot_ms"])  # not published: no ratio
+
+
+@pytest.mark.parametrize("release", ["0.11.0", "0.19.0", "0.20.0", "0.26.1"])
+def test_a_modelled_kv_cache_is_computed_as_the_runs_release_computes_it(release):
+    """The graph-memory estimate comes off the modelled KV budget only for releases that
+    take it (0.20 on): the blocks are the start-up model's under the run's own release."""
+    from cgdispatch.core.release_table import release_defaults
+    from cgdispatch.estimate.startup import estimate_startup
+    from cgdispatch.plan.published_serving import run_config
+
+    row = _run(vllm_version=release, gpu_memory_utilization=0.9)
+    sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
+    config = run_config(row)
+    est = estimate_startup("Qwen/Qwen3-8B", "H100-SXM", config, vllm_version=release)
+    plain = estimate_startup("Qwen/Qwen3-8B", "H100-SXM", config, vllm_version="0.19.0")
+    assert sim["sim_kv_source"] == "modelled" and sim["sim_num_gpu_blocks"] == est.kv_cache_blocks
+    subtracted = release_defaults(release).subtracts_graph_estimate
+    assert est.graph_memory_subtracted is subtracted
+    gap = plain.kv_cache_bytes - est.kv_cache_bytes
+    assert gap == pytest.approx(est.graph_memory_bytes if subtracted else 0.0)
+
+
+def test_a_request_the_published_server_served_fits_the_modelled_cache():
+    """vLLM starts only when one request of max_model_len fits; a run that served a request
+    longer than the modelled cache held it: the cache is raised to it, and says so."""
+    rng = np.random.default_rng(3)
+    small = simulate_published_run(
+        _run(gpu_memory_utilization=0.9),
+        step_time_for=_constant_clock,
+        cost_model_for=_no_cost_model,
+    )
+    modelled = small["sim_num_gpu_blocks"] * 16
+    longest = modelled + int(rng.integers(1, 5000))
+    row = _run(gpu_memory_utilization=0.9, input_len=longest - 5, output_len=5, num_prompts=1)
+    sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
+    assert sim["sim_num_gpu_blocks"] == math.ceil(longest / 16) + 1  # and vLLM's null block
+    assert sim["sim_kv_source"] == (
+        f"modelled {modelled:,} tokens, raised to the {longest:,} the run served"
+    )
+    with pytest.raises(ValueError, match="exceeds the logged KV cache"):  # a logged one is not
+        simulate_published_run(
+            _run(kv_cache_tokens=modelled, input_len=longest - 5, output_len=5, num_prompts=1),
+            step_time_for=_constant_clock,
+            cost_model_for=_no_cost_model,
+        )
