@@ -18,7 +18,7 @@ import pandas as pd
 from ..core import cache
 from ..core.config import GraphConfig
 from ..core.modes import CUDAGraphMode
-from ..workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
+from ..workload.latency import LATENCY_COLUMNS, serving_step_time, simulate_latencies
 from ..workload.limits import SchedulerLimits, scheduler_limits
 from ..workload.replay import default_step_time_ms
 from ..workload.request_table import check_requests
@@ -84,7 +84,7 @@ def _run(
     limits = limits or scheduler_limits(config)
     if kv_blocks is not None:
         limits = replace(limits, num_gpu_blocks=kv_blocks(config))
-    step = default_step_time_ms if cost_model is None else dispatched_step_time(config, cost_model)
+    step = default_step_time_ms if cost_model is None else serving_step_time(config, cost_model)
 
     def build() -> dict[str, np.ndarray]:
         run = simulate_latencies(requests, limits, step_time_ms=step, seed=seed)
@@ -98,6 +98,7 @@ def _run(
     key = cache.digest(
         "ladder_latency+sustain",
         *cache.frame_parts(check_requests(requests)), repr(limits), repr(config), str(seed),
+        repr(getattr(step, "serving_overhead", None)),
         *_price_table(cost_model, config),
     )  # fmt: skip
     return cache.cached_arrays("latency", key, build, memory=64)

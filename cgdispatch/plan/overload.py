@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
-from ..workload.latency import dispatched_step_time, simulate_latencies
+from ..workload.latency import serving_step_time, simulate_latencies
 from ..workload.limits import scheduler_limits
 from ..workload.replicas import replica_shares, split_requests
 from ..workload.scheduler import SchedulerLimits
@@ -73,7 +73,7 @@ def split_for(
         from dataclasses import replace
 
         limits = replace(limits, num_gpu_blocks=kv_blocks(config))
-    step = None if cost_model is None else dispatched_step_time(config, cost_model)
+    step = None if cost_model is None else serving_step_time(config, cost_model)
 
     def replay(share: pd.DataFrame) -> pd.DataFrame:
         kw = {} if step is None else {"step_time_ms": step}

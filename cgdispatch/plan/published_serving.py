@@ -8,7 +8,8 @@ on its GPU), its KV capacity (the size its start-up log printed where the source
 else :func:`~cgdispatch.estimate.startup.estimate_startup` at the run's
 ``gpu_memory_utilization``, default 0.9) and its step clock, ``step_time_for(config, cost_model)``:
 the one seam a new pricing plugs into (default
-:func:`~cgdispatch.workload.latency.dispatched_step_time`). Closed-loop runs
+:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price plus the
+host-side serving overhead, front end included). Closed-loop runs
 (``--max-concurrency``) run their client in the replay
 (:mod:`cgdispatch.workload.closed_loop`): a request is sent when a slot frees, exactly, in
 one pass. All simulated figures are ``model`` figures; nothing here measures.
@@ -35,7 +36,7 @@ from ..workload.bench_traffic import (
     sharegpt_like_lengths,
 )
 from ..workload.closed_loop import with_max_concurrency
-from ..workload.latency import dispatched_step_time, simulate_latencies
+from ..workload.latency import serving_step_time, simulate_latencies
 from ..workload.limits import SchedulerLimits, scheduler_limits
 from .costs import CostModel
 from .published_runs import is_open_loop, offered_rate, published_serving_runs, serve_default_limits
@@ -193,7 +194,7 @@ def _solve(requests: pd.DataFrame, limits: SchedulerLimits, step, seed: int, con
 def simulate_published_run(
     row: pd.Series,
     *,
-    step_time_for: StepTimeFactory = dispatched_step_time,
+    step_time_for: StepTimeFactory = serving_step_time,
     cost_model_for: CostModelFactory = _cost_model,
     seed: int = 0,
     scheduler_release: str | None = None,
@@ -251,7 +252,7 @@ _COMPARED = {  # published column -> simulated column
 def published_serving_comparison(
     runs: pd.DataFrame | None = None,
     *,
-    step_time_for: StepTimeFactory = dispatched_step_time,
+    step_time_for: StepTimeFactory = serving_step_time,
     cost_model_for: CostModelFactory = _cost_model,
     seed: int = 0,
     progress: Callable[[Iterable], Iterable] | None = None,

@@ -1,0 +1,126 @@
+"""Host-side time of a vLLM server that no GPU kernel accounts for: the API server's front end
+per request and the engine's CPU work per step, added to the step clock of the replay.
+
+Two parts, each a ``model`` figure:
+
+- **front end** (``front_end_ms``, per request): the time between the client sending a
+  request and vLLM's scheduler seeing it: HTTP handling, the chat template, tokenization,
+  and the first token's detokenization and streaming back. vLLM runs all of it in one
+  API-server process (``vllm/entrypoints/openai/api_server.py``; ``--api-server-count``
+  defaults to 1 in 0.9-0.11), one request after another where it is CPU-bound, so the replay
+  serializes it: request ``i`` reaches the scheduler at ``max(sent_i, reached_{i-1}) +
+  front_end_ms`` (first come, first served; a request sent to an idle front end waits
+  ``front_end_ms`` only). Its TTFT is counted from when it was sent.
+- **per step** (``step_ms + step_request_ms * num_reqs``): the engine core's CPU time around
+  each forward pass that grows with the requests in the step (the scheduler's per-request
+  loop, preparing inputs, sampling bookkeeping and ``update_from_output`` in
+  ``vllm/v1/core/sched/scheduler.py`` and ``vllm/v1/worker/gpu_model_runner.py``, and the
+  output processor's detokenization of every running request, ``vllm/v1/engine/
+  output_processor.py``, 0.11.0). With synchronous scheduling (0.11's default) it is not
+  hidden behind the GPU, so it adds to every step; at a thousand running requests on a fast
+  GPU it is a large part of the step, on a slow GPU a small one.
+
+:data:`VLLM_SERVING_OVERHEAD` holds the coefficients fitted on a fixed part of the published
+``vllm bench serve`` runs (see ``docs/calibration.md``, "Serving overhead", for the split and
+the error on the held-out runs); :data:`NO_SERVING_OVERHEAD` turns both parts off, for
+comparisons that need a replay's exact step times (oracle checks, step-cost checks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ServingOverhead",
+    "NO_SERVING_OVERHEAD",
+    "VLLM_SERVING_OVERHEAD",
+    "front_end_arrivals_s",
+    "serving_overhead_of",
+]
+
+_MAX_MS = 10_000.0  # an overhead above 10 s a request or a step is a unit mistake
+
+
+def _check(name: str, value: object) -> float:
+    try:
+        ms = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        ms = math.nan
+    if isinstance(value, bool) or not math.isfinite(ms) or not 0.0 <= ms <= _MAX_MS:
+        raise ValueError(
+            f"{name}={value!r} is invalid: an overhead is a finite number of milliseconds "
+            f"in [0, {_MAX_MS:g}]; give e.g. {name}=0.0 to turn it off"
+        )
+    return ms
+
+
+@dataclass(frozen=True)
+class ServingOverhead:
+    """Host-side serving time the GPU cost model does not price (all in ms, ``model``).
+
+    ``front_end_ms``: per request, sent -> seen by the scheduler, serialized in the API
+    server. ``step_ms``: per engine step. ``step_request_ms``: per request in a step.
+    """
+
+    front_end_ms: float = 0.0
+    step_ms: float = 0.0
+    step_request_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("front_end_ms", "step_ms", "step_request_ms"):
+            object.__setattr__(self, name, _check(name, getattr(self, name)))
+
+    @property
+    def is_off(self) -> bool:
+        """Whether both parts are zero (the replay's clock is the GPU's alone)."""
+        return self.front_end_ms == 0.0 and self.step_ms == 0.0 and self.step_request_ms == 0.0
+
+    def step_overhead_ms(self, num_reqs: int) -> float:
+        """The host time added to one step holding ``num_reqs`` requests (0 requests: an
+        empty schedule call, which costs nothing)."""
+        if num_reqs <= 0:
+            return 0.0
+        return self.step_ms + self.step_request_ms * num_reqs
+
+    def paced_ms(self, gpu_ms: float, num_reqs: int) -> float:
+        """A step's duration on the serving clock: the slower of the GPU step (``gpu_ms``)
+        and the host's work for its ``num_reqs`` requests, which runs beside it."""
+        return max(float(gpu_ms), self.step_overhead_ms(num_reqs))
+
+
+NO_SERVING_OVERHEAD = ServingOverhead()
+
+# Fitted by benchmarks/bench_end_to_end.py --fit on the fit split of
+# cgdispatch/data/published_serving_runs.csv (the GPUStack Qwen3-14B pages, H100 and A100);
+# docs/calibration.md reports the error on the other runs.
+VLLM_SERVING_OVERHEAD = ServingOverhead(front_end_ms=20.0, step_ms=0.0, step_request_ms=0.1)
+
+
+def serving_overhead_of(overhead: ServingOverhead | None) -> ServingOverhead:
+    """``overhead`` checked (None: :data:`NO_SERVING_OVERHEAD`)."""
+    if overhead is None:
+        return NO_SERVING_OVERHEAD
+    if not isinstance(overhead, ServingOverhead):
+        raise ValueError(
+            f"overhead={overhead!r} is not a ServingOverhead: give "
+            "cgdispatch.workload.serving_overhead.ServingOverhead(...), VLLM_SERVING_OVERHEAD "
+            "or None (off)"
+        )
+    return overhead
+
+
+def front_end_arrivals_s(sent_s: np.ndarray, front_end_ms: float) -> np.ndarray:
+    """When requests sent at ``sent_s`` (seconds, sorted) reach the scheduler through a front
+    end that serves one request at a time for ``front_end_ms`` each, first come first served."""
+    sent = np.asarray(sent_s, dtype=np.float64)
+    if front_end_ms <= 0.0 or len(sent) == 0:
+        return sent.copy()
+    if np.any(np.diff(sent) < 0):
+        raise ValueError("sent_s must be sorted: sort the requests by arrival_s first")
+    cost = front_end_ms / 1e3
+    # reached_i = max(sent_i, reached_{i-1}) + cost = cost * (i + 1) + max_{j<=i}(sent_j - cost * j)
+    steps = cost * np.arange(len(sent), dtype=np.float64)
+    return np.maximum.accumulate(sent - steps) + steps + cost
