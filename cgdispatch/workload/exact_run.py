@@ -14,8 +14,8 @@ from ..core.arith import cdiv
 from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
 from .closed_loop import closed_loop_for
-from .serving_overhead import front_end_arrivals_s
 from .limits import SchedulerLimits
+from .serving_overhead import front_end_arrivals_s
 from .steps import HASH_IDS_COLUMN, LORA_COLUMN, STEP_FIELDS, TOKEN_IDS_COLUMN, Step
 from .vllm_call import AcceptFn, ScheduleCall, SteadyStretch
 from .vllm_engine import run_engine

@@ -11,7 +11,7 @@ from cgdispatch.core.config import GraphConfig
 from cgdispatch.plan.costs import AffineCostModel
 from cgdispatch.plan.gen2_ladder import ladder_config
 from cgdispatch.plan.ladder_compare import compare
-from cgdispatch.workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
+from cgdispatch.workload.latency import LATENCY_COLUMNS, serving_step_time, simulate_latencies
 from cgdispatch.workload.scheduler import SchedulerLimits
 from cgdispatch.workload.trace import simulate_steps
 
@@ -39,7 +39,7 @@ def test_compare_latency_columns_equal_a_direct_run(version: str) -> None:
     for _, row in table.iterrows():
         cfg = ladder_config(config, ladders[row["ladder"]])
         lim = SchedulerLimits(max_num_seqs=32, max_num_batched_tokens=512, vllm_version=version)
-        want = simulate_latencies(req, lim, step_time_ms=dispatched_step_time(cfg, cost)).summary
+        want = simulate_latencies(req, lim, step_time_ms=serving_step_time(cfg, cost)).summary
         for col in LATENCY_COLUMNS:
             assert row[col] == pytest.approx(want[col]), col
     # the wide ladder graphs more decode steps, so its tokens come no slower

@@ -20,7 +20,7 @@ from cgdispatch.plan.ladder_latency import ladder_latency
 from cgdispatch.plan.planner import plan_ladder
 from cgdispatch.plan.tune import tune
 from cgdispatch.views.tune_verdict import verdict_lines
-from cgdispatch.workload.latency import dispatched_step_time, simulate_latencies
+from cgdispatch.workload.latency import serving_step_time, simulate_latencies
 from cgdispatch.workload.limits import scheduler_limits
 from cgdispatch.workload.sources import split_holdout, workload_requests
 from cgdispatch.workload.sustain import (
@@ -57,7 +57,7 @@ def _direct_check(config: GraphConfig, requests: pd.DataFrame) -> dict:
     sees counted by a loop, the rates summed, the rule applied."""
     cfg = ladder_config(config, engine_ladders(config)["vllm"])
     run = simulate_latencies(requests.reset_index(drop=True), scheduler_limits(cfg),
-                             step_time_ms=dispatched_step_time(cfg, MODEL))  # fmt: skip
+                             step_time_ms=serving_step_time(cfg, MODEL))  # fmt: skip
     a, f = run.requests["arrival_s"].to_numpy(), run.requests["first_token_s"].to_numpy()
     seen = np.array([np.sum((a <= t) & (f > t)) for t in a], dtype=float)
     t0, t1 = a.min(), a.max()
