@@ -96,7 +96,7 @@ NO_SERVING_OVERHEAD = ServingOverhead()
 # Fitted by benchmarks/bench_end_to_end.py --fit on the fit split of
 # cgdispatch/data/published_serving_runs.csv (the GPUStack Qwen3-14B pages, H100 and A100);
 # docs/calibration.md reports the error on the other runs.
-VLLM_SERVING_OVERHEAD = ServingOverhead(front_end_ms=20.0, step_ms=0.0, step_request_ms=0.1)
+VLLM_SERVING_OVERHEAD = ServingOverhead(front_end_ms=40.0, step_ms=0.0, step_request_ms=0.3)
 
 
 def serving_overhead_of(overhead: ServingOverhead | None) -> ServingOverhead:
