@@ -51,9 +51,13 @@ from cgdispatch.workload.serving_overhead import VLLM_SERVING_OVERHEAD
 # the step pricing under test, step_time_for(config, cost_model) -> step_time_ms(num_tokens,
 # num_reqs): a new pricing is judged by changing this one line
 STEP_TIME_FOR = serving_step_time
-# the grid --fit searches (ms): the front end per request, the host per request in a step
-FIT_FRONT_END_MS = (0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0)
-FIT_STEP_REQUEST_MS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+# the grid --fit searches (ms): the front end per request (serialized), each request's time in
+# flight, the host's time per request in a step
+FIT_GRID = {
+    "front_end_ms": (10.0, 20.0, 30.0, 40.0),
+    "request_latency_ms": (20.0, 40.0, 60.0),
+    "step_request_ms": (0.2, 0.3, 0.4),
+}
 
 TARGET_MEDIAN_ERROR = 0.20
 TARGET_MIN_RUNS = 20
@@ -117,9 +121,7 @@ def _split_report(df: pd.DataFrame, fit: np.ndarray, baseline: pd.DataFrame) -> 
 def main() -> int:
     if "--fit" in sys.argv[1:]:
         runs = published_serving_runs()
-        best, grid = fit_serving_overhead(
-            runs[serving_fit_split(runs)], FIT_FRONT_END_MS, FIT_STEP_REQUEST_MS
-        )
+        best, grid = fit_serving_overhead(runs[serving_fit_split(runs)], FIT_GRID)
         print(grid.round(3).to_string(index=False))
         print(f"\nbest on the fit split: {best} (shipped: {VLLM_SERVING_OVERHEAD})")
         return 0

@@ -17,9 +17,11 @@ one pass. All simulated figures are ``model`` figures; nothing here measures.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, fields
 from typing import Any
 
 import numpy as np
@@ -56,7 +58,7 @@ __all__ = [
     "serving_fit_split",
     "median_errors",
     "fit_serving_overhead",
-    "SERVING_FIT_PAGES",
+    "SERVING_FIT_GPU",
     "COMPARED_METRICS",
 ]
 
@@ -293,17 +295,12 @@ def published_serving_comparison(
     return pd.DataFrame(rows)
 
 
-# The runs the serving overhead (VLLM_SERVING_OVERHEAD) is fitted on: GPUStack's Qwen3-14B and
-# Qwen3-32B throughput pages (H100 and A100, vLLM 0.11.0, 1000 ShareGPT / random prompts at
-# an inf rate). Held out: GPUStack's Qwen3-8B latency page (closed loop), its quantization
-# page (0.9.2) and dennislee22's A100 runs (0.10.1.1, another client backend): other pages,
-# models, releases and loads than the fit saw.
-SERVING_FIT_PAGES = (
-    "docs/performance-lab/qwen3-14b/h100.md",
-    "docs/performance-lab/qwen3-14b/a100.md",
-    "docs/performance-lab/qwen3-32b/h100.md",
-    "docs/performance-lab/qwen3-32b/a100.md",
-)
+# The runs the serving overhead (VLLM_SERVING_OVERHEAD) is fitted on: those on this GPU
+# (GPUStack's H100 pages: Qwen3-14B/32B at an inf rate, Qwen3-8B at max-concurrency 1-8, the
+# quantization page's BF16 row; vLLM 0.9.2 and 0.11.0). Held out: every run on another GPU
+# (GPUStack's A100 and RTX 4090 runs, dennislee22's A100 runs with vLLM 0.10.1.1 and the
+# completions client): a slower GPU, where the host's share of a step is smaller.
+SERVING_FIT_GPU = "H100-SXM"
 # the figures judged end to end, published column -> printed label
 COMPARED_METRICS = {
     "mean_ttft_ms": "TTFT ms",
@@ -314,10 +311,9 @@ COMPARED_METRICS = {
 
 
 def serving_fit_split(runs: pd.DataFrame) -> np.ndarray:
-    """True for the runs the serving overhead is fitted on (:data:`SERVING_FIT_PAGES`),
+    """True for the runs the serving overhead is fitted on (those on :data:`SERVING_FIT_GPU`),
     False for the held-out ones."""
-    url = runs["url"].astype(str)
-    return np.asarray(url.map(lambda u: any(page in u for page in SERVING_FIT_PAGES)), bool)
+    return np.asarray(runs["gpu"].astype(str) == SERVING_FIT_GPU, bool)
 
 
 def median_errors(comparison: pd.DataFrame) -> dict[str, float]:
@@ -334,36 +330,36 @@ def median_errors(comparison: pd.DataFrame) -> dict[str, float]:
 
 def fit_serving_overhead(
     runs: pd.DataFrame,
-    front_end_ms: Iterable[float],
-    step_request_ms: Iterable[float],
+    grid: Mapping[str, Iterable[float]],
     *,
     cost_model_for: CostModelFactory = _cost_model,
     seed: int = 0,
 ) -> tuple[ServingOverhead, pd.DataFrame]:
-    """The grid point that minimizes the mean over :data:`COMPARED_METRICS` of the median
-    error on ``runs`` (pass the fit split only), and the grid with each point's errors."""
-    grid = []
-    for front in front_end_ms:
-        for per_req in step_request_ms:
-            over = ServingOverhead(front_end_ms=float(front), step_request_ms=float(per_req))
+    """The point of ``grid`` (a :class:`ServingOverhead` field name -> the values to try;
+    fields not named stay 0) that minimizes the mean over :data:`COMPARED_METRICS` of the
+    median error on ``runs`` (pass the fit split only), and every point with its errors."""
+    names = list(grid)
+    bad = [n for n in names if n not in {f.name for f in fields(ServingOverhead)}]
+    if bad or not names:
+        raise ValueError(
+            f"grid fields {bad or names!r} are invalid: name ServingOverhead fields "
+            f"({', '.join(f.name for f in fields(ServingOverhead))}) with the values to try"
+        )
+    points = list(itertools.product(*(list(grid[n]) for n in names)))
+    if not points:
+        raise ValueError("fit_serving_overhead needs at least one value per grid field: give some")
+    rows = []
+    for point in points:
+        over = ServingOverhead(**dict(zip(names, (float(v) for v in point))))
 
-            def clock(config: GraphConfig, cost: CostModel, over: ServingOverhead = over):
-                return serving_step_time(config, cost, overhead=over)
+        def clock(config: GraphConfig, cost: CostModel, over: ServingOverhead = over):
+            return serving_step_time(config, cost, overhead=over)
 
-            table = published_serving_comparison(
-                runs, step_time_for=clock, cost_model_for=cost_model_for, seed=seed
-            )
-            errs = median_errors(table)
-            grid.append({"front_end_ms": over.front_end_ms, "step_request_ms": over.step_request_ms,
-                         **errs, "objective": float(np.nanmean(list(errs.values())))})  # fmt: skip
-    if not grid:
-        raise ValueError("fit_serving_overhead needs at least one value in each grid: give some")
-    frame = pd.DataFrame(grid)
+        table = published_serving_comparison(
+            runs, step_time_for=clock, cost_model_for=cost_model_for, seed=seed
+        )
+        errs = median_errors(table)
+        rows.append({**asdict(over), **errs, "objective": float(np.nanmean(list(errs.values())))})
+    frame = pd.DataFrame(rows)
     best = frame.loc[frame["objective"].idxmin()]
-    return (
-        ServingOverhead(
-            front_end_ms=float(best["front_end_ms"]),
-            step_request_ms=float(best["step_request_ms"]),
-        ),
-        frame,
-    )
+    return ServingOverhead(**{n: float(best[n]) for n in names}), frame

@@ -63,6 +63,7 @@ class ClosedLoop:
         delay_s: list[float],  # per follower: the wait after that finish
         max_concurrency: int | None,
         front_end_ms: float = 0.0,
+        latency_ms: float = 0.0,
     ) -> None:
         n = len(due_s)
         self.arrived_s = [math.nan] * n  # when the client sent each request
@@ -70,6 +71,7 @@ class ClosedLoop:
         # this long after the front end is free, one request at a time
         self._front_s = front_end_ms / 1e3
         self._front_free_s = -math.inf
+        self._latency_s = latency_ms / 1e3  # then in flight this long, not serialized
         self._followers: dict[int, list[int]] = {}
         self._ready: list[tuple[float, int]] = []  # (due time, request), a heap
         for i in range(n):
@@ -101,9 +103,15 @@ class ClosedLoop:
         """The earliest time a request can reach the scheduler now (inf: none until
         something finishes): when it is sent, plus the front end's time."""
         sent = self._sent_s()
-        if sent == math.inf or self._front_s == 0.0:
+        if sent == math.inf:
             return sent
-        return max(sent, self._front_free_s) + self._front_s
+        return self._front_done_s(sent) + self._latency_s
+
+    def _front_done_s(self, sent_s: float) -> float:
+        """When the front end is done with a request sent at ``sent_s``."""
+        if self._front_s == 0.0:
+            return sent_s
+        return max(sent_s, self._front_free_s) + self._front_s
 
     def pop_due(self, now_s: float) -> list[int]:
         """The requests that have reached the scheduler by ``now_s``, in arrival order (each
@@ -114,7 +122,7 @@ class ClosedLoop:
             _, i = heapq.heappop(self._ready)
             if self._slots is not None:
                 self._slots.popleft()
-            self._front_free_s = t
+            self._front_free_s = self._front_done_s(sent)
             self.arrived_s[i] = sent
             out.append(i)
         self._left -= len(out)
@@ -129,11 +137,14 @@ class ClosedLoop:
             heapq.heappush(self._ready, (when_s + self._delay_s[j], j))
 
 
-def closed_loop_for(requests: pd.DataFrame, front_end_ms: float = 0.0) -> ClosedLoop | None:
+def closed_loop_for(
+    requests: pd.DataFrame, front_end_ms: float = 0.0, latency_ms: float = 0.0
+) -> ClosedLoop | None:
     """The :class:`ClosedLoop` of a checked request table in the replay's row order (sorted
     by arrival), or None when its arrivals are all fixed (no delayed turns, no limit). A
     turn whose previous turn is not in the table arrives at its ``arrival_s``.
-    ``front_end_ms``: the serving front end's time per request
+    ``front_end_ms``, ``latency_ms``: the serving front end's time per request (serialized)
+    and each request's time in flight after it
     (:class:`~cgdispatch.workload.serving_overhead.ServingOverhead`)."""
     limit = max_concurrency_of(requests)
     has_turns = "delay_s" in requests.columns and requests["delay_s"].notna().any()
@@ -152,4 +163,4 @@ def closed_loop_for(requests: pd.DataFrame, front_end_ms: float = 0.0) -> Closed
             if prev is not None:  # else its previous turn is not in this table (a held-out
                 after[k], delay[k] = prev, wait[k]  # part, a rejected turn): its arrival_s
     due = requests["arrival_s"].to_numpy(np.float64)
-    return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit, front_end_ms)
+    return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit, front_end_ms, latency_ms)

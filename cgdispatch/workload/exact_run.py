@@ -69,7 +69,8 @@ class ExactRun:
         # scheduler after it; their arrival stays when the client sent them
         overhead = getattr(step_time_ms, "serving_overhead", None)
         self.front_end_ms = float(getattr(overhead, "front_end_ms", 0.0))
-        self.reach_s = front_end_arrivals_s(self.arrival_s, self.front_end_ms)
+        self.latency_ms = float(getattr(overhead, "request_latency_ms", 0.0))
+        self.reach_s = front_end_arrivals_s(self.arrival_s, self.front_end_ms, self.latency_ms)
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = requests["output_tokens"].to_numpy(dtype=np.int64)
         lora = (
@@ -124,7 +125,7 @@ class ExactRun:
         )
         # arrivals that wait on finishes (a client's concurrency limit, delayed turns): the
         # core tells the closed loop of each finish; None keeps the fixed arrival times
-        self.closed = closed_loop_for(requests, self.front_end_ms)
+        self.closed = closed_loop_for(requests, self.front_end_ms, self.latency_ms)
         if self.closed is not None:
             self.core._finish = self._finish_closed  # type: ignore[method-assign]
         self.record_calls = record_calls

@@ -1,7 +1,7 @@
 """Host-side time of a vLLM server that no GPU kernel accounts for: the API server's front end
 per request and the engine's CPU work per step, added to the step clock of the replay.
 
-Two parts, each a ``model`` figure:
+Three parts, each a ``model`` figure:
 
 - **front end** (``front_end_ms``, per request): the time between the client sending a
   request and vLLM's scheduler seeing it: HTTP handling, the chat template, tokenization,
@@ -11,6 +11,11 @@ Two parts, each a ``model`` figure:
   serializes it: request ``i`` reaches the scheduler at ``max(sent_i, reached_{i-1}) +
   front_end_ms`` (first come, first served; a request sent to an idle front end waits
   ``front_end_ms`` only). Its TTFT is counted from when it was sent.
+- **request latency** (``request_latency_ms``, per request, not serialized): time a request
+  spends in flight that no CPU queue holds (the HTTP round trip, the first token's trip back
+  through the API server's output path and the client's stream parsing), added to its
+  arrival at the scheduler after the front end. It is what a lone request's TTFT carries
+  beyond its prefill at ``--max-concurrency 1``.
 - **per step** (``step_ms + step_request_ms * num_reqs``): the engine core's CPU time around
   each forward pass that grows with the requests in the step (the scheduler's per-request
   loop, preparing inputs, sampling bookkeeping and ``update_from_output`` in
@@ -63,20 +68,24 @@ class ServingOverhead:
 
     ``front_end_ms``: per request, sent -> seen by the scheduler, serialized in the API
     server. ``step_ms``: per engine step. ``step_request_ms``: per request in a step.
+    ``request_latency_ms``: per request, in flight, not serialized.
     """
 
     front_end_ms: float = 0.0
     step_ms: float = 0.0
     step_request_ms: float = 0.0
+    request_latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("front_end_ms", "step_ms", "step_request_ms"):
+        for name in ("front_end_ms", "step_ms", "step_request_ms", "request_latency_ms"):
             object.__setattr__(self, name, _check(name, getattr(self, name)))
 
     @property
     def is_off(self) -> bool:
         """Whether both parts are zero (the replay's clock is the GPU's alone)."""
-        return self.front_end_ms == 0.0 and self.step_ms == 0.0 and self.step_request_ms == 0.0
+        return not (
+            self.front_end_ms or self.step_ms or self.step_request_ms or self.request_latency_ms
+        )
 
     def step_overhead_ms(self, num_reqs: int) -> float:
         """The host time added to one step holding ``num_reqs`` requests (0 requests: an
@@ -112,15 +121,18 @@ def serving_overhead_of(overhead: ServingOverhead | None) -> ServingOverhead:
     return overhead
 
 
-def front_end_arrivals_s(sent_s: np.ndarray, front_end_ms: float) -> np.ndarray:
+def front_end_arrivals_s(
+    sent_s: np.ndarray, front_end_ms: float, request_latency_ms: float = 0.0
+) -> np.ndarray:
     """When requests sent at ``sent_s`` (seconds, sorted) reach the scheduler through a front
-    end that serves one request at a time for ``front_end_ms`` each, first come first served."""
+    end that serves one request at a time for ``front_end_ms`` each, first come first served,
+    each then ``request_latency_ms`` later."""
     sent = np.asarray(sent_s, dtype=np.float64)
     if front_end_ms <= 0.0 or len(sent) == 0:
-        return sent.copy()
+        return sent + request_latency_ms / 1e3
     if np.any(np.diff(sent) < 0):
         raise ValueError("sent_s must be sorted: sort the requests by arrival_s first")
     cost = front_end_ms / 1e3
     # reached_i = max(sent_i, reached_{i-1}) + cost = cost * (i + 1) + max_{j<=i}(sent_j - cost * j)
     steps = cost * np.arange(len(sent), dtype=np.float64)
-    return np.maximum.accumulate(sent - steps) + steps + cost
+    return np.maximum.accumulate(sent - steps) + steps + cost + request_latency_ms / 1e3

@@ -47,7 +47,7 @@ def _requests(rng: np.random.Generator, n: int, gap_s: float) -> pd.DataFrame:
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "x", True, 1e9])
 def test_bad_overheads_are_refused_by_name(bad: object) -> None:
-    for name in ("front_end_ms", "step_ms", "step_request_ms"):
+    for name in ("front_end_ms", "step_ms", "step_request_ms", "request_latency_ms"):
         with pytest.raises(ValueError, match=name):
             ServingOverhead(**{name: bad})  # type: ignore[arg-type]
 
@@ -55,7 +55,7 @@ def test_bad_overheads_are_refused_by_name(bad: object) -> None:
 def test_step_overhead_is_monotone_in_requests_and_zero_when_off() -> None:
     rng = np.random.default_rng()
     for _ in range(20):
-        over = ServingOverhead(*rng.uniform(0, 5, 3))
+        over = ServingOverhead(*rng.uniform(0, 5, 4))
         reqs = np.sort(rng.integers(1, 2000, 30))
         host = [over.step_overhead_ms(int(n)) for n in reqs]
         assert np.all(np.diff(host) >= 0)
@@ -77,6 +77,10 @@ def test_front_end_serves_one_request_at_a_time() -> None:
         want.append(free)
     np.testing.assert_allclose(front_end_arrivals_s(sent, cost_ms), want, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(front_end_arrivals_s(sent, 0.0), sent)
+    lat_ms = float(rng.uniform(1, 100))  # in flight after the front end, not serialized
+    np.testing.assert_allclose(
+        front_end_arrivals_s(sent, cost_ms, lat_ms), np.asarray(want) + lat_ms / 1e3, atol=1e-12
+    )
     with pytest.raises(ValueError, match="sorted"):
         front_end_arrivals_s(sent[::-1], cost_ms)
 
@@ -98,10 +102,12 @@ def test_front_end_adds_its_time_to_each_lone_request() -> None:
     end grow by exactly its time, and nothing else changes."""
     rng = np.random.default_rng()
     step_ms, front_ms = float(rng.uniform(2, 10)), float(rng.uniform(5, 60))
+    lat_ms = float(rng.uniform(0, 60))
     req = _requests(rng, 40, 5.0)
     lim = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=512)
     base = simulate_latencies(req, lim, step_time_ms=dispatched_step_time(CFG, Constant(step_ms)))
-    over = ServingOverhead(front_end_ms=front_ms)
+    over = ServingOverhead(front_end_ms=front_ms, request_latency_ms=lat_ms)
+    front_ms += lat_ms  # what a lone request waits before the scheduler sees it
     got = simulate_latencies(
         req, lim, step_time_ms=dispatched_step_time(CFG, Constant(step_ms), overhead=over)
     )
@@ -141,7 +147,9 @@ def test_closed_loop_waits_on_the_front_end() -> None:
     req = _requests(rng, 30, 0.0)
     req["arrival_s"] = 0.0
     lim = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=512)
-    over = ServingOverhead(front_end_ms=front_ms)
+    lat_ms = float(rng.uniform(0, 60))
+    over = ServingOverhead(front_end_ms=front_ms, request_latency_ms=lat_ms)
+    front_ms += lat_ms
     step = dispatched_step_time(CFG, Constant(step_ms), overhead=over)
     got = simulate_latencies(with_max_concurrency(req, 1), lim, step_time_ms=step).requests
     got = got.sort_values("arrival_s")
