@@ -11,10 +11,10 @@ device cost model, paced by the host-side serving overhead, whose front end dela
 request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
 
 The serving overhead's two coefficients are fitted on a fixed split of the runs
-(:func:`~cgdispatch.plan.published_serving.serving_fit_split`: GPUStack's Qwen3-14B and
-Qwen3-32B throughput pages); the bench prints the errors on the fit runs, on the held-out
+(:func:`~cgdispatch.plan.published_serving.serving_fit_split`: the runs on H100); the bench
+prints the errors on the fit runs, on the held-out
 runs and on all, and the same without the overhead. ``--fit`` reruns the grid search on the
-fit split and prints it (about a minute).
+fit split and prints it (about 5 minutes on 2 cores).
 
 Targets: the median of |simulated / published - 1| within 20% for mean TTFT, mean TPOT,
 output and total token throughput over >= 20 simulated runs (each metric over the runs
@@ -39,6 +39,7 @@ from tqdm import tqdm
 from cgdispatch.plan.published_runs import published_serving_runs
 from cgdispatch.plan.published_serving import (
     COMPARED_METRICS,
+    SERVING_FIT_GPU,
     fit_serving_overhead,
     median_errors,
     oldest_release,
@@ -107,8 +108,8 @@ def _split_report(df: pd.DataFrame, fit: np.ndarray, baseline: pd.DataFrame) -> 
         f"all ({len(fit)} runs)": np.ones(len(fit), bool),
     }
     print(
-        "\nmedian |sim/pub - 1| by split (fit: GPUStack Qwen3-14B/32B throughput pages; "
-        "held out: the Qwen3-8B latency and quantization pages, dennislee22)"
+        f"\nmedian |sim/pub - 1| by split (fit: the runs on {SERVING_FIT_GPU}; held out: the "
+        "runs on other GPUs; overhead off: the GPU's step time alone)"
     )
     head = f"  {'split':22} {'overhead':8}" + "".join(f" {label:>10}" for label in METRICS.values())
     print(head)
