@@ -14,7 +14,7 @@ import cgdispatch as cg
 from cgdispatch.plan.costs import AffineCostModel
 from cgdispatch.plan.latency_sweep import graph_memory_of, kv_blocks_within, latency_by_rate
 from cgdispatch.views.sources import figure_source
-from cgdispatch.workload.latency import dispatched_step_time, simulate_latencies
+from cgdispatch.workload.latency import serving_step_time, simulate_latencies
 from cgdispatch.workload.scheduler import SchedulerLimits
 
 
@@ -69,7 +69,7 @@ def test_each_row_is_the_scheduler_run_at_that_rate(config) -> None:
             num_gpu_blocks=kv(cfg),
         )  # fmt: skip
         direct = simulate_latencies(
-            requests, limits, step_time_ms=dispatched_step_time(cfg, model), seed=3
+            requests, limits, step_time_ms=serving_step_time(cfg, model), seed=3
         ).summary
         assert row.ttft_p99_ms == pytest.approx(direct["ttft_p99_ms"])
         assert row.num_preemptions == direct["num_preemptions"]
