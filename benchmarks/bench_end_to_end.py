@@ -22,8 +22,8 @@ whose source gives it), and no run simulated as overloaded where the
 published one was not (judged only on open-loop runs at a finite rate: ``inf`` and closed
 loop have no overload to call).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit]`` (about 10 s on 2 cores
-without ``--fit``).
+Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit]`` (about 25 s on 2 cores
+without ``--fit``: the table with the overhead and again without it).
 """
 
 from __future__ import annotations
