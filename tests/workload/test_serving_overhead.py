@@ -161,3 +161,10 @@ def test_closed_loop_waits_on_the_front_end() -> None:
     np.testing.assert_allclose(
         got["arrival_s"].to_numpy()[1:], got["finish_s"].to_numpy()[:-1], rtol=1e-9
     )
+
+
+def test_the_planning_clock_carries_the_fitted_overhead_and_the_plain_one_none() -> None:
+    assert serving_step_time(CFG, Constant(1.0)).serving_overhead == VLLM_SERVING_OVERHEAD
+    assert dispatched_step_time(CFG, Constant(1.0)).serving_overhead.is_off
+    with pytest.raises(ValueError, match="overhead"):
+        dispatched_step_time(CFG, Constant(1.0), overhead=3.0)  # type: ignore[arg-type]
