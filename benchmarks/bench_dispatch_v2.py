@@ -23,6 +23,7 @@ from reference_dispatchers import ReferenceManager  # beside this script
 from targets import Targets  # beside this script
 
 from cgdispatch import AttentionCGSupport, CudaGraphManager, CUDAGraphMode, GraphConfig
+from cgdispatch.core.v2.cudagraph_manager import BatchQuery
 
 
 def make_batches(n: int, max_num_seqs: int, seed: int) -> list[tuple]:
@@ -46,18 +47,20 @@ def main(n_batches: int = 100_000, repeats: int = 3, seed: int = 0) -> float:
     answers = [ref.dispatch(*b) for b in batches]
     eager_share = sum(a.cg_mode is CUDAGraphMode.NONE for a in answers) / n_batches
     for b, a in zip(batches, answers):  # same answers before timing anything
-        assert ours.dispatch(*b) == a == tables._dispatch(*b, None, 1), b
+        assert ours.dispatch(*b) == a == tables._dispatch(BatchQuery(*b, None, 1)), b
 
-    def run(dispatch, extra=()) -> float:
+    queries = [(BatchQuery(*b, None, 1),) for b in batches]  # _dispatch takes checked queries
+
+    def run(dispatch, calls=batches) -> float:
         t0 = time.perf_counter_ns()
-        for b in batches:
-            dispatch(*b, *extra)
+        for args in calls:
+            dispatch(*args)
         return (time.perf_counter_ns() - t0) / n_batches
 
     ref_ns, tab_ns, ours_ns = [], [], []
     for _ in range(repeats):  # interleaved so that machine noise hits all alike
         ref_ns.append(run(ref.dispatch))
-        tab_ns.append(run(tables._dispatch, (None, 1)))
+        tab_ns.append(run(tables._dispatch, queries))
         ours_ns.append(run(ours.dispatch))
     r, t, o = (statistics.median(x) for x in (ref_ns, tab_ns, ours_ns))
     n_graphs = len(ours.capture_order())

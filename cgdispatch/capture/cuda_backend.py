@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .graph import CapturedGraph, GraphBackend, released_replay, tensor_list
+from .graph import CaptureCall, CapturedGraph, GraphBackend, released_replay, tensor_list
 from .outputs import alias_tensors
 from .pool import OutputLifetime
 
@@ -104,16 +104,8 @@ class CudaGraphBackend(GraphBackend):
                 fn()
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
-    def capture(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        *,
-        lifetime: OutputLifetime = OutputLifetime.GRAPH,
-        label: Any = None,
-    ) -> CapturedGraph:
-        kwargs = kwargs or {}
+    def _capture(self, call: CaptureCall) -> CapturedGraph:
+        lifetime = call.lifetime
         cuda_graph = torch.cuda.CUDAGraph()
         self.synchronize()
         reserved_before = torch.cuda.memory_reserved(self.device)
@@ -125,7 +117,7 @@ class CudaGraphBackend(GraphBackend):
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             cuda_graph.capture_begin(pool=self.pool)
             try:
-                output = fn(*args, **kwargs)
+                output = call.run()
                 if lifetime is OutputLifetime.WEAK:
                     # vLLM: weak inside the capture, so the blocks return to the pool now
                     output = alias_tensors(output)[0]
@@ -145,7 +137,7 @@ class CudaGraphBackend(GraphBackend):
         # the inputs it reads by address must outlive the graph, unless they are pool memory
         inputs = [
             t
-            for t in tensor_list((args, kwargs))
+            for t in tensor_list((call.args, call.kwargs))
             if t.untyped_storage().data_ptr() not in self._pool_ptrs
         ]
         graph = CapturedGraph(
@@ -159,7 +151,7 @@ class CudaGraphBackend(GraphBackend):
             return graph.output
 
         graph.replay_fn = replay
-        return self._record(graph)
+        return graph
 
     def release(self) -> None:
         for graph in self.graphs:

@@ -26,7 +26,7 @@ import torch
 from .outputs import map_tensors
 from .pool import GraphMemory, OutputLifetime
 
-__all__ = ["CapturedGraph", "GraphBackend", "live_graph_count", "released_replay"]
+__all__ = ["CaptureCall", "CapturedGraph", "GraphBackend", "live_graph_count", "released_replay"]
 
 _LIVE_GRAPHS: weakref.WeakSet[CapturedGraph] = weakref.WeakSet()
 
@@ -75,6 +75,20 @@ class CapturedGraph:
         return self.replay_fn()
 
 
+@dataclass(frozen=True)
+class CaptureCall:
+    """One capture asked of a backend: the callable, its arguments, and its outputs' lifetime."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    lifetime: OutputLifetime
+    label: Any = None  # names the capture in the stand-in's pool ledger
+
+    def run(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+
 def released_replay() -> Any:
     raise RuntimeError(
         "this graph was released (release_graphs()): capture it again before replaying"
@@ -104,7 +118,14 @@ class GraphBackend:
         *,
         lifetime: OutputLifetime = OutputLifetime.GRAPH,
         label: Any = None,
-    ) -> CapturedGraph:  # pragma: no cover - abstract
+    ) -> CapturedGraph:
+        """Record ``fn(*args, **kwargs)`` into a new graph of this backend's pool, its outputs
+        living as ``lifetime`` says; ``label`` names the capture in the pool's records."""
+        call = CaptureCall(fn, args, kwargs or {}, lifetime, label)
+        return self._record(self._capture(call))
+
+    def _capture(self, call: CaptureCall) -> CapturedGraph:  # pragma: no cover - abstract
+        """The backend's own recording of ``call`` (``capture`` counts the graph)."""
         raise NotImplementedError
 
     def _record(self, graph: CapturedGraph) -> CapturedGraph:

@@ -9,14 +9,21 @@ builds from these members alone.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from ..core.modes import AttentionCGSupport
 from .stepbatch import StepBatch, make_decode_batch, make_mixed_batch
 
-__all__ = ["RunnerModel", "RunnerModelConfig", "check_token_ranges", "decode_batch", "mixed_batch"]
+__all__ = [
+    "RunnerModel",
+    "RunnerModelConfig",
+    "SlotsFromConfig",
+    "check_token_ranges",
+    "decode_batch",
+    "mixed_batch",
+]
 
 
 @runtime_checkable
@@ -64,6 +71,22 @@ class RunnerModel(Protocol):
     def __call__(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
     ) -> torch.Tensor: ...
+
+
+class SlotsFromConfig:
+    """``num_slots`` and ``dummy_slot`` of a model whose ``config.num_slots`` counts its
+    request slots and whose cache holds one more, the padding slot, after them."""
+
+    config: Any
+
+    @property
+    def num_slots(self) -> int:
+        return self.config.num_slots
+
+    @property
+    def dummy_slot(self) -> int:
+        """The KV-cache slot padding tokens read and write; never a real request's."""
+        return self.config.num_slots
 
 
 def check_token_ranges(

@@ -14,12 +14,11 @@ from __future__ import annotations
 import functools
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .graph import CapturedGraph, GraphBackend, released_replay, tensor_list
+from .graph import CaptureCall, CapturedGraph, GraphBackend, released_replay, tensor_list
 from .outputs import OutputArena, alias_tensors, copy_into, map_tensors
 from .pool import BLOCK_BYTES, AllocationTracker, OutputLifetime, PoolLedger
 
@@ -55,23 +54,15 @@ class CpuReplayBackend(GraphBackend):
         self._owners: dict[int, torch.UntypedStorage] = {}
         _LIVE_STAND_INS.add(self)
 
-    def capture(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        *,
-        lifetime: OutputLifetime = OutputLifetime.GRAPH,
-        label: Any = None,
-    ) -> CapturedGraph:
-        kwargs = kwargs or {}
+    def _capture(self, call: CaptureCall) -> CapturedGraph:
+        lifetime = call.lifetime
         start = time.perf_counter()
         # capture_s includes the ledger's op-by-op tracking: CPU capture times are not a
         # GPU's, and the stand-in's are slower still; replays are not tracked
         with self.tracker:
-            self.tracker.begin(label)
+            self.tracker.begin(call.label)
             try:
-                result = fn(*args, **kwargs)
+                result = call.run()
             finally:
                 (memory,) = self.tracker.end(lifetime)
         capture_s = time.perf_counter() - start
@@ -85,25 +76,27 @@ class CpuReplayBackend(GraphBackend):
         del result
         # a replay reruns ``fn`` on the capture's tensors (partial: the C call path is the
         # cheapest here; benchmarks/bench_replay_overhead.py times it)
-        call = functools.partial(
-            fn, *map_tensors(args, self._owner_view), **map_tensors(kwargs, self._owner_view)
+        rerun = functools.partial(
+            call.fn,
+            *map_tensors(call.args, self._owner_view),
+            **map_tensors(call.kwargs, self._owner_view),
         )
         if isinstance(graph.output, torch.Tensor):  # the common case, without the tree walk
 
             def replay() -> Any:
                 out = graph.output  # read per replay: an arena growth rebinds it
-                out.copy_(call())
+                out.copy_(rerun())
                 return out
 
         else:
 
             def replay() -> Any:
                 out = graph.output
-                copy_into(out, call())
+                copy_into(out, rerun())
                 return out
 
         graph.replay_fn = replay
-        return self._record(graph)
+        return graph
 
     def _hand_out(self, result: Any) -> Any:
         """Aliases of the outputs this capture allocated, followed by the ledger."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from .errors import one_line_errors
 from .model_args import DEVICES
 
 _DEFAULT_CONTEXT_LEN = 512  # tune's default --context-len: the step scale is fitted at it
@@ -214,12 +214,6 @@ def report_lines(profile: Any, rows: list[dict[str, Any]], path: Path, use: str)
     return lines
 
 
-def _one_line_error(message: str) -> NoReturn:
-    print(f"error: calibrate: {message} (see python -m cgdispatch calibrate --help)",
-          file=sys.stderr)  # fmt: skip
-    sys.exit(2)
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     calibrate = subparsers.add_parser(
         "calibrate",
@@ -229,7 +223,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "of ONE setup (model, GPU, TP size); save the fit as a profile for tune "
         "--calibration.",
     )
-    calibrate.error = _one_line_error  # type: ignore[method-assign]
+    one_line_errors(calibrate, "calibrate")
     calibrate.add_argument(
         "logs", nargs="+", metavar="LOG",
         help="vLLM start-up logs of one setup (at least one), and optionally `vllm bench "

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any, NoReturn
+from dataclasses import dataclass
+from typing import Any
 
 from ..core.config import GraphConfig
 from ..core.generation import GENERATIONS, default_release, generation_for, release_arg
@@ -20,9 +20,10 @@ from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
 from ..views.numbers import number
 from .dispatch import other_releases
+from .errors import one_line_errors
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
-__all__ = ["DEVICES", "check_int_flags", "run_plan", "add_parser"]
+__all__ = ["DEVICES", "check_int_flags", "check_planning_flags", "run_plan", "add_parser"]
 _MIB = 1 << 20
 
 
@@ -52,8 +53,10 @@ def check_int_flags(args: argparse.Namespace) -> None:
             v.check_int(f"--{flag.replace('_', '-')}", value, least, bound)
 
 
-def _check(args: argparse.Namespace) -> None:
-    """Every flag checked before any work, each failure one ValueError naming the fix."""
+def check_planning_flags(args: argparse.Namespace) -> None:
+    """The flags ``plan`` and ``tune`` share, checked before any work: the integer bounds
+    (:func:`check_int_flags`), the budgets, the held-out share and the model (a toy-free
+    registry name, a published id or a config.json). ValueError naming the flag and fix."""
     from ..models.registry import model_names
 
     check_int_flags(args)
@@ -63,6 +66,16 @@ def _check(args: argparse.Namespace) -> None:
             raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be > 0")
     if args.holdout is not None and not 0 < args.holdout < 1:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
+    usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
+    check_model_flag(args.model, usable, args.tensor_parallel_size)
+
+
+def _check(args: argparse.Namespace) -> CUDAGraphMode:
+    """Every flag checked before any work, each failure one ValueError naming the fix;
+    returns ``--mode`` parsed."""
+    from ..workload.trace_source import resolve_trace
+
+    check_planning_flags(args)
     if args.holdout is not None and args.evaluate_on is not None:
         raise ValueError("--holdout and --evaluate-on exclude each other: give one")
     generation = generation_for(args.vllm_version)
@@ -74,32 +87,26 @@ def _check(args: argparse.Namespace) -> None:
             f"--sequence-parallel filters sizes in V1 only (vLLM {generation.release} applies "
             f"none): drop it, or pass --vllm-version {v1[-1]}"
         )
-    if not one_list and CUDAGraphMode.parse(args.mode) is CUDAGraphMode.NONE:
+    mode = CUDAGraphMode.parse(args.mode)  # the one parse of --mode
+    if not one_list and mode is CUDAGraphMode.NONE:
         raise ValueError("--mode NONE captures nothing: pick a graph mode")
-    CUDAGraphMode.parse(args.mode)
-    usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
-    check_model_flag(args.model, usable, args.tensor_parallel_size)
     for flag in ("trace", "evaluate_on"):
-        path = getattr(args, flag)
-        if path is not None and Path(path).suffix and not Path(path).exists():
-            raise ValueError(f"--{flag.replace('_', '-')} {path}: no such file")
+        if getattr(args, flag) is not None:  # a misspelt name or a missing file: refused here
+            resolve_trace(getattr(args, flag), what=f"--{flag.replace('_', '-')}")
+    return mode
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    _check(args)
-    import pandas as pd
-
+    mode = _check(args)
     from ..estimate.device_model import device_cost_model
     from ..models.registry import tensor_parallel_flag, tensor_parallel_size_for
     from ..plan.ladder_compare import compare, engine_ladders, export_plan, kinds_absent
     from ..plan.planner import plan_ladder
     from ..workload.limits import scheduler_limits
-    from ..workload.sources import split_holdout, workload_requests, workload_trace
-    from ..workload.trace import check_step_budget
 
     config = GraphConfig(
         vllm_version=args.vllm_version,
-        cudagraph_mode=args.mode,
+        cudagraph_mode=mode,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         num_speculative_tokens=args.num_speculative_tokens,
@@ -111,25 +118,8 @@ def run_plan(args: argparse.Namespace) -> int:
     limits = scheduler_limits(
         config, num_gpu_blocks=args.num_gpu_blocks, enable_prefix_caching=args.prefix_caching
     )
-
-    def load(path: str) -> tuple[pd.DataFrame, str]:
-        return workload_trace(
-            path,
-            seed=args.seed,
-            limits=limits,
-            progress=sys.stderr.isatty(),  # on stderr, so --json output stays clean
-        )
-
-    trace, label = load(args.trace)
-    check_step_budget(trace, args.max_num_batched_tokens, f"--trace {args.trace}")
-    plan_on, evaluated_on, test = trace, f"in-sample ({label})", trace
-    if args.holdout is not None:
-        plan_on, test = split_holdout(trace, args.holdout)
-        evaluated_on = f"held out: last {args.holdout:g} of {label}"
-    elif args.evaluate_on is not None:
-        test, other = load(args.evaluate_on)
-        check_step_budget(test, args.max_num_batched_tokens, f"--evaluate-on {args.evaluate_on}")
-        evaluated_on = f"other trace: {other}"
+    traffic = _traffic(args, limits)
+    plan_on, test = traffic.plan_on, traffic.test
     device = device_from_args(args)
     cost_model = device_cost_model(  # the disk cache tune reads too: ~4 s to build
         args.model,
@@ -151,22 +141,60 @@ def run_plan(args: argparse.Namespace) -> int:
     ladders = {"planned": sizes, **engine_ladders(config)}
     latency: dict = {}
     if args.latency:  # vLLM's own scheduler per ladder over the evaluated trace's requests
-        requests = workload_requests(args.evaluate_on or args.trace, seed=args.seed)
-        if requests is None:
+        if traffic.requests is None:
             raise ValueError(
                 "--latency needs requests: give a preset or a requests CSV, not a steps file"
             )
-        latency = {
-            "requests": requests,
-            "scheduler": limits,
-        }
-    # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
-    plan_on.attrs["step_kinds_known"] = trace.attrs.get("step_kinds_known", True)
+        latency = {"requests": traffic.requests, "scheduler": limits}
     flags = export_plan(sizes, config, leave_default=kinds_absent(plan_on))
     table = compare(test, ladders, config=config, cost_model=cost_model, **latency)
     table["graph_memory_mib"] = table.pop("graph_memory_bytes") / _MIB
-    table["evaluated_on"] = evaluated_on
-    return _print_plan(args, table, flags, plan_on, test, label, evaluated_on, cost_model)
+    table["evaluated_on"] = traffic.evaluated_on
+    return _print_plan(
+        args, table, flags, plan_on, test, traffic.label, traffic.evaluated_on, cost_model
+    )
+
+
+@dataclass(frozen=True)
+class _Traffic:
+    """The steps ``plan`` plans on and those it reports on, their labels, and the requests
+    behind the evaluated steps (None for a file of steps)."""
+
+    plan_on: Any
+    test: Any
+    label: str
+    evaluated_on: str
+    requests: Any
+
+
+def _traffic(args: argparse.Namespace, limits: Any) -> _Traffic:
+    """``--trace`` (and ``--evaluate-on``) read or drawn once each and simulated under
+    ``limits``: in sample, split by ``--holdout``, or the other trace."""
+    from ..workload.sources import read_workload, split_holdout, workload_trace
+    from ..workload.trace import check_step_budget
+
+    def load(flag: str) -> tuple[Any, str, Any]:
+        value, name = getattr(args, flag), f"--{flag.replace('_', '-')}"
+        progress = sys.stderr.isatty()  # on stderr, so --json output stays clean
+        read = read_workload(value, seed=args.seed, progress=progress, what=name)
+        trace, label = workload_trace(
+            read.source, seed=args.seed, limits=limits, progress=progress,
+            requests=read.requests, steps=None if read.requests is not None else read.table,
+        )  # fmt: skip
+        check_step_budget(trace, args.max_num_batched_tokens, f"{name} {value}")
+        return trace, label, read.requests
+
+    trace, label, requests = load("trace")
+    plan_on, evaluated_on, test = trace, f"in-sample ({label})", trace
+    if args.holdout is not None:
+        plan_on, test = split_holdout(trace, args.holdout)
+        evaluated_on = f"held out: last {args.holdout:g} of {label}"
+    elif args.evaluate_on is not None:
+        test, other, requests = load("evaluate_on")
+        evaluated_on = f"other trace: {other}"
+    # a kind of step the trace lacks (a disaggregated prefill or decode node): not planned
+    plan_on.attrs["step_kinds_known"] = trace.attrs.get("step_kinds_known", True)
+    return _Traffic(plan_on, test, label, evaluated_on, requests)
 
 
 def _print_plan(
@@ -230,12 +258,6 @@ def _short(sizes: list[int]) -> str:
     )
 
 
-def _one_line_error(message: str) -> NoReturn:
-    """Bad flags fail at once with one line on stderr (argparse would add the usage)."""
-    print(f"error: plan: {message} (see python -m cgdispatch plan --help)", file=sys.stderr)
-    sys.exit(2)
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
@@ -243,7 +265,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     plan = subparsers.add_parser(
         "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
     )
-    plan.error = _one_line_error  # type: ignore[method-assign]
+    one_line_errors(plan, "plan")
     plan.add_argument(
         "--trace",
         required=True,

@@ -10,26 +10,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING
 
 from ..core.generation import default_release, release_arg
-from .model_args import add_device_args, check_model_flag, device_from_args
-from .plan import check_int_flags
+from ..core.modes import CUDAGraphMode
+from .errors import one_line_errors
+from .model_args import add_device_args, device_from_args
+from .plan import check_planning_flags
+
+if TYPE_CHECKING:
+    from ..workload.trace_source import TraceSource
 
 _MIB = 1 << 20
 
 
-def _check(args: argparse.Namespace) -> None:
-    from ..models.registry import model_names
-    from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
-    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
+def _check(args: argparse.Namespace) -> tuple[CUDAGraphMode, TraceSource]:
+    """Every flag checked before any work; returns ``--mode`` and ``--trace`` resolved (the
+    one parse of each)."""
+    from ..workload.trace_source import resolve_trace
 
-    check_int_flags(args)
-    for flag in ("memory_budget_mib", "capture_budget_s"):
-        value = getattr(args, flag)
-        if value is not None and not value > 0:
-            raise ValueError(f"--{flag.replace('_', '-')}={value} is invalid: it must be > 0")
+    check_planning_flags(args)
     if not 0 < args.gpu_memory_utilization <= 1:
         raise ValueError(
             f"--gpu-memory-utilization={args.gpu_memory_utilization} is invalid: give a "
@@ -37,20 +37,12 @@ def _check(args: argparse.Namespace) -> None:
         )
     if not args.rate > 0:
         raise ValueError(f"--rate={args.rate} is invalid: give requests per second > 0")
-    if not 0 < args.holdout < 1:
-        raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
-    usable = [n for n in model_names() if not n.startswith("hf-")]
-    check_model_flag(args.model, usable, args.tensor_parallel_size)
-    if args.trace not in (*TRACE_NAMES, "-") and not Path(args.trace).exists():
-        raise ValueError(
-            f"--trace {args.trace}: no such file and not a synthetic preset "
-            f"({sorted(LENGTH_PRESETS)}) or production trace ({sorted(PRODUCTION_TRACES)}): "
-            "give a requests/steps CSV or one of those names"
-        )
+    mode = CUDAGraphMode.parse(args.mode)
+    return mode, resolve_trace(args.trace, hash_block_size=args.hash_block_size, what="--trace")
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    _check(args)
+    mode, trace = _check(args)
     from ..estimate.devices import device_label
     from ..plan.tune_run import TuneSettings, tune_for
     from ..views.tune_verdict import verdict_text
@@ -60,12 +52,12 @@ def run_tune(args: argparse.Namespace) -> int:
         model=args.model,
         device=device,
         tensor_parallel_size=args.tensor_parallel_size,
-        trace=args.trace,
+        trace=trace,
         num_requests=args.num_requests,
         rate_per_s=args.rate,
         seed=args.seed,
         vllm_version=args.vllm_version,
-        cudagraph_mode=args.mode,
+        cudagraph_mode=mode,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         holdout=args.holdout,
@@ -95,11 +87,6 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_line_error(message: str) -> NoReturn:
-    print(f"error: tune: {message} (see python -m cgdispatch tune --help)", file=sys.stderr)
-    sys.exit(2)
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..plan.tune import DEFAULT_GRAPHS
     from ..workload.sources import PRODUCTION_TRACES
@@ -112,7 +99,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "held-out rest against vLLM's default ladder, print the verdict and the vllm serve "
         "flags. Figures are modelled (device model on fake tensors; no GPU needed).",
     )
-    tune.error = _one_line_error  # type: ignore[method-assign]
+    one_line_errors(tune, "tune")
     tune.add_argument(
         "--model",
         default="llama-3.1-8b",

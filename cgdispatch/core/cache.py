@@ -29,6 +29,13 @@ read-only folder) the temporary file is removed, the result is returned uncached
 failure is said once per process. Payloads are the caller's bytes (JSON data files,
 ``.npz`` without pickles): reading one cannot run code.
 
+The folder is kept to a size (:func:`prune`): ``$CGDISPATCH_CACHE_MAX_MB`` megabytes, 1024
+by default. After its first write a process removes the files older releases of the package
+wrote (names no release reads any more) and, when the entries exceed the budget, the least
+recently used ones (a hit marks an entry used) until they fill at most 80% of it. Only
+files named as cache entries are touched: calibration profiles and anything else put in the
+folder stay.
+
 Standard library only at import (core's rule); numpy is imported by the array helpers.
 """
 
@@ -41,9 +48,11 @@ import hashlib
 import importlib.metadata
 import io
 import os
+import re
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +62,8 @@ from .warn import warn_user
 __all__ = [
     "ENV_SWITCH",
     "ENV_DIR",
+    "ENV_MAX_MB",
+    "DEFAULT_MAX_MB",
     "enabled",
     "cache_dir",
     "profiles_dir",
@@ -65,12 +76,16 @@ __all__ = [
     "memo",
     "local_memo",
     "clear_memory",
+    "max_bytes",
+    "prune",
 ]
 
 T = TypeVar("T")
 
 ENV_SWITCH = "CGDISPATCH_CACHE"
 ENV_DIR = "CGDISPATCH_CACHE_DIR"
+ENV_MAX_MB = "CGDISPATCH_CACHE_MAX_MB"
+DEFAULT_MAX_MB = 1024
 _LEGACY_SWITCH = "CGDISPATCH_RESULT_CACHE"
 _OFF = frozenset({"0", "off", "false", "no"})
 _ON = frozenset({"", "1", "on", "true", "yes"})
@@ -356,6 +371,8 @@ def _read(path: Path, key: str) -> bytes | None:
     if hashlib.sha256(payload).hexdigest().encode() != stored_sum:
         warn_user(f"cache file {path} is damaged (its checksum does not match): rebuilding it")
         return None
+    with contextlib.suppress(OSError):  # a hit marks the entry used, for prune's order
+        os.utime(path)
     return payload
 
 
@@ -372,6 +389,7 @@ def _write(path: Path, key: str, payload: bytes) -> None:
             f.write(payload)
         os.replace(tmp, path)  # whole file or none: a concurrent reader never sees half
         tmp = None
+        _prune_once(path.parent)
     except OSError as e:
         _say_once(
             f"write {path.parent}",
@@ -382,6 +400,90 @@ def _write(path: Path, key: str, payload: bytes) -> None:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+# an entry this release writes: <kind>-<32 hex digits of its key>.<suffix>
+_ENTRY = re.compile(r"[A-Za-z0-9_-]+-[0-9a-f]{32}\.(?:json|npz|bin)")
+# files earlier releases wrote, which no release reads any more: a cost model or start-up
+# named by model, device and a 16-digit fingerprint (views/model_cache.py and
+# estimate/startup_pricing.py before the one cache); workload/result_cache.py named its
+# results as entries are named now, so they leave by age
+_LEGACY = re.compile(r"(?:cost-model-.+|startup-[0-9a-f]{24})-[0-9a-f]{16}\.json")
+# a write cut off by a crash (_write removes its own; result_cache.py wrote tmp*.tmp)
+_TEMP = re.compile(r"(?:\..+|tmp[A-Za-z0-9_]+)\.tmp")
+_STALE_TEMP_S = 3600.0
+_pruned: set[str] = set()
+
+
+def max_bytes() -> int:
+    """The disk budget in bytes: ``$CGDISPATCH_CACHE_MAX_MB`` megabytes (1024 by default).
+    ValueError when the variable is not a positive number."""
+    raw = os.environ.get(ENV_MAX_MB)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_MB << 20
+    try:
+        megabytes = float(raw)
+    except ValueError:
+        megabytes = float("nan")
+    if not megabytes > 0 or megabytes == float("inf"):
+        raise ValueError(
+            f"{ENV_MAX_MB}={raw!r} is not a size: give the cache folder's budget in "
+            f"megabytes, a positive number (default {DEFAULT_MAX_MB})"
+        )
+    return int(megabytes * (1 << 20))
+
+
+def prune(folder: Path, budget: int | None = None) -> list[Path]:
+    """Keep the cache ``folder`` to ``budget`` bytes (:func:`max_bytes` when None) and
+    return the files removed: first the files older releases wrote and temporary files
+    left by a crash over an hour ago, then, when this release's entries still exceed the
+    budget, the least recently used (oldest modification time; a hit renews it) until they
+    fill at most 80% of it. Files not named as cache entries are never touched."""
+    budget = max_bytes() if budget is None else budget
+    now = time.time()
+    removed: list[Path] = []
+    entries: list[tuple[float, int, Path]] = []
+    try:
+        listing = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for item in listing:
+        try:
+            if not item.is_file(follow_symlinks=False):
+                continue
+            info = item.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        name, path = item.name, Path(item.path)
+        if _ENTRY.fullmatch(name):
+            entries.append((info.st_mtime, info.st_size, path))
+        elif _LEGACY.fullmatch(name) or (
+            _TEMP.fullmatch(name) and now - info.st_mtime > _STALE_TEMP_S
+        ):
+            removed.append(path)
+    total = sum(size for _, size, _ in entries)
+    if total > budget:
+        for _, size, path in sorted(entries, key=lambda e: (e[0], e[2].name)):
+            if total <= budget * 0.8:
+                break
+            removed.append(path)
+            total -= size
+    for path in removed:
+        with contextlib.suppress(OSError):  # another process may have removed it first
+            path.unlink()
+    return removed
+
+
+def _prune_once(folder: Path) -> None:
+    """:func:`prune` ``folder`` once per process (after its first write there)."""
+    with _lock:
+        if str(folder) in _pruned:
+            return
+        _pruned.add(str(folder))
+    try:
+        prune(folder)
+    except ValueError as e:
+        _say_once("max-mb", f"{e}; the cache folder is not pruned")
 
 
 def cached(

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from .ladders import vllm_ladder
-from .validate import MAX_CAPTURE_SIZE, MAX_CAPTURE_SIZES, as_index, check_int
+from .validate import MAX_CAPTURE_SIZE, as_index, check_int, check_list_length
 
 __all__ = [
     "Ladder",
@@ -116,16 +116,12 @@ def _optional_list(config: Any, name: str) -> list[int] | None:
     value = getattr(config, name)
     if value is None:
         return None
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
-        raise ValueError(
-            f"{name}={value!r} is invalid: give a list of integers (e.g. [1, 2, 4, 8]), "
-            "[] to capture none, or None for vLLM's default grid"
-        )
-    if len(value) > MAX_CAPTURE_SIZES:
-        raise ValueError(
-            f"{name} has {len(value):_} sizes: at most {MAX_CAPTURE_SIZES:_} "
-            "(each is a graph to capture; cgdispatch.core.validate.BOUNDS)"
-        )
+    check_list_length(
+        name,
+        value,
+        "give a list of integers (e.g. [1, 2, 4, 8]), [] to capture none, "
+        "or None for vLLM's default grid",
+    )
     out = []
     for s in value:
         number = as_index(s)

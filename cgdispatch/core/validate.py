@@ -21,6 +21,7 @@ __all__ = [
     "check_text",
     "read_json_file",
     "BadNumber",
+    "check_list_length",
     "check_size_list",
     "as_index",
     "BOUNDS",
@@ -188,19 +189,24 @@ def check_nesting(name: str, value: Any, limit: int = MAX_NESTING) -> Any:
     return value
 
 
-def check_size_list(name: str, sizes: Any) -> list[int]:
-    """``sizes`` as a list of ints, each in [1, MAX_CAPTURE_SIZE], at most MAX_CAPTURE_SIZES
-    of them (numpy ints accepted), else ValueError naming the list and the rule."""
+def check_list_length(name: str, sizes: Any, fix: str) -> None:
+    """ValueError unless ``sizes`` is a list-like (not text nor a dict) of at most
+    MAX_CAPTURE_SIZES items; ``fix`` says what to give instead of a value that is not one."""
     if isinstance(sizes, (str, bytes, dict)) or not hasattr(sizes, "__len__"):
-        raise ValueError(
-            f"{name}={sizes!r} is invalid: give a list of integers >= 1, e.g. [1, 2, 4, 8], "
-            "or None for the default"
-        )
+        raise ValueError(f"{name}={sizes!r} is invalid: {fix}")
     if len(sizes) > MAX_CAPTURE_SIZES:
         raise ValueError(
             f"{name} has {len(sizes):_} sizes: at most {MAX_CAPTURE_SIZES:_} "
             "(each is a graph to capture; cgdispatch.core.validate.BOUNDS)"
         )
+
+
+def check_size_list(name: str, sizes: Any) -> list[int]:
+    """``sizes`` as a list of ints, each in [1, MAX_CAPTURE_SIZE], at most MAX_CAPTURE_SIZES
+    of them (numpy ints accepted), else ValueError naming the list and the rule."""
+    check_list_length(
+        name, sizes, "give a list of integers >= 1, e.g. [1, 2, 4, 8], or None for the default"
+    )
     out = []
     for size in sizes:
         number = as_index(size)

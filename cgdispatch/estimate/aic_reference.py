@@ -10,8 +10,8 @@ names. :func:`fixture_reference_steps` and :func:`fixture_op_samples` are the sm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ __all__ = [
     "FIXTURE_CASES",
     "OP_COLUMNS",
     "STEP_COLUMNS",
+    "StepGrid",
     "fixture_op_samples",
     "fixture_reference_steps",
     "op_samples",
@@ -84,27 +85,34 @@ _RENAMES = {
 }
 
 
-def _step_shapes(
-    decode_batches,
-    decode_contexts,
-    prompt_tokens,
-    cached_tokens,
-    multi_prompts,
-    mixed_decodes,
-    mixed_chunks,
-):
-    """(kind, num_decode, decode_context, num_prompts, prompt_tokens, cached_tokens) rows."""
-    for batch in decode_batches:
-        for context in decode_contexts:
-            yield "decode", batch, context, 0, 0, 0
-    for tokens in prompt_tokens:
-        for cached in cached_tokens:
-            yield "prefill", 0, 0, 1, tokens, cached
-    for prompts, tokens in multi_prompts:
-        yield "prefill", 0, 0, prompts, tokens, 0
-    for decodes, context in mixed_decodes:
-        for chunk in mixed_chunks:
-            yield "mixed", decodes, context, 1, chunk, 0
+@dataclass(frozen=True)
+class StepGrid:
+    """The step shapes :func:`reference_steps` prices: decodes alone (each batch size at each
+    context), single prompts (each size behind each cached prefix), several prompts at once
+    (``multi_prompts``: prompts, tokens each) and decodes mixed with one prompt chunk
+    (``mixed_decodes``: decodes, context; with each ``mixed_chunks`` size)."""
+
+    decode_batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    decode_contexts: Sequence[int] = (128, 512, 1024, 2048, 4096, 8192, 16384)
+    prompt_tokens: Sequence[int] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    cached_tokens: Sequence[int] = (0, 2048)
+    multi_prompts: Sequence[tuple[int, int]] = ((2, 512), (4, 256), (4, 1024), (8, 512), (16, 128))
+    mixed_decodes: Sequence[tuple[int, int]] = ((1, 1024), (16, 1024), (64, 2048), (128, 1024))
+    mixed_chunks: Sequence[int] = (256, 512, 2048)
+
+    def shapes(self) -> Iterator[tuple[str, int, int, int, int, int]]:
+        """(kind, num_decode, decode_context, num_prompts, prompt_tokens, cached_tokens) rows."""
+        for batch in self.decode_batches:
+            for context in self.decode_contexts:
+                yield "decode", batch, context, 0, 0, 0
+        for tokens in self.prompt_tokens:
+            for cached in self.cached_tokens:
+                yield "prefill", 0, 0, 1, tokens, cached
+        for prompts, tokens in self.multi_prompts:
+            yield "prefill", 0, 0, prompts, tokens, 0
+        for decodes, context in self.mixed_decodes:
+            for chunk in self.mixed_chunks:
+                yield "mixed", decodes, context, 1, chunk, 0
 
 
 def reference_steps(
@@ -112,32 +120,15 @@ def reference_steps(
     model: object,
     *,
     tensor_parallel_sizes: Sequence[int] = (1,),
-    decode_batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-    decode_contexts: Sequence[int] = (128, 512, 1024, 2048, 4096, 8192, 16384),
-    prompt_tokens: Sequence[int] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
-    cached_tokens: Sequence[int] = (0, 2048),
-    multi_prompts: Sequence[tuple[int, int]] = ((2, 512), (4, 256), (4, 1024), (8, 512), (16, 128)),
-    mixed_decodes: Sequence[tuple[int, int]] = ((1, 1024), (16, 1024), (64, 2048), (128, 1024)),
-    mixed_chunks: Sequence[int] = (256, 512, 2048),
+    grid: StepGrid = StepGrid(),
     data_dir: str | None = None,
 ) -> pd.DataFrame:
-    """The measured time and breakdown (:data:`STEP_COLUMNS`) of every step shape of the
-    grid for ``model`` on ``device``, at each TP size (the custom all-reduce tables hold
-    2, 4 and 8 GPUs). ``multi_prompts``: (prompts, tokens each); ``mixed_decodes``:
-    (decodes, context) mixed with one chunk of each ``mixed_chunks`` size."""
+    """The measured time and breakdown (:data:`STEP_COLUMNS`) of every step shape of
+    ``grid`` for ``model`` on ``device``, at each TP size (the custom all-reduce tables hold
+    2, 4 and 8 GPUs)."""
     name = aic_model(model).model
     rows = []
-    shapes = list(
-        _step_shapes(
-            decode_batches,
-            decode_contexts,
-            prompt_tokens,
-            cached_tokens,
-            multi_prompts,
-            mixed_decodes,
-            mixed_chunks,
-        )
-    )
+    shapes = list(grid.shapes())
     for tp in tensor_parallel_sizes:
         for kind, decodes, context, prompts, tokens, cached in shapes:
             chunk = (cached, tokens) if cached else tokens
@@ -205,7 +196,7 @@ FIXTURE_CASES = (
     ("qwen3-8b", (1,)),
     ("qwen3-30b-a3b", (1,)),
 )
-_FIXTURE_GRID = dict(
+_FIXTURE_GRID = StepGrid(
     decode_batches=(1, 8, 64, 256, 512),
     decode_contexts=(128, 1024, 4096, 16384),
     prompt_tokens=(64, 512, 2048, 8192, 16384),
@@ -221,7 +212,7 @@ def fixture_reference_steps(data_dir: str | None = None) -> pd.DataFrame:
     on H100, H200 and A100, on a thinner grid than :func:`reference_steps`' default)."""
     frames = [
         reference_steps(
-            device, model, tensor_parallel_sizes=tps, data_dir=data_dir, **_FIXTURE_GRID
+            device, model, tensor_parallel_sizes=tps, grid=_FIXTURE_GRID, data_dir=data_dir
         )
         for device in FIXTURE_DEVICES
         for model, tps in FIXTURE_CASES

@@ -47,7 +47,7 @@ from ..models.published import PublishedModel, published_model
 from .aic_data import AIC_DEVICE_FOLDERS
 from .aic_tables import AicTables, aic_tables
 
-__all__ = ["StepBreakdown", "aic_model", "measured_step_breakdown", "measured_step_ms"]
+__all__ = ["StepBreakdown", "aic_model", "measured_step_breakdown"]
 
 # short names -> Hugging Face ids of cgdispatch/data/model_architectures.csv (base and
 # instruct checkpoints share their shapes)
@@ -243,27 +243,3 @@ def _elementwise_ms(
             _CONTEXT_ATTENTION_EXTRA_MS + (_CONTEXT_QK_NORM_EXTRA_MS if m.qk_norm else 0.0)
         )
     return elementwise
-
-
-def measured_step_ms(
-    model: object,
-    device: str,
-    *,
-    decode_contexts: Sequence[int] = (),
-    prompt_chunks: Sequence[int | tuple[int, int]] = (),  # new tokens, or (cached, new)
-    tensor_parallel_size: int = 1,
-    dtype: str = "bfloat16",
-    kv_dtype: str = "bfloat16",
-    data_dir: str | None = None,
-) -> float:
-    """The summed kernel time (ms) of one step: :func:`measured_step_breakdown`'s total."""
-    return measured_step_breakdown(
-        model,
-        device,
-        decode_contexts=decode_contexts,
-        prompt_chunks=prompt_chunks,
-        tensor_parallel_size=tensor_parallel_size,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        data_dir=data_dir,
-    ).total_ms

@@ -80,7 +80,7 @@ def _densest(rows: pd.DataFrame) -> pd.DataFrame:
 class AicTables:
     """Interpolated aiconfigurator kernel times (ms) of one device; grids built on first use.
 
-    It prices one kernel per call and sums nothing; see ``aic_steps.measured_step_ms``."""
+    It prices one kernel per call and sums nothing; see ``aic_steps.measured_step_breakdown``."""
 
     def __init__(self, device: str, data_dir: str | Path | None = None) -> None:
         gpu_folder(device)

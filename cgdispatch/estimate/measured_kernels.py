@@ -6,7 +6,7 @@ it has data for the model and GPU, instead of the fitted formulas.
 model: padding (a graph runs its padded size), launches, graph pieces, host time. A step is
 ``model(step, padded) - model(device work, unpadded) + measured(device work, unpadded)``: the
 built-in model's step with its unpadded kernel work replaced by the measured sum
-(:func:`~cgdispatch.estimate.aic_steps.measured_step_ms`). The built-in model stays the
+(:func:`~cgdispatch.estimate.aic_steps.measured_step_breakdown`). The built-in model stays the
 default (``device_cost_model(..., kernels="model")``); ``kernels="aic"`` selects this one, and
 the cost model's ``source`` says so.
 """
@@ -47,13 +47,13 @@ class MeasuredKernelPricer(StepPricer):
 
         @cache.local_memo(maxsize=1 << 16)
         def measured_ms(content: StepContent) -> float:
-            from .aic_steps import measured_step_ms
+            from .aic_steps import measured_step_breakdown
 
             decodes = ()
             if content.decode_reqs:
                 mean = max(1, round(content.decode_kv_tokens / content.decode_reqs))
                 decodes = (mean,) * content.decode_reqs
-            return measured_step_ms(
+            return measured_step_breakdown(
                 cost_model.model_name,
                 device,
                 decode_contexts=decodes,
@@ -61,7 +61,7 @@ class MeasuredKernelPricer(StepPricer):
                 tensor_parallel_size=tp,
                 dtype=dtype,
                 kv_dtype=kv_dtype,
-            )
+            ).total_ms
 
         self.measured_ms = measured_ms
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..capture.model import SlotsFromConfig
 from ..core.modes import AttentionCGSupport
 from . import attention as _attention_ops  # noqa: F401 - registers the custom ops
 from .arch_spec import ARCHITECTURES, ArchSpec
-from .toy import RMSNorm, _rotate
+from .toy import RMSNorm, StepRows, _rotate
 
 __all__ = ["ArchSpec", "ARCHITECTURES", "ArchLM", "build_arch_model"]
 
@@ -122,24 +123,19 @@ class _Block(nn.Module):
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return self.qkv(x).view(t, -1).split([q_size, kv_size, kv_size], dim=-1)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        positions: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: StepRows) -> torch.Tensor:
         t = x.shape[0]
         q, k, v = self._qkv(self.norms[0](x))
         q = q.reshape(t, self.heads, self.head_dim)
         k = k.reshape(t, self.kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k = _rotate(q, rows.cos, rows.sin), _rotate(k, rows.cos, rows.sin)
         v = v.reshape(t, self.kv_heads, self.head_dim)
         scale = self.head_dim**-0.5
-        out = torch.ops.cgdispatch.attention(q, k, v, self.kv_cache, positions, slots, scale)
+        out = torch.ops.cgdispatch.attention(
+            q, k, v, self.kv_cache, rows.positions, rows.slots, scale
+        )
         attn = self._all_reduce(self.o_proj(out.reshape(t, self.heads * self.head_dim)))
         if len(self.norms) == 4:  # sandwich norms: after attention and after the MLP too
             attn = self.norms[2](attn)
@@ -150,7 +146,7 @@ class _Block(nn.Module):
         return x + mlp
 
 
-class ArchLM(nn.Module):
+class ArchLM(SlotsFromConfig, nn.Module):
     """One TP rank of a published architecture: ``forward(input_ids, positions, slots)``.
 
     Same inputs as the toy LM (so the estimators' dummy steps apply); logits are this
@@ -180,24 +176,19 @@ class ArchLM(nn.Module):
         return AttentionCGSupport.ALWAYS  # the general attention op runs in any graph
 
     @property
-    def dummy_slot(self) -> int:
-        return self.spec.num_slots
-
-    @property
     def device(self) -> torch.device:
         return self.rope_cos.device
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
     ) -> torch.Tensor:
-        cos = self.rope_cos[positions].unsqueeze(1)  # [T, 1, D/2]
-        sin = self.rope_sin[positions].unsqueeze(1)
+        rows = StepRows.of(self, positions, slots)
         if self.embed is not None:
             x = self.embed(input_ids)  # [T, hidden]
         else:  # a pipeline stage after the first: the previous stage's hidden states
             x = self.stage_input.expand(input_ids.shape[0], -1).contiguous()
         for layer in self.layers:
-            x = layer(x, cos, sin, positions, slots)
+            x = layer(x, rows)
         if self.lm_head is None:
             return x  # hidden states for the next stage
         return self.lm_head(self.norm(x))  # [T, vocab / tp]
@@ -206,7 +197,7 @@ class ArchLM(nn.Module):
 def build_arch_model(
     name: str,
     *,
-    device: object = None,
+    device: torch.device | str | None = None,
     dtype: str | None = None,
     seed: int = 0,
     max_num_tokens: int | None = None,

@@ -19,6 +19,9 @@ validates indices (the runner does, in debug mode).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from ..capture import context as _context
@@ -52,6 +55,7 @@ def _attend(
 
 
 def _general(q, k, v, kv_cache, positions, slots, scale):  # noqa: ANN001, ANN202
+    """Write K/V of the step, then causal attention over each token's slot. q: [T, H, D]."""
     num_tokens, num_heads, head_dim = q.shape
     n_kv = k.shape[1]
     _write_kv(k, v, kv_cache, positions, slots)
@@ -77,30 +81,25 @@ def _uniform(q, k, v, kv_cache, positions, slots, scale, num_reqs):  # noqa: ANN
     return out.transpose(0, 1).reshape(num_tokens, num_heads, head_dim)
 
 
-@torch.library.custom_op(f"{_LIB}::attention", mutates_args=("kv_cache",))
-def attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    kv_cache: torch.Tensor,
-    positions: torch.Tensor,
-    slots: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    """Write K/V of the step, then causal attention over each token's slot. q: [T, H, D]."""
-    return _general(q, k, v, kv_cache, positions, slots, scale)
+# One schema for both ops (their Python signature is ``attention_reference``'s): the cache
+# is written in place, ``Tensor(a!)``, so the compiler keeps the write and its order.
+_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor(a!) kv_cache, Tensor positions, Tensor slots, "
+    "float scale) -> Tensor"
+)
 
 
-@torch.library.custom_op(f"{_LIB}::attention_uniform", mutates_args=("kv_cache",))
-def attention_uniform(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    kv_cache: torch.Tensor,
-    positions: torch.Tensor,
-    slots: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
+def _register(name: str, kernel: Callable[..., torch.Tensor]) -> Any:
+    """``kernel`` as the custom op ``cgdispatch::<name>``, with a shape-only fake (tracing,
+    fake tensors: the output is shaped like q)."""
+    op = torch.library.custom_op(
+        f"{_LIB}::{name}", kernel, mutates_args=("kv_cache",), schema=_SCHEMA
+    )
+    op.register_fake(lambda q, *_: torch.empty_like(q))
+    return op
+
+
+def _uniform_or_general(q, k, v, kv_cache, positions, slots, scale):  # noqa: ANN001, ANN202
     """Like ``attention``; uses the per-request kernel when the context's key is uniform."""
     ctx = _context.get_forward_context()
     desc = None if ctx is None else ctx.batch_descriptor
@@ -112,13 +111,8 @@ def attention_uniform(
     return _general(q, k, v, kv_cache, positions, slots, scale)
 
 
-def _attention_fake(q, k, v, kv_cache, positions, slots, scale):  # noqa: ANN001, ANN202
-    """Shape-only stand-in for both ops (tracing, fake tensors): the output is shaped like q."""
-    return torch.empty_like(q)
-
-
-attention.register_fake(_attention_fake)
-attention_uniform.register_fake(_attention_fake)
+attention = _register("attention", _general)
+attention_uniform = _register("attention_uniform", _uniform_or_general)
 
 
 def attention_reference(

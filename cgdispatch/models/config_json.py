@@ -17,17 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.validate import (
-    MAX_EXPERTS,
-    MAX_HEADS,
-    MAX_LAYERS,
-    MAX_MODEL_LEN,
-    MAX_MODEL_WIDTH,
-    MAX_VOCAB,
-    check_nesting,
-    check_text,
-    read_json_file,
-)
+from ..core.validate import MAX_MODEL_WIDTH, check_nesting, check_text, read_json_file
+from .shape_rules import FIELD_RANGES
 
 __all__ = ["MODEL_TYPES", "config_fields", "config_model_name", "is_config_source"]
 
@@ -74,21 +65,23 @@ _QUANT = {
     "awq": "awq_marlin",
 }
 _DTYPES = ("bfloat16", "float16", "float32")
-# the most an integer field may hold (cgdispatch.core.validate.BOUNDS); any other: a width
-_MOST = {
-    "num_hidden_layers": MAX_LAYERS,
-    "first_k_dense_replace": MAX_LAYERS,
-    "sliding_window_pattern": MAX_LAYERS,
-    "num_attention_heads": MAX_HEADS,
-    "num_key_value_heads": MAX_HEADS,
-    "vocab_size": MAX_VOCAB,
-    "num_local_experts": MAX_EXPERTS,
-    "num_experts": MAX_EXPERTS,
-    "n_routed_experts": MAX_EXPERTS,
-    "num_experts_per_tok": MAX_EXPERTS,
-    "n_shared_experts": MAX_EXPERTS,
-    "max_position_embeddings": MAX_MODEL_LEN,
+# config.json field -> the PublishedModel field whose bound it takes (shape_rules.FIELD_RANGES;
+# any other integer field: a width, at most MAX_MODEL_WIDTH)
+_BOUND_OF = {
+    "num_hidden_layers": "layers",
+    "first_k_dense_replace": "layers",
+    "sliding_window_pattern": "layers",
+    "num_attention_heads": "num_heads",
+    "num_key_value_heads": "num_heads",
+    "vocab_size": "vocab_size",
+    "num_local_experts": "num_experts",
+    "num_experts": "num_experts",
+    "n_routed_experts": "num_experts",
+    "num_experts_per_tok": "num_experts",
+    "n_shared_experts": "num_experts",
+    "max_position_embeddings": "max_position_embeddings",
 }
+_MOST = {name: FIELD_RANGES[field][1] for name, field in _BOUND_OF.items()}
 
 
 def is_config_source(model: object) -> bool:

@@ -28,7 +28,7 @@ class ModelFamily:
     """Names of one family and where its builder lives (``module:function``)."""
 
     names: tuple[str, ...]
-    builder: str  # "cgdispatch.models.registry:build_toy"
+    builder: str  # "cgdispatch.models.toy:build_toy_model"
     options: tuple[str, ...]  # build options the builder understands besides device/dtype/seed
     description: str
 
@@ -36,7 +36,7 @@ class ModelFamily:
 MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily(
         ("toy-tiny", "toy-small", "toy-1b"),
-        "cgdispatch.models.registry:build_toy",
+        "cgdispatch.models.toy:build_toy_model",
         ("attention",),
         "toy decoder LM, custom attention op, decode and mixed batches",
     ),
@@ -139,23 +139,4 @@ def build_model(
     build = getattr(importlib.import_module(module), function)
     return build(
         name, device=device, dtype=dtype, seed=seed, max_num_tokens=max_num_tokens, **extra
-    )
-
-
-def build_toy(
-    name: str,
-    *,
-    device: Any = None,
-    dtype: str | None = None,
-    seed: int = 0,
-    max_num_tokens: int | None = None,
-    attention: str = "general",
-) -> Any:
-    """A toy preset with the attention op chosen by name (the registry's toy builder).
-
-    ``max_num_tokens`` is ignored: the toy LM runs steps of any size."""
-    from .toy import PRESETS, build_toy_model
-
-    return build_toy_model(
-        PRESETS[name].replace(attention=attention), device=device, dtype=dtype, seed=seed
     )

@@ -27,6 +27,7 @@ from ..core.validate import (
 
 __all__ = [
     "CONFIG_NAMES",
+    "FIELD_RANGES",
     "check_shapes",
     "check_tensor_parallel",
     "valid_tp_sizes",
@@ -42,8 +43,12 @@ CONFIG_NAMES: dict[str, str] = {
     "dense_layers": "first_k_dense_replace",
     "full_attention_every": "layer_types / sliding_window_pattern",
 }
-# field -> (least, most); the *_size, *_dim and *_rank fields not listed: (0, MAX_MODEL_WIDTH)
-_RANGES: dict[str, tuple[int, int]] = {
+_WIDTHS = ("intermediate_size", "moe_intermediate_size", "shared_intermediate_size",
+           "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+           "q_lora_rank")  # fmt: skip
+# PublishedModel field -> (least, most), checked in this order; the widths: (0, MAX_MODEL_WIDTH)
+FIELD_RANGES: dict[str, tuple[int, int]] = {
+    **{f: (0, MAX_MODEL_WIDTH) for f in _WIDTHS},
     "layers": (1, MAX_LAYERS),
     "hidden_size": (1, MAX_MODEL_WIDTH),
     "num_heads": (1, MAX_HEADS),
@@ -58,9 +63,6 @@ _RANGES: dict[str, tuple[int, int]] = {
     "vision_params": (0, 10**13),
     "max_position_embeddings": (0, MAX_MODEL_LEN),
 }
-_WIDTHS = ("intermediate_size", "moe_intermediate_size", "shared_intermediate_size",
-           "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-           "q_lora_rank")  # fmt: skip
 _VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE (vocab_parallel_embedding.py)
 
 
@@ -74,8 +76,7 @@ def check_shapes(fields: Mapping[str, Any], where: str) -> None:
     (``Attention.__init__``, vllm/model_executor/layers/attention/attention.py), an even head
     size (the rotary embedding turns pairs of channels), experts per token at most the
     experts, an MLP size where layers are dense. ``where`` names the file or model."""
-    ranges = {**{f: (0, MAX_MODEL_WIDTH) for f in _WIDTHS}, **_RANGES}
-    for field, (least, most) in ranges.items():
+    for field, (least, most) in FIELD_RANGES.items():
         if field not in fields:
             continue
         value = fields[field]

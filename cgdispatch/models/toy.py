@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from ..capture.model import SlotsFromConfig
 from ..core.modes import AttentionCGSupport
 from . import attention as _attention_ops  # noqa: F401 - registers the custom ops
 
-__all__ = ["ToyConfig", "ToyLM", "PRESETS", "build_toy_model"]
+__all__ = ["ToyConfig", "ToyLM", "PRESETS", "StepRows", "build_toy_model"]
 
 _ATTENTION = {
     "general": (torch.ops.cgdispatch.attention, AttentionCGSupport.ALWAYS),
@@ -139,6 +141,22 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
+class StepRows(NamedTuple):
+    """What every layer reads of a step besides its activations, built once per forward by
+    :meth:`of`: the rotary tables at each token's position, the positions and the slots."""
+
+    cos: torch.Tensor  # [T, 1, D/2]
+    sin: torch.Tensor  # [T, 1, D/2]
+    positions: torch.Tensor  # [T]
+    slots: torch.Tensor  # [T]
+
+    @classmethod
+    def of(cls, model: nn.Module, positions: torch.Tensor, slots: torch.Tensor) -> StepRows:
+        """The rows of a step on ``model``'s ``rope_cos`` and ``rope_sin`` tables [L, D/2]."""
+        cos = model.rope_cos[positions].unsqueeze(1)
+        return cls(cos, model.rope_sin[positions].unsqueeze(1), positions, slots)
+
+
 class Attention(nn.Module):
     """Projections, rotary positions and the attention custom op over this layer's cache."""
 
@@ -159,21 +177,14 @@ class Attention(nn.Module):
         shape = (2, cfg.num_slots + 1, cfg.max_seq_len, cfg.num_kv_heads, cfg.head_dim)
         self.register_buffer("kv_cache", torch.zeros(shape), persistent=False)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        positions: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: StepRows) -> torch.Tensor:
         num_tokens = x.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv(x).split([q_size, kv_size, kv_size], dim=-1)
-        q = _rotate(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)
-        k = _rotate(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        q = _rotate(q.view(num_tokens, self.num_heads, self.head_dim), rows.cos, rows.sin)
+        k = _rotate(k.view(num_tokens, self.num_kv_heads, self.head_dim), rows.cos, rows.sin)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        out = self.op(q, k, v, self.kv_cache, positions, slots, self.scale)  # [T, H, D]
+        out = self.op(q, k, v, self.kv_cache, rows.positions, rows.slots, self.scale)  # [T, H, D]
         return self.o_proj(out.reshape(num_tokens, q_size))
 
 
@@ -185,20 +196,13 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        positions: torch.Tensor,
-        slots: torch.Tensor,
-    ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, positions, slots)
+    def forward(self, x: torch.Tensor, rows: StepRows) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rows)
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(nn.functional.silu(gate) * up)
 
 
-class ToyLM(nn.Module):
+class ToyLM(SlotsFromConfig, nn.Module):
     """Decoder-only LM: ``forward(input_ids[T], positions[T], slots[T]) -> logits[T, vocab]``.
 
     ``slots`` index the KV cache (0..num_slots-1 for requests, ``dummy_slot`` for padding);
@@ -227,15 +231,6 @@ class ToyLM(nn.Module):
         return _ATTENTION[self.config.attention][1]
 
     @property
-    def num_slots(self) -> int:
-        return self.config.num_slots
-
-    @property
-    def dummy_slot(self) -> int:
-        """The KV-cache slot padding tokens write to; never a real request's."""
-        return self.config.num_slots
-
-    @property
     def device(self) -> torch.device:
         return self.embed.weight.device
 
@@ -253,11 +248,10 @@ class ToyLM(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor
     ) -> torch.Tensor:
-        cos = self.rope_cos[positions].unsqueeze(1)  # [T, 1, D/2]
-        sin = self.rope_sin[positions].unsqueeze(1)
+        rows = StepRows.of(self, positions, slots)
         x = self.embed(input_ids)  # [T, hidden]
         for layer in self.layers:
-            x = layer(x, cos, sin, positions, slots)
+            x = layer(x, rows)
         return self.lm_head(self.norm(x))  # [T, vocab]
 
 
@@ -267,10 +261,15 @@ def build_toy_model(
     device: torch.device | str | None = None,
     dtype: str | None = None,
     seed: int = 0,
+    max_num_tokens: int | None = None,
+    attention: str | None = None,
 ) -> ToyLM:
-    """A seeded random-weight ToyLM from a preset name or a config, in eval mode.
+    """A seeded random-weight ToyLM from a preset name or a config, in eval mode (the
+    registry's toy builder).
 
-    ``dtype`` overrides the preset's (weights and KV cache; norms and softmax run in fp32).
+    ``dtype`` overrides the preset's (weights and KV cache; norms and softmax run in fp32),
+    ``attention`` its attention op ("general" or "uniform"). ``max_num_tokens`` is ignored:
+    the toy LM runs steps of any size.
     """
     if isinstance(preset, str):
         if preset not in PRESETS:
@@ -282,6 +281,8 @@ def build_toy_model(
         raise ValueError(f"preset={preset!r} is invalid: pass a preset name or a ToyConfig")
     if dtype is not None:
         cfg = cfg.replace(dtype=dtype)
+    if attention is not None:
+        cfg = cfg.replace(attention=attention)
     torch.manual_seed(seed)
     device = torch.device("cpu" if device is None else device)
     if device.type == "cuda" and not torch.cuda.is_available():

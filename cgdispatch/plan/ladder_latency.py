@@ -25,7 +25,7 @@ from ..workload.request_table import check_requests
 from ..workload.sustain import Sustainability, sustainability
 from .costs import CostModel
 
-__all__ = ["ladder_latency", "ladder_sustainability"]
+__all__ = ["KvBlocksFn", "ladder_latency", "ladder_sustainability", "replay_limits"]
 
 # the Sustainability fields stored beside the latency columns of one run
 _SUSTAIN_FIELDS = ("num_requests", "window_s", "queue_start", "queue_end", "offered_tok_s",
@@ -71,6 +71,17 @@ def ladder_sustainability(
     return Sustainability(**{**values, "num_requests": int(values["num_requests"])})
 
 
+def replay_limits(
+    config: GraphConfig, limits: SchedulerLimits | None, kv_blocks: KvBlocksFn | None
+) -> SchedulerLimits:
+    """The scheduler limits a replay of ``config`` runs under: ``limits`` (None: the
+    config's own), with ``kv_blocks(config)`` GPU blocks when that hook is given."""
+    limits = limits or scheduler_limits(config)
+    if kv_blocks is not None:
+        limits = replace(limits, num_gpu_blocks=kv_blocks(config))
+    return limits
+
+
 def _run(
     config: GraphConfig,
     requests: pd.DataFrame,
@@ -81,9 +92,7 @@ def _run(
 ) -> dict[str, np.ndarray]:
     """One replay of vLLM's scheduler for ``config`` over ``requests``: its latency columns
     and its sustainability figures, from the result cache when it holds them."""
-    limits = limits or scheduler_limits(config)
-    if kv_blocks is not None:
-        limits = replace(limits, num_gpu_blocks=kv_blocks(config))
+    limits = replay_limits(config, limits, kv_blocks)
     step = default_step_time_ms if cost_model is None else serving_step_time(config, cost_model)
 
     def build() -> dict[str, np.ndarray]:

@@ -19,14 +19,12 @@ It judges nothing itself: ``tune`` decides what the answers change.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
 from ..workload.latency import serving_step_time, simulate_latencies
-from ..workload.limits import scheduler_limits
 from ..workload.replicas import replica_shares, split_requests
 from ..workload.scheduler import SchedulerLimits
 from ..workload.sustain import RATE_TOLERANCE, Sustainability
@@ -34,7 +32,7 @@ from ..workload.trace import simulate_steps
 from .costs import CostModel
 from .gen2_ladder import Gen2Ladder
 from .ladder_compare import Ladder
-from .ladder_latency import ladder_sustainability
+from .ladder_latency import KvBlocksFn, ladder_sustainability, replay_limits
 
 __all__ = [
     "MAX_REPLICAS",
@@ -53,8 +51,6 @@ __all__ = [
 MAX_REPLICAS = 256  # the largest fleet replicas_needed tries
 MIX_GAP = 0.3  # decode-step shares of the two windows this far apart differ in kind
 
-KvBlocksFn = Callable[[GraphConfig], "int | None"]
-
 
 def split_for(
     requests: pd.DataFrame,
@@ -68,11 +64,7 @@ def split_for(
     """:func:`~cgdispatch.workload.replicas.split_requests` with, for least-outstanding,
     shares replayed through vLLM's scheduler on ``config`` (steps priced by its dispatch;
     ``limits``: the replays' scheduler limits, default ``config``'s)."""
-    limits = limits or scheduler_limits(config)
-    if kv_blocks is not None:
-        from dataclasses import replace
-
-        limits = replace(limits, num_gpu_blocks=kv_blocks(config))
+    limits = replay_limits(config, limits, kv_blocks)
     step = None if cost_model is None else serving_step_time(config, cost_model)
 
     def replay(share: pd.DataFrame) -> pd.DataFrame:
@@ -80,32 +72,6 @@ def split_for(
         return simulate_latencies(share, limits, **kw).requests
 
     return split_requests(requests, replicas, balance, replay=replay)
-
-
-def _holds(
-    requests: pd.DataFrame,
-    replicas: int,
-    balance: str,
-    config: GraphConfig,
-    cost_model: CostModel | None,
-    kv_blocks: KvBlocksFn | None,
-    limits: SchedulerLimits | None = None,
-) -> bool:
-    """Every replica's share of ``requests`` split ``replicas`` ways is sustainable."""
-    assignment = split_for(requests, replicas, balance, config, cost_model, kv_blocks, limits)
-    for share in replica_shares(requests, assignment, replicas):
-        if (
-            len(share)
-            and not ladder_sustainability(
-                config,
-                share.reset_index(drop=True),
-                cost_model,
-                kv_blocks=kv_blocks,
-                limits=limits,
-            ).sustainable
-        ):
-            return False
-    return True
 
 
 def replicas_needed(
@@ -132,7 +98,15 @@ def replicas_needed(
     n = min(max(at_least, guess or at_least), max_replicas)
 
     def holds(k: int) -> bool:
-        return _holds(requests, k, balance, config, cost_model, kv_blocks, limits)
+        """Every share of ``requests`` split ``k`` ways is sustainable."""
+        assignment = split_for(requests, k, balance, config, cost_model, kv_blocks, limits)
+        return all(
+            not len(share)
+            or ladder_sustainability(
+                config, share.reset_index(drop=True), cost_model, kv_blocks=kv_blocks, limits=limits
+            ).sustainable
+            for share in replica_shares(requests, assignment, k)
+        )
 
     if holds(n):
         while n > at_least and holds(n - 1):

@@ -8,6 +8,18 @@ the real dispatcher of the config's generation (:func:`~cgdispatch.plan.ladder_c
 and recommends the plan only when its gain on one objective is larger than the band that
 model error and held-out noise could make alone (:mod:`~cgdispatch.plan.tune_bands`).
 
+:func:`tune` runs in named stages: the plan of at most ``max_graphs`` sizes under the
+budgets on the planning part (:func:`_plan`); with ``requests`` the cut at an arrival
+(:func:`~cgdispatch.workload.sources.arrival_cut`), the held-out requests run through vLLM's
+scheduler under ``limits`` for each ladder with its own KV cache (``kv_blocks``; default: the
+``startup`` estimate's KV tokens) after an overload check (:func:`~cgdispatch.plan.tune_judge.held_out_load`), and with
+``replicas`` >= 2 the busiest replica's share tuned (:func:`_busiest_replica`); both ladders
+(and ``ladders``, in ``result.tables`` only) replayed held out (``replay``, default
+:func:`compare`) and in sample; the verdict on ``objective`` (default p99 TTFT with requests,
+else mean step time) against the band of the models' ``errors`` and held-out noise
+(:func:`~cgdispatch.plan.tune_judge.verdict_on`); the Pareto set with plans of ``budgets`` sizes. ``kv_bytes_per_token``
+turns freed graph memory into KV tokens when ``startup`` gives none.
+
 Two seams for figures other issues supply:
 
 * ``startup(config) -> StartupCosts``: graph memory, capture time and KV-cache tokens of a
@@ -26,10 +38,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import numpy as np
 import pandas as pd
 
 from ..core.config import GraphConfig
+from ..core.modes import CUDAGraphMode
 from ..estimate.uncertainty import MODEL_ERRORS, ModelErrors, errors_for
 from ..workload.limits import SchedulerLimits
 from ..workload.replicas import check_balance
@@ -39,22 +51,18 @@ from ..workload.trace import check_step_budget, check_trace
 from .costs import CostModel, cost_source
 from .gen2_ladder import ladder_config
 from .ladder_compare import Ladder, compare, engine_ladders, export_plan, kinds_absent
-from .ladder_latency import ladder_latency, ladder_sustainability
 from .overload import (
     busiest_share,
     decode_share,
     drops_decodes,
-    first_guess,
     offered_before,
-    replicas_needed,
     window_notes,
     with_default_decodes,
 )
 from .planner import plan_ladder
-from .tune_bands import ScaledCostModel, StepBand, pareto_set, step_band
+from .tune_bands import pareto_set
+from .tune_judge import HeldOutLoad, held_out_load, kv_blocks_from, verdict_on
 from .tune_result import (
-    LATENCY_KEYS,
-    LATENCY_TOLERANCE,
     OBJECTIVES,
     StartupCosts,
     TuneResult,
@@ -64,7 +72,6 @@ from .tune_result import (
 __all__ = ["tune", "StartupCosts", "StartupFn", "ReplayFn", "DEFAULT_GRAPHS", "OBJECTIVES"]
 
 DEFAULT_GRAPHS = 32  # the planner's size budget when none is given (vLLM 0.34's default: ~86)
-KV_BLOCK_TOKENS = 16  # vLLM's default block_size
 
 
 class StartupFn(Protocol):
@@ -101,62 +108,75 @@ def tune(
     balance: str = "round-robin",
     limits: SchedulerLimits | None = None,
 ) -> TuneResult:
-    """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest.
+    """Plan on the first ``1 - holdout`` of ``trace`` (by time), judge on the rest (the
+    stages, and what each argument feeds, are in this module's docstring).
 
-    ``config``: the engine settings (a resolved :class:`GraphConfig`; its ``vllm_version``
-    picks the generation, its scheduler limits vLLM's default ladder). The plan minimises
-    the planning part's modelled step time with at most ``max_graphs`` sizes under the
-    budgets. Both ladders are replayed on the held-out part (``replay``, default
-    :func:`compare`) and, for context, on the planning part. The recommendation is
-    ``"planned"`` only when the plan's held-out gain on ``objective`` exceeds its band
-    (below); otherwise ``"vllm default"``.
-    ``kv_bytes_per_token`` turns the graph memory a plan frees into KV-cache tokens when
-    ``startup`` gives no ``kv_cache_tokens``.
-
-    ``requests``: the request table behind ``trace`` (same clock). The cut is then at the
-    arrival of the first of the last ``holdout`` share of requests
-    (:func:`~cgdispatch.workload.sources.arrival_cut`); those requests run through vLLM's
-    own scheduler for each ladder, steps priced by the ladder's dispatch, each ladder with
-    its own KV cache (``kv_blocks``), and p99 TTFT and TPOT, throughput and preemptions join
-    the verdict.
-
-    ``ladders``: more ladders (e.g. ``engine_ladders(config)``) replayed beside the two, in
-    ``result.tables`` only (they do not enter the verdict).
-
-    ``objective`` (:data:`~cgdispatch.plan.tune_result.OBJECTIVES`; default p99 TTFT with
-    requests, else mean step time): the plan is recommended only when its gain on this
-    figure is larger than the band that the models' errors on data they were not fitted to
-    (``errors``; default :func:`~cgdispatch.estimate.uncertainty.errors_for` the cost
-    model's device) and the held-out noise could make alone (:mod:`~cgdispatch.plan.tune_bands`);
-    otherwise "no measurable difference" or "the plan is worse" keeps vLLM's default.
-    ``kv_blocks(config)``: each ladder's KV blocks for the latency replay (default: the
-    start-up estimate's KV tokens; none without one). ``budgets``: sizes of the smaller
-    plans the Pareto set weighs beside the two.
-
-    With ``requests``, before any verdict the held-out requests are replayed on one replica
-    running vLLM's default ladder and checked for overload
-    (:mod:`~cgdispatch.workload.sustain`: a waiting queue that grows through the window
-    while fewer tokens are served than offered). Overloaded, ``result.overload`` holds the
-    figures and ``result.replicas_needed`` the smallest replica count that holds the traffic
-    (:func:`~cgdispatch.plan.overload.replicas_needed`), and nothing is judged on queueing:
-    the default objective becomes mean step time, and an explicit ``p99-ttft`` gets no
-    verdict (vLLM's default is kept, ``reason`` "overloaded").
-
-    ``limits``: the scheduler limits every replay obeys (default: ``config``'s, from
-    :func:`~cgdispatch.workload.limits.scheduler_limits`; prefix caching on as in vLLM);
-    ``kv_blocks`` sets each ladder's ``num_gpu_blocks`` over them.
-
-    ``replicas`` (>= 2 needs ``requests``): the arrivals are split across that many identical
-    replicas by ``balance`` (:data:`~cgdispatch.workload.replicas.BALANCES`: round-robin,
-    least-outstanding, prefix) and the busiest replica's share (the most tokens) is tuned:
-    its steps are simulated from its requests (``trace`` is not used) and every figure is
-    per replica.
-
-    A plan that has no decode size while the held-out window has decode steps (planned on a
-    window of prompts only) gets vLLM's default decode sizes added
-    (:func:`~cgdispatch.plan.overload.with_default_decodes`), and ``result.notes`` says so,
-    as it says when the two windows differ in kind (:func:`~cgdispatch.plan.overload.window_notes`).
+    ``config``: the resolved engine settings (its release picks the generation, its limits
+    vLLM's default ladder); ``requests``: the request table behind ``trace`` (same clock).
+    The recommendation is "planned" only when the plan's held-out gain on ``objective``
+    (:data:`~cgdispatch.plan.tune_result.OBJECTIVES`) beats its band, else "vllm default".
     """
+    trace, requests = _checked_inputs(
+        trace, config, cost_model, max_graphs, objective, requests, replicas, balance
+    )
+    default_ladder = engine_ladders(config)["vllm"]
+    fleet = requests  # every replica's requests; ``requests`` becomes the tuned replica's
+    if replicas > 1:
+        trace, requests, trace_label = _busiest_replica(
+            fleet, replicas, balance, config, default_ladder, cost_model, kv_blocks, startup,
+            trace_label, limits,
+        )  # fmt: skip
+    cut_s = None if requests is None else _arrival_cut(trace, requests, holdout)
+    errors = _device_errors(errors, cost_model)
+    check_step_budget(trace, config.max_num_batched_tokens)
+    train, test = split_holdout(trace, holdout, cut_s=cut_s)
+    planned, notes = _plan(train, test, max_graphs, config, cost_model, memory_budget_bytes,
+                           capture_budget_s, default_ladder)  # fmt: skip
+    two = {"planned": planned, "vllm default": default_ladder}
+    configs = {name: ladder_config(config, ladder) for name, ladder in two.items()}
+    costs = {name: None if startup is None else startup(cfg) for name, cfg in configs.items()}
+    kv_blocks = kv_blocks or kv_blocks_from(startup, costs)
+    load = HeldOutLoad(replay=replay)
+    if replay is None and requests is not None:
+        load = held_out_load(requests, fleet, cut_s, configs["vllm default"], cost_model,
+                             kv_blocks, balance, replicas, limits)  # fmt: skip
+    notes += _notes(train, test, requests, cut_s, load, replay is None)
+    everything = {**two, **{k: v for k, v in (ladders or {}).items() if k not in two}}
+    held = (load.replay or compare)(test, everything, config=config, cost_model=cost_model)
+    in_sample = compare(train, everything, config=config, cost_model=cost_model)
+    held_out = {name: ladder_figures(held, name, costs[name]) for name in two}
+    deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
+    verdict = verdict_on(
+        objective, held_out, deltas, test, configs, cost_model, errors, load, kv_blocks, limits
+    )
+    pareto = _pareto(test, train, max_graphs, config, cost_model, held_out, startup, budgets,
+                     keep_decodes=bool(decode_share(test)), default=default_ladder)  # fmt: skip
+    return TuneResult(
+        recommendation="planned" if verdict.wins else "vllm default", planned=planned,
+        default=default_ladder, held_out=held_out,
+        in_sample={name: ladder_figures(in_sample, name, costs[name]) for name in two},
+        deltas=deltas, flags=_flags(planned if verdict.wins else None, config, kinds_absent(train)),
+        config=config, source=_source(cost_model, costs.get("planned")),
+        trace_label=trace_label, holdout=holdout, steps_planned=len(train),
+        steps_held_out=len(test), tables={"held out": held, "in sample": in_sample},
+        objective=verdict.objective, gain=verdict.gain, band=verdict.band,
+        reason=verdict.reason, errors=errors, step_band=verdict.steps, pareto=pareto,
+        overload=load.overload, replicas_needed=load.needed, replicas=replicas,
+        balance=balance, notes=tuple(notes),
+    )  # fmt: skip
+
+
+def _checked_inputs(
+    trace: pd.DataFrame,
+    config: GraphConfig,
+    cost_model: CostModel,
+    max_graphs: int,
+    objective: str | None,
+    requests: pd.DataFrame | None,
+    replicas: int,
+    balance: str,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """``(trace, requests)`` checked before any work: ValueError for a bad argument."""
     if not isinstance(config, GraphConfig):
         raise ValueError(f"config={config!r} is invalid: pass a resolved cgdispatch.GraphConfig")
     if not callable(getattr(cost_model, "step_time_ms", None)):
@@ -182,26 +202,86 @@ def tune(
             f"replicas={replicas} splits requests across replicas, and this run has none (a "
             "trace of steps): give requests (a requests CSV or a preset), or replicas=1"
         )
-    default_ladder = engine_ladders(config)["vllm"]
+    return trace, requests
+
+
+def _busiest_replica(
+    fleet: pd.DataFrame,
+    replicas: int,
+    balance: str,
+    config: GraphConfig,
+    default_ladder: Ladder,
+    cost_model: CostModel,
+    kv_blocks: Callable | None,
+    startup: StartupFn | None,
+    trace_label: str,
+    limits: SchedulerLimits | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """``(steps, requests, label)`` of the replica tuned when ``fleet`` is split across
+    ``replicas`` identical replicas by ``balance``
+    (:data:`~cgdispatch.workload.replicas.BALANCES`: round-robin, least-outstanding,
+    prefix): the busiest one's share (the most tokens), its steps simulated from its
+    requests (the caller's trace is not used); every figure is then per replica."""
     default_cfg = ladder_config(config, default_ladder)
-    fleet = requests  # every replica's requests; ``requests`` becomes the tuned replica's
-    if replicas > 1:
-        trace, requests, trace_label = busiest_share(
-            fleet, replicas, balance, config, default_cfg, cost_model,
-            kv_blocks or _kv_blocks(startup, {"d": None if startup is None else startup(default_cfg)}),
-            trace_label, limits,
-        )  # fmt: skip
-    # with the requests, the held-out part starts at an arrival: the last ``holdout`` of the
-    # requests (a burst the scheduler drains long after it arrived still has a held-out part)
-    cut_s = None
-    if requests is not None:
-        _need_time(trace)
-        cut_s = arrival_cut(requests["arrival_s"].to_numpy(), holdout)
-    if errors is None:  # the device's: H100-fitted errors on Hopper, held-out ones elsewhere
-        spec = getattr(cost_model, "spec", None)
-        errors = MODEL_ERRORS if spec is None else errors_for(spec)
-    check_step_budget(trace, config.max_num_batched_tokens)
-    train, test = split_holdout(trace, holdout, cut_s=cut_s)
+    blocks = kv_blocks or kv_blocks_from(
+        startup, {"d": None if startup is None else startup(default_cfg)}
+    )
+    return busiest_share(
+        fleet, replicas, balance, config, default_cfg, cost_model, blocks, trace_label, limits
+    )
+
+
+def _arrival_cut(trace: pd.DataFrame, requests: pd.DataFrame, holdout: float) -> float:
+    """With the requests, the held-out part starts at an arrival: the last ``holdout`` of
+    the requests (a burst the scheduler drains long after it arrived still has a held-out
+    part)."""
+    _need_time(trace)
+    return arrival_cut(requests["arrival_s"].to_numpy(), holdout)
+
+
+def _notes(
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    requests: pd.DataFrame | None,
+    cut_s: float | None,
+    load: HeldOutLoad,
+    own_replay: bool,
+) -> list[str]:
+    """What the two windows say about each other (:func:`~cgdispatch.plan.overload.window_notes`):
+    with requests priced by tune's own replay, the held-out load and the planning part's
+    offered tokens too; none when the caller's replay prices requests."""
+    if requests is None:
+        return window_notes(train, test)
+    if not own_replay:
+        return []
+    offered = offered_before(requests, cut_s)
+    return window_notes(train, test, held=load.overload, planning_offered_tok_s=offered)
+
+
+def _device_errors(errors: ModelErrors | None, cost_model: CostModel) -> ModelErrors:
+    """``errors``, else the cost model's device's: H100-fitted errors on Hopper, held-out
+    ones elsewhere."""
+    if errors is not None:
+        return errors
+    spec = getattr(cost_model, "spec", None)
+    return MODEL_ERRORS if spec is None else errors_for(spec)
+
+
+def _plan(
+    train: pd.DataFrame,
+    test: pd.DataFrame,
+    max_graphs: int,
+    config: GraphConfig,
+    cost_model: CostModel,
+    memory_budget_bytes: float | None,
+    capture_budget_s: float | None,
+    default_ladder: Ladder,
+) -> tuple[Ladder, list[str]]:
+    """``(planned ladder, notes)``: the time-optimal plan of at most ``max_graphs`` sizes on
+    the planning part under the budgets. A plan that has no decode size while the held-out
+    window has decode steps (planned on a window of prompts only, issue 40) gets vLLM's
+    default decode sizes added (:func:`~cgdispatch.plan.overload.with_default_decodes`),
+    and a note says so."""
     planned = plan_ladder(
         train,
         max_graphs,
@@ -213,192 +293,13 @@ def tune(
     )
     notes: list[str] = []
     held_d = decode_share(test)
-    if held_d and drops_decodes(planned, config):  # planned on prompts only (issue 40)
+    if held_d and drops_decodes(planned, config):
         planned = with_default_decodes(planned, default_ladder, config)
         notes.append(
             f"the plan has no decode size of its own (no decodes in the planning window) "
             f"and keeps vLLM's default ones: {100 * held_d:.0f}% of held-out steps are decodes"
         )
-    extra = dict(ladders or {})
-    ladders = {"planned": planned, "vllm default": default_ladder}
-    configs = {name: ladder_config(config, ladder) for name, ladder in ladders.items()}
-    costs = {name: None if startup is None else startup(cfg) for name, cfg in configs.items()}
-    kv_blocks = kv_blocks or _kv_blocks(startup, costs)
-    held_requests = overload = needed = None
-    if replay is None and requests is not None:
-        held_requests = _held_out_requests(requests, cut_s)
-        replay = _with_latency(held_requests, kv_blocks, limits)
-        # before any verdict: does one replica hold the held-out traffic? (issue 40)
-        overload = ladder_sustainability(
-            configs["vllm default"], held_requests, cost_model, kv_blocks=kv_blocks, limits=limits
-        )
-        if overload.sustainable:
-            overload = None
-        else:
-            needed = replicas_needed(
-                _held_out_requests(fleet, cut_s), configs["vllm default"], cost_model,
-                balance=balance, kv_blocks=kv_blocks, at_least=replicas + 1,
-                guess=first_guess(overload, replicas), limits=limits,
-            )  # fmt: skip
-        notes += window_notes(
-            train, test, held=overload, planning_offered_tok_s=offered_before(requests, cut_s)
-        )
-    elif requests is None:
-        notes += window_notes(train, test)
-    replay = compare if replay is None else replay
-    everything = {**ladders, **{k: v for k, v in extra.items() if k not in ladders}}
-    held = replay(test, everything, config=config, cost_model=cost_model)
-    in_sample = compare(train, everything, config=config, cost_model=cost_model)
-    held_out = {name: ladder_figures(held, name, costs[name]) for name in ladders}
-    deltas = _deltas(held_out["planned"], held_out["vllm default"], kv_bytes_per_token)
-    if overload is not None and objective is None:
-        objective = "step"  # a p99 TTFT would measure the queue, not the graphs
-    objective = _objective(objective, "p99_ttft_ms" in held_out["planned"])
-    steps = step_band(test, configs["planned"], configs["vllm default"], cost_model,
-                      errors.step_kernels or errors.step_time, errors.step_time)  # fmt: skip
-    if overload is not None and objective == "p99-ttft":  # judged on nothing: a queue
-        gain, band = 0.0, 0.0
-    else:
-        gain, band = _gain_and_band(
-            objective, held_out, deltas, steps, errors,
-            pessimistic=lambda factor, fewer_tokens: _pessimistic_latency(
-                configs["planned"], held_requests, cost_model, kv_blocks, factor, fewer_tokens,
-                limits,
-            ),
-        )  # fmt: skip
-    wins = gain > band and not (overload is not None and objective == "p99-ttft")
-    if overload is not None and objective == "p99-ttft":
-        reason = "overloaded"
-    elif wins:
-        reason = "measurable gain"
-    elif gain >= -band:
-        reason = "no measurable difference"
-    else:
-        reason = "the plan is worse"
-    pareto = _pareto(test, train, max_graphs, config, cost_model, held_out, startup, budgets,
-                     keep_decodes=bool(held_d), default=default_ladder)  # fmt: skip
-    return TuneResult(
-        recommendation="planned" if wins else "vllm default",
-        planned=planned,
-        default=ladders["vllm default"],
-        held_out=held_out,
-        in_sample={name: ladder_figures(in_sample, name, costs[name]) for name in ladders},
-        deltas=deltas,
-        flags=_flags(planned if wins else None, config, kinds_absent(train)),
-        config=config,
-        source=_source(cost_model, costs.get("planned")),
-        trace_label=trace_label,
-        holdout=holdout,
-        steps_planned=len(train),
-        steps_held_out=len(test),
-        tables={"held out": held, "in sample": in_sample},
-        objective=objective,
-        gain=gain,
-        band=band,
-        reason=reason,
-        errors=errors,
-        step_band=steps,
-        pareto=pareto,
-        overload=overload,
-        replicas_needed=needed,
-        replicas=replicas,
-        balance=balance,
-        notes=tuple(notes),
-    )
-
-
-def _objective(objective: str | None, has_latency: bool) -> str:
-    """The objective asked for, or the default: p99 TTFT when the replay gives latencies
-    (what a server's users see first and SLOs are written on), else mean step time."""
-    if objective is None:
-        return "p99-ttft" if has_latency else "step"
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective={objective!r} is unknown: use one of {list(OBJECTIVES)}")
-    if OBJECTIVES[objective][0] in LATENCY_KEYS and not has_latency:
-        raise ValueError(
-            f"objective={objective!r} needs latencies, which a trace of steps cannot give: "
-            "give requests (a requests CSV or a preset), or use objective 'step'"
-        )
-    return objective
-
-
-def _gain_and_band(
-    objective: str,
-    held_out: dict[str, dict[str, Any]],
-    deltas: dict[str, float],
-    steps: StepBand,
-    errors: ModelErrors,
-    pessimistic: Callable[[float, float], dict[str, Any] | None],
-) -> tuple[float, float]:
-    """(gain, band) on the objective's figure: gain > 0 when the plan is better held out;
-    band how large a gain the models' errors and the held-out noise could make alone."""
-    key, lower = OBJECTIVES[objective]
-    plan, base = held_out["planned"], held_out["vllm default"]
-    if key not in plan or key not in base:
-        raise ValueError(
-            f"objective={objective!r} needs {key}, which this run does not give (a start-up "
-            "estimate gives KV-cache tokens: a model with a published config)"
-        )
-    sign = 1.0 if lower else -1.0
-    gain = sign * (base[key] - plan[key])
-    if objective == "step":
-        return gain, steps.band_ms
-    if objective == "startup":
-        return gain, errors.capture * abs(deltas.get("capture_s", gain))
-    if objective == "kv":
-        return gain, errors.graph_memory * abs(gain)
-    # a latency: replay the plan as the models' errors would price it at worst
-    factor = 1.0 + steps.band_ms / base["mean_step_ms"]
-    fewer = errors.graph_memory * abs(deltas.get("kv_cache_tokens", 0.0))
-    worst = pessimistic(factor, fewer)
-    floor = LATENCY_TOLERANCE * abs(base[key])  # one run's resolution of a p99 or a rate
-    if worst is None or key not in worst:
-        return gain, (factor - 1.0) * abs(base[key]) + floor
-    worst_gain = sign * (base[key] - worst[key])
-    return gain, max(0.0, gain - worst_gain) + floor
-
-
-def _kv_blocks(startup: StartupFn | None, costs: dict) -> Callable | None:
-    """vLLM's ``num_gpu_blocks`` per ladder config from the start-up estimate's KV tokens
-    (null block included), so preemption follows each ladder's KV cache; None without."""
-    if startup is None or any(getattr(c, "kv_cache_tokens", None) is None for c in costs.values()):
-        return None
-
-    def blocks(config: GraphConfig) -> int:
-        tokens = float(startup(config).kv_cache_tokens)
-        return max(2, int(tokens // KV_BLOCK_TOKENS) + 1)
-
-    return blocks
-
-
-def _pessimistic_latency(
-    planned: GraphConfig,
-    requests: pd.DataFrame | None,
-    cost_model: CostModel,
-    kv_blocks: Callable | None,
-    factor: float,
-    fewer_tokens: float,
-    limits: SchedulerLimits | None = None,
-) -> dict[str, Any] | None:
-    """The plan's latencies with its steps ``factor`` times longer and ``fewer_tokens`` less
-    KV cache: where the models' errors, at their cross-validated size, would put it."""
-    if requests is None:
-        return None
-    worse_blocks = None
-    if kv_blocks is not None:
-        drop = int(np.ceil(fewer_tokens / KV_BLOCK_TOKENS))
-
-        def worse_blocks(config: GraphConfig) -> int:
-            return max(2, kv_blocks(config) - drop)
-
-    out = ladder_latency(
-        planned,
-        requests,
-        ScaledCostModel(cost_model, factor),
-        kv_blocks=worse_blocks,
-        limits=limits,
-    )
-    return {_LATENCY_NAMES.get(k, k): v for k, v in out.items()}
+    return planned, notes
 
 
 def _pareto(
@@ -446,28 +347,6 @@ def _need_time(trace: pd.DataFrame) -> None:
         )
 
 
-def _held_out_requests(requests: pd.DataFrame, cut_s: float) -> pd.DataFrame:
-    """The requests arriving from ``cut_s`` on (the held-out part), arrivals shifted to 0."""
-    held = requests[requests["arrival_s"].to_numpy() >= cut_s].reset_index(drop=True)
-    return held.assign(arrival_s=held["arrival_s"] - held["arrival_s"].min())
-
-
-def _with_latency(
-    requests: pd.DataFrame, kv_blocks: Callable | None = None, limits: SchedulerLimits | None = None
-) -> ReplayFn:
-    """``compare`` plus vLLM's scheduler over ``requests`` (each ladder's KV cache from
-    ``kv_blocks``, the rest of ``limits``): p99 TTFT and TPOT, throughput and preemption
-    columns."""
-
-    def replay(trace: pd.DataFrame, ladders: dict, **kwargs) -> pd.DataFrame:
-        table = compare(
-            trace, ladders, requests=requests, kv_blocks=kv_blocks, scheduler=limits, **kwargs
-        )
-        return table.rename(columns=_LATENCY_NAMES)
-
-    return replay
-
-
 def _source(cost_model: CostModel, startup: StartupCosts | None) -> str:
     """The step-time model's label, and the start-up estimate's when it has one."""
     label = cost_source(cost_model)
@@ -501,8 +380,6 @@ _DELTA_KEYS = (
     "throughput_tok_s",
     "num_preemptions",
 )
-# the scheduler's columns under the names the verdict uses
-_LATENCY_NAMES = {"tpot_p99_ms": "p99_tpot_ms", "ttft_p99_ms": "p99_ttft_ms"}
 
 
 def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str:
@@ -514,8 +391,8 @@ def _flags(planned: Ladder | None, config: GraphConfig, absent: set[str]) -> str
         return export_plan(planned, config, leave_default=absent)["vllm"]
     tp = config.tensor_parallel_size
     parallel = f"--tensor-parallel-size {tp} " if tp > 1 else ""
-    mode = str(config.cudagraph_mode)
+    mode = config.cudagraph_mode
     flags = f"--max-num-seqs {config.max_num_seqs} --max-num-batched-tokens {config.max_num_batched_tokens}"
-    if mode != "FULL_AND_PIECEWISE":  # vLLM's default mode needs no flag
-        flags = f'--compilation-config \'{{"cudagraph_mode":"{mode}"}}\' ' + flags
+    if mode is not CUDAGraphMode.FULL_AND_PIECEWISE:  # vLLM's default mode needs no flag
+        flags = f'--compilation-config \'{{"cudagraph_mode":"{mode.name}"}}\' ' + flags
     return parallel + flags

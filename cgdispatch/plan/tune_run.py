@@ -17,11 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.generation import default_release
+from ..core.modes import CUDAGraphMode
 
 if TYPE_CHECKING:
     from ..core.config import GraphConfig
     from ..estimate.devices import DeviceSpec
     from ..plan.tune_result import TuneResult
+    from ..workload.sources import WorkloadTable
+    from ..workload.trace_source import TraceSource
 
 __all__ = ["TuneSettings", "tune_for"]
 
@@ -33,12 +36,15 @@ class TuneSettings:
     model: str = "llama-3.1-8b"  # architecture, published id or path to a config.json
     device: str | DeviceSpec = "H200"  # a preset name or a spec (--device-spec)
     tensor_parallel_size: int | None = None  # None: the model's own (a TP preset's), else 1
-    trace: str = "sharegpt"  # synthetic preset, production trace or file path
+    # synthetic preset, production trace or file path (resolved by tune_for), or a resolved
+    # source (workload.trace_source.resolve_trace)
+    trace: str | TraceSource = "sharegpt"
     num_requests: int = 1000  # preset traces only
     rate_per_s: float = 8.0  # preset traces only
     seed: int = 0  # synthetic traffic's draw
     vllm_version: str = field(default_factory=default_release)  # the newest
-    cudagraph_mode: str = "FULL_AND_PIECEWISE"
+    # a mode or its name (case-insensitive): parsed here, once, and kept as the mode
+    cudagraph_mode: CUDAGraphMode = CUDAGraphMode.FULL_AND_PIECEWISE
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     holdout: float = 0.5  # held-out share the verdict is judged on
@@ -56,6 +62,9 @@ class TuneSettings:
     replicas: int = 1  # identical replicas the arrivals are split across; one's share is tuned
     balance: str = "round-robin"  # how (workload.replicas.BALANCES)
     enable_prefix_caching: bool = True  # vLLM's default; False: --no-prefix-caching
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cudagraph_mode", CUDAGraphMode.parse(self.cudagraph_mode))
 
     def config(self) -> GraphConfig:
         """The resolved engine config these settings describe (the TP size the model's own
@@ -81,19 +90,17 @@ class TuneSettings:
 
 def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     """:func:`cgdispatch.plan.tune.tune` for ``settings``; ``progress``: a bar while the
-    trace is simulated. Raises ValueError (``DoesNotFitError`` among them) for a setting
-    that cannot run, naming it."""
-    from ..estimate.device_model import check_sharding, device_cost_model
+    trace is read and simulated. Raises ValueError (``DoesNotFitError`` among them) for a
+    setting that cannot run, naming it."""
+    from ..estimate.device_model import check_sharding
     from ..estimate.devices import device_label
     from ..estimate.kv_bytes import kv_bytes_per_token
-    from ..estimate.uncertainty import errors_for
     from ..plan.tune import DEFAULT_GRAPHS, tune
     from ..workload.limits import kv_cache_blocks, scheduler_limits
     from ..workload.model_len import served_requests
     from ..workload.prefix_stats import prefix_hit_rate
     from ..workload.replicas import check_balance
     from ..workload.sources import workload_trace
-    from .tune_calibration import calibrated_costs, calibrated_startup, load_calibration
 
     s = settings
     check_balance(s.balance, s.replicas)  # before any work
@@ -101,13 +108,9 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     # before the caches and any arithmetic: a TP size vLLM could not load is refused
     check_sharding(s.model, tp_flag)
     config = s.config()
-    requests = _requests(s)  # None for a file of steps: then no latency figures
-    profile = None
-    if s.calibration is not None:  # refused here when it is of another model, GPU or TP
-        profile = load_calibration(s.calibration, s.model, s.device, config.tensor_parallel_size)
-    startup = _startup(s, tp_flag, profile)
-    if profile is not None and startup is not None:
-        startup = calibrated_startup(startup, profile)
+    workload = _workload(s, progress)  # drawn or read once
+    requests = workload.requests  # None for a file of steps: then no latency figures
+    profile, startup = _profile_and_startup(s, tp_flag, config.tensor_parallel_size)
     kv = None
     num_gpu_blocks = None  # no start-up estimate: an unlimited KV cache
     if startup is not None:  # a model that does not fit is refused here, before simulating
@@ -123,69 +126,82 @@ def tune_for(settings: TuneSettings, *, progress: bool = False) -> TuneResult:
     limits = scheduler_limits(
         config, num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=s.enable_prefix_caching
     )
-    # before simulating too: it refuses a TP size the model cannot take
-    cost_model = device_cost_model(
-        s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
-    )
-    errors = None
-    if profile is not None:
-        cost_model, errors = calibrated_costs(profile, cost_model, errors_for(s.device))
+    cost_model, errors = _costs(s, tp_flag, profile)  # before simulating: refuses a bad TP
     trace, label = workload_trace(
-        s.trace,
-        num_requests=s.num_requests,
-        rate_per_s=s.rate_per_s,
-        seed=s.seed,
-        limits=limits,
-        progress=progress,
-        hash_block_size=s.hash_block_size,
-        requests=requests,
-    )
+        workload.source, num_requests=s.num_requests, rate_per_s=s.rate_per_s, seed=s.seed,
+        limits=limits, progress=progress, requests=requests,
+        steps=workload.table if requests is None else None,
+    )  # fmt: skip
     result = tune(
-        trace,
-        requests=requests,
-        config=config,
-        cost_model=cost_model,
-        holdout=s.holdout,
+        trace, requests=requests, config=config, cost_model=cost_model, holdout=s.holdout,
         max_graphs=DEFAULT_GRAPHS if s.max_graphs is None else s.max_graphs,
-        memory_budget_bytes=s.memory_budget_bytes,
-        capture_budget_s=s.capture_budget_s,
+        memory_budget_bytes=s.memory_budget_bytes, capture_budget_s=s.capture_budget_s,
         kv_bytes_per_token=kv_bytes_per_token(s.model, tensor_parallel_size=tp_flag),
-        trace_label=label,
-        startup=startup,
-        objective=s.objective,
-        errors=errors,
-        replicas=s.replicas,
-        balance=s.balance,
-        limits=limits,
-    )
+        trace_label=label, startup=startup, objective=s.objective, errors=errors,
+        replicas=s.replicas, balance=s.balance, limits=limits,
+    )  # fmt: skip
     hit_rate = None if requests is None else prefix_hit_rate(requests)
     return replace(result, traffic={"max_model_len": max_model_len, "rejected_requests": rejected,
                                     "prefix_hit_rate": hit_rate,
                                     "max_concurrency": s.max_concurrency})  # fmt: skip
 
 
-def _requests(s: TuneSettings) -> Any:
-    """The request table of ``s.trace`` (None for a file of steps), closed-loop when a client
-    concurrency is set."""
+def _workload(s: TuneSettings, progress: bool) -> WorkloadTable:
+    """``s.trace`` resolved and drawn or read once; its requests closed-loop when a client
+    concurrency is set. ValueError for replicas over a file of steps."""
     from ..workload.closed_loop import with_max_concurrency
-    from ..workload.sources import workload_requests
+    from ..workload.sources import read_workload
 
-    requests = workload_requests(
+    workload = read_workload(
         s.trace,
         num_requests=s.num_requests,
         rate_per_s=s.rate_per_s,
         seed=s.seed,
         hash_block_size=s.hash_block_size,
-    )  # None for a file of steps: then no latency figures
-    if requests is not None and s.max_concurrency is not None:
-        requests = with_max_concurrency(requests, s.max_concurrency)
-    if s.replicas > 1 and requests is None:
+        progress=progress,
+        what="trace",
+    )
+    if workload.requests is not None and s.max_concurrency is not None:
+        closed = with_max_concurrency(workload.requests, s.max_concurrency)
+        workload = replace(workload, table=closed)
+    if s.replicas > 1 and workload.requests is None:
         raise ValueError(
-            f"replicas={s.replicas}: traffic {s.trace!r} is a file of steps, which cannot be "
+            f"replicas={s.replicas}: traffic {workload.source.name!r} is a file of steps, which cannot be "
             "split across replicas; give requests (a requests CSV, a preset or a production "
             "trace), or 1 replica"
         )
-    return requests
+    return workload
+
+
+def _profile_and_startup(s: TuneSettings, tp_flag: int | None, tp_size: int) -> tuple[Any, Any]:
+    """``(calibration profile, start-up estimate)`` of ``s``: the profile (None when not
+    given) refused when it is of another model, GPU or TP; the estimate's stage profile from
+    the cache, with the profile's coefficients and factors when one is given."""
+    from .tune_calibration import calibrated_startup, load_calibration
+
+    profile = None
+    if s.calibration is not None:
+        profile = load_calibration(s.calibration, s.model, s.device, tp_size)
+    startup = _startup(s, tp_flag, profile)
+    if profile is not None and startup is not None:
+        startup = calibrated_startup(startup, profile)
+    return profile, startup
+
+
+def _costs(s: TuneSettings, tp_flag: int | None, profile: Any) -> tuple[Any, Any]:
+    """``(cost model, model errors)`` of ``s`` (the disk-cached device cost model; errors
+    None: the device's), calibrated by ``profile`` when one is given. Refuses a TP size the
+    model cannot take."""
+    from ..estimate.device_model import device_cost_model
+    from ..estimate.uncertainty import errors_for
+    from .tune_calibration import calibrated_costs
+
+    cost_model = device_cost_model(
+        s.model, s.device, context_len=s.context_len, tensor_parallel_size=tp_flag
+    )
+    if profile is None:
+        return cost_model, None
+    return calibrated_costs(profile, cost_model, errors_for(s.device))
 
 
 def _startup(s: TuneSettings, tp_flag: int | None, profile: Any) -> Any:

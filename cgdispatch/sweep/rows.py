@@ -86,29 +86,6 @@ POINT_COLUMNS: tuple[str, ...] = (
     "uniform_decode",
 )
 
-# One row per captured key (the runner's capture report), in ``captures.csv`` next to the rows.
-CAPTURE_COLUMNS: tuple[str, ...] = (
-    "sweep",
-    "model",
-    "dtype",
-    "device",
-    "device_name",
-    "mode",
-    "vllm_version",
-    "ladder",
-    "capture_sizes",
-    "max_num_seqs",
-    "runtime_mode",
-    "num_tokens",
-    "num_reqs",
-    "uniform",
-    "num_graphs",
-    "capture_s",
-    "step_s",
-    "pool_bytes",
-    "source",
-)
-
 
 @dataclass
 class SweepRow:
@@ -161,9 +138,10 @@ class SweepRow:
         return {name: getattr(self, name) for name in SWEEP_COLUMNS}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CaptureRecord:
-    """One captured key of a unit: what it cost (field meanings: the runner's capture report)."""
+    """One captured key of a unit: what it cost (field meanings: the runner's capture report).
+    Its fields, in order, are the columns of ``captures.csv`` (:data:`CAPTURE_COLUMNS`)."""
 
     sweep: str
     model: str
@@ -171,6 +149,7 @@ class CaptureRecord:
     device: str
     device_name: str
     mode: str  # the unit's mode (config level)
+    vllm_version: str = LEGACY_VERSION  # the unit's generation (its keys are its descriptors)
     ladder: str
     capture_sizes: str
     max_num_seqs: int
@@ -183,7 +162,10 @@ class CaptureRecord:
     step_s: float | None
     pool_bytes: int | None
     source: str
-    vllm_version: str = LEGACY_VERSION  # the unit's generation (its keys are its descriptors)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# One row per captured key (the runner's capture report), in ``captures.csv`` next to the rows.
+CAPTURE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(CaptureRecord))

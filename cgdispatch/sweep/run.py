@@ -233,18 +233,23 @@ def _timed_row(
         uniform_decode=uniform,
         runtime_mode=str(answer.runtime_mode),
         padded_size=answer.padded_tokens,
-        eager_ms=t_eager.median_ms,
-        eager_p10_ms=t_eager.p10_ms,
-        eager_p90_ms=t_eager.p90_ms,
-        graph_ms=t_graph.median_ms,
-        graph_p10_ms=t_graph.p10_ms,
-        graph_p90_ms=t_graph.p90_ms,
-        eager_host_ms=t_eager.host_median_ms,
-        graph_host_ms=t_graph.host_median_ms,
+        **_timing_fields("eager", t_eager),
+        **_timing_fields("graph", t_graph),
         speedup_x=t_eager.median_ms / t_graph.median_ms,
         status="ok",
         timestamp=time.time(),
     )
+
+
+def _timing_fields(prefix: str, timing: Any) -> dict[str, float]:
+    """A ``time_step`` result as the row's ``<prefix>_ms``, ``_p10_ms``, ``_p90_ms`` and
+    ``_host_ms`` fields (``prefix``: eager or graph)."""
+    return {
+        f"{prefix}_ms": timing.median_ms,
+        f"{prefix}_p10_ms": timing.p10_ms,
+        f"{prefix}_p90_ms": timing.p90_ms,
+        f"{prefix}_host_ms": timing.host_median_ms,
+    }
 
 
 def run_unit(

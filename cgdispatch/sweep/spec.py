@@ -74,15 +74,15 @@ class SweepSpec:
                 f"modes={self.modes!r} is invalid: give a list of one or more modes, e.g. "
                 "['FULL', 'PIECEWISE']"
             )
-        for mode in self.modes:
-            CUDAGraphMode.parse(mode)  # ValueError names the valid modes
+        # parsed once, here at the spec's edge (ValueError names the valid modes); the spec
+        # keeps their names, the form its rows and files store
+        set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
         check_device("device", self.device)
         # YAML's unquoted 0.34 is a float, as GraphConfig takes it; unknown: ValueError
         set_(self, "vllm_version", check_version(self.vllm_version) or default_release())
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is invalid: use one of {list(DTYPES)}")
         set_(self, "warmup", check_int("warmup", self.warmup, 0, _bounds.MAX_WARMUPS))
-        set_(self, "modes", tuple(str(CUDAGraphMode.parse(m)) for m in self.modes))
         for name, bound in _COUNT_BOUNDS.items():
             set_(self, name, check_int(name, getattr(self, name), 1, bound))
         bad = [k for k in self.batch_kinds if k not in BATCH_KINDS]
@@ -156,6 +156,28 @@ class SweepSpec:
 
 
 _GPU_MODES = ("FULL", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")
+
+
+def _gpu_preset(
+    name: str, model: str, ladders: Mapping[str, None], num_tokens: tuple[int, ...]
+) -> SweepSpec:
+    """A GPU preset: bf16 on ``cuda``, every graph mode, ladders up to vLLM's 512, 256
+    sequences, 20 timed runs after 3 warm-ups."""
+    return SweepSpec(
+        name=name,
+        model=model,
+        dtype="bfloat16",
+        device="cuda",
+        modes=_GPU_MODES,
+        ladders=ladders,
+        max_capture_size=512,
+        num_tokens=num_tokens,
+        max_num_seqs=256,
+        repeats=20,
+        warmup=3,
+    )
+
+
 SWEEP_PRESETS: dict[str, SweepSpec] = {
     # CPU, under a minute: toy-tiny, two ladders, piecewise recorded as failed until it lands
     "smoke": SweepSpec(
@@ -171,34 +193,20 @@ SWEEP_PRESETS: dict[str, SweepSpec] = {
     ),
     # one H200, a few minutes (about 1 by the device model; not yet run on a GPU):
     # toy-small in bf16, vLLM's ladder against powers of two
-    "gpu-small": SweepSpec(
-        name="gpu-small",
-        model="toy-small",
-        dtype="bfloat16",
-        device="cuda",
-        modes=_GPU_MODES,
-        ladders={"vllm": None, "pow2": None},
-        max_capture_size=512,
-        num_tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-        max_num_seqs=256,
-        repeats=20,
-        warmup=3,
+    "gpu-small": _gpu_preset(
+        "gpu-small",
+        "toy-small",
+        {"vllm": None, "pow2": None},
+        (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
     ),
     # one H200, under 8 minutes: Llama-3.2-1B shapes, three engine ladders, odd sizes too.
     # Not yet run on a GPU; the device model puts it near 3 minutes (model), to which
     # piecewise compilation adds its compile time per PIECEWISE / FULL_AND_PIECEWISE unit.
-    "gpu-full": SweepSpec(
-        name="gpu-full",
-        model="toy-1b",
-        dtype="bfloat16",
-        device="cuda",
-        modes=_GPU_MODES,
-        ladders={"vllm": None, "sglang": None, "trtllm": None},
-        max_capture_size=512,
-        num_tokens=(1, 3, 8, 17, 32, 64, 100, 128, 200, 256, 384, 512),
-        max_num_seqs=256,
-        repeats=20,
-        warmup=3,
+    "gpu-full": _gpu_preset(
+        "gpu-full",
+        "toy-1b",
+        {"vllm": None, "sglang": None, "trtllm": None},
+        (1, 3, 8, 17, 32, 64, 100, 128, 200, 256, 384, 512),
     ),
 }
 

@@ -127,21 +127,21 @@ def mode_step_figure(model: str = "llama-3.1-8b", device: str = "H100") -> Figur
     n = np.unique(np.geomspace(1, 256, 24).astype(int))
     fig = SourcedFigure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.subplots()
+    M = CUDAGraphMode
     styles = {
-        "NONE": "--",
-        "PIECEWISE": "-",
-        "FULL": "-",
-        "FULL_DECODE_ONLY": ":",
-        "FULL_AND_PIECEWISE": "-.",
+        M.NONE: "--",
+        M.PIECEWISE: "-",
+        M.FULL: "-",
+        M.FULL_DECODE_ONLY: ":",
+        M.FULL_AND_PIECEWISE: "-.",
     }
     for mode, style in styles.items():
-        ax.plot(n, cm.step_time_ms(CUDAGraphMode.parse(mode), n), ls=style, marker=".", label=mode)
+        ax.plot(n, cm.step_time_ms(mode, n), ls=style, marker=".", label=mode.name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("uniform decode batch (tokens)")
     ax.set_ylabel("step time (ms)")
     full, piece, eager = (
-        float(cm.step_time_ms(CUDAGraphMode.parse(m), np.array([1]))[0])
-        for m in ("FULL", "PIECEWISE", "NONE")
+        float(cm.step_time_ms(m, np.array([1]))[0]) for m in (M.FULL, M.PIECEWISE, M.NONE)
     )
     ax.set_title(
         f"{model} on {device}: at 1 token FULL {full:.2f} ms, "

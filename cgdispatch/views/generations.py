@@ -36,6 +36,9 @@ _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")  # by release, oldest fir
 SOURCE = f"computed from the config (vLLM {' and '.join(VLLM_VERSIONS)} dispatch rules)"
 
 
+_LINE_STYLE = {"graph": {"drawstyle": "steps-post"}, "eager": {"ls": "--"}}
+
+
 def _style(version: str) -> dict[str, float | str]:
     """The oldest release drawn wide and faint underneath: where releases agree, all show."""
     at = list(GENERATIONS).index(version)
@@ -127,27 +130,19 @@ def generations_figure(
             graphed = np.array([table.runtime_modes[i] is not CUDAGraphMode.NONE for i in n])
             label = f"vLLM {version} ({cfg.cudagraph_mode})"
             style = _style(version)
-            ax.plot(
-                n,
-                np.where(graphed, padded, np.nan),
-                drawstyle="steps-post",
-                color=style["color"],
-                lw=style["lw"],
-                alpha=style["graph_alpha"],
-                label=f"{label}: graph",
-                gid=f"graph-{version}",
-            )
-            if (~graphed).any():
-                ax.plot(
-                    n,
-                    np.where(graphed, np.nan, padded),
-                    ls="--",
-                    color=style["color"],
-                    lw=style["lw"],
-                    alpha=style["eager_alpha"],
-                    label=f"{label}: eager",
-                    gid=f"eager-{version}",
-                )
+            # the graphed sizes as a step line; the eager ones dashed, drawn only when any
+            for kind, shown in (("graph", graphed), ("eager", ~graphed)):
+                if kind == "graph" or shown.any():
+                    ax.plot(
+                        n,
+                        np.where(shown, padded, np.nan),
+                        color=style["color"],
+                        lw=style["lw"],
+                        alpha=style[f"{kind}_alpha"],
+                        label=f"{label}: {kind}",
+                        gid=f"{kind}-{version}",
+                        **_LINE_STYLE[kind],
+                    )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("num_tokens (unpadded batch)")

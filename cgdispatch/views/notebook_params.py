@@ -4,13 +4,13 @@ Each notebook's first code cell after its parameters calls
 ``globals().update(cg.check_notebook_parameters("04_what_if", globals()))``: every parameter
 is checked against its rule at once, and one ``ValueError`` lists every bad one with the
 fix, instead of a traceback from cell 8 after 20 s of work. The returned values are the
-cleaned ones (``-p vllm_version 0.34`` arrives as a float and leaves as the release string).
+cleaned ones (``-p vllm_version 0.34`` arrives as a float and leaves as the release string;
+a mode's name leaves as the :class:`~cgdispatch.core.modes.CUDAGraphMode`, parsed here once).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from ..core import validate as bounds
@@ -74,8 +74,9 @@ def _version(name: str, value: Any) -> str:
     return version
 
 
-def _mode(name: str, value: Any) -> str:
-    return str(CUDAGraphMode.parse(value))
+def _mode(name: str, value: Any) -> CUDAGraphMode:
+    """The mode parsed once, here at the notebook's edge (cells pass it on as the mode)."""
+    return CUDAGraphMode.parse(value)
 
 
 def _device(name: str, value: Any) -> str:
@@ -89,16 +90,14 @@ def _text(name: str, value: Any) -> str:
 
 
 def _workload(name: str, value: Any) -> str:
-    from ..workload.sources import PRODUCTION_TRACES, TRACE_NAMES
-    from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
+    """The traffic name or path as given, once :func:`~cgdispatch.workload.trace_source.resolve_trace`
+    accepts it (a preset, a shipped production trace or a file that exists)."""
+    from ..workload.trace_source import resolve_trace
 
-    if isinstance(value, str) and (value in TRACE_NAMES or Path(value).is_file()):
-        return value
-    raise ValueError(
-        f"{name}={value!r} is neither a synthetic preset ({sorted(LENGTH_PRESETS)}), a "
-        f"production trace ({sorted(PRODUCTION_TRACES)}) nor a CSV file that exists: give one "
-        "of those names or the path of a requests or steps CSV"
-    )
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r} is invalid: give a preset's name or a file's path")
+    resolve_trace(value, what=name)
+    return value
 
 
 def _toy_presets() -> list[str]:

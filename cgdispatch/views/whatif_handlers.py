@@ -1,8 +1,8 @@
 """The what-if dashboard's handlers, plain functions tested without a browser.
 
-``whatif_for_box`` replays a trace for the boxes' sizes, ``plan_boxes`` / ``plan_for_box``
-fill the boxes with a plan, ``metrics_html`` renders the metrics with the exact figures as
-``data-*`` attributes. Either generation of vLLM's dispatch: the base config's
+``whatif_for_box`` replays a trace for the boxes' sizes, ``plan_boxes`` fills the boxes
+with a plan, ``metrics_html`` renders the metrics with the exact figures as ``data-*``
+attributes. Either generation of vLLM's dispatch: the base config's
 ``vllm_version`` decides (vLLM 0.34: prefill token sizes and decode request sizes). None of
 them raises on a bad entry: they answer ``(None, [message])``.
 """
@@ -25,7 +25,7 @@ from ..plan.whatif import WhatIfResult, evaluate
 from .explorer_handlers import build_config, format_sizes
 from .numbers import count, duration, duration_s, nbytes
 
-__all__ = ["whatif_for_box", "plan_boxes", "plan_for_box", "PlannedBoxes", "metrics_html"]
+__all__ = ["whatif_for_box", "plan_boxes", "PlannedBoxes", "metrics_html"]
 
 
 def whatif_for_box(
@@ -91,20 +91,6 @@ def plan_boxes(
             format_sizes(ladder.decode_request_sizes),
         ), []
     return PlannedBoxes(format_sizes(ladder)), []
-
-
-def plan_for_box(
-    base: GraphConfig,
-    trace: pd.DataFrame,
-    mode: str | CUDAGraphMode,
-    objective: str,
-    max_graphs: int,
-    cost_model: CostModel | None,
-) -> tuple[str | None, list[str]]:
-    """The sizes-box text of :func:`plan_boxes` (for vLLM 0.34 the prefill token sizes;
-    use :func:`plan_boxes` for the decode request sizes too)."""
-    boxes, notes = plan_boxes(base, trace, mode, objective, max_graphs, cost_model)
-    return (None, notes) if boxes is None else (boxes.sizes_text, notes)
 
 
 def _pct(x: float) -> str:

@@ -9,7 +9,7 @@ and a hit-rate figure by padded size. The handlers (``whatif_for_box``, ``metric
 message, never a traceback. With ``cost_models`` (name -> cost model) a dropdown switches the
 model the figures come from, and a planner row (objective, graph count, "plan" button) fills
 the sizes box with :func:`~cgdispatch.plan.planner.plan_capture_sizes` for the chosen
-objective and model (``plan_for_box``). The metrics sit in an element with
+objective and model (``plan_boxes``). The metrics sit in an element with
 ``data-testid="whatif-metrics"`` whose ``data-*`` attributes carry the exact figures
 (``repr`` of the floats), a stable hook for browser tests. Nothing here measures: times
 come from the cost model given and are labelled with its ``source``.
@@ -32,13 +32,12 @@ from ..plan.costs import CostModel, as_cost_model, cost_source
 from ..plan.ladder_latency import ladder_latency
 from ..plan.whatif import WhatIfResult
 from ..workload.trace import check_trace
-from .whatif_handlers import PlannedBoxes, metrics_html, plan_boxes, plan_for_box, whatif_for_box
+from .whatif_handlers import PlannedBoxes, metrics_html, plan_boxes, whatif_for_box
 from .whatif_plots import whatif_figure
 from .widgets import DispatchExplorer, message_html
 
 __all__ = [
     "whatif_for_box",
-    "plan_for_box",
     "plan_boxes",
     "PlannedBoxes",
     "metrics_html",

@@ -6,8 +6,8 @@ The explorer answers with either generation of vLLM's graph dispatch (a toggle: 
 holds the prefill token sizes and a second box the decode request sizes.
 
 The handlers are plain functions (``parse_sizes_box``, ``build_config``, ``decision_html``
-in :mod:`cgdispatch.views.explorer_handlers`, re-exported here, and ``explain_dispatch``
-from :mod:`cgdispatch.views.explain`) so they are tested without a
+in :mod:`cgdispatch.views.explorer_handlers`, and ``explain_dispatch`` from
+:mod:`cgdispatch.views.explain`) so they are tested without a
 browser; the widget classes only wire them to controls. A bad entry shows a message in the
 dashboard, never a traceback. The decision is rendered inside an element with
 ``data-testid="dispatch-decision"`` whose ``data-*`` attributes carry the answer, a stable
@@ -38,24 +38,13 @@ from .explorer_handlers import (
     box_sizes,
     build_config,
     decision_html,
-    format_sizes,
     largest_size,
     message_html,
-    parse_sizes_box,
     slider_max,
 )
 from .snapshots import Snapshot
 
-__all__ = [
-    "parse_sizes_box",
-    "format_sizes",
-    "build_config",
-    "decision_html",
-    "message_html",
-    "explain_dispatch",
-    "DispatchExplorer",
-    "dispatch_explorer",
-]
+__all__ = ["DispatchExplorer", "dispatch_explorer"]
 
 
 class DispatchExplorer(Snapshot, w.VBox):
@@ -127,19 +116,15 @@ class DispatchExplorer(Snapshot, w.VBox):
             style=style,
         )
         sizes_text, decode_text = box_sizes(config)
-        self.sizes_box = w.Text(
-            value=sizes_text,
-            description="capture sizes",
-            continuous_update=False,
-            style=style,
-            layout=w.Layout(width="95%"),
-        )
-        self.decode_box = w.Text(
-            value=decode_text,
-            description="decode requests",
-            continuous_update=False,
-            style=style,
-            layout=w.Layout(width="95%"),
+        self.sizes_box, self.decode_box = (
+            w.Text(
+                value=text,
+                description=label,
+                continuous_update=False,  # a box is read when its entry is done
+                style=style,
+                layout=w.Layout(width="95%"),
+            )
+            for text, label in ((sizes_text, "capture sizes"), (decode_text, "decode requests"))
         )
         self.slider = w.IntSlider(
             value=max(start, 1),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import count
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,15 +41,9 @@ def _ids(shared: list[int], prompt: int, block: int, fresh: count) -> list[int]:
     return shared + [next(fresh) for _ in range(-(-prompt // block) - len(shared))]
 
 
-@dataclass(frozen=True)
-class SharedPromptPreset:
-    """Requests that each open with one of ``num_system_prompts`` system prompts of
-    ``system_prompt_tokens`` tokens (chosen uniformly), then a user text and an answer of
-    ``lengths``' distribution. Only the system prompt's whole blocks are shared."""
-
-    system_prompt_tokens: int = 2048  # 4 blocks of 512
-    num_system_prompts: int = 4
-    lengths: LengthPreset = LENGTH_PRESETS["sharegpt"]  # the user text and the output
+class _PrefixPreset:
+    """A preset's public draw: the request count and block size checked, a generator seeded
+    with ``seed``, then the preset's own ``_draw``."""
 
     def requests(
         self,
@@ -61,7 +54,31 @@ class SharedPromptPreset:
         seed: int = 0,
         hash_block_size: int = HASH_BLOCK_SIZE,
     ) -> pd.DataFrame:
-        n, block, rng = _start(num_requests, hash_block_size, seed)
+        """``num_requests`` requests arriving at ``rate_per_s`` (gamma gaps of shape
+        ``burstiness``), their prompts' block ids hashed per ``hash_block_size`` tokens."""
+        n = check_int("num_requests", num_requests, 1, MAX_REQUESTS)
+        block = check_int("hash_block_size", hash_block_size, 1, 1 << 20)
+        return self._draw(n, block, np.random.default_rng(seed), rate_per_s, burstiness)
+
+    def _draw(
+        self, n: int, block: int, rng: np.random.Generator, rate_per_s: float, burstiness: float
+    ) -> pd.DataFrame:  # pragma: no cover - each preset has its own
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SharedPromptPreset(_PrefixPreset):
+    """Requests that each open with one of ``num_system_prompts`` system prompts of
+    ``system_prompt_tokens`` tokens (chosen uniformly), then a user text and an answer of
+    ``lengths``' distribution. Only the system prompt's whole blocks are shared."""
+
+    system_prompt_tokens: int = 2048  # 4 blocks of 512
+    num_system_prompts: int = 4
+    lengths: LengthPreset = LENGTH_PRESETS["sharegpt"]  # the user text and the output
+
+    def _draw(
+        self, n: int, block: int, rng: np.random.Generator, rate_per_s: float, burstiness: float
+    ) -> pd.DataFrame:
         arrival = _arrivals(rng, n, rate_per_s, burstiness)
         p = self.lengths
         user = lognormal_lengths(rng, p.prompt_mean, p.prompt_sigma, n, p.max_prompt_tokens)
@@ -77,15 +94,8 @@ class SharedPromptPreset:
         return frame
 
 
-def _start(num_requests: int, hash_block_size: int, seed: int) -> tuple[int, int, Any]:
-    """A preset draw's checked request count and block size, and its generator."""
-    n = check_int("num_requests", num_requests, 1, MAX_REQUESTS)
-    block = check_int("hash_block_size", hash_block_size, 1, 1 << 20)
-    return n, block, np.random.default_rng(seed)
-
-
 @dataclass(frozen=True)
-class MultiTurnPreset:
+class MultiTurnPreset(_PrefixPreset):
     """Chat sessions: each starts at a gamma arrival, has 1 + geometric(``1 / turns_mean``)
     - 1 turns (mean ``turns_mean``), and each later turn comes ``think_time_s`` (exponential
     mean) after the previous answer ends (closed loop). A turn's prompt is the session's
@@ -100,16 +110,9 @@ class MultiTurnPreset:
     first: LengthPreset = LENGTH_PRESETS["sharegpt"]  # the first turn's text and answer
     follow: LengthPreset = LengthPreset(60.0, 200.0, prompt_sigma=0.8, output_sigma=0.8)
 
-    def requests(
-        self,
-        num_requests: int,
-        *,
-        rate_per_s: float = 10.0,
-        burstiness: float = 1.0,
-        seed: int = 0,
-        hash_block_size: int = HASH_BLOCK_SIZE,
+    def _draw(
+        self, n: int, block: int, rng: np.random.Generator, rate_per_s: float, burstiness: float
     ) -> pd.DataFrame:
-        n, block, rng = _start(num_requests, hash_block_size, seed)
         turns = rng.geometric(1.0 / self.turns_mean, n)  # at most n sessions are needed
         sessions = int(np.searchsorted(np.cumsum(turns), n)) + 1
         turns = turns[:sessions]

@@ -43,7 +43,7 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
             f"request table has both {HASH_IDS_COLUMN!r} and {TOKEN_IDS_COLUMN!r}: give one "
             "source of prefix identity (drop the other column)"
         )
-    frame = requests[lists].reset_index(drop=True)
+    frame = requests[lists]
     has_lora = LORA_COLUMN in requests.columns
     columns = {
         "arrival_s": (-np.inf, np.inf, False),
@@ -54,7 +54,7 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
     out = check_cells(requests, "request table", columns)
     out["arrival_s"] = out["arrival_s"].astype(np.float64)
     if all(c in requests.columns for c in _SESSION_COLUMNS):
-        out.update(_sessions(requests[list(_SESSION_COLUMNS)].reset_index(drop=True)))
+        out.update(_sessions(requests[list(_SESSION_COLUMNS)]))
     checked = pd.DataFrame(out)
     for col in lists:
         checked[col] = _id_lists(frame[col], col, out["prompt_tokens"])
@@ -67,24 +67,25 @@ def check_requests(requests: pd.DataFrame) -> pd.DataFrame:
 
 def _sessions(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """The session columns as int64, int64 and float64 (NaN delay: a fixed arrival), or
-    ValueError naming the first bad row."""
+    ValueError naming the first bad row by its index label."""
     out: dict[str, np.ndarray] = {}
     for col, low in (("session_id", -1), ("turn", 0)):
         values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values) | (values != np.round(values)) | (values < low)
         if bad.any():
-            row = int(np.flatnonzero(bad)[0])
+            pos = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"request table row {row}: {col}={_shown(frame[col][row])} is invalid: it must "
-                f"be an integer >= {low}"
+                f"request table row {frame.index[pos]}: {col}={_shown(frame[col].iloc[pos])} is "
+                f"invalid: it must be an integer >= {low}"
             )
         out[col] = values.astype(np.int64)
     delay = pd.to_numeric(frame["delay_s"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~(np.isnan(delay) | ((delay >= 0) & np.isfinite(delay)))
     if bad.any():
-        row = int(np.flatnonzero(bad)[0])
+        pos = int(np.flatnonzero(bad)[0])
         raise ValueError(
-            f"request table row {row}: delay_s={_shown(frame['delay_s'][row])} is invalid: give "
+            f"request table row {frame.index[pos]}: delay_s={_shown(frame['delay_s'].iloc[pos])} "
+            "is invalid: give "
             "the seconds after the session's previous turn finishes (>= 0), or blank for a "
             "turn that arrives at its arrival_s"
         )
@@ -131,10 +132,10 @@ def check_cells(
 
 def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int, ...]]:
     """A list-of-ints column as tuples of Python ints, or ValueError naming the first bad row
-    (token ids: exactly ``prompt_tokens`` of them). A cell may be a list, a tuple, an array
-    or, as a CSV holds it, the text of a JSON list (``"[12, 7, 7]"``)."""
+    by its index label (token ids: exactly ``prompt_tokens`` of them). A cell may be a list,
+    a tuple, an array or, as a CSV holds it, the text of a JSON list (``"[12, 7, 7]"``)."""
     out: list[tuple[int, ...]] = []
-    for row, value in enumerate(column.tolist()):
+    for pos, (row, value) in enumerate(zip(column.index, column.tolist())):
         if isinstance(value, np.ndarray):
             value = value.tolist()
         elif isinstance(value, str) and value.strip().startswith("["):
@@ -157,10 +158,10 @@ def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int
                 "non-empty list of integers (one id per hash block of the prompt for "
                 f"{HASH_IDS_COLUMN!r}, one per prompt token for {TOKEN_IDS_COLUMN!r})"
             )
-        if col == TOKEN_IDS_COLUMN and len(ids) != int(prompt[row]):
+        if col == TOKEN_IDS_COLUMN and len(ids) != int(prompt[pos]):
             raise ValueError(
                 f"request table row {row}: {col} holds {len(ids)} token ids but prompt_tokens="
-                f"{int(prompt[row])}: give one id per prompt token"
+                f"{int(prompt[pos])}: give one id per prompt token"
             )
         out.append(ids)
     return out

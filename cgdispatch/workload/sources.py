@@ -5,7 +5,9 @@ trace is split into a planning part and a held-out part.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -14,31 +16,34 @@ from .files import TIME_ORDERED, load_trace, shown_name
 from .limits import SchedulerLimits
 from .mooncake import HASH_BLOCK_SIZE
 from .prefix_presets import PREFIX_PRESETS, prefix_requests
-from .synthetic import LENGTH_PRESETS, synthetic_requests
+from .synthetic import synthetic_requests
 from .trace import simulate_steps
+from .trace_source import (
+    PRODUCTION_TRACES,
+    SYNTHETIC_NAMES,
+    TRACE_NAMES,
+    TraceSource,
+    resolve_trace,
+    trace_path,
+)
 
 __all__ = [
     "workload_trace",
     "workload_requests",
+    "read_workload",
+    "WorkloadTable",
     "split_holdout",
     "arrival_cut",
     "PRODUCTION_TRACES",
+    "TRACE_NAMES",
+    "TraceSource",
+    "resolve_trace",
     "trace_path",
     "preset_requests",
     "SYNTHETIC_NAMES",
 ]
 
-_DATA = Path(__file__).resolve().parents[1] / "data"
-# production traces shipped in cgdispatch/data (CC-BY 4.0, see its README.md)
-PRODUCTION_TRACES = {
-    "azure-conv": "azure_llm_2023_conv.csv",  # Azure LLM inference 2023, conversation
-    "azure-code": "azure_llm_2023_code.csv",  # the same, code completion
-}
-
-# every trace a name gives: the synthetic presets (lengths only, then with shared prefixes),
-# then the shipped production traces
-TRACE_NAMES = (*LENGTH_PRESETS, *PREFIX_PRESETS, *PRODUCTION_TRACES)
-SYNTHETIC_NAMES = (*LENGTH_PRESETS, *PREFIX_PRESETS)
+TableKind = Literal["requests", "steps"]
 
 
 def preset_requests(
@@ -57,15 +62,52 @@ def preset_requests(
     return synthetic_requests(num_requests, name, rate_per_s=rate_per_s, seed=seed)
 
 
-def trace_path(workload: str | Path) -> str | Path:
-    """The file behind a shipped production trace's name (``azure-conv``), else ``workload``."""
-    if isinstance(workload, str) and workload in PRODUCTION_TRACES:
-        return _DATA / PRODUCTION_TRACES[workload]
-    return workload
+@dataclass(frozen=True)
+class WorkloadTable:
+    """A workload drawn or read once: its resolved source and its table, requests (to
+    replay through vLLM's scheduler) or steps (used as they are)."""
+
+    source: TraceSource
+    kind: TableKind
+    table: pd.DataFrame
+
+    @property
+    def requests(self) -> pd.DataFrame | None:
+        """The request table, or None for a file of steps (latency needs requests)."""
+        return self.table if self.kind == "requests" else None
+
+
+def read_workload(
+    workload: str | Path | TraceSource,
+    *,
+    num_requests: int = 300,
+    rate_per_s: float = 8.0,
+    seed: int = 0,
+    hash_block_size: int = HASH_BLOCK_SIZE,
+    progress: bool = False,
+    what: str = "workload",
+) -> WorkloadTable:
+    """``workload`` resolved (:func:`~cgdispatch.workload.trace_source.resolve_trace`; ``what``
+    names it in an error) and drawn or read once: a preset's ``num_requests`` synthetic
+    requests at ``rate_per_s``, else the file's table
+    (:func:`~cgdispatch.workload.files.load_trace`; a bar on stderr for a large file when
+    ``progress``)."""
+    source = resolve_trace(workload, hash_block_size=hash_block_size, what=what)
+    if source.synthetic:
+        table = preset_requests(
+            source.name,
+            num_requests=num_requests,
+            rate_per_s=rate_per_s,
+            seed=seed,
+            hash_block_size=source.hash_block_size,
+        )
+        return WorkloadTable(source, "requests", table)
+    kind, table = load_trace(source.path, progress=progress, hash_block_size=source.hash_block_size)
+    return WorkloadTable(source, kind, table)
 
 
 def workload_trace(
-    workload: str | Path,
+    workload: str | Path | TraceSource,
     *,
     num_requests: int = 300,
     rate_per_s: float = 8.0,
@@ -78,8 +120,10 @@ def workload_trace(
     progress: bool = False,
     hash_block_size: int = HASH_BLOCK_SIZE,
     requests: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, str]:
-    """``(step trace, source label)`` for a synthetic length preset or a CSV file.
+    """``(step trace, source label)`` for a synthetic preset, a production trace or a file
+    (:func:`~cgdispatch.workload.trace_source.resolve_trace` says which).
 
     A preset name (``"sharegpt"``, ``"alpaca"``) gives ``num_requests`` synthetic requests at
     ``rate_per_s`` run through the replay of vLLM's scheduler under ``limits`` (default: the
@@ -89,10 +133,11 @@ def workload_trace(
     through this function. The label says which (``synthetic ...`` / ``... replayed from
     <file>`` / ``steps from <file>``). A preset of
     :data:`~cgdispatch.workload.prefix_presets.PREFIX_PRESETS` and a mooncake_trace ``.jsonl``
-    file give requests with ``hash_ids`` (``hash_block_size`` tokens per id). ``requests``: the workload's request table as the caller already has it
-    (e.g. without the requests vLLM would reject), replayed instead of a fresh read.
+    file give requests with ``hash_ids`` (``hash_block_size`` tokens per id). ``requests``
+    (or ``steps``): the workload's table as the caller already has it (e.g. without the
+    requests vLLM would reject), used instead of a fresh draw or read.
     """
-    workload = trace_path(workload)
+    source = resolve_trace(workload, hash_block_size=hash_block_size, what="workload")
     settings = {
         "limits": limits,
         "max_num_seqs": max_num_seqs,
@@ -101,45 +146,29 @@ def workload_trace(
         "max_loras": max_loras or None,
         "progress": progress,
     }
-    if isinstance(workload, str) and workload in SYNTHETIC_NAMES:
-        if requests is None:
-            requests = preset_requests(
-                workload,
-                num_requests=num_requests,
-                rate_per_s=rate_per_s,
-                seed=seed,
-                hash_block_size=hash_block_size,
-            )
-        trace = simulate_steps(requests, seed=seed, **settings)
+    if requests is not None:
+        kind, table = "requests", requests
+    elif steps is not None:
+        kind, table = "steps", steps
+    else:
+        read = read_workload(
+            source, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed, progress=progress
+        )
+        kind, table = read.kind, read.table
+    if kind == "steps":
+        return table, f"steps from {_shown(source)}"
+    trace = simulate_steps(table, seed=seed, **settings)
+    if source.synthetic:
         label = (
-            f"synthetic ({workload} preset, {num_requests} requests at {rate_per_s:g}/s, "
+            f"synthetic ({source.name} preset, {num_requests} requests at {rate_per_s:g}/s, "
             f"seed {seed}; vLLM's scheduler replayed)"
         )
         return trace, label
-    path = Path(workload)
-    if (
-        str(workload) != "-"
-        and path.suffix.lower() not in (".csv", ".log", ".txt", ".jsonl")
-        and not path.exists()
-    ):
-        raise ValueError(
-            f"workload={str(workload)!r} is neither a synthetic preset ({sorted(SYNTHETIC_NAMES)}), "
-            f"a production trace ({sorted(PRODUCTION_TRACES)}) nor a file: give one of those "
-            "names or the path of a requests/steps CSV"
-        )
-    if requests is not None:
-        kind, table = "requests", requests
-    else:
-        kind, table = load_trace(path, progress=progress, hash_block_size=hash_block_size)
-    name = "stdin" if str(path) == "-" else shown_name(path.name)
-    if kind == "requests":
-        trace = simulate_steps(table, seed=seed, **settings)
-        return trace, f"requests from {name}, vLLM's scheduler replayed"
-    return table, f"steps from {name}"
+    return trace, f"requests from {_shown(source)}, vLLM's scheduler replayed"
 
 
 def workload_requests(
-    workload: str | Path,
+    workload: str | Path | TraceSource,
     *,
     num_requests: int = 300,
     rate_per_s: float = 8.0,
@@ -148,16 +177,18 @@ def workload_requests(
 ) -> pd.DataFrame | None:
     """The request table behind :func:`workload_trace`'s trace (the same draw for a preset),
     or None when the workload is a file of steps (latency needs requests)."""
-    if isinstance(workload, str) and workload in SYNTHETIC_NAMES:
-        return preset_requests(
-            workload,
-            num_requests=num_requests,
-            rate_per_s=rate_per_s,
-            seed=seed,
-            hash_block_size=hash_block_size,
-        )
-    kind, table = load_trace(Path(trace_path(workload)), hash_block_size=hash_block_size)
-    return table if kind == "requests" else None
+    return read_workload(
+        workload,
+        num_requests=num_requests,
+        rate_per_s=rate_per_s,
+        seed=seed,
+        hash_block_size=hash_block_size,
+    ).requests
+
+
+def _shown(source: TraceSource) -> str:
+    """The file's name as a label shows it (``stdin`` for ``-``)."""
+    return "stdin" if str(source.path) == "-" else shown_name(source.path.name)
 
 
 def split_holdout(

@@ -316,3 +316,103 @@ def test_digest_separates_its_parts_and_kinds_are_checked():
     assert cache.digest(values) == cache.digest(values.copy())
     with pytest.raises(ValueError, match="kind='a/b' is invalid"):
         cache.cached("a/b", "k", lambda: 1)
+
+
+def _entry_name(rng: np.random.Generator, kind: str, suffix: str) -> str:
+    return f"{kind}-{''.join(rng.choice(list('0123456789abcdef'), 32))}.{suffix}"
+
+
+def test_prune_removes_old_formats_then_least_recently_used_entries(tmp_path, monkeypatch):
+    """Against a brute-force choice: sort the entries by age and drop the oldest until the
+    rest fit 80% of the budget; legacy names and stale temporary files always go; a user's
+    own files, another folder and fresh temporary files stay."""
+    rng = np.random.default_rng()
+    folder = tmp_path / "cache"
+    (folder / "profiles").mkdir(parents=True)
+    (folder / "profiles" / "mine.json").write_text("{}")
+    keep_always = [folder / "notes.txt", folder / ".fresh.npz.x1.tmp"]
+    for path in keep_always:
+        path.write_text("user data")
+    legacy = [
+        folder / "startup-ff866625ec9b83c0e197f986-f487c06b576c9c8b.json",
+        folder / "cost-model-llama-3.1-8b-H200-1024-0123456789abcdef.json",
+        folder / ".latency-x.npz.abc.tmp",
+        folder / "tmpa1b2c3.tmp",
+    ]
+    now = 1_700_000_000.0
+    for path in legacy:
+        path.write_text("old")
+        os.utime(path, (now - 7200, now - 7200))
+    os.utime(keep_always[1], (now + 10, now + 10))
+    entries = []
+    for i in range(int(rng.integers(8, 30))):
+        kind = str(rng.choice(["cost-model", "steps", "latency", "stage-profile"]))
+        path = folder / _entry_name(rng, kind, "npz" if kind in ("steps", "latency") else "json")
+        size = int(rng.integers(100, 5000))
+        path.write_bytes(rng.bytes(size))
+        age = now - 1000 * i - float(rng.random())
+        os.utime(path, (age, age))
+        entries.append((age, size, path))
+    total = sum(size for _, size, _ in entries)
+    budget = int(total * rng.uniform(0.3, 0.95))
+    expected_gone, left = [], total
+    for _, size, path in sorted(entries):
+        if left <= budget * 0.8:
+            break
+        expected_gone.append(path)
+        left -= size
+
+    monkeypatch.setattr(cache.time, "time", lambda: now + 20)
+    removed = cache.prune(folder, budget)
+
+    assert sorted(removed) == sorted(legacy + expected_gone)
+    assert all(not p.exists() for p in removed)
+    survivors = {p for _, _, p in entries} - set(expected_gone)
+    assert all(p.exists() for p in survivors)
+    assert sum(p.stat().st_size for p in survivors) <= budget * 0.8
+    assert all(p.exists() for p in keep_always) and (folder / "profiles" / "mine.json").exists()
+
+
+def test_a_hit_keeps_an_entry_and_a_write_prunes_the_folder_once(folder, monkeypatch):
+    """Two entries with the older one read again: a budget that holds one keeps the one just
+    read, and the write that follows prunes (once per process and folder)."""
+    rng = np.random.default_rng()
+    monkeypatch.setattr(cache, "_pruned", set())
+    first, second = _arrays(rng), _arrays(rng)
+    cache.cached_arrays("steps", "first", Builder(first))
+    cache.cached_arrays("steps", "second", Builder(second))
+    files = {p.name: p for p in folder.iterdir()}
+    assert len(files) == 2
+    for path in files.values():  # both old, the first written the older
+        os.utime(path, (1_000_000.0, 1_000_000.0))
+    cache.clear_memory()
+    build = Builder(first)
+    _equal(cache.cached_arrays("steps", "first", build), first)  # a hit from disk
+    assert build.calls == 0
+    read = max(files.values(), key=lambda p: p.stat().st_mtime)
+    biggest = max(p.stat().st_size for p in files.values())
+    removed = cache.prune(folder, int(biggest / 0.8) + 1)
+    assert [p.name for p in removed] == [n for n in files if files[n] != read]
+    assert read.exists()
+
+    monkeypatch.setattr(cache, "_pruned", set())
+    monkeypatch.setenv("CGDISPATCH_CACHE_MAX_MB", str(1 / (1 << 20)))  # one byte: prune all
+    cache.cached_arrays("steps", "third", Builder(_arrays(rng)))
+    assert not any(folder.iterdir())
+    cache.cached_arrays("steps", "fourth", Builder(_arrays(rng)))  # pruned once: stays
+    assert len(list(folder.iterdir())) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "lots", "inf", "nan"])
+def test_a_bad_budget_names_the_variable_and_the_fix(value, folder, monkeypatch):
+    monkeypatch.setenv("CGDISPATCH_CACHE_MAX_MB", value)
+    with pytest.raises(ValueError, match="CGDISPATCH_CACHE_MAX_MB.*positive number"):
+        cache.max_bytes()
+    monkeypatch.setattr(cache, "_pruned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cache.cached(
+            "cost-model", "k", lambda: {"a": 1}, encode=lambda v: b"{}", decode=lambda b: {}
+        )
+    assert any("is not pruned" in str(w.message) for w in caught)
+    assert len(list(folder.iterdir())) == 1  # the result is still stored

@@ -112,7 +112,7 @@ def test_an_unreadable_traffic_file_shows_a_message(dash, monkeypatch) -> None:
     def refuse(path, **_):
         raise PermissionError(13, "Permission denied", path)
 
-    for reader in ("workload_requests", "workload_trace"):  # both open the file
+    for reader in ("read_workload",):  # tune_for reads the file once, through it
         monkeypatch.setattr(f"cgdispatch.workload.sources.{reader}", refuse)  # tune_for reads
     dash.trace_box.value = "/srv/locked.csv"
     assert_shows_error(dash, "'/srv/locked.csv' cannot be read (Permission denied)")

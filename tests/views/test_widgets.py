@@ -9,15 +9,14 @@ import numpy as np
 import pytest
 
 from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, for_generation
-from cgdispatch.views.widgets import (
-    DispatchExplorer,
+from cgdispatch.views.explain import explain_dispatch
+from cgdispatch.views.explorer_handlers import (
     build_config,
     decision_html,
-    dispatch_explorer,
-    explain_dispatch,
     format_sizes,
     parse_sizes_box,
 )
+from cgdispatch.views.widgets import DispatchExplorer, dispatch_explorer
 
 BASE = GraphConfig(vllm_version="0.33", max_num_seqs=16, max_num_batched_tokens=256)
 

@@ -3,6 +3,7 @@ explorer's and ``explain_dispatch``'s "why"; docs/semantics_v1.md has the rules)
 
 from __future__ import annotations
 
+from ..explain_lines import piecewise_line, plain_eager_line
 from ..modes import CUDAGraphMode
 
 __all__ = ["explain"]
@@ -28,11 +29,10 @@ def explain(dispatcher, num_tokens, num_reqs, uniform, loras, cascade, answer) -
             and config_mode.has_full_cudagraphs()
         ):
             why = f" (no uniform-decode FULL graph for {desc.num_tokens} tokens)"
-        return f"PIECEWISE graph, attention runs eagerly between pieces{why}"
-    if config_mode is CUDAGraphMode.NONE:
-        return "cudagraph_mode is NONE: every step runs eagerly"
-    if num_tokens == 0:
-        return "empty batch: nothing to run"
+        return piecewise_line(why)
+    plain = plain_eager_line(config_mode, num_tokens)
+    if plain is not None:
+        return plain
     if num_tokens > dispatcher.max_capture_size:
         return f"{num_tokens} tokens exceed the largest capture size {dispatcher.max_capture_size}"
     cfg = dispatcher.config

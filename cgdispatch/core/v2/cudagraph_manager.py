@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import groupby, product
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..arith import cdiv
 from ..config import GraphConfig
@@ -24,7 +24,7 @@ from ..modes import CUDAGraphMode
 from ..validate import DENSE_TABLE_LIMIT, MAX_STEP_TOKENS, check_int
 from . import config as _v2
 
-__all__ = ["BatchExecutionDescriptor", "CudaGraphManager", "is_compatible"]
+__all__ = ["BatchExecutionDescriptor", "BatchQuery", "CudaGraphManager", "is_compatible"]
 
 M = CUDAGraphMode
 _MEMO_LIMIT = 1 << 16
@@ -66,16 +66,22 @@ class BatchExecutionDescriptor:
         return self.num_active_loras > 0
 
 
-def is_compatible(
-    desc: BatchExecutionDescriptor,
-    num_reqs: int,
-    num_tokens: int,
-    uniform_token_count: int | None,
-    num_active_loras: int,
-    max_query_len: int | None,
-    num_ubatches: int,
-) -> bool:
-    """vLLM's ``_is_compatible``: whether graph ``desc`` can run this batch."""
+class BatchQuery(NamedTuple):
+    """One batch as ``dispatch`` is asked about it, its arguments checked (vLLM's
+    ``dispatch`` and ``_is_compatible`` take these as separate arguments)."""
+
+    num_reqs: int
+    num_tokens: int
+    uniform_token_count: int | None
+    num_active_loras: int
+    max_query_len: int | None
+    num_ubatches: int
+
+
+def is_compatible(desc: BatchExecutionDescriptor, batch: BatchQuery) -> bool:
+    """vLLM's ``_is_compatible``: whether graph ``desc`` can run ``batch`` (vLLM passes the
+    batch's six fields as separate arguments)."""
+    num_reqs, num_tokens, uniform_token_count, num_active_loras, max_query_len, ubatches = batch
     return (
         (desc.uniform_token_count is None or desc.uniform_token_count == uniform_token_count)
         and (
@@ -85,7 +91,7 @@ def is_compatible(
         and (desc.num_reqs is None or desc.num_reqs >= num_reqs)
         and desc.num_tokens >= num_tokens
         and desc.num_active_loras == num_active_loras
-        and desc.num_ubatches == num_ubatches
+        and desc.num_ubatches == ubatches
     )
 
 
@@ -404,7 +410,7 @@ class CudaGraphManager:
         if hit is not None:
             return hit
         key = _check_dispatch_args(*key)  # numpy integers become ints
-        desc = self._dispatch(*key)
+        desc = self._dispatch(key)
         if desc.cg_mode is M.NONE and key[3:] == (0, None, 1):
             # one eager answer per (num_tokens, num_reqs), whatever the query length
             by_reqs = self._eager_answers.setdefault(key[1], {})
@@ -473,15 +479,8 @@ class CudaGraphManager:
                 out += grid[i][1]
         return out
 
-    def _dispatch(
-        self,
-        num_reqs: int,
-        num_tokens: int,
-        uniform_token_count: int | None,
-        num_active_loras: int,
-        max_query_len: int | None,
-        num_ubatches: int,
-    ) -> BatchExecutionDescriptor:
+    def _dispatch(self, batch: BatchQuery) -> BatchExecutionDescriptor:
+        num_reqs, num_tokens, uniform_token_count, num_active_loras, _, num_ubatches = batch
         loras = self._resolve_effective_loras(num_active_loras)
         if num_tokens > 0 and self._capture_descs:
             candidates = self._candidates_for(num_tokens, loras)
@@ -490,16 +489,10 @@ class CudaGraphManager:
                 n = cdiv(num_tokens, uniform_token_count)
                 if n < len(table):
                     candidates = [table[n], *candidates]
+            # compatibility is judged with the effective LoRA count
+            asked = batch._replace(num_active_loras=loras)
             for desc in candidates:
-                if is_compatible(
-                    desc,
-                    num_reqs,
-                    num_tokens,
-                    uniform_token_count,
-                    loras,
-                    max_query_len,
-                    num_ubatches,
-                ):
+                if is_compatible(desc, asked):
                     return desc
         return BatchExecutionDescriptor(
             M.NONE, num_tokens, num_reqs, num_active_loras=loras, num_ubatches=num_ubatches
@@ -517,10 +510,10 @@ def _check_dispatch_args(
     num_active_loras: Any,
     max_query_len: Any,
     num_ubatches: Any,
-) -> tuple[int, int, int | None, int, int | None, int]:
+) -> BatchQuery:
     """Refuse what no scheduler forms (off the fast path only, so the common call stays
     cheap); the arguments as Python ints."""
-    return (
+    return BatchQuery(
         check_int("num_reqs", num_reqs, 0, MAX_STEP_TOKENS),
         check_int("num_tokens", num_tokens, 0, MAX_STEP_TOKENS),
         None

@@ -3,6 +3,7 @@ explorer's and ``explain_dispatch``'s "why")."""
 
 from __future__ import annotations
 
+from ..explain_lines import piecewise_line, plain_eager_line
 from ..modes import CUDAGraphMode
 
 __all__ = ["explain"]
@@ -27,11 +28,10 @@ def explain(manager, num_tokens, num_reqs, uniform, loras, cascade, answer) -> s
         why = ""
         if uniform and decode_graphs:
             why = f" (no compatible decode FULL graph for {num_reqs} requests)"
-        return f"PIECEWISE graph, attention runs eagerly between pieces{why}"
-    if config_mode is CUDAGraphMode.NONE:
-        return "cudagraph_mode is NONE: every step runs eagerly"
-    if num_tokens == 0:
-        return "empty batch: nothing to run"
+        return piecewise_line(why)
+    plain = plain_eager_line(config_mode, num_tokens)
+    if plain is not None:
+        return plain
     widest = max((d.num_tokens for d in manager.capture_order()), default=0)
     if num_tokens > widest:
         return f"{num_tokens} tokens exceed the widest graph ({widest} tokens)"

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...capture.model import SlotsFromConfig
 from ...capture.stepbatch import StepBatch
 from ...core.modes import AttentionCGSupport
 from .support import check_supported, require_transformers
@@ -102,7 +103,7 @@ class _StaticCacheBinding:
             layer.is_initialized = True
 
 
-class HFDecodeLM(nn.Module):
+class HFDecodeLM(SlotsFromConfig, nn.Module):
     """A transformers causal LM behind ``forward(input_ids[T], positions[T], slots[T])``.
 
     Serves uniform single-token decode steps in lock-step: T requests, one token each, all
@@ -197,15 +198,6 @@ class HFDecodeLM(nn.Module):
         self._pass_cache_position = "cache_position" in params
 
     # ----- what the runner reads -------------------------------------------------------------
-    @property
-    def num_slots(self) -> int:
-        return self.config.num_slots
-
-    @property
-    def dummy_slot(self) -> int:
-        """The cache slot padding rows read and write; never a real request's."""
-        return self.config.num_slots
-
     @property
     def device(self) -> torch.device:
         return self.kv_cache_0.device
