@@ -1,33 +1,30 @@
 """Host-side time of a vLLM server that no GPU kernel accounts for: the API server's front end
-per request and the engine's CPU work per step, added to the step clock of the replay.
+per request and its output work per engine step, on the step clock of the replay.
 
-Three parts, each a ``model`` figure:
+vLLM's V1 engine (0.11.0) runs the scheduler and the model in an engine-core process and the
+rest in one API-server process (``--api-server-count``, default 1): HTTP, the chat template
+and tokenization of each request, and one ``output_handler`` loop
+(``vllm/v1/engine/async_llm.py``) that detokenizes every running request's new token after
+every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Three parts, each a
+``model`` figure:
 
-- **front end** (``front_end_ms``, per request): the time between the client sending a
-  request and vLLM's scheduler seeing it: HTTP handling, the chat template, tokenization,
-  and the first token's detokenization and streaming back. vLLM runs all of it in one
-  API-server process (``vllm/entrypoints/openai/api_server.py``; ``--api-server-count``
-  defaults to 1 in 0.9-0.11), one request after another where it is CPU-bound, so the replay
-  serializes it: request ``i`` reaches the scheduler at ``max(sent_i, reached_{i-1}) +
-  front_end_ms`` (first come, first served; a request sent to an idle front end waits
-  ``front_end_ms`` only). Its TTFT is counted from when it was sent.
-- **request latency** (``request_latency_ms``, per request, not serialized): time a request
-  spends in flight that no CPU queue holds (the HTTP round trip, the first token's trip back
-  through the API server's output path and the client's stream parsing), added to its
-  arrival at the scheduler after the front end. It is what a lone request's TTFT carries
-  beyond its prefill at ``--max-concurrency 1``.
-- **per step** (``step_ms + step_request_ms * num_reqs``): the engine core's CPU time around
-  each forward pass that grows with the requests in the step (the scheduler's per-request
-  loop, preparing inputs, sampling bookkeeping and ``update_from_output`` in
-  ``vllm/v1/core/sched/scheduler.py`` and ``vllm/v1/worker/gpu_model_runner.py``, and the
-  output processor's detokenization of every running request, ``vllm/v1/engine/
-  output_processor.py``, 0.11.0). With synchronous scheduling (0.11's default) it is not
-  hidden behind the GPU, so it adds to every step; at a thousand running requests on a fast
-  GPU it is a large part of the step, on a slow GPU a small one.
+- **front end** (``front_end_ms``, per request): the API server's CPU time for a new request
+  (HTTP, chat template, tokenization), one request after another: request ``i`` reaches the
+  scheduler at ``max(sent_i, reached_{i-1}) + front_end_ms`` (first come, first served; a
+  request sent to an idle front end waits ``front_end_ms`` only). Its TTFT counts from when
+  it was sent.
+- **request latency** (``request_latency_ms``, per request, not serialized): time in flight
+  that no CPU queue holds (the HTTP round trip, the first token's trip back through the output
+  path and the client's stream parsing), added after the front end. With the front end it is
+  what a lone request's TTFT carries beyond its prefill at ``--max-concurrency 1``.
+- **per step** (``step_ms + step_request_ms * num_reqs``): the host's work for each engine
+  step's outputs, which grows with the requests in the step and runs beside the GPU, so a
+  step lasts the slower of the two (:meth:`ServingOverhead.paced_ms`): at a thousand running
+  requests on a fast GPU the host sets the pace, behind a slow GPU's step it does not show.
 
 :data:`VLLM_SERVING_OVERHEAD` holds the coefficients fitted on a fixed part of the published
-``vllm bench serve`` runs (see ``docs/calibration.md``, "Serving overhead", for the split and
-the error on the held-out runs); :data:`NO_SERVING_OVERHEAD` turns both parts off, for
+``vllm bench serve`` runs (``docs/calibration.md``, "Serving overhead", gives the split and
+the error on the held-out runs); :data:`NO_SERVING_OVERHEAD` turns every part off, for
 comparisons that need a replay's exact step times (oracle checks, step-cost checks).
 """
 
