@@ -5,8 +5,16 @@ Each run of ``cgdispatch/data/published_serving_runs.csv`` (URL per row) is repl
 :func:`cgdispatch.plan.published_serving.published_serving_comparison`: vLLM's traffic
 (random dataset and send times as its client draws them; a ShareGPT-like stand-in for
 ShareGPT; a closed loop run by the client in the replay), the release's default limits on the run's
-GPU, the logged (else modelled) KV cache, and today's step pricing
-(:func:`~cgdispatch.workload.latency.dispatched_step_time` over the device cost model).
+GPU, the logged (else modelled) KV cache, and today's step clock
+(:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price over the
+device cost model, paced by the host-side serving overhead, whose front end delays each
+request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
+
+The serving overhead's three coefficients are fitted on a fixed split of the runs
+(:func:`~cgdispatch.plan.published_serving.serving_fit_split`: the runs on H100); the bench
+prints the errors on the fit runs, on the held-out
+runs and on all, and the same without the overhead. ``--fit`` reruns the grid search on the
+fit split and prints it (about 5 minutes on 2 cores).
 
 Targets: the median of |simulated / published - 1| within 20% for mean TTFT, mean TPOT,
 output and total token throughput over >= 20 simulated runs (each metric over the runs
@@ -14,8 +22,8 @@ whose source gives it), and no run simulated as overloaded where the
 published one was not (judged only on open-loop runs at a finite rate: ``inf`` and closed
 loop have no overload to call).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py`` (about 40 s on 2 cores, a third of
-it building the device cost models).
+Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit]`` (about 25 s on 2 cores
+without ``--fit``: the table with the overhead and again without it).
 """
 
 from __future__ import annotations
@@ -28,22 +36,34 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from cgdispatch.plan.published_serving import oldest_release, published_serving_comparison
-from cgdispatch.workload.latency import dispatched_step_time
+from cgdispatch.plan.published_runs import published_serving_runs
+from cgdispatch.plan.published_serving import (
+    COMPARED_METRICS,
+    SERVING_FIT_GPU,
+    fit_serving_overhead,
+    median_errors,
+    oldest_release,
+    published_serving_comparison,
+    serving_fit_split,
+)
+from cgdispatch.workload.latency import dispatched_step_time, serving_step_time
+from cgdispatch.workload.serving_overhead import VLLM_SERVING_OVERHEAD
 
 # the step pricing under test, step_time_for(config, cost_model) -> step_time_ms(num_tokens,
 # num_reqs): a new pricing is judged by changing this one line
-STEP_TIME_FOR = dispatched_step_time
+STEP_TIME_FOR = serving_step_time
+# the grid --fit searches (ms): the front end per request (serialized), each request's time in
+# flight, the host's time per request in a step
+FIT_GRID = {
+    "front_end_ms": (10.0, 20.0, 30.0, 40.0),
+    "request_latency_ms": (20.0, 40.0, 60.0),
+    "step_request_ms": (0.2, 0.3, 0.4),
+}
 
 TARGET_MEDIAN_ERROR = 0.20
 TARGET_MIN_RUNS = 20
 LIGHT_MAX_PROMPTS = 10  # an inf-rate run of this few prompts barely queues: TTFT is mostly prefill
-METRICS = {
-    "mean_ttft_ms": "TTFT ms",
-    "mean_tpot_ms": "TPOT ms",
-    "output_throughput": "out tok/s",
-    "total_token_throughput": "all tok/s",
-}
+METRICS = COMPARED_METRICS
 
 
 def _flag(value: object) -> str:
@@ -79,17 +99,48 @@ def _table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _split_report(df: pd.DataFrame, fit: np.ndarray, baseline: pd.DataFrame) -> None:
+    """Median errors on the fit runs, the held-out runs and all, with and without the
+    serving overhead."""
+    parts = {
+        f"fit ({int(fit.sum())} runs)": fit,
+        f"held out ({int((~fit).sum())} runs)": ~fit,
+        f"all ({len(fit)} runs)": np.ones(len(fit), bool),
+    }
+    print(
+        f"\nmedian |sim/pub - 1| by split (fit: the runs on {SERVING_FIT_GPU}; held out: the "
+        "runs on other GPUs; overhead off: the GPU's step time alone)"
+    )
+    head = f"  {'split':22} {'overhead':8}" + "".join(f" {label:>10}" for label in METRICS.values())
+    print(head)
+    for name, mask in parts.items():
+        for tag, table in (("on", df), ("off", baseline)):
+            errs = median_errors(table[mask])
+            print(f"  {name:22} {tag:8}" + "".join(f" {errs[m]:10.1%}" for m in METRICS))
+
+
+def fit() -> None:
+    """The grid search on the fit split, printed with the point it picks."""
+    runs = published_serving_runs()
+    best, grid = fit_serving_overhead(runs[serving_fit_split(runs)], FIT_GRID)
+    print(grid.round(3).to_string(index=False))
+    print(f"\nbest on the fit split: {best} (shipped: {VLLM_SERVING_OVERHEAD})")
+
+
 def main() -> int:
     start = time.perf_counter()
     df = published_serving_comparison(
         step_time_for=STEP_TIME_FOR, progress=lambda items: tqdm(items, desc="runs")
     )
     wall_s = time.perf_counter() - start
+    baseline = published_serving_comparison(step_time_for=dispatched_step_time)
     print(
         f"\nPublished vllm bench serve runs vs the simulator (model figures: vLLM "
-        f"{oldest_release()}'s scheduler, step pricing {STEP_TIME_FOR.__name__}; x = simulated / published)\n"
+        f"{oldest_release()}'s scheduler, step pricing {STEP_TIME_FOR.__name__} with "
+        f"{VLLM_SERVING_OVERHEAD}; x = simulated / published)\n"
     )
     print(_table(df))
+    _split_report(df, serving_fit_split(published_serving_runs()), baseline)
     done = df[df["error"] == ""]
     print(f"\n{len(done)} of {len(df)} runs simulated in {wall_s:.1f} s")
     ok = len(done) >= TARGET_MIN_RUNS
@@ -124,4 +175,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if "--fit" in sys.argv[1:]:
+        fit()
+    else:
+        sys.exit(main())

@@ -107,6 +107,7 @@ def _run(
     key = cache.digest(
         "ladder_latency+sustain",
         *cache.frame_parts(check_requests(requests)), repr(limits), repr(config), str(seed),
+        repr(getattr(step, "serving_overhead", None)),
         *_price_table(cost_model, config),
     )  # fmt: skip
     return cache.cached_arrays("latency", key, build, memory=64)

@@ -8,7 +8,8 @@ on its GPU), its KV capacity (the size its start-up log printed where the source
 else :func:`~cgdispatch.estimate.startup.estimate_startup` at the run's
 ``gpu_memory_utilization``, default 0.9) and its step clock, ``step_time_for(config, cost_model)``:
 the one seam a new pricing plugs into (default
-:func:`~cgdispatch.workload.latency.dispatched_step_time`). Closed-loop runs
+:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price plus the
+host-side serving overhead, front end included). Closed-loop runs
 (``--max-concurrency``) run their client in the replay
 (:mod:`cgdispatch.workload.closed_loop`): a request is sent when a slot frees, exactly, in
 one pass. All simulated figures are ``model`` figures; nothing here measures.
@@ -16,9 +17,11 @@ one pass. All simulated figures are ``model`` figures; nothing here measures.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, fields
 from typing import Any
 
 import numpy as np
@@ -36,8 +39,9 @@ from ..workload.bench_traffic import (
     sharegpt_like_lengths,
 )
 from ..workload.closed_loop import with_max_concurrency
-from ..workload.latency import dispatched_step_time, simulate_latencies
+from ..workload.latency import serving_step_time, simulate_latencies
 from ..workload.limits import SchedulerLimits, scheduler_limits
+from ..workload.serving_overhead import ServingOverhead
 from .costs import CostModel
 from .published_runs import is_open_loop, offered_rate, published_serving_runs, serve_default_limits
 
@@ -52,6 +56,11 @@ __all__ = [
     "published_serving_comparison",
     "overloaded_published",
     "overloaded_simulated",
+    "serving_fit_split",
+    "median_errors",
+    "fit_serving_overhead",
+    "SERVING_FIT_GPU",
+    "COMPARED_METRICS",
 ]
 
 StepTimeFactory = Callable[[GraphConfig, CostModel], Callable[[int, int], float]]
@@ -200,7 +209,7 @@ def _solve(requests: pd.DataFrame, limits: SchedulerLimits, step, seed: int, con
 def simulate_published_run(
     row: pd.Series,
     *,
-    step_time_for: StepTimeFactory = dispatched_step_time,
+    step_time_for: StepTimeFactory = serving_step_time,
     cost_model_for: CostModelFactory = _cost_model,
     seed: int = 0,
     scheduler_release: str | None = None,
@@ -266,7 +275,7 @@ _COMPARED = {  # published column -> simulated column
 def published_serving_comparison(
     runs: pd.DataFrame | None = None,
     *,
-    step_time_for: StepTimeFactory = dispatched_step_time,
+    step_time_for: StepTimeFactory = serving_step_time,
     cost_model_for: CostModelFactory = _cost_model,
     seed: int = 0,
     progress: Callable[[Iterable], Iterable] | None = None,
@@ -299,3 +308,73 @@ def published_serving_comparison(
             out[f"ratio_{pub}"] = float(value) / float(out[pub]) if out[pub] else math.nan
         rows.append(out)
     return pd.DataFrame(rows)
+
+
+# The runs the serving overhead (VLLM_SERVING_OVERHEAD) is fitted on: those on this GPU
+# (GPUStack's H100 pages: Qwen3-14B/32B at an inf rate, Qwen3-8B at max-concurrency 1-8, the
+# quantization page's BF16 row; vLLM 0.9.2 and 0.11.0). Held out: every run on another GPU
+# (GPUStack's A100 and RTX 4090 runs, dennislee22's A100 runs with vLLM 0.10.1.1 and the
+# completions client): a slower GPU, where the host's share of a step is smaller.
+SERVING_FIT_GPU = "H100-SXM"
+# the figures judged end to end, published column -> printed label
+COMPARED_METRICS = {
+    "mean_ttft_ms": "TTFT ms",
+    "mean_tpot_ms": "TPOT ms",
+    "output_throughput": "out tok/s",
+    "total_token_throughput": "all tok/s",
+}
+
+
+def serving_fit_split(runs: pd.DataFrame) -> np.ndarray:
+    """True for the runs the serving overhead is fitted on (those on :data:`SERVING_FIT_GPU`),
+    False for the held-out ones."""
+    return np.asarray(runs["gpu"].astype(str) == SERVING_FIT_GPU, bool)
+
+
+def median_errors(comparison: pd.DataFrame) -> dict[str, float]:
+    """Per compared figure, the median of |simulated / published - 1| over the simulated runs
+    of a :func:`published_serving_comparison` table (NaN where none gives it)."""
+    done = comparison[comparison["error"] == ""]
+    out = {}
+    for pub in COMPARED_METRICS:
+        err = np.abs(done[f"ratio_{pub}"].to_numpy(dtype=float) - 1.0)
+        err = err[~np.isnan(err)]
+        out[pub] = float(np.median(err)) if len(err) else math.nan
+    return out
+
+
+def fit_serving_overhead(
+    runs: pd.DataFrame,
+    grid: Mapping[str, Iterable[float]],
+    *,
+    cost_model_for: CostModelFactory = _cost_model,
+    seed: int = 0,
+) -> tuple[ServingOverhead, pd.DataFrame]:
+    """The point of ``grid`` (a :class:`ServingOverhead` field name -> the values to try;
+    fields not named stay 0) that minimizes the mean over :data:`COMPARED_METRICS` of the
+    median error on ``runs`` (pass the fit split only), and every point with its errors."""
+    names = list(grid)
+    bad = [n for n in names if n not in {f.name for f in fields(ServingOverhead)}]
+    if bad or not names:
+        raise ValueError(
+            f"grid fields {bad or names!r} are invalid: name ServingOverhead fields "
+            f"({', '.join(f.name for f in fields(ServingOverhead))}) with the values to try"
+        )
+    points = list(itertools.product(*(list(grid[n]) for n in names)))
+    if not points:
+        raise ValueError("fit_serving_overhead needs at least one value per grid field: give some")
+    rows = []
+    for point in points:
+        over = ServingOverhead(**dict(zip(names, (float(v) for v in point))))
+
+        def clock(config: GraphConfig, cost: CostModel, over: ServingOverhead = over):
+            return serving_step_time(config, cost, overhead=over)
+
+        table = published_serving_comparison(
+            runs, step_time_for=clock, cost_model_for=cost_model_for, seed=seed
+        )
+        errs = median_errors(table)
+        rows.append({**asdict(over), **errs, "objective": float(np.nanmean(list(errs.values())))})
+    frame = pd.DataFrame(rows)
+    best = frame.loc[frame["objective"].idxmin()]
+    return ServingOverhead(**{n: float(best[n]) for n in names}), frame

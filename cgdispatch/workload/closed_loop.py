@@ -62,9 +62,16 @@ class ClosedLoop:
         after: list[int],  # per request: the request whose finish makes it due (-1: none)
         delay_s: list[float],  # per follower: the wait after that finish
         max_concurrency: int | None,
+        front_end_ms: float = 0.0,
+        latency_ms: float = 0.0,
     ) -> None:
         n = len(due_s)
-        self.arrived_s = [math.nan] * n  # when each request reached the server
+        self.arrived_s = [math.nan] * n  # when the client sent each request
+        # the server's front end (serving_overhead): a sent request reaches the scheduler
+        # this long after the front end is free, one request at a time
+        self._front_s = front_end_ms / 1e3
+        self._front_free_s = -math.inf
+        self._latency_s = latency_ms / 1e3  # then in flight this long, not serialized
         self._followers: dict[int, list[int]] = {}
         self._ready: list[tuple[float, int]] = []  # (due time, request), a heap
         for i in range(n):
@@ -85,22 +92,38 @@ class ClosedLoop:
         """Requests that have not arrived yet."""
         return self._left
 
-    def next_s(self) -> float:
-        """The earliest time a request can arrive now (inf: none until something finishes)."""
+    def _sent_s(self) -> float:
+        """When the next request is sent (inf: none until something finishes)."""
         if not self._ready or (self._slots is not None and not self._slots):
             return math.inf
         due = self._ready[0][0]
         return due if self._slots is None else max(due, self._slots[0])
 
+    def next_s(self) -> float:
+        """The earliest time a request can reach the scheduler now (inf: none until
+        something finishes): when it is sent, plus the front end's time."""
+        sent = self._sent_s()
+        if sent == math.inf:
+            return sent
+        return self._front_done_s(sent) + self._latency_s
+
+    def _front_done_s(self, sent_s: float) -> float:
+        """When the front end is done with a request sent at ``sent_s``."""
+        if self._front_s == 0.0:
+            return sent_s
+        return max(sent_s, self._front_free_s) + self._front_s
+
     def pop_due(self, now_s: float) -> list[int]:
-        """The requests that have arrived by ``now_s``, in arrival order (each recorded in
-        :attr:`arrived_s`)."""
+        """The requests that have reached the scheduler by ``now_s``, in arrival order (each
+        one's send time recorded in :attr:`arrived_s`)."""
         out = []
         while (t := self.next_s()) <= now_s and t < math.inf:
+            sent = self._sent_s()
             _, i = heapq.heappop(self._ready)
             if self._slots is not None:
                 self._slots.popleft()
-            self.arrived_s[i] = t
+            self._front_free_s = self._front_done_s(sent)
+            self.arrived_s[i] = sent
             out.append(i)
         self._left -= len(out)
         return out
@@ -114,10 +137,15 @@ class ClosedLoop:
             heapq.heappush(self._ready, (when_s + self._delay_s[j], j))
 
 
-def closed_loop_for(requests: pd.DataFrame) -> ClosedLoop | None:
+def closed_loop_for(
+    requests: pd.DataFrame, front_end_ms: float = 0.0, latency_ms: float = 0.0
+) -> ClosedLoop | None:
     """The :class:`ClosedLoop` of a checked request table in the replay's row order (sorted
     by arrival), or None when its arrivals are all fixed (no delayed turns, no limit). A
-    turn whose previous turn is not in the table arrives at its ``arrival_s``."""
+    turn whose previous turn is not in the table arrives at its ``arrival_s``.
+    ``front_end_ms``, ``latency_ms``: the serving front end's time per request (serialized)
+    and each request's time in flight after it
+    (:class:`~cgdispatch.workload.serving_overhead.ServingOverhead`)."""
     limit = max_concurrency_of(requests)
     has_turns = "delay_s" in requests.columns and requests["delay_s"].notna().any()
     if limit is None and not has_turns:
@@ -135,4 +163,4 @@ def closed_loop_for(requests: pd.DataFrame) -> ClosedLoop | None:
             if prev is not None:  # else its previous turn is not in this table (a held-out
                 after[k], delay[k] = prev, wait[k]  # part, a rejected turn): its arrival_s
     due = requests["arrival_s"].to_numpy(np.float64)
-    return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit)
+    return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit, front_end_ms, latency_ms)

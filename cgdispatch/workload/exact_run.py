@@ -15,6 +15,7 @@ from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
 from .closed_loop import closed_loop_for
 from .limits import SchedulerLimits
+from .serving_overhead import front_end_arrivals_s
 from .steps import HASH_IDS_COLUMN, LORA_COLUMN, STEP_FIELDS, TOKEN_IDS_COLUMN, Step
 from .vllm_call import AcceptFn, ScheduleCall, SteadyStretch
 from .vllm_engine import run_engine
@@ -64,6 +65,12 @@ class ExactRun:
         self.limits = lim = limits
         self.rows = requests.index.to_numpy()  # core index -> row of the caller's table
         self.arrival_s = requests["arrival_s"].to_numpy(dtype=np.float64)
+        # the serving front end (the step clock's, when it has one): requests reach the
+        # scheduler after it; their arrival stays when the client sent them
+        overhead = getattr(step_time_ms, "serving_overhead", None)
+        self.front_end_ms = float(getattr(overhead, "front_end_ms", 0.0))
+        self.latency_ms = float(getattr(overhead, "request_latency_ms", 0.0))
+        self.reach_s = front_end_arrivals_s(self.arrival_s, self.front_end_ms, self.latency_ms)
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = requests["output_tokens"].to_numpy(dtype=np.int64)
         lora = (
@@ -118,7 +125,7 @@ class ExactRun:
         )
         # arrivals that wait on finishes (a client's concurrency limit, delayed turns): the
         # core tells the closed loop of each finish; None keeps the fixed arrival times
-        self.closed = closed_loop_for(requests)
+        self.closed = closed_loop_for(requests, self.front_end_ms, self.latency_ms)
         if self.closed is not None:
             self.core._finish = self._finish_closed  # type: ignore[method-assign]
         self.record_calls = record_calls
@@ -221,7 +228,7 @@ class ExactRun:
         bound = int(self.core.prompt_total() + sum(self.core.max_tokens)) * 2 + 16
         run_engine(
             self.core,
-            self.arrival_s.tolist(),
+            self.reach_s.tolist(),
             self._call_time_s,
             self._stretch_time_s,
             self._on_call,

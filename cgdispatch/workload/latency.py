@@ -24,6 +24,7 @@ from ..core.modes import CUDAGraphMode
 from ..core.step_content import StepContent
 from .limits import SchedulerLimits
 from .replay import default_step_time_ms, start_replay
+from .serving_overhead import VLLM_SERVING_OVERHEAD, ServingOverhead, serving_overhead_of
 
 __all__ = [
     "LatencyRun",
@@ -31,6 +32,7 @@ __all__ = [
     "latency_summary",
     "simulate_latencies",
     "dispatched_step_time",
+    "serving_step_time",
     "DispatchedStepTime",
     "LATENCY_COLUMNS",
 ]
@@ -132,7 +134,16 @@ class DispatchedStepTime:
     size-only call.
     """
 
-    def __init__(self, config: GraphConfig, cost_model: _StepCost, cache_size: int) -> None:
+    def __init__(
+        self,
+        config: GraphConfig,
+        cost_model: _StepCost,
+        cache_size: int,
+        overhead: ServingOverhead | None = None,
+    ) -> None:
+        # host-side serving time (per step, per request in it; the front end per request,
+        # which the replay reads from here); off: the GPU's step time alone
+        self.serving_overhead = serving_overhead_of(overhead)
         self.dispatcher = make_graph_dispatcher(config, record_stats=False)
         self.q = config.uniform_decode_query_len
         self.cost_model = cost_model
@@ -163,7 +174,9 @@ class DispatchedStepTime:
 
     def __call__(self, num_tokens: int, num_reqs: int) -> float:
         """Size-only: a step of ``num_tokens`` priced as the cost model prices a size."""
-        return self._sized(num_tokens, num_reqs)
+        if num_tokens == 0:
+            return 0.0
+        return self.serving_overhead.paced_ms(self._sized(num_tokens, num_reqs), num_reqs)
 
     def content_ms(self, content: StepContent) -> float:
         """A step priced from what it holds (size-only when the cost model cannot)."""
@@ -171,17 +184,44 @@ class DispatchedStepTime:
         if num_tokens == 0:
             return 0.0
         if self.pricer is None:
-            return self._sized(num_tokens, content.num_reqs)
-        mode, padded = self._route(num_tokens, content.num_reqs)
-        return self.scale * self.pricer.step_ms(content, mode, padded)
+            gpu_ms = self._sized(num_tokens, content.num_reqs)
+        else:
+            mode, padded = self._route(num_tokens, content.num_reqs)
+            gpu_ms = self.scale * self.pricer.step_ms(content, mode, padded)
+        return self.serving_overhead.paced_ms(gpu_ms, content.num_reqs)
 
 
 def dispatched_step_time(
-    config: GraphConfig, cost_model: _StepCost, *, cache_size: int = 1 << 16
+    config: GraphConfig,
+    cost_model: _StepCost,
+    *,
+    cache_size: int = 1 << 16,
+    overhead: ServingOverhead | None = None,
 ) -> DispatchedStepTime:
     """``step_time_ms(num_tokens, num_reqs)`` priced at the runtime mode and padded size that
     ``config``'s dispatcher (its ``vllm_version``'s generation) picks for the step. A step of
     ``q * num_reqs`` tokens is taken as a uniform decode (q = 1 + speculative tokens); an
     empty schedule call costs nothing. The replay of vLLM's scheduler prices each step from
-    what it holds instead (:meth:`DispatchedStepTime.content_ms`) when the cost model can."""
-    return DispatchedStepTime(config, cost_model, cache_size)
+    what it holds instead (:meth:`DispatchedStepTime.content_ms`) when the cost model can.
+
+    ``overhead``: host-side serving time
+    (:class:`~cgdispatch.workload.serving_overhead.ServingOverhead`): its per-step part
+    paces every non-empty step, its front-end part delays each request's arrival at the
+    scheduler in the replay. None (default): off, the cost model's step time alone; the
+    published-run comparison passes
+    :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`; the planning
+    paths (``tune``, ``plan``) leave it off (its held-out error: docs/calibration.md)."""
+    return DispatchedStepTime(config, cost_model, cache_size, overhead)
+
+
+def serving_step_time(
+    config: GraphConfig,
+    cost_model: _StepCost,
+    *,
+    overhead: ServingOverhead | None = VLLM_SERVING_OVERHEAD,
+) -> DispatchedStepTime:
+    """The step clock of a served replay: :func:`dispatched_step_time` with the host-side
+    serving overhead on (default
+    :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`; None: off). The
+    clock the published-run comparison uses (opt-in elsewhere: pass it as ``step_time_ms``)."""
+    return dispatched_step_time(config, cost_model, overhead=overhead)

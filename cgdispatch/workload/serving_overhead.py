@@ -1,0 +1,139 @@
+"""Host-side time of a vLLM server that no GPU kernel accounts for: the API server's front end
+per request and its output work per engine step, on the step clock of the replay.
+
+vLLM's V1 engine (0.11.0) runs the scheduler and the model in an engine-core process and the
+rest in one API-server process (``--api-server-count``, default 1): HTTP, the chat template
+and tokenization of each request, and one ``output_handler`` loop
+(``vllm/v1/engine/async_llm.py``) that detokenizes every running request's new token after
+every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Three parts, each a
+``model`` figure:
+
+- **front end** (``front_end_ms``, per request): the API server's CPU time for a new request
+  (HTTP, chat template, tokenization), one request after another: request ``i`` reaches the
+  scheduler at ``max(sent_i, reached_{i-1}) + front_end_ms`` (first come, first served; a
+  request sent to an idle front end waits ``front_end_ms`` only). Its TTFT counts from when
+  it was sent.
+- **request latency** (``request_latency_ms``, per request, not serialized): time in flight
+  that no CPU queue holds (the HTTP round trip, the first token's trip back through the output
+  path and the client's stream parsing), added after the front end. With the front end it is
+  what a lone request's TTFT carries beyond its prefill at ``--max-concurrency 1``.
+- **per step** (``step_ms + step_request_ms * num_reqs``): the host's work for each engine
+  step's outputs, which grows with the requests in the step and runs beside the GPU, so a
+  step lasts the slower of the two (:meth:`ServingOverhead.paced_ms`): at a thousand running
+  requests on a fast GPU the host sets the pace, behind a slow GPU's step it does not show.
+
+:data:`VLLM_SERVING_OVERHEAD` holds the coefficients fitted on a fixed part of the published
+``vllm bench serve`` runs (``docs/calibration.md``, "Serving overhead", gives the split and
+the error on the held-out runs); :data:`NO_SERVING_OVERHEAD` turns every part off, for
+comparisons that need a replay's exact step times (oracle checks, step-cost checks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "ServingOverhead",
+    "NO_SERVING_OVERHEAD",
+    "VLLM_SERVING_OVERHEAD",
+    "front_end_arrivals_s",
+    "serving_overhead_of",
+]
+
+_MAX_MS = 10_000.0  # an overhead above 10 s a request or a step is a unit mistake
+
+
+def _check(name: str, value: object) -> float:
+    try:
+        ms = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        ms = math.nan
+    if isinstance(value, bool) or not math.isfinite(ms) or not 0.0 <= ms <= _MAX_MS:
+        raise ValueError(
+            f"{name}={value!r} is invalid: an overhead is a finite number of milliseconds "
+            f"in [0, {_MAX_MS:g}]; give e.g. {name}=0.0 to turn it off"
+        )
+    return ms
+
+
+@dataclass(frozen=True)
+class ServingOverhead:
+    """Host-side serving time the GPU cost model does not price (all in ms, ``model``).
+
+    ``front_end_ms``: per request, sent -> seen by the scheduler, serialized in the API
+    server. ``step_ms``: per engine step. ``step_request_ms``: per request in a step.
+    ``request_latency_ms``: per request, in flight, not serialized.
+    """
+
+    front_end_ms: float = 0.0
+    step_ms: float = 0.0
+    step_request_ms: float = 0.0
+    request_latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("front_end_ms", "step_ms", "step_request_ms", "request_latency_ms"):
+            object.__setattr__(self, name, _check(name, getattr(self, name)))
+
+    @property
+    def is_off(self) -> bool:
+        """Whether both parts are zero (the replay's clock is the GPU's alone)."""
+        return not (
+            self.front_end_ms or self.step_ms or self.step_request_ms or self.request_latency_ms
+        )
+
+    def step_overhead_ms(self, num_reqs: int) -> float:
+        """The host time added to one step holding ``num_reqs`` requests (0 requests: an
+        empty schedule call, which costs nothing)."""
+        if num_reqs <= 0:
+            return 0.0
+        return self.step_ms + self.step_request_ms * num_reqs
+
+    def paced_ms(self, gpu_ms: float, num_reqs: int) -> float:
+        """A step's duration on the serving clock: the slower of the GPU step (``gpu_ms``)
+        and the host's work for its ``num_reqs`` requests, which runs beside it."""
+        return max(float(gpu_ms), self.step_overhead_ms(num_reqs))
+
+
+NO_SERVING_OVERHEAD = ServingOverhead()
+
+# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: front end 10-40 ms, in flight
+# 20-60 ms, 0.2-0.4 ms per request in a step) on the fit split of
+# cgdispatch/data/published_serving_runs.csv (the 15 runs on H100: GPUStack's pages, vLLM
+# 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 30 held-out runs (A100,
+# RTX 4090). step_ms was not fitted (0): no run separates it from the GPU's fixed cost.
+VLLM_SERVING_OVERHEAD = ServingOverhead(
+    front_end_ms=30.0, step_ms=0.0, step_request_ms=0.3, request_latency_ms=20.0
+)
+
+
+def serving_overhead_of(overhead: ServingOverhead | None) -> ServingOverhead:
+    """``overhead`` checked (None: :data:`NO_SERVING_OVERHEAD`)."""
+    if overhead is None:
+        return NO_SERVING_OVERHEAD
+    if not isinstance(overhead, ServingOverhead):
+        raise ValueError(
+            f"overhead={overhead!r} is not a ServingOverhead: give "
+            "cgdispatch.workload.serving_overhead.ServingOverhead(...), VLLM_SERVING_OVERHEAD "
+            "or None (off)"
+        )
+    return overhead
+
+
+def front_end_arrivals_s(
+    sent_s: np.ndarray, front_end_ms: float, request_latency_ms: float = 0.0
+) -> np.ndarray:
+    """When requests sent at ``sent_s`` (seconds, sorted) reach the scheduler through a front
+    end that serves one request at a time for ``front_end_ms`` each, first come first served,
+    each then ``request_latency_ms`` later."""
+    sent = np.asarray(sent_s, dtype=np.float64)
+    if front_end_ms <= 0.0 or len(sent) == 0:
+        return sent + request_latency_ms / 1e3
+    if np.any(np.diff(sent) < 0):
+        raise ValueError("sent_s must be sorted: sort the requests by arrival_s first")
+    cost = front_end_ms / 1e3
+    # reached_i = max(sent_i, reached_{i-1}) + cost = cost * (i + 1) + max_{j<=i}(sent_j - cost * j)
+    steps = cost * np.arange(len(sent), dtype=np.float64)
+    return np.maximum.accumulate(sent - steps) + steps + cost + request_latency_ms / 1e3

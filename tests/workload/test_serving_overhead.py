@@ -1,0 +1,170 @@
+"""The host-side serving overhead on the replay's clock: per step (paced by the slower of GPU
+and host), per request at the front end (serialized), off by default for exact steps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cgdispatch.core.config import GraphConfig
+from cgdispatch.core.modes import CUDAGraphMode
+from cgdispatch.workload.closed_loop import with_max_concurrency
+from cgdispatch.workload.latency import dispatched_step_time, serving_step_time, simulate_latencies
+from cgdispatch.workload.limits import SchedulerLimits
+from cgdispatch.workload.serving_overhead import (
+    NO_SERVING_OVERHEAD,
+    VLLM_SERVING_OVERHEAD,
+    ServingOverhead,
+    front_end_arrivals_s,
+)
+
+
+class Constant:
+    """A cost model whose every step takes ``ms`` (model)."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def step_time_ms(self, mode: CUDAGraphMode, num_tokens: np.ndarray) -> np.ndarray:
+        return np.full(len(np.atleast_1d(num_tokens)), self.ms)
+
+
+CFG = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8], cudagraph_mode="FULL_AND_PIECEWISE")
+
+
+def _requests(rng: np.random.Generator, n: int, gap_s: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "arrival_s": np.cumsum(rng.uniform(gap_s, 2 * gap_s, n)),
+            "prompt_tokens": rng.integers(1, 500, n),
+            "output_tokens": rng.integers(1, 40, n),
+        }
+    )
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "x", True, 1e9])
+def test_bad_overheads_are_refused_by_name(bad: object) -> None:
+    for name in ("front_end_ms", "step_ms", "step_request_ms", "request_latency_ms"):
+        with pytest.raises(ValueError, match=name):
+            ServingOverhead(**{name: bad})  # type: ignore[arg-type]
+
+
+def test_step_overhead_is_monotone_in_requests_and_zero_when_off() -> None:
+    rng = np.random.default_rng()
+    for _ in range(20):
+        over = ServingOverhead(*rng.uniform(0, 5, 4))
+        reqs = np.sort(rng.integers(1, 2000, 30))
+        host = [over.step_overhead_ms(int(n)) for n in reqs]
+        assert np.all(np.diff(host) >= 0)
+        assert host == pytest.approx(over.step_ms + over.step_request_ms * reqs)
+        assert over.step_overhead_ms(0) == 0.0
+        assert NO_SERVING_OVERHEAD.step_overhead_ms(int(reqs[-1])) == 0.0
+        gpu = float(rng.uniform(0, 50))
+        assert over.paced_ms(gpu, int(reqs[0])) == max(gpu, host[0])
+    assert NO_SERVING_OVERHEAD.is_off and not VLLM_SERVING_OVERHEAD.is_off
+
+
+def test_front_end_serves_one_request_at_a_time() -> None:
+    rng = np.random.default_rng()
+    sent = np.sort(rng.uniform(0, 2, 300))
+    cost_ms = float(rng.uniform(1, 30))
+    want, free = [], -math.inf
+    for t in sent:  # first come, first served, one at a time
+        free = max(t, free) + cost_ms / 1e3
+        want.append(free)
+    np.testing.assert_allclose(front_end_arrivals_s(sent, cost_ms), want, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(front_end_arrivals_s(sent, 0.0), sent)
+    lat_ms = float(rng.uniform(1, 100))  # in flight after the front end, not serialized
+    np.testing.assert_allclose(
+        front_end_arrivals_s(sent, cost_ms, lat_ms), np.asarray(want) + lat_ms / 1e3, atol=1e-12
+    )
+    with pytest.raises(ValueError, match="sorted"):
+        front_end_arrivals_s(sent[::-1], cost_ms)
+
+
+def test_off_is_the_plain_dispatched_clock() -> None:
+    rng = np.random.default_rng()
+    req = _requests(rng, 60, 0.01)
+    lim = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=512)
+    plain = simulate_latencies(req, lim, step_time_ms=dispatched_step_time(CFG, Constant(7.0)))
+    off = simulate_latencies(
+        req, lim, step_time_ms=serving_step_time(CFG, Constant(7.0), overhead=None)
+    )
+    pd.testing.assert_frame_equal(plain.steps, off.steps)
+    pd.testing.assert_frame_equal(plain.requests, off.requests)
+
+
+def test_front_end_adds_its_time_to_each_lone_request() -> None:
+    """Requests far apart never share a step: with the front end each one's TTFT and end to
+    end grow by exactly its time, and nothing else changes."""
+    rng = np.random.default_rng()
+    step_ms, front_ms = float(rng.uniform(2, 10)), float(rng.uniform(5, 60))
+    lat_ms = float(rng.uniform(0, 60))
+    req = _requests(rng, 40, 5.0)
+    lim = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=512)
+    base = simulate_latencies(req, lim, step_time_ms=dispatched_step_time(CFG, Constant(step_ms)))
+    over = ServingOverhead(front_end_ms=front_ms, request_latency_ms=lat_ms)
+    front_ms += lat_ms  # what a lone request waits before the scheduler sees it
+    got = simulate_latencies(
+        req, lim, step_time_ms=dispatched_step_time(CFG, Constant(step_ms), overhead=over)
+    )
+    b, g = base.requests, got.requests
+    np.testing.assert_allclose(g["arrival_s"], b["arrival_s"])  # counted from the send
+    np.testing.assert_allclose(g["ttft_s"], b["ttft_s"] + front_ms / 1e3, atol=1e-9)
+    np.testing.assert_allclose(g["e2e_s"], b["e2e_s"] + front_ms / 1e3, atol=1e-9)
+    assert len(got.steps) == len(base.steps)
+
+
+def test_host_time_paces_steps_it_exceeds() -> None:
+    """Each step lasts the slower of the GPU step and the host's time for its requests:
+    the gaps between step starts, recomputed from each step's request count."""
+    rng = np.random.default_rng()
+    gpu_ms = float(rng.uniform(1, 5))
+    over = ServingOverhead(
+        step_ms=float(rng.uniform(0, 2)), step_request_ms=float(rng.uniform(0.2, 1))
+    )
+    req = _requests(rng, 80, 1e-4)
+    req["arrival_s"] = 0.0  # all at once: steps follow each other with no idle gap
+    lim = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256)
+    run = simulate_latencies(
+        req, lim, step_time_ms=dispatched_step_time(CFG, Constant(gpu_ms), overhead=over)
+    )
+    steps = run.steps[run.steps["num_tokens"] > 0]
+    want = [max(gpu_ms, over.step_ms + over.step_request_ms * n) for n in steps["num_reqs"]]
+    np.testing.assert_allclose(np.diff(steps["time_s"].to_numpy()) * 1e3, want[:-1], rtol=1e-9)
+    base = simulate_latencies(req, lim, step_time_ms=dispatched_step_time(CFG, Constant(gpu_ms)))
+    assert run.requests["finish_s"].max() >= base.requests["finish_s"].max()
+
+
+def test_closed_loop_waits_on_the_front_end() -> None:
+    """One request in flight at a time: each is sent when the previous one finished and
+    its TTFT is the front end's time plus its steps."""
+    rng = np.random.default_rng()
+    step_ms, front_ms = float(rng.uniform(2, 10)), float(rng.uniform(5, 60))
+    req = _requests(rng, 30, 0.0)
+    req["arrival_s"] = 0.0
+    lim = SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=512)
+    lat_ms = float(rng.uniform(0, 60))
+    over = ServingOverhead(front_end_ms=front_ms, request_latency_ms=lat_ms)
+    front_ms += lat_ms
+    step = dispatched_step_time(CFG, Constant(step_ms), overhead=over)
+    got = simulate_latencies(with_max_concurrency(req, 1), lim, step_time_ms=step).requests
+    got = got.sort_values("arrival_s")
+    prefill_steps = np.ceil(got["prompt_tokens"] / 512)
+    np.testing.assert_allclose(
+        got["ttft_s"], front_ms / 1e3 + prefill_steps * step_ms / 1e3, rtol=1e-9
+    )
+    # the next request is sent when the previous one finished
+    np.testing.assert_allclose(
+        got["arrival_s"].to_numpy()[1:], got["finish_s"].to_numpy()[:-1], rtol=1e-9
+    )
+
+
+def test_the_serving_clock_carries_the_fitted_overhead_and_the_plain_one_none() -> None:
+    assert serving_step_time(CFG, Constant(1.0)).serving_overhead == VLLM_SERVING_OVERHEAD
+    assert dispatched_step_time(CFG, Constant(1.0)).serving_overhead.is_off
+    with pytest.raises(ValueError, match="overhead"):
+        dispatched_step_time(CFG, Constant(1.0), overhead=3.0)  # type: ignore[arg-type]
