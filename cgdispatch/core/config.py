@@ -186,7 +186,7 @@ class GraphConfig(metaclass=_BuiltFromRules):
     _asked: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
     _asked_own: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # the whole release the user named ("0.11.0"), of which vllm_version keeps only the
-    # generation ("0.33"): the release's own defaults (async scheduling, KV budget) read it
+    # dispatch generation: the release's own defaults (async scheduling, KV budget) read it
     _release: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -232,7 +232,7 @@ class GraphConfig(metaclass=_BuiltFromRules):
     @property
     def release(self) -> str:
         """The whole vLLM release this config models, as named (``"0.11.0"``;
-        ``vllm_version`` holds its dispatch generation, ``"0.33"``): the release whose own
+        ``vllm_version`` holds its dispatch generation): the release whose own
         defaults apply where they differ within a generation (async scheduling by default,
         the KV budget; :func:`~cgdispatch.core.release_table.release_defaults`)."""
         return self._release or self.vllm_version
