@@ -252,7 +252,8 @@ class GraphPricing:
 
     @property
     def pool_factor(self) -> float:
-        """The graph-pool factor of this GPU's architecture (1 on the fitted H100's)."""
+        """The graph-pool factor of this GPU: its own where fitted, else its architecture's (1 on
+        the fitted H100's)."""
         return self.coefficients.pool_factor(self.spec)
 
     @property
