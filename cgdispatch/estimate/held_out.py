@@ -192,8 +192,8 @@ def held_out_targets(errors: pd.DataFrame | None = None) -> pd.DataFrame:
 RUN_NOTES = {
     "tokenkaki-qwen3-8b--a100-40gb--v0.19.1": (
         "vLLM's own profiled estimate (2.35 GiB) agrees with the logged pool: the pool on "
-        "this A100 40GB really is ~2.9x the model's; the Ampere factor (fitted on 8 runs, "
-        "from 0.4x to 3.3x) does not capture it"
+        "this A100 40GB really is ~2.9x the H100 fit's, as on the one A100 40GB device_fit "
+        "run (energyllm, 3.3x) that the A100 40GB factor is fitted on"
     ),
     "tokenkaki-qwen3-8b--a100-40gb--v0.9.2": (
         "the same machine and model as the 0.19.1 run (2.44 GiB there): the pool is the "
@@ -209,48 +209,50 @@ RUN_NOTES = {
     ),
     "agentic-ai-eks-qwen2.5-72b--l40s--tp4--v0.19.0": (
         "TP4 over PCIe with custom all-reduce off (NCCL only): vLLM's own estimate (2.73 "
-        "GiB) agrees with the logged pool, so the pool is real; the non-torch memory of "
-        "NCCL-only TP is not the fitted TP value (H100 NVLink runs), which the KV "
-        "decomposition shows; capture likely slower for the NCCL all-reduce per graph"
+        "GiB) agrees with the logged pool, so the pool is real, 2.4x the H100 fit where "
+        "the one L40S device_fit run (TP1) logs 0.78x: likely the NCCL all-reduce captured "
+        "in every graph on PCIe (no TP run on a PCIe GPU is fitted); capture likely slower "
+        "for the same reason"
     ),
     "daisuketakai-qwen3-32b--h100--tp4--v0.10.0": (
-        "0.10.0 at TP4: the KV decomposition puts the gap on non-KV memory other than "
-        "weights (TP non-torch memory is fitted on 0.19 runs)"
+        "0.10.0 at TP4 on NVLink H100s: the KV decomposition puts 3.3 GiB more non-KV "
+        "memory beyond weights in the log than in the model (TP non-torch memory is fitted "
+        "on 0.19 runs; what 0.10.0 adds the log does not say)"
     ),
     "daisuketakai-qwen3-32b--h100--tp8--kvfp8--v0.10.0": (
         "83 s of capture at TP8 against 5 s at TP4 on the same cluster (reproduced on "
         "another day): not a cost of the graphs; the KV gap as for the TP4 run"
     ),
     "zyfjrx-qwen3-14b--a100-80gb--v0.10.0": (
-        "2.49 GiB on an A100 80GB where three other A100 80GB runs log 0.50-0.65 GiB for "
-        "7B models: a machine effect no run fitted shows (fresh compile, 41.55 s)"
+        "2.49 GiB on an A100 80GB where the other A100 80GB runs log 0.50-0.65 GiB for "
+        "3-8B models (the A100 80GB factor, 0.93, is fitted on three of them): a machine "
+        "effect no run fitted shows, like the A100 40GB pools (fresh compile, 41.55 s)"
     ),
     "dennislee22-qwen2-7b--a100-80gb--gmu0.25--v0.10.1.1": (
         "KV: at gpu_memory_utilization 0.25 the KV cache is 5 GiB, so a 0.3 GiB miss in "
         "non-KV memory is -6.6% of it (the same setup at 0.5 is within 1.5%)"
     ),
     "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.25--v0.10.1.1": (
-        "TP2 on A100 80GB in 0.10.1.1: the KV decomposition puts 1.8 GiB more non-KV "
-        "memory in the model than the log implies (the fitted TP non-torch memory, 2.1 "
-        "GiB on H100 NVLink with 0.19, is too large here); capture: 4 s logged in whole "
-        "seconds"
+        "capture: 4 s logged in whole seconds against 2.8 modelled (the fitted TP runs "
+        "take ~1 s more than TP1 on H100, which the model gives only in part)"
     ),
     "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.5--v0.10.1.1": (
-        "as the gmu 0.25 run of this setup: the fitted TP non-torch memory is too large "
-        "for this release and GPU"
+        "capture: as the gmu 0.25 run of this setup (4 s logged in whole seconds)"
     ),
     "dennislee22-qwen2-7b--a100-40gb--tp2-2nodes-ray--v0.10.1.1": (
         "TP2 across two nodes over Ray (NCCL over the network): the pool is 1.00 GiB "
-        "against 0.65 GiB for the same TP2 in one node, capture 11 s against 4 s; the "
-        "model has no term for cross-node TP"
+        "against 0.65 GiB for the same TP2 in one node of A100 80GBs, where the A100 40GB "
+        "factor (3.3x, fitted on one single-GPU run) gives 1.76; capture 11 s against 4 s; "
+        "KV: 0.9 GiB more non-KV memory than one node's (NCCL's network buffers, likely); "
+        "the model has no term for cross-node TP"
     ),
     "elloraa-deepseek-r1-distill-qwen-32b-fp8--l40s--v0.11.0": (
         "an FP8 checkpoint on L40S: the KV decomposition shows which side is off; "
         "likely the fp8 layers' workspace in the profile run, not modelled"
     ),
     "memsuit-qwen2.5-3b-distill--a100-80gb--v0.17.1": (
-        "the same machine's Llama-3.1-8B run (device_fit) logs 0.50 GiB, 37% under the "
-        "model too: this machine's pools sit under the Ampere factor"
+        "capture: 5 s logged (whole seconds) against 3.2 modelled; the same machine's "
+        "Llama-3.1-8B run (device_fit) logs 6 s against 4.1"
     ),
     "mlops-qwen3-30b-a3b-fp8--h100--maxseqs64--v0.22.1": (
         "a 30-key ladder (max_num_seqs 64): vLLM's own estimate (0.14 GiB) is below the "
@@ -265,7 +267,8 @@ RUN_NOTES = {
         "size in 0.10.2"
     ),
     "demo-env-l4-llama-3.1-8b--l4--v0.11.0": (
-        "0.38 GiB logged on L4 (Ada) against 0.49 modelled with the Ampere/Ada factor"
+        "0.38 GiB logged on L4 (Ada) against 0.49 modelled with the Ampere/Ada group "
+        "factor (no L4 run is fitted)"
     ),
     "vllm-router-gpt-oss-20b--gb10--v0.13.0": (
         "GB10 (DGX Spark) has unified memory and TRITON attention: no device term fits it"

@@ -1,14 +1,21 @@
-"""Graph pools on GPUs other than the fitted H100s: one factor per GPU architecture group.
+"""Graph pools on GPUs other than the fitted H100s: one factor per GPU with runs of its own,
+else one per GPU architecture group.
 
 The start-up model's pool terms (a base, kernel nodes, attention inputs) are fitted on 59
 H100 start-ups, and nothing in them depends on the GPU. Logged start-ups on other GPUs say
 the pool does (issue 28: Ampere and Ada runs, where vLLM's attention backend is
-FlashAttention 2 rather than 3, logged 1.9-3.2x what the H100 fit gives). This module fits
-one multiplicative factor per architecture group of :data:`POOL_GROUPS` on the runs of the
-``"device_fit"`` split (``cgdispatch/data/reference_vllm_startups_device_fit.csv``), never on
-the ``"held_out"`` runs that :mod:`~cgdispatch.estimate.held_out` scores.
+FlashAttention 2 rather than 3, logged 0.4-3.3x what the H100 fit gives), and not by
+architecture alone (issue 35: Llama-3.1-8B logs 2.85 GiB of graphs on an A100 40GB and 0.50
+on an A100 80GB; vLLM's own profiled estimate agrees with the 40GB runs' logs, so the pool
+is real). This module fits, on the runs of the ``"device_fit"`` split
+(``cgdispatch/data/reference_vllm_startups_device_fit.csv``) and never on the
+``"held_out"`` runs that :mod:`~cgdispatch.estimate.held_out` scores:
 
-The factor is the geometric mean of logged / modelled pool over the group's runs (the
+- one factor per GPU (``DeviceSpec.name``) with device_fit runs of its own, and
+- one per architecture group of :data:`POOL_GROUPS` over all its runs, which a GPU of the
+  group without runs of its own (L4, A10G, RTX A5000) carries.
+
+Each factor is the geometric mean of logged / modelled pool over its runs (the
 least-squares fit of a common factor on log error, so a run logged at 2x and one at 0.5x
 cancel). :data:`~cgdispatch.estimate.startup_pricing.CALIBRATION` carries the fitted factors; a
 test refits them. :func:`predict_run` is the one way a logged run of these two splits is
@@ -103,26 +110,31 @@ def fit_pool_factors(
     rows: pd.DataFrame | None = None, base: StartupCoefficients | None = None
 ) -> StartupCoefficients:
     """``base`` (default :data:`CALIBRATION`'s fitted terms) with ``pool_factors`` fitted on
-    ``rows`` (default: the ``"device_fit"`` runs): per group of :data:`POOL_GROUPS` with at
-    least one run, the geometric mean of logged / modelled graph memory, the model
-    evaluated without any factor. Runs on GPUs outside every group are ignored."""
+    ``rows`` (default: the ``"device_fit"`` runs), the model evaluated without any factor:
+    per GPU with at least one run (``DeviceSpec.name``), the geometric mean of logged /
+    modelled graph memory over its runs; per group of :data:`POOL_GROUPS` with at least one
+    run, the same over all the group's runs (the factor of its GPUs without runs). Runs on
+    GPUs outside every group are ignored."""
     rows = reference_startups(split="device_fit") if rows is None else rows
     base = CALIBRATION if base is None else base
     plain = dataclasses.replace(base, pool_factors=(), pool_factor_runs=0)
     logs: dict[str, list[float]] = {}
+    by_gpu: dict[str, list[float]] = {}
     for _, row in rows.iterrows():
         group = _group(str(row["device"]))
         if group is None:
             continue
         est, _, _ = predict_run(row, plain)
-        logs.setdefault(group, []).append(
-            math.log(float(row["graph_memory_gib"]) / (est.graph_memory_bytes / GIB))
-        )
+        value = math.log(float(row["graph_memory_gib"]) / (est.graph_memory_bytes / GIB))
+        logs.setdefault(group, []).append(value)
+        by_gpu.setdefault(DEVICE_PRESETS[str(row["device"])].name, []).append(value)
     factors: list[tuple[str, float]] = []
     for arch, group in POOL_GROUPS.items():
         if group in logs:
             values = logs[group]
             factors.append((arch, math.exp(sum(values) / len(values))))
+    for gpu in sorted(by_gpu):
+        factors.append((gpu, math.exp(sum(by_gpu[gpu]) / len(by_gpu[gpu]))))
     runs = sum(len(v) for v in logs.values())
     return dataclasses.replace(plain, pool_factors=tuple(factors), pool_factor_runs=runs)
 
@@ -159,7 +171,8 @@ def pool_factor_table(rows: pd.DataFrame | None = None) -> pd.DataFrame:
 
 def pool_factor_markdown(table: pd.DataFrame | None = None) -> str:
     """The device_fit table of docs/calibration.md: each run's logged pool, the model
-    without and with its factor, and the fitted factors."""
+    without and with its factor (its GPU's), and the fitted factors (per architecture, the
+    factor of the group's GPUs without runs of their own; per GPU)."""
     table = pool_factor_table() if table is None else table
     lines = [
         "| run | GPU | vLLM | graph GiB log | model without factor | error | with factor | error |",
@@ -172,5 +185,6 @@ def pool_factor_markdown(table: pd.DataFrame | None = None) -> str:
             f"| {r['model_gib']:.2f} | {r['error']:+.1%} |"
         )
     factors = ", ".join(f"{a} x{f:.3f}" for a, f in CALIBRATION.pool_factors)
+    # an architecture's factor prices the group's GPUs without runs of their own
     lines += ["", f"Fitted factors ({CALIBRATION.pool_factor_runs} runs): {factors}."]
     return "\n".join(lines)

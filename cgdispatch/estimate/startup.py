@@ -16,7 +16,8 @@ models). Then:
   the run's capacity is the smallest GPU's. The activation peak is the sampler's fp32 logits
   for ``max_num_seqs`` requests, the MLP activation of ``max_num_batched_tokens`` tokens and
   a fixed part; non-torch memory depends on whether TP (NCCL, custom all-reduce buffers) or
-  PP is on.
+  PP is on, and for TP on whether the GPUs can use NCCL's NVLink SHARP (Hopper on, on
+  NVLink: :func:`has_nvlink_sharp`); without it a TP rank's is one GPU's.
 
 The constants are :data:`~cgdispatch.estimate.startup_pricing.CALIBRATION`, fitted by
 :mod:`cgdispatch.estimate.startup_fit` (which imports this module, never the reverse).
@@ -54,6 +55,7 @@ __all__ = [
     "startup_for",
     "startup_source",
     "activation_features",
+    "has_nvlink_sharp",
 ]
 
 # the memory torch reports for the whole device (``total_memory`` in vLLM's start-up log),
@@ -99,10 +101,14 @@ class StartupEstimate:
         )
 
 
+# the names a pool factor of a GPU (rather than of an architecture) is keyed by
+_GPU_NAMES = frozenset(spec.name for spec in DEVICE_PRESETS.values())
+
+
 def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) -> str:
     """The label of a start-up figure: a model, its device and what it was calibrated on,
     saying so when the device has no logged start-ups (the fit is then carried over) and
-    when its graph pool carries its architecture's factor."""
+    when its graph pool carries its GPU's or its architecture's factor."""
     label, n = device_label(device), coefficients.fitted_on
     spec = device_spec(device)
     factor = coefficients.pool_factor(spec)
@@ -115,8 +121,12 @@ def startup_source(device: str | DeviceSpec, coefficients: StartupCoefficients) 
         else "no logged start-ups on this GPU"
     )
     pool = ""
-    if factor != 1.0:
-        archs = " and ".join(a for a, f in coefficients.pool_factors if f == factor)
+    if factor != 1.0 and spec.name in dict(coefficients.pool_factors):
+        pool = f"; graph pool x{factor:.2f} fitted on this GPU's start-ups"
+    elif factor != 1.0:
+        archs = " and ".join(
+            a for a, f in coefficients.pool_factors if f == factor and a not in _GPU_NAMES
+        )
         pool = (
             f"; graph pool x{factor:.2f} for {archs} GPUs, fitted on "
             f"{coefficients.pool_factor_runs} start-ups"
@@ -142,9 +152,32 @@ def activation_features(
     }
 
 
-def _non_torch_gib(c: StartupCoefficients, tp: int, pp: int) -> float:
+# GPU generations without NVLink SHARP (NVLS: NCCL's all-reduce offload to the NVSwitch,
+# Hopper on; NCCL's NCCL_NVLS_ENABLE documentation), and the per-GPU link rate below which a
+# GPU is on PCIe (device_specs.csv: PCIe Gen5 x16 is 64 GB/s, NVLink 3 is 300)
+_NO_NVLS_ARCHITECTURES = frozenset({"Ampere", "Ada", "Turing", "Volta"})
+_PCIE_LINK_BYTES_PER_S = 100e9
+
+
+def has_nvlink_sharp(device: str | DeviceSpec) -> bool:
+    """Whether a tensor-parallel group of ``device`` can use NCCL's NVLink SHARP buffers:
+    False for the generations before Hopper (Ampere, Ada, Turing, Volta) and for GPUs on
+    PCIe (``link_bytes_per_s`` known and under 100 GB/s); True otherwise (Hopper and
+    Blackwell on NVLink, and a GPU whose generation and link are unknown: the fitted
+    value, the larger one, is kept)."""
+    spec = device_spec(device)
+    if spec.architecture in _NO_NVLS_ARCHITECTURES:
+        return False
+    return not 0 < spec.link_bytes_per_s < _PCIE_LINK_BYTES_PER_S
+
+
+def _non_torch_gib(c: StartupCoefficients, tp: int, pp: int, device: str | DeviceSpec) -> float:
+    """Non-torch memory of the profile run. Tensor parallel: the fitted TP value (H100 SXM
+    runs: NCCL with NVLink SHARP, ~1.8 GiB over one GPU's) where the group can use NVLink
+    SHARP, else one GPU's (issue 35: A100 NVLink and L40S PCIe TP logs imply 0.5-1.0 GiB
+    of non-KV memory beyond weights and KV, activations included, not 2.1 + activations)."""
     if tp > 1:
-        return c.non_torch_tp_gib
+        return c.non_torch_tp_gib if has_nvlink_sharp(device) else c.non_torch_single_gib
     return c.non_torch_pp_gib if pp > 1 else c.non_torch_single_gib
 
 
@@ -219,7 +252,7 @@ def estimate_startup(
         + c.activation_per_mlp * a["mlp_gib"]
         + c.activation_moe_gib * a["moe"]
     )
-    non_torch = _non_torch_gib(c, tp, pp)
+    non_torch = _non_torch_gib(c, tp, pp, device)
     subtract = _release_of(config, vllm_version).subtracts_graph_estimate
     budget = device_spec(device).memory_bytes * gpu_memory_utilization
     kv_bytes, blocks = math.inf, None

@@ -79,9 +79,11 @@ class StartupCoefficients:
     non_torch_tp_gib: float  # tensor parallel (NCCL, custom all-reduce)
     non_torch_pp_gib: float  # pipeline parallel without TP
     fitted_on: int  # reference runs
-    # graph-pool factor per GPU architecture (DeviceSpec.architecture) whose logged pools
-    # differ from the H100 runs the terms above are fitted on (issue 28), fitted on the
-    # "device_fit" runs by fit_pool_factors(); 1 for any architecture not listed
+    # graph-pool factors whose logged pools differ from the H100 runs the terms above are
+    # fitted on (issue 28), fitted on the "device_fit" runs by fit_pool_factors(): one per
+    # GPU (DeviceSpec.name) with device_fit runs of its own (issue 35: A100 40GB runs log
+    # ~3x the pool of A100 80GB runs of the same model), else one per architecture
+    # (DeviceSpec.architecture); 1 for a GPU matching neither
     pool_factors: tuple[tuple[str, float], ...] = ()
     pool_factor_runs: int = 0  # device_fit runs behind pool_factors
     # the part of the base that grows with the ladder: GiB and seconds per captured key
@@ -90,8 +92,12 @@ class StartupCoefficients:
     capture_per_key_s: float = 0.0
 
     def pool_factor(self, device: str | DeviceSpec) -> float:
-        """The graph-pool factor of ``device``'s architecture (1 where none is fitted)."""
-        return dict(self.pool_factors).get(device_spec(device).architecture, 1.0)
+        """The graph-pool factor of ``device``: its own GPU's where one is fitted, else its
+        architecture's, else 1."""
+        spec, factors = device_spec(device), dict(self.pool_factors)
+        if spec.name in factors:
+            return factors[spec.name]
+        return factors.get(spec.architecture, 1.0) if spec.architecture else 1.0
 
 
 # fitted by fit_startup_model() on every covered run of reference_vllm_startups.csv
@@ -113,8 +119,18 @@ CALIBRATION = StartupCoefficients(
     non_torch_tp_gib=2.11,
     non_torch_pp_gib=0.07,
     fitted_on=59,
-    # fit_pool_factors() on the 8 "device_fit" runs (issue 28; tests/estimate/test_pool_factors.py)
-    pool_factors=(("Ampere", 1.121807137513995), ("Ada", 1.121807137513995)),
+    # fit_pool_factors() on the 8 "device_fit" runs (issues 28 and 35;
+    # tests/estimate/test_pool_factors.py): per architecture group (its GPUs without runs of
+    # their own), then per GPU with runs
+    pool_factors=(
+        ("Ampere", 1.121807137513995),
+        ("Ada", 1.121807137513995),
+        ("A100 SXM 40GB", 3.3213228412520146),
+        ("A100 SXM 80GB", 0.9293050388053168),
+        ("L40S", 0.7804263200424866),
+        ("RTX 3090", 0.5865184254521837),
+        ("RTX 4090", 1.4337486688328602),
+    ),
     pool_factor_runs=8,
     pool_per_key_gib=0.0014485451045066094,
     capture_per_key_s=0.009288516048558428,
@@ -236,7 +252,8 @@ class GraphPricing:
 
     @property
     def pool_factor(self) -> float:
-        """The graph-pool factor of this GPU's architecture (1 on the fitted H100's)."""
+        """The graph-pool factor of this GPU: its own where fitted, else its architecture's (1 on
+        the fitted H100's)."""
         return self.coefficients.pool_factor(self.spec)
 
     @property

@@ -4,9 +4,11 @@ estimate and by the per-graph prices the planner adds up."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -36,14 +38,44 @@ def test_committed_factors_equal_a_refit_on_the_device_fit_runs() -> None:
 def test_the_factor_is_the_geometric_mean_of_logged_over_modelled() -> None:
     table = pool_factor_table()
     ratios = table["graph_memory_gib"] / table["model_without_factor_gib"]
+    factors = dict(startup_pricing.CALIBRATION.pool_factors)
+    # the architecture group's factor: over all the group's runs
     expected = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    assert dict(startup_pricing.CALIBRATION.pool_factors)["Ampere"] == pytest.approx(
-        expected, rel=1e-9
-    )
-    # with the factor, the model is the model without it scaled
-    assert (table["model_gib"] / table["model_without_factor_gib"]).to_numpy() == pytest.approx(
-        expected, rel=1e-9
-    )
+    assert factors["Ampere"] == pytest.approx(expected, rel=1e-9)
+    assert factors["Ada"] == pytest.approx(expected, rel=1e-9)
+    # each GPU's factor: over its own runs only, recomputed here from the table's ratios
+    gpus = [DEVICE_PRESETS[d].name for d in table["device"]]
+    for gpu in set(gpus):
+        own = [math.log(r) for r, g in zip(ratios, gpus) if g == gpu]
+        assert factors[gpu] == pytest.approx(math.exp(sum(own) / len(own)), rel=1e-9)
+    # with the factor, each run is the model without it scaled by its GPU's factor
+    scale = table["model_gib"] / table["model_without_factor_gib"]
+    assert scale.to_numpy() == pytest.approx([factors[g] for g in gpus], rel=1e-9)
+
+
+def test_a_gpu_factor_is_fitted_on_its_own_runs_only() -> None:
+    """Refitting on a random subset of the device_fit runs: a GPU left without runs falls
+    back to its group's factor, a GPU with runs gets the geometric mean of its own."""
+    rng = np.random.default_rng()
+    rows = cg.reference_startups(split="device_fit")
+    keep = rng.random(len(rows)) < 0.5
+    keep[rng.integers(len(rows))] = True
+    subset = rows[keep].reset_index(drop=True)
+    fitted = fit_pool_factors(subset)
+    plain = dataclasses.replace(startup_pricing.CALIBRATION, pool_factors=(), pool_factor_runs=0)
+    logs: dict[str, list[float]] = {}
+    for _, row in subset.iterrows():
+        est, _, _ = pool_factors.predict_run(row, plain)
+        logs.setdefault(DEVICE_PRESETS[row["device"]].name, []).append(
+            math.log(row["graph_memory_gib"] / (est.graph_memory_bytes / (1 << 30)))
+        )
+    every = [v for values in logs.values() for v in values]
+    group = math.exp(sum(every) / len(every))
+    for device in ("A100-40GB", "A100-80GB", "L40S", "RTX-3090", "RTX-4090", "L4", "A10G"):
+        name = DEVICE_PRESETS[device].name
+        want = math.exp(sum(logs[name]) / len(logs[name])) if name in logs else group
+        assert fitted.pool_factor(device) == pytest.approx(want, rel=1e-9), device
+    assert fitted.pool_factor("H100") == 1.0
 
 
 def test_splits_are_disjoint_and_follow_the_setup_rule() -> None:
@@ -70,13 +102,14 @@ def test_splits_are_disjoint_and_follow_the_setup_rule() -> None:
     }
 
 
-@pytest.mark.parametrize("device", ["A100-40GB", "L40S", "RTX-3090"])
+@pytest.mark.parametrize("device", ["A100-40GB", "L40S", "RTX-3090", "L4"])
 def test_the_estimate_and_the_per_graph_prices_carry_the_factor(device: str) -> None:
     factor = startup_pricing.CALIBRATION.pool_factor(device)
-    assert (
-        factor
-        == dict(startup_pricing.CALIBRATION.pool_factors)[DEVICE_PRESETS[device].architecture]
-    )
+    factors = dict(startup_pricing.CALIBRATION.pool_factors)
+    spec = DEVICE_PRESETS[device]
+    # the GPU's own factor where device_fit has its runs, else its architecture's
+    assert factor == factors.get(spec.name, factors[spec.architecture])
+    assert (spec.name in factors) == (device != "L4")
     plain = DEVICE_PRESETS[device].replace(architecture="", name=f"{device} (no architecture)")
     config = GraphConfig(vllm_version="0.33", max_num_seqs=64).resolve()
     with_factor = startup.estimate_startup("Qwen/Qwen3-8B", device, config)
@@ -110,7 +143,11 @@ def test_labels_say_what_each_gpu_is_calibrated_on() -> None:
     assert "graph pool" not in h200  # Hopper: the H100 fit as it is
     a100 = startup.startup_source("A100-40GB", c)
     assert "its start-ups fit only the graph-pool factor" in a100
-    assert f"graph pool x{dict(c.pool_factors)['Ampere']:.2f} for Ampere and Ada GPUs" in a100
+    own = dict(c.pool_factors)["A100 SXM 40GB"]
+    assert f"graph pool x{own:.2f} fitted on this GPU's start-ups" in a100
+    l4 = startup.startup_source("L4", c)  # no L4 runs: its architecture group's factor
+    assert "no logged start-ups on this GPU" in l4
+    assert f"graph pool x{dict(c.pool_factors)['Ada']:.2f} for Ampere and Ada GPUs" in l4
 
 
 def test_predict_run_reads_max_num_seqs_as_documented() -> None:

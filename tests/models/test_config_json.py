@@ -100,9 +100,8 @@ def test_the_start_up_estimate_runs_offline_on_any_listed_gpu(name, device, tp):
     if device != "H100":  # only the fitted runs' GPU is labelled as calibrated
         assert est.source.startswith(f"model ({device}, ")
         assert "; calibrated on 59 vLLM startups on H100" in est.source
-        factor = dict(CALIBRATION.pool_factors)["Ampere"]  # the fitted Ampere/Ada factor
-        label = f"graph pool x{factor:.2f} for Ampere and Ada GPUs"
-        assert (label in est.source) == (device != "H200")
+        factor = CALIBRATION.pool_factor(device)  # the GPU's or its group's fitted factor
+        assert (f"graph pool x{factor:.2f}" in est.source) == (device != "H200")
 
 
 @pytest.mark.parametrize(
