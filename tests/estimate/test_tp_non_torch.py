@@ -31,7 +31,10 @@ def test_nvlink_sharp_follows_the_device_table() -> None:
     rows = _device_rows()
     assert rows
     for row in rows:
-        expected = row["architecture"] not in ("Ampere", "Ada") and row["link"] != "PCIe"
+        expected = (
+            row["architecture"] not in ("Volta", "Turing", "Ampere", "Ada")
+            and row["link"] != "PCIe"
+        )
         assert startup.has_nvlink_sharp(row["name"]) == expected, row["name"]
     # a spec with neither generation nor link keeps the fitted (larger) TP value
     bare = DEVICE_PRESETS["L40S"].replace(name="bare", architecture="", link_bytes_per_s=0.0)
