@@ -152,14 +152,16 @@ class TuneDashboard(Snapshot, w.VBox):
         finally:
             self._quiet = False
 
-    def load(self, settings: TuneSettings) -> None:
-        """Fill the form from ``settings`` (as the CLI parsed them) and recompute once."""
+    def load(self, settings: TuneSettings, *, run: bool = True) -> None:
+        """Fill the form from ``settings`` (as the CLI parsed them) and recompute once
+        (``run=False``: not at all)."""
         if not isinstance(settings, TuneSettings):
             raise ValueError(
                 f"settings={settings!r} is invalid: pass a cgdispatch.plan.tune_run.TuneSettings"
             )
         self._fill(settings)
-        self.update()
+        if run:
+            self.update()
 
     def _on_change(self, change: dict[str, Any]) -> None:
         if not self._quiet:
