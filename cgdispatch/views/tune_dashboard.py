@@ -53,6 +53,7 @@ from ..workload.sources import TRACE_NAMES
 from .explorer_handlers import message_html
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
+from .tune_headline import tune_command
 from .tune_verdict import verdict_lines
 
 __all__ = ["TuneDashboard", "tune_dashboard"]
@@ -63,6 +64,7 @@ _VERDICT_STYLE = (
     "font-family:monospace;font-size:12px;line-height:1.4;margin:0;white-space:pre-wrap;"
     "overflow-wrap:normal;word-break:normal;overflow-x:auto"
 )
+_COMMAND_STYLE = "font-size:12px;color:#555;margin-top:4px;overflow-wrap:anywhere"
 _STALE_CSS = "<style>.cg-stale{opacity:0.4}</style>"  # the verdict while it is recomputed
 
 
@@ -227,6 +229,7 @@ class TuneDashboard(Snapshot, w.VBox):
             "balance": result.balance,
             "overloaded": result.overload is not None,
             "replicas-needed": result.replicas_needed,
+            "command": tune_command(settings),  # the verdict's inputs, as the CLI takes them
         }
         text = " ".join(f'data-{k}="{html.escape(str(v))}"' for k, v in attrs.items())
         # a break opportunity after each comma: the `--compilation-config` JSON, one word of
@@ -234,7 +237,10 @@ class TuneDashboard(Snapshot, w.VBox):
         body = html.escape("\n".join(lines)).replace(",", ",<wbr>")
         self.result = result
         self.message.value = ""
-        self.verdict.value = f"<pre {text} style='{_VERDICT_STYLE}'>{body}</pre>"
+        self.verdict.value = (
+            f"<pre {text} style='{_VERDICT_STYLE}'>{body}</pre><div style='{_COMMAND_STYLE}'>"
+            f"the same from a shell: <code>{html.escape(tune_command(settings))}</code></div>"
+        )
         self.plot.value = png
         self.plot.layout.display = None if png else "none"
 
