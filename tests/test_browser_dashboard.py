@@ -324,32 +324,33 @@ def test_a_config_json_path_and_a_device_spec_file_in_the_browser(
 # `tune` command (data-command) holds the flag as the same form, set in this process, reads
 # it. Only the value each control is changed to is chosen here; a new setting without one
 # fails below, naming it.
-_NEW_VALUES = {
-    "model": "qwen2.5-7b",
-    "device": "H100",
-    "tensor_parallel_size": "2",
-    "trace": "alpaca",
-    "num_requests": "400",
-    "rate_per_s": "4.5",
-    "seed": "3",
-    "vllm_version": "0.33",
-    "cudagraph_mode": "PIECEWISE",
-    "max_num_seqs": "128",
-    "max_num_batched_tokens": "4096",
-    "holdout": "0.4",
-    "max_graphs": "16",
-    "memory_budget_bytes": "512",
-    "capture_budget_s": "2.5",
-    "context_len": "1024",
-    "gpu_memory_utilization": "0.8",
-    "objective": "step",
-    "calibration": "no-such-profile",  # a profile is fitted per GPU: its message names it
-    "max_model_len": "4096",
-    "max_concurrency": "16",
-    "hash_block_size": "256",
-    "replicas": "2",
-    "balance": "least-outstanding",
-    "enable_prefix_caching": "toggle",
+_NEW_VALUES = {  # two each: the first the control does not show already is typed
+    "model": ("qwen2.5-7b", "llama-3.1-8b"),
+    "device": ("H100", "H200"),
+    "tensor_parallel_size": ("2", "1"),
+    "trace": ("alpaca", "sharegpt"),
+    "num_requests": ("400", "1000"),
+    "rate_per_s": ("4.5", "8"),
+    "seed": ("3", "0"),
+    "vllm_version": ("0.33", "0.34"),
+    "cudagraph_mode": ("PIECEWISE", "FULL_AND_PIECEWISE"),
+    "max_num_seqs": ("128", "256"),
+    "max_num_batched_tokens": ("4096", "8192"),
+    "holdout": ("0.4", "0.5"),
+    "max_graphs": ("16", "32"),
+    "memory_budget_bytes": ("512", "1024"),
+    "capture_budget_s": ("2.5", "3"),
+    "context_len": ("1024", "512"),
+    "gpu_memory_utilization": ("0.8", "0.9"),
+    "objective": ("step", "p99-ttft"),
+    # a profile is fitted per GPU: its message names it
+    "calibration": ("no-such-profile", "no-such-profile-2"),
+    "max_model_len": ("4096", "8192"),
+    "max_concurrency": ("16", "32"),
+    "hash_block_size": ("256", "512"),
+    "replicas": ("2", "1"),
+    "balance": ("least-outstanding", "round-robin"),
+    "enable_prefix_caching": ("toggle", "toggle"),
 }
 
 
@@ -405,12 +406,13 @@ def _set_in_browser(page: Any, widget: Any, label: str, value: str) -> None:
         field.press("Enter")
 
 
-def _in_process(widget: Any, value: str) -> Any:
-    """The value the same control holds in this process for ``value`` typed or chosen."""
+def _in_process(widget: Any, value: str, shown: str) -> Any:
+    """The value the same control holds in this process for ``value`` typed or chosen (a
+    checkbox: ticked as ``shown``, "true" or "false", or the other way for "toggle")."""
     import ipywidgets as w
 
     if isinstance(widget, w.Checkbox):
-        return not widget.value
+        return (shown == "true") != (value == "toggle")
     if isinstance(widget, w.IntText):
         return int(value)
     if isinstance(widget, w.FloatText):
@@ -426,22 +428,25 @@ def test_each_control_changes_the_verdicts_inputs(dashboard: Any, form: Any, nam
     from cgdispatch.views.tune_headline import tune_command
 
     assert name in _NEW_VALUES, f"setting {name!r} has a control: give it a value to test"
-    page, widget, value = dashboard, form.controls[name], _NEW_VALUES[name]
+    page, widget = dashboard, form.controls[name]
     label = widget.description
-    before = widget.value
-    # what this value means, read by the same form in this process (quiet: no recompute)
+    assert _control(page, label).count() == 1, f"no single control labelled {label!r}"
+    shown_before = _shown(_control(page, label))
+    value = next(v for v in _NEW_VALUES[name] if v != shown_before)  # a change, always
+    # what the values mean, read by the same form in this process (quiet: no recompute)
+    original = widget.value
     form._quiet = True
     try:
-        widget.value = _in_process(widget, value)
+        widget.value = _in_process(widget, shown_before, shown_before)
+        base = _flags(tune_command(form.settings()))
+        widget.value = _in_process(widget, value, shown_before)
         wanted = _flags(tune_command(form.settings()))
-        widget.value = before
     finally:
+        widget.value = original
         form._quiet = False
-    base = _flags(tune_command(form.settings()))
-    changed = {k: v for k, v in wanted.items() if base.get(k) != v}
+    # the flags this change adds, alters or (None) takes away
+    changed = {k: wanted.get(k) for k in {*wanted, *base} if wanted.get(k) != base.get(k)}
     assert changed, f"{name}={value!r} changes no flag of tune's command"
-    assert _control(page, label).count() == 1, f"no single control labelled {label!r}"
-    shown_before = _control(page, label).locator("input, select").first.input_value()
     run = current_run(page)
     _set_in_browser(page, widget, label, value)
     after = page.locator(
@@ -455,16 +460,15 @@ def test_each_control_changes_the_verdicts_inputs(dashboard: Any, form: Any, nam
     else:  # refused by tune: its message names what was given
         assert value in after.inner_text(), (name, after.inner_text())
     # back to where it was, for the next control's test
-    import ipywidgets as w
-
-    restore = shown_before
-    if isinstance(widget, w.Checkbox):
-        restore = value  # a second click
-    elif isinstance(widget, w.Dropdown):
-        restore = next(label for label, v in _pairs(widget) if v == before)
-    _set_in_browser(page, widget, label, restore)
+    _set_in_browser(page, widget, label, shown_before)  # a checkbox: a second click
     page.locator(f"[data-testid=tune-verdict][data-run='{run + 2}']").wait_for(state="attached")
 
 
-def _pairs(widget: Any) -> list[tuple[str, Any]]:
-    return [o if isinstance(o, tuple) else (o, o) for o in widget.options]
+def _shown(control: Any) -> str:
+    """What a control shows: a text box's text, a dropdown's selected label, a checkbox's
+    state."""
+    field = control.locator("input, select").first
+    return field.evaluate(
+        "e => e.tagName === 'SELECT' ? e.options[e.selectedIndex].text"
+        " : e.type === 'checkbox' ? String(e.checked) : e.value"
+    )
