@@ -100,7 +100,7 @@ class TuneDashboard(Snapshot, w.VBox):
         self.runs = 0  # recomputes so far, shown as data-run (the browser tests count them)
         self._quiet = False  # True while load() fills the form: one recompute after
         self.controls: dict[str, w.Widget] = {
-            f.name: _control(f.name, f.type, start) for f in dataclasses.fields(TuneSettings)
+            f.name: _control(f.name, f.type) for f in dataclasses.fields(TuneSettings)
         }
         self.model_path_box = _text_box("config.json", "path to a config.json or its folder "
                                         "(tune --model PATH); empty: the model above")  # fmt: skip
@@ -129,7 +129,12 @@ class TuneDashboard(Snapshot, w.VBox):
         boxes = {**c, "model_path": self.model_path_box, "device_spec": self.device_spec_box}
         placed = {name for row in _ROWS for name in row}
         rest = tuple(name for name in c if name not in placed)  # a new field's control
-        rows = [w.HBox([boxes[name] for name in row]) for row in (*_ROWS, rest) if row]
+        wrap = {"flex_flow": "row wrap"}  # a row too wide for the window wraps, never clips
+        rows = [
+            w.HBox([boxes[name] for name in row], layout=w.Layout(**wrap))
+            for row in (*_ROWS, rest)
+            if row
+        ]
         self.children = [*rows, w.HTML(_STALE_CSS), self.busy, self.verdict, self.message,
                          self.plot]  # fmt: skip
         self.update()
@@ -362,7 +367,7 @@ def _text_box(label: str, placeholder: str) -> w.Text:
     return w.Text(description=label, placeholder=placeholder, continuous_update=False, style=_STYLE)
 
 
-def _control(name: str, annotation: Any, start: TuneSettings) -> w.Widget:
+def _control(name: str, annotation: Any) -> w.Widget:
     """The control for TuneSettings field ``name``: its own for the choices, else one from
     its type (an optional number is a text box whose empty value is None)."""
     label = _LABELS.get(name, name)

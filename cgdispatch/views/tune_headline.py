@@ -63,10 +63,18 @@ def notebook_tune_settings(params: Mapping[str, Any]) -> TuneSettings:
 def tune_command(settings: TuneSettings) -> str:
     """``python -m cgdispatch tune`` with the flags that give ``settings``: the model,
     device, trace, rate and max_num_seqs (as the README writes them), then every other
-    setting that differs from `tune`'s default. A device given as a spec is written as
+    setting that differs from `tune`'s default (the model's own TP size and the planner's
+    graph count are defaults). A device given as a spec is written as
     ``--device-spec FILE.json`` (the file is not known here)."""
     if not isinstance(settings, TuneSettings):
         raise ValueError(f"settings={settings!r} is invalid: pass a TuneSettings")
+    from ..plan.tune import DEFAULT_GRAPHS
+
+    # the model's own TP size and the planner's own graph count are tune's defaults: left out
+    graphs = None if settings.max_graphs == DEFAULT_GRAPHS else settings.max_graphs
+    settings = dataclasses.replace(
+        settings, tensor_parallel_size=settings.tp_flag(), max_graphs=graphs
+    )
     default = TuneSettings()
     words = ["python", "-m", "cgdispatch", "tune"]
     for field in dataclasses.fields(TuneSettings):

@@ -90,7 +90,12 @@ def dashboard_default() -> str:
     exec("\n".join(body), namespace)  # noqa: S102
     dash = eval(last, namespace)  # noqa: S307 - the notebook's last expression, shown
     assert dash.result is not None, dash.message.value
-    return html.unescape(re.sub(r"<[^>]+>", "", dash.verdict.value))
+    shown = dash.verdict.value.replace("</pre>", "</pre>\n")  # the command: a line below
+    text = html.unescape(re.sub(r"<[^>]+>", "", shown))
+    # the shell command it shows for its settings is the README's
+    readme = shlex.join(["python", "-m", "cgdispatch", *readme_args()])
+    assert text.rstrip().endswith(f"the same from a shell: {readme}"), text[-300:]
+    return text
 
 
 def report_headline(tmp_path: Path) -> str:
