@@ -220,6 +220,8 @@ class TuneDashboard(Snapshot, w.VBox):
         # the serve line names what vLLM loads (tune_verdict.serve_target): a config.json's
         # _name_or_path, its checkpoint folder, or a placeholder it says to replace
         lines = verdict_lines(result, model=settings.model, device=device_label(settings.device))
+        spec = str(self.device_spec_box.value).strip()
+        command = tune_command(settings, device_spec=spec)
         d = result.deltas
         attrs = {
             "testid": "tune-verdict",
@@ -234,7 +236,7 @@ class TuneDashboard(Snapshot, w.VBox):
             "balance": result.balance,
             "overloaded": result.overload is not None,
             "replicas-needed": result.replicas_needed,
-            "command": tune_command(settings),  # the verdict's inputs, as the CLI takes them
+            "command": command,  # the verdict's inputs, as the CLI takes them
         }
         text = " ".join(f'data-{k}="{html.escape(str(v))}"' for k, v in attrs.items())
         # a break opportunity after each comma: the `--compilation-config` JSON, one word of
@@ -244,7 +246,7 @@ class TuneDashboard(Snapshot, w.VBox):
         self.message.value = ""
         self.verdict.value = (
             f"<pre {text} style='{_VERDICT_STYLE}'>{body}</pre><div style='{_COMMAND_STYLE}'>"
-            f"the same from a shell: <code>{html.escape(tune_command(settings))}</code></div>"
+            f"the same from a shell: <code>{html.escape(command)}</code></div>"
         )
         self.plot.value = png
         self.plot.layout.display = None if png else "none"

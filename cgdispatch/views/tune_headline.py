@@ -60,12 +60,12 @@ def notebook_tune_settings(params: Mapping[str, Any]) -> TuneSettings:
     return TuneSettings(**fields)
 
 
-def tune_command(settings: TuneSettings) -> str:
+def tune_command(settings: TuneSettings, *, device_spec: str = "") -> str:
     """``python -m cgdispatch tune`` with the flags that give ``settings``: the model,
     device, trace, rate and max_num_seqs (as the README writes them), then every other
     setting that differs from `tune`'s default (the model's own TP size and the planner's
-    graph count are defaults). A device given as a spec is written as
-    ``--device-spec FILE.json`` (the file is not known here)."""
+    graph count are defaults). A device given as a spec is written as ``--device-spec
+    DEVICE_SPEC`` (the file it was read from; ``FILE.json`` when not given)."""
     if not isinstance(settings, TuneSettings):
         raise ValueError(f"settings={settings!r} is invalid: pass a TuneSettings")
     from ..plan.tune import DEFAULT_GRAPHS
@@ -85,14 +85,21 @@ def tune_command(settings: TuneSettings) -> str:
             continue
         flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
         if name == "device" and not isinstance(value, str):
-            words += ["--device-spec", "FILE.json"]
+            words += ["--device-spec", device_spec or "FILE.json"]
         elif name == "enable_prefix_caching":
             words.append(flag)  # only written when off
         elif name == "memory_budget_bytes":
-            words += [flag, f"{value / 2**20:g}"]
+            words += [flag, _number(value / 2**20)]
         else:
-            words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+            words += [flag, _number(value) if isinstance(value, float) else str(value)]
     return shlex.join(words)
+
+
+def _number(value: float) -> str:
+    """``value`` as a person writes it (``8``, ``0.25``), exact: ``repr`` where the short
+    form would round it."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def headline_verdict(settings: TuneSettings, *, width: int | None = None) -> str:

@@ -136,3 +136,29 @@ def test_all_options_at_once_read_back(dash: Any, monkeypatch, tmp_path) -> None
 
     dash.load(TuneSettings(num_requests=60), run=False)  # back to the start: None reads back
     assert same(dash.settings()) == TuneSettings(num_requests=60, max_graphs=DEFAULT_GRAPHS)
+
+
+def test_the_shell_command_the_dashboard_shows_parses_back_to_its_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``tune_command`` (the dashboard's "the same from a shell" line) run through the CLI's
+    parser gives the settings it was written for, on random settings."""
+    import shlex
+
+    from cgdispatch.plan.tune import DEFAULT_GRAPHS
+    from cgdispatch.views.tune_headline import tune_command
+
+    rng = random.Random()
+    options = [a for a in tune_parser()._actions if a.option_strings and a.dest != "help"]
+    for _ in range(8):
+        argv: list[str] = []
+        for action in rng.sample(options, rng.randint(0, 8)):
+            flag = max(action.option_strings, key=len)
+            if flag not in OUTPUT_ONLY and flag != "--device":
+                argv += other_value(action, rng, tmp_path)
+        settings = cli_settings(argv, monkeypatch)
+        spec = argv[argv.index("--device-spec") + 1] if "--device-spec" in argv else ""
+        command = tune_command(settings, device_spec=spec)
+        again = cli_settings(shlex.split(command)[4:], monkeypatch)
+        graphs = {"max_graphs": settings.max_graphs or DEFAULT_GRAPHS}
+        assert same(again) == same(dataclasses.replace(settings, **graphs)), (argv, command)
