@@ -316,3 +316,159 @@ def test_a_config_json_path_and_a_device_spec_file_in_the_browser(
         verdict = page.locator(f"[data-testid=tune-verdict][data-run='{run + 1}']")
         verdict.wait_for(state="attached")
         assert needle in verdict.inner_text().replace("\u200b", ""), (label, entry)
+
+
+# --- issue 37: a browser test per control. The controls are the form's own (one per
+# TuneSettings field, as the CLI parses its flags); each is changed in Chromium as a person
+# would, and the verdict that follows must have been computed from the new value: its
+# `tune` command (data-command) holds the flag as the same form, set in this process, reads
+# it. Only the value each control is changed to is chosen here; a new setting without one
+# fails below, naming it.
+_NEW_VALUES = {  # two each: the first the control does not show already is typed
+    "model": ("qwen2.5-7b", "llama-3.1-8b"),
+    "device": ("H100", "H200"),
+    "tensor_parallel_size": ("2", "1"),
+    "trace": ("alpaca", "sharegpt"),
+    "num_requests": ("400", "1000"),
+    "rate_per_s": ("4.5", "8"),
+    "seed": ("3", "0"),
+    "vllm_version": ("0.33", "0.34"),
+    "cudagraph_mode": ("PIECEWISE", "FULL_AND_PIECEWISE"),
+    "max_num_seqs": ("128", "256"),
+    "max_num_batched_tokens": ("4096", "8192"),
+    "holdout": ("0.4", "0.5"),
+    "max_graphs": ("16", "32"),
+    "memory_budget_bytes": ("512", "1024"),
+    "capture_budget_s": ("2.5", "3"),
+    "context_len": ("1024", "512"),
+    "gpu_memory_utilization": ("0.8", "0.9"),
+    "objective": ("step", "p99-ttft"),
+    # a profile is fitted per GPU: its message names it
+    "calibration": ("no-such-profile", "no-such-profile-2"),
+    "max_model_len": ("4096", "8192"),
+    "max_concurrency": ("16", "32"),
+    "hash_block_size": ("256", "512"),
+    "replicas": ("2", "1"),
+    "balance": ("least-outstanding", "round-robin"),
+    "enable_prefix_caching": ("toggle", "toggle"),
+}
+
+
+def _setting_names() -> list[str]:
+    import dataclasses
+
+    from cgdispatch.plan.tune_run import TuneSettings
+
+    return [f.name for f in dataclasses.fields(TuneSettings)]
+
+
+@pytest.fixture(scope="module")
+def form() -> Any:
+    """The same form in this process (no recompute is run on its changes here)."""
+    from cgdispatch import tune_dashboard
+
+    return tune_dashboard(num_requests=20, draw=False)
+
+
+def _flags(command: str) -> dict[str, str]:
+    """``python -m cgdispatch tune --a 1 --b ...`` as {flag: value} ("" for a switch)."""
+    import shlex
+
+    words = shlex.split(command)[4:]
+    flags: dict[str, str] = {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            following = words[i + 1] if i + 1 < len(words) else "--"
+            flags[word] = "" if following.startswith("--") else following
+    return flags
+
+
+def _control(page: Any, label: str) -> Any:
+    """The widget whose label is exactly ``label``."""
+    import re as _re
+
+    exact = page.locator("label", has_text=_re.compile(rf"^\s*{_re.escape(label)}\s*$"))
+    return page.locator(".widget-inline-hbox").filter(has=exact)
+
+
+def _set_in_browser(page: Any, widget: Any, label: str, value: str) -> None:
+    """Change the control labelled ``label`` (of ``widget``'s kind) to ``value``."""
+    import ipywidgets as w
+
+    found = _control(page, label)
+    if isinstance(widget, w.Checkbox):
+        found.locator("input[type=checkbox]").click()
+    elif isinstance(widget, w.Dropdown):
+        found.locator("select").select_option(label=value)
+    else:
+        field = found.locator("input")
+        field.fill(value)
+        field.press("Enter")
+
+
+def _in_process(widget: Any, value: str, shown: str) -> Any:
+    """The value the same control holds in this process for ``value`` typed or chosen (a
+    checkbox: ticked as ``shown``, "true" or "false", or the other way for "toggle")."""
+    import ipywidgets as w
+
+    if isinstance(widget, w.Checkbox):
+        return (shown == "true") != (value == "toggle")
+    if isinstance(widget, w.IntText):
+        return int(value)
+    if isinstance(widget, w.FloatText):
+        return float(value)
+    if isinstance(widget, w.Dropdown):
+        pairs = [o if isinstance(o, tuple) else (o, o) for o in widget.options]
+        return next(v for label, v in pairs if label == value)
+    return value
+
+
+@pytest.mark.parametrize("name", _setting_names())
+def test_each_control_changes_the_verdicts_inputs(dashboard: Any, form: Any, name: str) -> None:
+    from cgdispatch.views.tune_headline import tune_command
+
+    assert name in _NEW_VALUES, f"setting {name!r} has a control: give it a value to test"
+    page, widget = dashboard, form.controls[name]
+    label = widget.description
+    assert _control(page, label).count() == 1, f"no single control labelled {label!r}"
+    shown_before = _shown(_control(page, label))
+    value = next(v for v in _NEW_VALUES[name] if v != shown_before)  # a change, always
+    # what the values mean, read by the same form in this process (quiet: no recompute)
+    original = widget.value
+    form._quiet = True
+    try:
+        widget.value = _in_process(widget, shown_before, shown_before)
+        base = _flags(tune_command(form.settings()))
+        widget.value = _in_process(widget, value, shown_before)
+        wanted = _flags(tune_command(form.settings()))
+    finally:
+        widget.value = original
+        form._quiet = False
+    # the flags this change adds, alters or (None) takes away
+    changed = {k: wanted.get(k) for k in {*wanted, *base} if wanted.get(k) != base.get(k)}
+    assert changed, f"{name}={value!r} changes no flag of tune's command"
+    run = current_run(page)
+    _set_in_browser(page, widget, label, value)
+    after = page.locator(
+        f"[data-testid=tune-verdict][data-run='{run + 1}'], "
+        f"[data-run='{run + 1}'] > [data-testid=dispatch-message]"
+    )
+    after.wait_for(state="attached")
+    if after.get_attribute("data-testid") == "tune-verdict":
+        got = _flags(after.get_attribute("data-command"))
+        assert {k: got.get(k) for k in changed} == changed, (name, got)
+    else:  # refused by tune: its message names what was given
+        assert value in after.inner_text(), (name, after.inner_text())
+    # back to where it was, for the next control's test
+    _set_in_browser(page, widget, label, shown_before)  # a checkbox: a second click
+    page.locator(f"[data-testid=tune-verdict][data-run='{run + 2}']").wait_for(state="attached")
+
+
+def _shown(control: Any) -> str:
+    """What a control shows: a text box's text, a dropdown's selected label, a checkbox's
+    state."""
+    field = control.locator("input, select").first
+    return field.evaluate(
+        "e => e.tagName === 'SELECT' ? e.options[e.selectedIndex].text"
+        " : e.type === 'checkbox' ? String(e.checked) : e.value"
+    )
