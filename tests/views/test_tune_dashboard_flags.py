@@ -85,8 +85,12 @@ def other_value(action: argparse.Action, rng: random.Random, tmp_path: Path) -> 
 
 
 def same(settings: TuneSettings) -> TuneSettings:
-    """``settings`` with the TP size as tune reads it (None: the model's own size)."""
-    return dataclasses.replace(settings, tensor_parallel_size=settings.tp_flag())
+    """``settings`` with the TP size as tune reads it (None: the model's own size) and the
+    trace resolved (the CLI resolves its --trace; the form holds the text)."""
+    from cgdispatch.workload.trace_source import resolve_trace
+
+    trace = resolve_trace(settings.trace, hash_block_size=settings.hash_block_size)
+    return dataclasses.replace(settings, tensor_parallel_size=settings.tp_flag(), trace=trace)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +139,7 @@ def test_all_options_at_once_read_back(dash: Any, monkeypatch, tmp_path) -> None
     from cgdispatch.plan.tune import DEFAULT_GRAPHS
 
     dash.load(TuneSettings(num_requests=60), run=False)  # back to the start: None reads back
-    assert same(dash.settings()) == TuneSettings(num_requests=60, max_graphs=DEFAULT_GRAPHS)
+    assert same(dash.settings()) == same(TuneSettings(num_requests=60, max_graphs=DEFAULT_GRAPHS))
 
 
 def test_the_shell_command_the_dashboard_shows_parses_back_to_its_settings(
