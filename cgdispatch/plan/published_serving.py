@@ -50,10 +50,10 @@ from ..workload.bench_traffic import (
 )
 from ..workload.closed_loop import with_max_concurrency
 from ..workload.latency import request_latencies, serving_step_time
-from ..workload.replay import StepClock, default_step_time_ms, start_replay
-from ..workload.steps import HASH_IDS_COLUMN
 from ..workload.limits import SchedulerLimits, scheduler_limits
+from ..workload.replay import StepClock, default_step_time_ms, start_replay
 from ..workload.serving_overhead import ServingOverhead
+from ..workload.steps import HASH_IDS_COLUMN
 from .costs import CostModel
 from .published_runs import is_open_loop, offered_rate, published_serving_runs, serve_default_limits
 
@@ -250,8 +250,6 @@ def initial_test_request(requests: pd.DataFrame) -> pd.DataFrame:
     first["arrival_s"] = 0.0
     first.attrs = dict(requests.attrs)
     return first.reset_index(drop=True)
-
-
 
 
 @functools.lru_cache(maxsize=1)
