@@ -95,6 +95,8 @@ OVERLOAD_TTFT_GROWTH = 3.0
 OVERLOAD_TTFT_FLOOR_MS = 1000.0
 OVERLOAD_PUBLISHED_SHARE = 0.1
 BLOCK_SIZE = 16  # vLLM's default KV block size (tokens)
+# warm-up phases start this far apart on the replay's clock (widened when one lasts longer)
+_PHASE_GAP_S = 100_000.0
 CLIENT_SEED = 0  # vllm bench serve's --seed default (serve.py, 0.10.1.1 and 0.11.0)
 # V1 engines turn prefix caching on for generative models unless told otherwise
 # (EngineArgs: enable_prefix_caching None -> True, vllm/engine/arg_utils.py 0.10.1.1, 0.11.0)
@@ -300,8 +302,8 @@ def replay_after_warmup(
     timed window ``measured``: one replay, so the prefix cache and KV blocks carry over as
     on the real server, while only ``measured`` is reported (its arrival times counted from
     the window's start). Each phase starts after the previous one's last request finished
-    (a gap of idle time, which changes nothing in vLLM's scheduler or cache), checked on
-    the replay itself. Every table takes the same prompt-identity column (or none);
+    (after a gap of idle time, which changes nothing in vLLM's scheduler or cache), checked
+    on the replay itself. Every table takes the same prompt-identity column (or none);
     ``max_concurrency``: the client's limit, for every phase."""
     phases = [*warmup, measured]
     if not all(isinstance(p, pd.DataFrame) and len(p) for p in phases):
@@ -322,14 +324,10 @@ def replay_after_warmup(
         table = with_max_concurrency(table, max_concurrency)
         return start_replay(table, limits, step_time_ms=step_time_ms, seed=seed)
 
-    # each phase alone bounds how long it takes; the joint replay checks the bound held
-    alone = [
-        float(replay(p.reset_index(drop=True)).request_times()["finish_s"].max())
-        for p in phases[:-1]
-    ]
-    spread = 2.0
+    # phases a long idle gap apart (the replay jumps over idle time), checked on the replay
+    gap = _PHASE_GAP_S
     for _ in range(8):
-        starts = np.concatenate([[0.0], np.cumsum([spread * d + 1.0 for d in alone])])
+        starts = gap * np.arange(len(phases), dtype=np.float64)
         parts = [p.assign(arrival_s=p["arrival_s"].to_numpy() + t) for p, t in zip(phases, starts)]
         phase = np.repeat(np.arange(len(phases)), [len(p) for p in phases])
         run = replay(pd.concat(parts, ignore_index=True))
@@ -337,8 +335,8 @@ def replay_after_warmup(
         finish = times["finish_s"].to_numpy()
         if all(finish[phase == k].max() < starts[k + 1] for k in range(len(phases) - 1)):
             break
-        spread *= 4.0  # a phase ran into the next: wider gaps, replay again
-    else:  # pragma: no cover - eight widenings of an upper bound do not all fail
+        gap *= 16.0  # a phase ran into the next: wider gaps, replay again
+    else:  # pragma: no cover - a phase longer than 16^7 gaps is refused on its step count
         raise ValueError("the warm-up phases kept overlapping: replay them apart")
     start = float(starts[-1])
     lat = times[phase == len(phases) - 1].copy()

@@ -228,7 +228,22 @@ def test_warm_up_phases_leave_their_prompts_cached_for_the_timed_window(block_si
     alone = replay_after_warmup(tables[-1], off, step_time_ms=clock).requests
     after = replay_after_warmup(tables[-1], off, warmup=tables[:-1], step_time_ms=clock).requests
     for col in ("ttft_s", "finish_s"):
-        np.testing.assert_allclose(after[col], alone[col], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(after[col], alone[col], rtol=0, atol=1e-6)
+
+
+def test_a_warm_up_phase_longer_than_the_default_gap_still_ends_before_the_window():
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    prompt = [rng.integers(0, 50_000, int(rng.integers(20, 60)))]
+    measured = _phase(rng, prompt).drop(columns="tokens").assign(output_tokens=2)
+    slow_ms = 1e8 * float(rng.uniform(1, 2))  # a day or more per step: past the phase gap
+    clock = lambda num_tokens, num_reqs: slow_ms if num_tokens else 0.0  # noqa: E731
+    limits = SchedulerLimits(block_size=16, num_gpu_blocks=1000, hash_block_size=1)
+    got = replay_after_warmup(
+        measured, limits, warmup=[initial_test_request(measured)], step_time_ms=clock
+    )
+    assert got.start_s >= 2 * slow_ms / 1e3  # the test request's two steps came first
+    # then the prompt hits all but its last partial block: one step to its first token
+    assert got.requests["ttft_s"].iloc[0] == pytest.approx(slow_ms / 1e3)
 
 
 def test_a_first_identical_prompt_after_the_test_request_computes_only_its_last_partial_block():
