@@ -5,7 +5,10 @@ Each run of ``cgdispatch/data/published_serving_runs.csv`` (URL per row) is repl
 :func:`cgdispatch.plan.published_serving.published_serving_comparison`: vLLM's traffic
 (random dataset and send times as its client draws them; a ShareGPT-like stand-in for
 ShareGPT; a closed loop run by the client in the replay), the release's default limits on the run's
-GPU, the logged (else modelled) KV cache, and today's step clock
+GPU, the logged (else modelled) KV cache, the server's prefix cache as the run found it (the
+client's test request, and the earlier runs on the same server where the source's logs show
+them, replayed first and not counted:
+:func:`~cgdispatch.plan.published_serving.replay_after_warmup`), and today's step clock
 (:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price over the
 device cost model, paced by the host-side serving overhead, whose front end delays each
 request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
