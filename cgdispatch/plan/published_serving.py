@@ -336,7 +336,7 @@ def replay_after_warmup(
         if all(finish[phase == k].max() < starts[k + 1] for k in range(len(phases) - 1)):
             break
         gap *= 16.0  # a phase ran into the next: wider gaps, replay again
-    else:  # pragma: no cover - a phase longer than 16^7 gaps is refused on its step count
+    else:  # pragma: no cover - eight widenings: phases over ten trillion seconds apart
         raise ValueError("the warm-up phases kept overlapping: replay them apart")
     start = float(starts[-1])
     lat = times[phase == len(phases) - 1].copy()

@@ -246,6 +246,16 @@ def test_a_warm_up_phase_longer_than_the_default_gap_still_ends_before_the_windo
     assert got.requests["ttft_s"].iloc[0] == pytest.approx(slow_ms / 1e3)
 
 
+def test_warm_up_tables_must_share_the_measured_tables_prompt_identity():
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    measured = _phase(rng, [rng.integers(0, 99, 20)]).drop(columns="tokens")
+    bare = measured.drop(columns="hash_ids")
+    with pytest.raises(ValueError, match="differ in prompt identity"):
+        replay_after_warmup(measured, SchedulerLimits(), warmup=[bare])
+    with pytest.raises(ValueError, match="non-empty request tables"):
+        replay_after_warmup(measured, SchedulerLimits(), warmup=[measured.iloc[:0]])
+
+
 def test_a_first_identical_prompt_after_the_test_request_computes_only_its_last_partial_block():
     rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
     length, budget = int(rng.integers(40, 400)), int(rng.integers(8, 32))
