@@ -118,7 +118,7 @@ def _prefix_report(df: pd.DataFrame) -> None:
     for _, r in later.iterrows():
         print(
             f"  {r['run_id'][:56]:56} hit rate {r['sim_prefix_hit_rate']:6.1%} after "
-            f"{int(r['sim_warmup_requests'])} warm-up requests"
+            f"{int(r['sim_warmup_requests'])} warm-up request(s)"
         )
 
 
