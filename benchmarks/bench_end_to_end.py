@@ -5,7 +5,10 @@ Each run of ``cgdispatch/data/published_serving_runs.csv`` (URL per row) is repl
 :func:`cgdispatch.plan.published_serving.published_serving_comparison`: vLLM's traffic
 (random dataset and send times as its client draws them; a ShareGPT-like stand-in for
 ShareGPT; a closed loop run by the client in the replay), the release's default limits on the run's
-GPU, the logged (else modelled) KV cache, and today's step clock
+GPU, the logged (else modelled) KV cache, the server's prefix cache as the run found it (the
+client's test request, and the earlier runs on the same server where the source's logs show
+them, replayed first and not counted:
+:func:`~cgdispatch.plan.published_serving.replay_after_warmup`), and today's step clock
 (:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price over the
 device cost model, paced by the host-side serving overhead, whose front end delays each
 request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
@@ -39,6 +42,7 @@ from tqdm import tqdm
 from cgdispatch.plan.published_runs import published_serving_runs
 from cgdispatch.plan.published_serving import (
     COMPARED_METRICS,
+    SAME_SERVER_EARLIER,
     SERVING_FIT_GPU,
     fit_serving_overhead,
     median_errors,
@@ -99,6 +103,25 @@ def _table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _prefix_report(df: pd.DataFrame) -> None:
+    """The replayed prefix-cache hit rate (vLLM's logged figure: hits over the prompt tokens
+    admitted since the server started, warm-up included) of the runs made on a server that
+    served other runs of the table, beside the number of warm-up requests replayed first."""
+    shared = set(SAME_SERVER_EARLIER).union(*SAME_SERVER_EARLIER.values())
+    later = df[df["run_id"].isin(sorted(shared))]
+    if "sim_prefix_hit_rate" not in later or not len(later):
+        return
+    print(
+        "\nprefix cache of the runs on a server shared with other runs (model; "
+        "compare the source's logged 'Prefix cache hit rate'):"
+    )
+    for _, r in later.iterrows():
+        print(
+            f"  {r['run_id'][:56]:56} hit rate {r['sim_prefix_hit_rate']:6.1%} after "
+            f"{int(r['sim_warmup_requests'])} warm-up request(s)"
+        )
+
+
 def _split_report(df: pd.DataFrame, fit: np.ndarray, baseline: pd.DataFrame) -> None:
     """Median errors on the fit runs, the held-out runs and all, with and without the
     serving overhead."""
@@ -140,6 +163,7 @@ def main() -> int:
         f"{VLLM_SERVING_OVERHEAD}; x = simulated / published)\n"
     )
     print(_table(df))
+    _prefix_report(df)
     _split_report(df, serving_fit_split(published_serving_runs()), baseline)
     done = df[df["error"] == ""]
     print(f"\n{len(done)} of {len(df)} runs simulated in {wall_s:.1f} s")

@@ -3,6 +3,7 @@ checks, and the replay through vLLM's scheduler on a constant clock whose answer
 by hand."""
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -18,12 +19,18 @@ from cgdispatch.plan.published_runs import (
     serve_default_limits,
 )
 from cgdispatch.plan.published_serving import (
+    SAME_SERVER_EARLIER,
     default_cudagraph_mode,
+    initial_test_request,
     overloaded_published,
     overloaded_simulated,
+    prefix_caching_on,
     published_serving_comparison,
+    replay_after_warmup,
+    run_requests,
     simulate_published_run,
 )
+from cgdispatch.workload.limits import SchedulerLimits
 
 STEP_MS = 10.0
 
@@ -114,9 +121,10 @@ def test_serve_defaults_follow_vllms_large_gpu_rule():
 
 
 def test_two_requests_on_a_constant_clock_give_the_hand_computed_ttft():
-    # a 150-token budget: step 1 runs A's 100 prompt tokens and 50 of B's, step 2 A's first
+    # prefix caching off: nothing carries over from the client's test request.
+    # A 150-token budget: step 1 runs A's 100 prompt tokens and 50 of B's, step 2 A's first
     # decode and B's last 50; each request then decodes one token per step
-    row = _run(max_num_batched_tokens=150, max_num_seqs=8)
+    row = _run(max_num_batched_tokens=150, max_num_seqs=8, prefix_caching="off")
     sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
     ttft_a, ttft_b = 1 * STEP_MS, 2 * STEP_MS  # A's first token after step 1, B's after 2
     finish_a, finish_b = 5 * STEP_MS, 6 * STEP_MS  # then 4 more tokens, one per step
@@ -125,6 +133,172 @@ def test_two_requests_on_a_constant_clock_give_the_hand_computed_ttft():
     assert sim["sim_mean_tpot_ms"] == pytest.approx((tpot_a + tpot_b) / 2)
     assert sim["sim_output_throughput"] == pytest.approx(10 / (finish_b / 1e3))
     assert sim["overloaded_sim"] is None  # inf rate: no overload to call
+
+
+def test_with_prefix_caching_the_test_request_leaves_the_first_prompt_cached():
+    # the client's test request (A's prompt) ran first: A finds its 6 full blocks (96 of its
+    # 100 tokens) cached and computes 4, so step 1 holds A's 4 and B's 100 (104 <= 150):
+    # both first tokens after step 1, both finished after 5 steps
+    row = _run(max_num_batched_tokens=150, max_num_seqs=8)  # prefix caching: V1's default
+    sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
+    assert sim["sim_warmup_requests"] == 1
+    assert sim["sim_mean_ttft_ms"] == pytest.approx(STEP_MS)
+    assert sim["sim_mean_tpot_ms"] == pytest.approx(STEP_MS)
+    assert sim["sim_output_throughput"] == pytest.approx(10 / (5 * STEP_MS / 1e3))
+    # hits over what the admissions asked for: the test request 100 tokens (none cached),
+    # A 96 of 100, B none of 100
+    assert sim["sim_prefix_hit_rate"] == pytest.approx(96 / 300)
+    off = simulate_published_run(
+        _run(max_num_batched_tokens=150, max_num_seqs=8, prefix_caching="off"),
+        step_time_for=_constant_clock,
+        cost_model_for=_no_cost_model,
+    )
+    assert off["sim_warmup_requests"] == 0 and math.isnan(off["sim_prefix_hit_rate"])
+    with pytest.raises(ValueError, match="prefix_caching='maybe' is invalid"):
+        prefix_caching_on(_run(prefix_caching="maybe"))
+
+
+def _independent_hits(phases: list[pd.DataFrame], block_size: int) -> tuple[int, int]:
+    """(prompt tokens served from cache, prompt tokens asked for) counted from the prompts
+    themselves, for phases that fit the cache whole: a prompt hits the full blocks it shares
+    with one sent in an earlier phase, all but its last token."""
+    seen: list[tuple[int, ...]] = []
+    hits = asked = 0
+    for phase in phases:
+        tokens = [tuple(t) for t in phase["tokens"]]
+        for t in tokens:
+            shared = max((_common_blocks(t, s, block_size) for s in seen), default=0)
+            hits += min(shared, (len(t) - 1) // block_size) * block_size
+            asked += len(t)
+        seen += tokens
+    return hits, asked
+
+
+def _common_blocks(a: tuple[int, ...], b: tuple[int, ...], block_size: int) -> int:
+    n = 0
+    while (n + 1) * block_size <= min(len(a), len(b)) and (
+        a[n * block_size : (n + 1) * block_size] == b[n * block_size : (n + 1) * block_size]
+    ):
+        n += 1
+    return n
+
+
+def _phase(rng: np.random.Generator, prompts: list[np.ndarray], at_s: float = 0.0) -> pd.DataFrame:
+    """A request table of explicit prompts (one id per token, block size 1 for hash_ids)."""
+    n = len(prompts)
+    table = pd.DataFrame(
+        {
+            "arrival_s": np.full(n, at_s),
+            "prompt_tokens": [len(p) for p in prompts],
+            "output_tokens": rng.integers(1, 6, n),
+            "hash_ids": [[int(x) for x in p] for p in prompts],
+        }
+    )
+    table.attrs["hash_block_size"] = 1
+    return table.assign(tokens=[list(p) for p in prompts])
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_warm_up_phases_leave_their_prompts_cached_for_the_timed_window(block_size):
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    pool = [rng.integers(0, 50_000, rng.integers(2, 120)) for _ in range(6)]
+    warm = [
+        _phase(rng, [pool[i] for i in rng.choice(6, 3, replace=False)]),
+        _phase(rng, [pool[0][: rng.integers(1, len(pool[0]) + 1)]]),
+    ]
+    # distinct prompts within a phase (hits inside one phase depend on its chunking)
+    pick = rng.choice(6, 4, replace=False)
+    measured = _phase(rng, [pool[i] for i in pick] + [rng.integers(0, 9, 40)])
+    limits = SchedulerLimits(
+        max_num_batched_tokens=64, block_size=block_size, num_gpu_blocks=10_000,
+        hash_block_size=1, async_scheduling=False,
+    )  # fmt: skip
+    clock = lambda num_tokens, num_reqs: STEP_MS if num_tokens else 0.0  # noqa: E731
+    tables = [t.drop(columns="tokens") for t in (*warm, measured)]
+    got = replay_after_warmup(tables[-1], limits, warmup=tables[:-1], step_time_ms=clock)
+    hits, asked = _independent_hits([*warm, measured], block_size)
+    warm_hits, _ = _independent_hits(warm, block_size)
+    assert got.warmup_requests == sum(len(t) for t in warm)
+    assert int(got.steps["num_cached_tokens"].sum()) == hits - warm_hits
+    assert got.prefix_hit_rate == pytest.approx(hits / asked)
+    # the window's times count from its start: the first step begins at 0
+    assert got.requests["arrival_s"].eq(0.0).all() and got.steps["time_s"].min() >= 0.0
+    # prefix caching off: the window replays as if alone, warm-up or not
+    off = SchedulerLimits(**{**asdict(limits), "enable_prefix_caching": False})
+    alone = replay_after_warmup(tables[-1], off, step_time_ms=clock).requests
+    after = replay_after_warmup(tables[-1], off, warmup=tables[:-1], step_time_ms=clock).requests
+    for col in ("ttft_s", "finish_s"):
+        np.testing.assert_allclose(after[col], alone[col], rtol=0, atol=1e-6)
+
+
+def test_a_warm_up_phase_longer_than_the_default_gap_still_ends_before_the_window():
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    prompt = [rng.integers(0, 50_000, int(rng.integers(20, 60)))]
+    measured = _phase(rng, prompt).drop(columns="tokens").assign(output_tokens=2)
+    slow_ms = 1e8 * float(rng.uniform(1, 2))  # a day or more per step: past the phase gap
+    clock = lambda num_tokens, num_reqs: slow_ms if num_tokens else 0.0  # noqa: E731
+    limits = SchedulerLimits(block_size=16, num_gpu_blocks=1000, hash_block_size=1)
+    got = replay_after_warmup(
+        measured, limits, warmup=[initial_test_request(measured)], step_time_ms=clock
+    )
+    assert got.start_s >= 2 * slow_ms / 1e3  # the test request's two steps came first
+    # then the prompt hits all but its last partial block: one step to its first token
+    assert got.requests["ttft_s"].iloc[0] == pytest.approx(slow_ms / 1e3)
+
+
+def test_warm_up_tables_must_share_the_measured_tables_prompt_identity():
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    measured = _phase(rng, [rng.integers(0, 99, 20)]).drop(columns="tokens")
+    bare = measured.drop(columns="hash_ids")
+    with pytest.raises(ValueError, match="differ in prompt identity"):
+        replay_after_warmup(measured, SchedulerLimits(), warmup=[bare])
+    with pytest.raises(ValueError, match="non-empty request tables"):
+        replay_after_warmup(measured, SchedulerLimits(), warmup=[measured.iloc[:0]])
+
+
+def test_a_first_identical_prompt_after_the_test_request_computes_only_its_last_partial_block():
+    rng = np.random.default_rng(int(np.random.SeedSequence().entropy % 2**32))
+    length, budget = int(rng.integers(40, 400)), int(rng.integers(8, 32))
+    prompt = [rng.integers(0, 50_000, length)]
+    measured = _phase(rng, prompt).drop(columns="tokens")
+    limits = SchedulerLimits(
+        max_num_batched_tokens=budget, block_size=16, num_gpu_blocks=10_000,
+        hash_block_size=1, async_scheduling=False,
+    )  # fmt: skip
+    clock = lambda num_tokens, num_reqs: STEP_MS if num_tokens else 0.0  # noqa: E731
+    got = replay_after_warmup(
+        measured, limits, warmup=[initial_test_request(measured)], step_time_ms=clock
+    )
+    cached = (length - 1) // 16 * 16  # every full block, but the last token is recomputed
+    assert int(got.steps["num_cached_tokens"].sum()) == cached
+    steps_to_first = -(-(length - cached) // budget)
+    assert got.requests["ttft_s"].iloc[0] * 1e3 == pytest.approx(steps_to_first * STEP_MS)
+
+
+def test_the_logged_hit_rate_of_a_same_server_run_follows_from_its_earlier_runs():
+    # dennislee22 test 5, n200 after n100 on one server: the replayed hit rate (the test
+    # requests and both runs) against the count of prompts whose index came before
+    runs = published_serving_runs().set_index("run_id", drop=False)
+    run_id = "dennislee22-qwen2-7b-a100-test5-random-1024-1024-n200"
+    assert SAME_SERVER_EARLIER[run_id] == ("dennislee22-qwen2-7b-a100-test5-random-1024-1024-n100",)
+    row = runs.loc[run_id]
+    sim = simulate_published_run(row, step_time_for=_constant_clock, cost_model_for=_no_cost_model)
+    assert sim["sim_preemptions"] == 0  # the count below assumes nothing was evicted
+    phases = [run_requests(runs.loc[r]) for r in (*SAME_SERVER_EARLIER[run_id], run_id)]
+    sent = []  # (index in its run, prompt length) in the order the server saw them
+    for table in phases:
+        sent += [(0, int(table["prompt_tokens"].iloc[0]))]  # the client's test request
+        sent += list(enumerate(table["prompt_tokens"].astype(int)))
+    seen: set[int] = set()
+    hits = 0
+    for index, length in sent:  # same seed: prompt i is the same token run in every run
+        if index in seen:
+            hits += (length - 1) // 16 * 16
+        seen.add(index)
+    asked = sum(length for _, length in sent)
+    assert sim["sim_warmup_requests"] == len(sent) - len(phases[-1])
+    assert sim["sim_prefix_hit_rate"] == pytest.approx(hits / asked)
+    assert abs(sim["sim_prefix_hit_rate"] - 0.333) < 0.001  # the log's "33.3%"
 
 
 def test_a_logged_kv_size_is_used_and_a_request_longer_than_it_is_refused():

@@ -11,6 +11,8 @@ from cgdispatch.workload.bench_traffic import (
     SHAREGPT_MAX_TOTAL_TOKENS,
     bench_requests,
     closed_loop_send_times,
+    prompt_hash_ids,
+    random_dataset_offsets,
     random_lengths,
     send_times_s,
     sharegpt_like_lengths,
@@ -95,3 +97,52 @@ def test_bench_requests_is_a_request_table_in_send_order():
     assert list(table.columns) == ["arrival_s", "prompt_tokens", "output_tokens"]
     with pytest.raises(ValueError, match="lengths differ"):
         bench_requests(np.array([5]), np.array([1, 2]), np.array([0.0, 0.5]))
+
+
+@pytest.mark.parametrize("release", ["0.10.1.1", "0.11.0"])
+def test_random_dataset_offsets_are_the_seeded_generators_and_do_not_depend_on_the_count(release):
+    seed, vocab = _fresh_seed(), int(np.random.default_rng().integers(1000, 200_000))
+    n_small, n_large = 7, 300
+    small = random_dataset_offsets(
+        n_small, 1024, 1024, seed=seed, vocab_size=vocab, vllm_version=release
+    )
+    large = random_dataset_offsets(
+        n_large, 1024, 1024, seed=seed, vocab_size=vocab, vllm_version=release
+    )
+    # range ratio 0: the length draws span one integer and use no randomness, so the offsets
+    # are the generator's first draws, whatever the number of prompts
+    if release == "0.11.0":
+        direct = np.random.default_rng(seed).integers(0, vocab, size=n_large)
+    else:
+        legacy = np.random.RandomState(seed)
+        direct = legacy.randint(0, vocab, size=n_large)
+    np.testing.assert_array_equal(large, direct)
+    np.testing.assert_array_equal(small, large[:n_small])
+    # a non-zero range ratio draws the lengths first: other offsets
+    ranged = random_dataset_offsets(
+        n_large, 1024, 1024, 0.5, seed=seed, vocab_size=vocab, vllm_version=release
+    )
+    assert not np.array_equal(ranged, large)
+    with pytest.raises(ValueError, match="vllm_version='next' is invalid"):
+        random_dataset_offsets(3, 10, 10, vllm_version="next")
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_prompt_hash_ids_are_equal_exactly_where_the_prompts_blocks_are(block_size):
+    rng = np.random.default_rng(_fresh_seed())
+    vocab, n = 97, 40  # a small vocabulary: starts collide and sequences wrap around
+    prompts = rng.integers(1, 6 * block_size + 3, n)
+    offsets = rng.integers(0, vocab, n)
+    ids = prompt_hash_ids(prompts, offsets, block_size, vocab)
+    tokens = [(offsets[i] + i + np.arange(prompts[i])) % vocab for i in range(n)]
+    for i in range(n):
+        assert len(ids[i]) == -(-int(prompts[i]) // block_size)
+        for k in range(n):
+            for j in range(min(len(ids[i]), len(ids[k]))):
+                a = tuple(tokens[i][j * block_size : (j + 1) * block_size])
+                b = tuple(tokens[k][j * block_size : (j + 1) * block_size])
+                assert (ids[i][j] == ids[k][j]) == (a == b)
+    table = bench_requests(prompts, np.ones(n, int), np.zeros(n), ids, block_size)
+    assert table["hash_ids"].tolist() == ids and table.attrs["hash_block_size"] == block_size
+    with pytest.raises(ValueError, match="give one list per request"):
+        bench_requests(prompts, np.ones(n, int), np.zeros(n), ids[:-1], block_size)
