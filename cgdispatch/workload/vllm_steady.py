@@ -292,6 +292,7 @@ class SteadyDecodes:
         pcache = self.pc is not None
         clocks: list[float] = []
         kv: list[int] = []
+        opened: list[int] = []  # prefix caching: the ticks whose calls open blocks
         while t < last and now_s < next_arrival_s:
             need = phase[-t % bs]  # decodes whose token opens a block this call
             if need > free:
@@ -299,7 +300,7 @@ class SteadyDecodes:
             used += need
             free -= need
             if pcache and need:
-                self._pc_phase_blocks(t)
+                opened.append(t)
             clocks.append(now_s)
             kv.append(used)
             now_s += step_s(t)
@@ -307,8 +308,16 @@ class SteadyDecodes:
         if not clocks:
             return None
         self.tick = t
-        if not pcache:  # else _pc_phase_blocks counted them
-            self.used = used
+        taken, self.used = used - self.used, used
+        if opened:
+            # the blocks of every call at once: nothing is freed between the calls, so they
+            # leave the queue in the order the calls would take them, one call's after another
+            blocks = self.pc.get_new_blocks(taken)
+            blocks_of, members_of, at = self.blocks_of, self.phase_members, 0
+            for tick in opened:
+                for i in members_of[-tick % bs]:
+                    blocks_of[i].append(blocks[at])
+                    at += 1
         self.finished_pending = False  # each call sends the finished ids (_scheduled)
         loras = frozenset(self.d_loras)
         return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)
