@@ -71,12 +71,20 @@ class BlockKeys:
         if self.hash_ids is not None:
             ids, hbs = self.hash_ids[i], self.hbs
             chain, parent = [], ("lora", lo)
+            interned = self._chain  # _intern, inlined
             for h in ids[: (full * bs + hbs - 1) // hbs]:
-                parent = self._intern(parent, h)
-                chain.append(parent)
+                key = (parent, h)
+                parent = interned.get(key)
+                if parent is None:
+                    parent = interned[key] = len(interned)
+                chain.append(parent << 32)
             # block j ends at token (j+1)*bs - 1, inside hash block ((j+1)*bs - 1) // hbs:
             # the ids up to there and the position fix every token before its end
-            keys = [(chain[((j + 1) * bs - 1) // hbs] << 32) | j for j in range(full)]
+            if hbs % bs == 0:  # hbs // bs blocks per id
+                r = hbs // bs
+                keys = [chain[j // r] | j for j in range(full)]
+            else:
+                keys = [chain[((j + 1) * bs - 1) // hbs] | j for j in range(full)]
         elif self.token_ids is not None:
             tokens, keys, parent = self.token_ids[i], [], ("lora", lo)
             for j in range(full):

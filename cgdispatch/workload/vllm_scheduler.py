@@ -288,15 +288,14 @@ class VllmSchedulerCore(SteadyDecodes):
         keys = self.keys.prompt_keys(i)
         if done >= len(keys):
             return
-        blocks, pc = self.blocks_of[i], self.pc
-        hashes, cached = pc.hash, pc.cached
-        for j in range(done, min(full, len(keys))):
-            key = keys[j]
-            b = blocks[j]
+        pc = self.pc
+        hashes, setdefault = pc.hash, pc.cached.setdefault
+        stop = full if full < len(keys) else len(keys)
+        for key, b in zip(keys[done:stop], self.blocks_of[i][done:stop]):
             if hashes[b] is not None:
                 continue  # a hit: cached under this key already
             hashes[b] = key
-            first = cached.setdefault(key, b)
+            first = setdefault(key, b)
             if first != b:
                 pc.add_dup(key, first, b)
 
@@ -315,18 +314,17 @@ class VllmSchedulerCore(SteadyDecodes):
         """``get_computed_blocks``: the cached blocks of request ``i``'s longest prefix of
         whole blocks within ``max_tokens`` tokens (vLLM passes num_tokens - 1)."""
         most = min(max_tokens, self.prompt[i] + self.out[i]) // self.bs  # its block hashes
-        lookup = self.pc.cached.get
         keys = self.keys.prompt_keys(i)
-        hits = []
-        for key in keys[:most]:
-            b = lookup(key)
+        hits: list[int] = []
+        append = hits.append
+        for b in map(self.pc.cached.get, keys[:most]):
             if b is None:
                 return hits
-            hits.append(b)
+            append(b)
         if most > len(keys) and i in self.pc_preempted:  # its own blocks, cached when preempted
             own = -(i << 32) - 1
             for j in range(len(keys), most):
-                b = lookup(own - j)
+                b = self.pc.cached.get(own - j)
                 if b is None:
                     break
                 hits.append(b)
