@@ -217,7 +217,9 @@ class SteadyDecodes:
         if self.max_loras is not None:
             loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
         lists = (reqs, tokens, drafts, decode)
-        if self.pc is not None:
+        if not waiting:
+            pass  # nothing to admit
+        elif self.pc is not None:
             self._admit_pc(budget, lpt, False, bool(reqs), loras, lists)
         else:
             self._admit(budget, lpt, False, loras, lists)
