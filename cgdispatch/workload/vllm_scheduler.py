@@ -151,7 +151,7 @@ class VllmSchedulerCore(SteadyDecodes):
             if n <= 0:
                 idx += 1
                 continue
-            want = self._blocks(computed[i] + n)
+            want = -(-min(computed[i] + n, self.mml) // self.bs)
             ok = True
             while want - self.held[i] > self.usable - self.used:
                 victim = running.pop()  # FCFS: the last running request
@@ -234,8 +234,9 @@ class VllmSchedulerCore(SteadyDecodes):
                 break
             n = min(n, budget)
             free = self.usable - self.used
-            want = self._blocks(n)
-            if self._blocks(num_tokens) > free or want > free:  # the whole sequence must fit
+            want = -(-min(n, self.mml) // self.bs)
+            whole = -(-min(num_tokens, self.mml) // self.bs)
+            if whole > free or want > free:  # the whole sequence must fit
                 break
             waiting.popleft()
             running.append(i)
@@ -367,9 +368,9 @@ class VllmSchedulerCore(SteadyDecodes):
             n = min(n, budget)
             free = self.usable - self.used
             evictable = pc.evictable(hits)
-            if max(self._blocks(num_tokens) - len(hits), 0) + evictable > free:
+            if max(-(-min(num_tokens, self.mml) // self.bs) - len(hits), 0) + evictable > free:
                 break  # the whole sequence must fit (scheduler_reserve_full_isl)
-            want = self._blocks(min(h, mml) + n)
+            want = -(-min(min(h, mml) + n, self.mml) // self.bs)
             if max(want - len(hits), 0) + evictable > free:
                 break
             waiting.popleft()

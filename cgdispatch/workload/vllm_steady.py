@@ -65,7 +65,7 @@ class SteadyDecodes:
             or self.spec[i]
             or self.prefill_chunk[i]
             or out < 1
-            or self.held[i] != self._blocks(computed)
+            or self.held[i] != -(-min(computed, self.mml) // self.bs)
         ):
             return False
         off = computed - T
@@ -111,7 +111,7 @@ class SteadyDecodes:
             self.inflight[i] = 1
         else:
             self.out[i] = computed - self.prompt[i] + 1
-        self.held[i] = self._blocks(computed)
+        self.held[i] = -(-min(computed, self.mml) // self.bs)
         self.phase_cnt[off % self.bs] -= 1
         if self.pc is not None:
             del self.phase_members[off % self.bs][i]
@@ -187,7 +187,7 @@ class SteadyDecodes:
             n = min(n, mml - computed[i] - 1)
             if n <= 0:
                 continue
-            want = self._blocks(computed[i] + n)
+            want = -(-min(computed[i] + n, self.mml) // self.bs)
             if want > held[i]:
                 need += want - held[i]
             plan.append((i, n, want))
