@@ -135,6 +135,8 @@ class ExactRun:
         self.calls: list[ScheduleCall] = []
         # the step rows, one typed array per Step field (about 90 bytes a step)
         self._cols = [array("d" if f == "time_s" else "q") for f in STEP_FIELDS]
+        self._appends = [col.append for col in self._cols]
+        self._any_lora = bool((lora >= 0).any())  # else no step has an adapter
         self._pending_preempted = 0
         self._ran = False
         self._next_row = 0
@@ -150,13 +152,16 @@ class ExactRun:
         num_reqs = call.num_reqs
         if not num_reqs:
             return  # nothing ran: its preemptions go to the next step that runs
-        lora = self.core.lora
         q = self.limits.q
         num_tokens = call.num_tokens
         bulk = call.n_bulk
         max_q = max(max(call.tokens, default=0), 1 if bulk else 0)
-        ids = {lora[i] for i in call.reqs if lora[i] >= 0} | call.bulk_loras
-        prefill = sum(n for n, dec in zip(call.tokens, call.decode) if not dec)
+        if self._any_lora:
+            lora = self.core.lora
+            ids = {lora[i] for i in call.reqs if lora[i] >= 0} | call.bulk_loras
+        else:
+            ids = call.bulk_loras  # empty
+        prefill = sum([n for n, dec in zip(call.tokens, call.decode) if not dec])
         row = (
             num_tokens,
             num_reqs,
@@ -171,8 +176,8 @@ class ExactRun:
             call.kv_blocks_used,
             call.num_cached_tokens,
         )  # in STEP_FIELDS order
-        for col, value in zip(self._cols, row):
-            col.append(value)
+        for append, value in zip(self._appends, row):
+            append(value)
         self._pending_preempted = 0
 
     def _on_stretch(self, run: SteadyStretch) -> None:
@@ -214,6 +219,14 @@ class ExactRun:
             step_s = self.step_time_ms(num_reqs, num_reqs) / 1e3
             return lambda tick: step_s
         core = self.core
+        decode_ms = getattr(self.step_time_ms, "decode_ms", None)
+        if decode_ms is not None and num_reqs:  # the same floats, no content built per call
+            ms = decode_ms(num_reqs)
+
+            def fast(tick: int) -> float:
+                return ms(core.steady_kv_tokens(tick)) / 1e3
+
+            return fast
 
         def at(tick: int) -> float:
             content = StepContent(num_reqs, num_reqs, core.steady_kv_tokens(tick))

@@ -190,6 +190,16 @@ class DispatchedStepTime:
             gpu_ms = self.scale * self.pricer.step_ms(content, mode, padded)
         return self.serving_overhead.paced_ms(gpu_ms, content.num_reqs)
 
+    def decode_ms(self, num_reqs: int) -> Callable[[int], float]:
+        """:meth:`content_ms` of a step of ``num_reqs`` one-token decodes (``num_reqs`` >= 1)
+        as a function of their summed context: a steady stretch's clock, the same floats."""
+        if self.pricer is None:
+            ms = self._sized(num_reqs, num_reqs)
+            return lambda kv_tokens: ms
+        mode, padded = self._route(num_reqs, num_reqs)
+        step, scale = self.pricer.decode_step_ms(num_reqs, mode, padded), self.scale
+        return lambda kv_tokens: scale * step(kv_tokens)
+
 
 def dispatched_step_time(
     config: GraphConfig,

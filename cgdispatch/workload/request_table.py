@@ -130,6 +130,12 @@ def check_cells(
     return out
 
 
+# integer types whose values int() keeps exactly (no bool, no float, no text)
+_INT_TYPES = frozenset(
+    {int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8}
+)
+
+
 def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int, ...]]:
     """A list-of-ints column as tuples of Python ints, or ValueError naming the first bad row
     by its index label (token ids: exactly ``prompt_tokens`` of them). A cell may be a list,
@@ -142,7 +148,9 @@ def _id_lists(column: pd.Series, col: str, prompt: np.ndarray) -> list[tuple[int
             with contextlib.suppress(ValueError):  # else refused below, as written
                 value = json.loads(value)
         ok = isinstance(value, (list, tuple)) and len(value) > 0
-        if ok:
+        if ok and _INT_TYPES.issuperset(map(type, value)):
+            ids = tuple(map(int, value))  # plain integers (the common case), checked at once
+        elif ok:
             try:
                 ids = tuple(int(x) for x in value)
             except (TypeError, ValueError):

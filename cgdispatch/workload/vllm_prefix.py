@@ -71,12 +71,20 @@ class BlockKeys:
         if self.hash_ids is not None:
             ids, hbs = self.hash_ids[i], self.hbs
             chain, parent = [], ("lora", lo)
+            interned = self._chain  # _intern, inlined
             for h in ids[: (full * bs + hbs - 1) // hbs]:
-                parent = self._intern(parent, h)
-                chain.append(parent)
+                key = (parent, h)
+                parent = interned.get(key)
+                if parent is None:
+                    parent = interned[key] = len(interned)
+                chain.append(parent << 32)
             # block j ends at token (j+1)*bs - 1, inside hash block ((j+1)*bs - 1) // hbs:
             # the ids up to there and the position fix every token before its end
-            keys = [(chain[((j + 1) * bs - 1) // hbs] << 32) | j for j in range(full)]
+            if hbs % bs == 0:  # hbs // bs blocks per id
+                r = hbs // bs
+                keys = [chain[j // r] | j for j in range(full)]
+            else:
+                keys = [chain[((j + 1) * bs - 1) // hbs] | j for j in range(full)]
         elif self.token_ids is not None:
             tokens, keys, parent = self.token_ids[i], [], ("lora", lo)
             for j in range(full):
@@ -155,50 +163,64 @@ class PrefixPool:
 
     def get_new_blocks(self, n: int) -> list[int]:
         """``get_new_blocks``: ``n`` blocks from the queue's front, their hashes evicted."""
+        if n <= 0:
+            return []
         front, ref = self.front, self.ref
-        out: list[int] = []
         if front:
-            out = front[-n:]
-            del front[-n:]
-            n -= len(out)
-            if not n:
+            if n <= len(front):
+                out = front[-n:]
+                del front[-n:]
                 for b in out:
                     ref[b] = 1
                 return out
-        for b in out:
-            ref[b] = 1
-        fresh = min(n, self.fresh_end - self.fresh_next)
+            out = front[:]
+            front.clear()
+            n -= len(out)
+            for b in out:
+                ref[b] = 1
+        else:
+            out = []
+        fresh = self.fresh_end - self.fresh_next
         if fresh:
+            if fresh > n:
+                fresh = n
             first = self.fresh_next
             self.fresh_next = first + fresh
             ref.extend([1] * fresh)
             self.hash.extend([None] * fresh)
             out.extend(range(first, first + fresh))
             n -= fresh
-        back, hashes, anon = self.back, self.hash, self.anon
+            if not n:
+                return out
+        back, hashes, anon, cached, dups = self.back, self.hash, self.anon, self.cached, self.dups
         self.n_back -= n
+        popitem = back.popitem
+        append = out.append
         while n:
-            key = next(iter(back))
+            key, count = popitem(False)
             if key < 0:  # a run of blocks nothing can hit
-                count = back[key]
-                take = min(count, n)
+                take = count if count <= n else n
                 got = anon[-take:]
                 del anon[-take:]
-                if take == count:
-                    del back[key]
-                else:
+                if take < count:
                     back[key] = count - take
+                    back.move_to_end(key, False)
                 for b in got:
                     ref[b] = 1
                 out.extend(got)
                 n -= take
-            else:
-                back.popitem(last=False)
-                if hashes[key] is not None:
+                continue
+            h = hashes[key]
+            if h is not None:  # _maybe_evict_cached_block
+                if dups and h in dups:
                     self.evict(key)
-                ref[key] = 1
-                out.append(key)
-                n -= 1
+                else:
+                    hashes[key] = None
+                    if cached.get(h) == key:
+                        del cached[h]
+            ref[key] = 1
+            append(key)
+            n -= 1
         return out
 
     def evict(self, b: int) -> None:
@@ -268,16 +290,16 @@ class PrefixPool:
                 self.n_back += len(cached_own)
             released = len(own)
             blocks = blocks[:dead_from]
-        first: list[int] = []
-        last: list[int] = []
+        front, back = self.front, self.back
+        nf, nb = len(front), len(back)
         for b in reversed(blocks):
-            ref[b] -= 1
-            if ref[b] == 0:
-                (first if hashes[b] is None else last).append(b)
-        self.front.extend(first)
-        if last:
-            back = self.back
-            for b in last:
-                back[b] = 0
-            self.n_back += len(last)
-        return released + len(first) + len(last)
+            r = ref[b] - 1
+            ref[b] = r
+            if not r:
+                if hashes[b] is None:
+                    front.append(b)
+                else:
+                    back[b] = 0  # a cached block: to the queue's end, by itself
+        nb = len(back) - nb
+        self.n_back += nb
+        return released + len(front) - nf + nb

@@ -151,7 +151,7 @@ class VllmSchedulerCore(SteadyDecodes):
             if n <= 0:
                 idx += 1
                 continue
-            want = self._blocks(computed[i] + n)
+            want = -(-min(computed[i] + n, self.mml) // self.bs)
             ok = True
             while want - self.held[i] > self.usable - self.used:
                 victim = running.pop()  # FCFS: the last running request
@@ -234,8 +234,9 @@ class VllmSchedulerCore(SteadyDecodes):
                 break
             n = min(n, budget)
             free = self.usable - self.used
-            want = self._blocks(n)
-            if self._blocks(num_tokens) > free or want > free:  # the whole sequence must fit
+            want = -(-min(n, self.mml) // self.bs)
+            whole = -(-min(num_tokens, self.mml) // self.bs)
+            if whole > free or want > free:  # the whole sequence must fit
                 break
             waiting.popleft()
             running.append(i)
@@ -288,15 +289,14 @@ class VllmSchedulerCore(SteadyDecodes):
         keys = self.keys.prompt_keys(i)
         if done >= len(keys):
             return
-        blocks, pc = self.blocks_of[i], self.pc
-        hashes, cached = pc.hash, pc.cached
-        for j in range(done, min(full, len(keys))):
-            key = keys[j]
-            b = blocks[j]
+        pc = self.pc
+        hashes, setdefault = pc.hash, pc.cached.setdefault
+        stop = full if full < len(keys) else len(keys)
+        for key, b in zip(keys[done:stop], self.blocks_of[i][done:stop]):
             if hashes[b] is not None:
                 continue  # a hit: cached under this key already
             hashes[b] = key
-            first = cached.setdefault(key, b)
+            first = setdefault(key, b)
             if first != b:
                 pc.add_dup(key, first, b)
 
@@ -315,18 +315,17 @@ class VllmSchedulerCore(SteadyDecodes):
         """``get_computed_blocks``: the cached blocks of request ``i``'s longest prefix of
         whole blocks within ``max_tokens`` tokens (vLLM passes num_tokens - 1)."""
         most = min(max_tokens, self.prompt[i] + self.out[i]) // self.bs  # its block hashes
-        lookup = self.pc.cached.get
         keys = self.keys.prompt_keys(i)
-        hits = []
-        for key in keys[:most]:
-            b = lookup(key)
+        hits: list[int] = []
+        append = hits.append
+        for b in map(self.pc.cached.get, keys[:most]):
             if b is None:
                 return hits
-            hits.append(b)
+            append(b)
         if most > len(keys) and i in self.pc_preempted:  # its own blocks, cached when preempted
             own = -(i << 32) - 1
             for j in range(len(keys), most):
-                b = lookup(own - j)
+                b = self.pc.cached.get(own - j)
                 if b is None:
                     break
                 hits.append(b)
@@ -369,9 +368,9 @@ class VllmSchedulerCore(SteadyDecodes):
             n = min(n, budget)
             free = self.usable - self.used
             evictable = pc.evictable(hits)
-            if max(self._blocks(num_tokens) - len(hits), 0) + evictable > free:
+            if max(-(-min(num_tokens, self.mml) // self.bs) - len(hits), 0) + evictable > free:
                 break  # the whole sequence must fit (scheduler_reserve_full_isl)
-            want = self._blocks(min(h, mml) + n)
+            want = -(-min(min(h, mml) + n, self.mml) // self.bs)
             if max(want - len(hits), 0) + evictable > free:
                 break
             waiting.popleft()

@@ -65,7 +65,7 @@ class SteadyDecodes:
             or self.spec[i]
             or self.prefill_chunk[i]
             or out < 1
-            or self.held[i] != self._blocks(computed)
+            or self.held[i] != -(-min(computed, self.mml) // self.bs)
         ):
             return False
         off = computed - T
@@ -111,7 +111,7 @@ class SteadyDecodes:
             self.inflight[i] = 1
         else:
             self.out[i] = computed - self.prompt[i] + 1
-        self.held[i] = self._blocks(computed)
+        self.held[i] = -(-min(computed, self.mml) // self.bs)
         self.phase_cnt[off % self.bs] -= 1
         if self.pc is not None:
             del self.phase_members[off % self.bs][i]
@@ -187,7 +187,7 @@ class SteadyDecodes:
             n = min(n, mml - computed[i] - 1)
             if n <= 0:
                 continue
-            want = self._blocks(computed[i] + n)
+            want = -(-min(computed[i] + n, self.mml) // self.bs)
             if want > held[i]:
                 need += want - held[i]
             plan.append((i, n, want))
@@ -217,7 +217,9 @@ class SteadyDecodes:
         if self.max_loras is not None:
             loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
         lists = (reqs, tokens, drafts, decode)
-        if self.pc is not None:
+        if not waiting:
+            pass  # nothing to admit
+        elif self.pc is not None:
             self._admit_pc(budget, lpt, False, bool(reqs), loras, lists)
         else:
             self._admit(budget, lpt, False, loras, lists)
@@ -292,6 +294,7 @@ class SteadyDecodes:
         pcache = self.pc is not None
         clocks: list[float] = []
         kv: list[int] = []
+        opened: list[int] = []  # prefix caching: the ticks whose calls open blocks
         while t < last and now_s < next_arrival_s:
             need = phase[-t % bs]  # decodes whose token opens a block this call
             if need > free:
@@ -299,7 +302,7 @@ class SteadyDecodes:
             used += need
             free -= need
             if pcache and need:
-                self._pc_phase_blocks(t)
+                opened.append(t)
             clocks.append(now_s)
             kv.append(used)
             now_s += step_s(t)
@@ -307,8 +310,16 @@ class SteadyDecodes:
         if not clocks:
             return None
         self.tick = t
-        if not pcache:  # else _pc_phase_blocks counted them
-            self.used = used
+        taken, self.used = used - self.used, used
+        if opened:
+            # the blocks of every call at once: nothing is freed between the calls, so they
+            # leave the queue in the order the calls would take them, one call's after another
+            blocks = self.pc.get_new_blocks(taken)
+            blocks_of, members_of, at = self.blocks_of, self.phase_members, 0
+            for tick in opened:
+                for i in members_of[-tick % bs]:
+                    blocks_of[i].append(blocks[at])
+                    at += 1
         self.finished_pending = False  # each call sends the finished ids (_scheduled)
         loras = frozenset(self.d_loras)
         return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)

@@ -95,3 +95,48 @@ def test_step_time_follows_the_dispatchers_padding() -> None:
     assert cost(0, 0) == 0.0
     assert cost(3, 3) == pytest.approx(0.5 * 4)  # a decode of 3 runs the graph of 4
     assert cost(100, 2) == pytest.approx(100.0)  # beyond the largest graph: eager
+
+
+def test_a_steady_stretchs_clock_gives_each_steps_content_price_exactly() -> None:
+    """``decode_ms(n)(kv)``, the clock of a steady stretch, is the very float that
+    ``content_ms`` gives the step's content (n one-token decodes reading kv tokens), for
+    graph modes with one line (FULL) and several (PIECEWISE, eager), on fresh sizes; and a
+    replay priced through it gives the steps and request times of one priced per content."""
+    import cgdispatch as cg
+    from cgdispatch.core.config import GraphConfig
+    from cgdispatch.core.step_content import StepContent
+
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    model = cg.device_cost_model("qwen2.5-1.5b", "H100")
+    cfg = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8, 16, 32, 64], cudagraph_mode="FULL_AND_PIECEWISE")  # fmt: skip
+    cost = dispatched_step_time(cfg, model)
+    kinds = set()
+    for n in (int(x) for x in rng.integers(1, 300, 25)):
+        mode, padded = cost._route(n, n)
+        kinds.add(len(cost.pricer.lines(mode, padded)[0]) > 1)
+        at = cost.decode_ms(n)
+        for kv in (int(x) for x in rng.integers(n, n * 8000, 8)):
+            assert at(kv) == cost.content_ms(StepContent(n, n, kv)), f"seed {seed}: n={n} kv={kv}"
+    assert kinds == {False, True}, f"seed {seed}: both kinds of step"
+
+    class ContentOnly:  # the same prices without the stretch clock
+        def __init__(self, inner):
+            self.content_ms = inner.content_ms
+
+        def __call__(self, num_tokens: int, num_reqs: int) -> float:
+            raise AssertionError("priced by content")
+
+    n = 200
+    req = pd.DataFrame(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 5, n)),
+            "prompt_tokens": rng.integers(1, 2000, n),
+            "output_tokens": rng.integers(1, 400, n),
+        }
+    )
+    lim = SchedulerLimits(vllm_version="0.34", num_gpu_blocks=int(rng.integers(2000, 6000)))
+    fast = simulate_latencies(req, lim, step_time_ms=cost)
+    slow = simulate_latencies(req, lim, step_time_ms=ContentOnly(cost))
+    pd.testing.assert_frame_equal(fast.steps, slow.steps)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)

@@ -203,3 +203,44 @@ def test_step_contents_price_cached_context_alike_on_both_paths(version: str) ->
         assert hits == call.num_cached_tokens or any(
             call.decode[call.reqs.index(i)] for i in admitted
         )
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_steady_stretches_take_blocks_as_the_step_loop_does_under_eviction(
+    is_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long decodes in a KV cache small enough to evict cached prefixes: the bulk path, whose
+    steady stretches take all their calls' blocks at once, gives the per-request path's steps,
+    times and hits on a fresh random trace (seed in the failure message)."""
+    from cgdispatch.workload import vllm_steady
+
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    hbs = int(rng.choice([16, 48]))
+    req = shared_trace(rng, 150, hbs)
+    req["output_tokens"] = rng.integers(40, 400, len(req))
+    bs = 16
+    longest = int((req.prompt_tokens + req.output_tokens).max())
+    lim = SchedulerLimits(
+        vllm_version=("0.33", "0.34")[int(rng.integers(2))],
+        block_size=bs,
+        num_gpu_blocks=-(-longest // bs) + 1 + int(rng.integers(20, 120)),
+        hash_block_size=hbs,
+        max_num_seqs=int(rng.choice([8, 32])),
+        async_scheduling=is_async,
+    )
+    taken = []  # blocks each steady stretch took
+    real = vllm_steady.SteadyDecodes.steady_stretch
+
+    def counting(self, *args, **kwargs):
+        before = self.used
+        run = real(self, *args, **kwargs)
+        if run is not None:
+            taken.append(self.used - before)
+        return run
+
+    monkeypatch.setattr(vllm_steady.SteadyDecodes, "steady_stretch", counting)
+    (a, ta, ha), (b, tb, hb) = both_paths(req, lim)
+    assert a.equals(b) and ta.equals(tb) and ha == hb, f"seed {seed}"
+    assert sum(1 for t in taken if t > 1) > 0, f"seed {seed}: no stretch took several blocks"
+    assert a["num_cached_tokens"].sum() > 0, f"seed {seed}"
