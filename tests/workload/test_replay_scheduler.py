@@ -144,12 +144,13 @@ def test_no_release_means_the_newest_decided_once() -> None:
 def test_scheduler_limits_take_the_config_then_the_settings() -> None:
     rng = np.random.default_rng()
     version = str(rng.choice(list(VLLM_VERSIONS)))
-    seqs = int(rng.integers(1, 64))
+    seqs, spec = int(rng.integers(1, 64)), int(rng.integers(0, 3))
     config = GraphConfig(
         vllm_version=version,
         max_num_seqs=seqs,
-        max_num_batched_tokens=int(rng.integers(seqs + 8, 4096)),
-        num_speculative_tokens=int(rng.integers(0, 3)),
+        # at least one step of every sequence with its drafts (vLLM's rule: resolve refuses less)
+        max_num_batched_tokens=int(rng.integers(seqs * (1 + spec) + 8, 4096)),
+        num_speculative_tokens=spec,
         max_loras=int(rng.integers(0, 3)),
     ).resolve()
     blocks = int(rng.integers(2, 5000))
