@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.validate import MAX_MODEL_WIDTH, check_nesting, check_text, read_json_file
 from .shape_rules import FIELD_RANGES
@@ -214,7 +214,7 @@ def _scheme(cfg: Mapping[str, Any], layers: int) -> QuantScheme | None:
     """The checkpoint's :class:`~cgdispatch.models.weights.QuantScheme` from its
     ``quantization_config`` (None without one); ``layers`` decoder layers are checked
     against its lists of modules left unquantized. Each scheme's bytes per weight, with
-    its source, is in the branch that reads it."""
+    its source, is in the function that reads it."""
     quant = cfg.get("quantization_config")
     if not quant:
         return None
@@ -224,82 +224,110 @@ def _scheme(cfg: Mapping[str, Any], layers: int) -> QuantScheme | None:
             f"config.json field 'quantization_config.quant_method'={method!r} is invalid: "
             f"give one of {sorted(_QUANT)} as text"
         )
-    skip: list[str] = []
-    match = "substring"  # how a skip entry names a module (vLLM's rule per scheme)
-    head = False
-    if method in ("gptq", "awq"):
-        # GPTQ (vllm/model_executor/layers/quantization/gptq.py, gptq_marlin.py): packed
-        # ``bits`` ints, an fp16 scale per group of ``group_size`` inputs and output (-1: one
-        # per output channel), packed zero points unless ``sym``; desc_act adds one int32
-        # g_idx per input row (under 0.1%, not counted). AWQ (awq.py): 4 bits, a scale and a
-        # packed zero point per group (``zero_point``); skip list ``modules_to_not_convert``
-        # (vLLM's is_layer_skipped_awq: substring of the module's name)
-        awq = method == "awq"
-        bits = _qint(quant, "bits", quant.get("w_bit", 4), (4,) if awq else (2, 3, 4, 8))
-        group = _qint(
-            quant, "group_size", quant.get("q_group_size", 128), (-1, 32, 64, 128, 256, 1024)
-        )
-        zeros = quant.get("zero_point", True) if awq else not quant.get("sym", True)
-        per_group = 2 + (bits / 8 if zeros else 0)
-        weight = bits / 8 + (per_group / group if group > 0 else 0.0)
-        skip = list(quant.get("modules_to_not_convert") or [])
-        head = bool(quant.get("lm_head", False)) and not awq
-        name = "awq_marlin" if awq else "gptq_marlin"
-        rule = (
-            f"{method} {bits}-bit, group {group}{', zero points' if zeros else ''}"
-            f"{', lm_head quantized' if head else ''}"
-        )
-    elif method == "fp8":
-        # vLLM's Fp8Config (vllm/model_executor/layers/quantization/fp8.py): one byte a
-        # weight, an fp32 scale per tensor or per ``weight_block_size`` block; skip list
-        # ``ignored_layers`` (exact module names)
-        block = quant.get("weight_block_size")
-        if block is not None and (
-            not isinstance(block, list)
-            or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
-        ):
-            raise ValueError(
-                f"config.json field 'quantization_config.weight_block_size'={block!r} is "
-                "invalid: give two positive integers, e.g. [128, 128]"
-            )
-        weight = 1.0 + (4 / (block[0] * block[1]) if block else 0.0)
-        skip, match, name = list(quant.get("ignored_layers") or []), "exact", "fp8"
-        rule = f"fp8, {'block ' + 'x'.join(map(str, block)) if block else 'per-tensor'} scales"
-    elif method == "bitsandbytes":
-        # bitsandbytes (vllm/model_executor/layers/quantization/bitsandbytes.py): 4-bit
-        # nf4/fp4 in blocks of 64 with an fp32 absmax each, or with double quantization an
-        # 8-bit absmax and an fp32 scale per 256 blocks; 8-bit (LLM.int8) one byte and an
-        # fp32 scale per row; skip list ``llm_int8_skip_modules`` (substring)
-        if quant.get("load_in_8bit") or quant.get("_load_in_8bit"):
-            weight, rule = 1.0, "bitsandbytes 8-bit"
-        elif quant.get("load_in_4bit", quant.get("_load_in_4bit", True)):
-            double = bool(quant.get("bnb_4bit_use_double_quant", False))
-            weight = 0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64)
-            kind = quant.get("bnb_4bit_quant_type", "fp4")
-            rule = f"bitsandbytes 4-bit {kind}{', double quantization' if double else ''}"
-        else:
-            raise ValueError(
-                "config.json field 'quantization_config' (bitsandbytes) sets neither "
-                "load_in_4bit nor load_in_8bit: give one"
-            )
-        skip, name = list(quant.get("llm_int8_skip_modules") or []), "bitsandbytes"
-    elif method == "compressed-tensors":
-        weight, rule = _compressed_bytes(quant)
-        name = "compressed" if weight >= 1 else "compressed_w4a16"
-        skip, match = list(quant.get("ignore") or []), "exact"
-    elif method == "mxfp4":
+    if method == "mxfp4":
         return QuantScheme("mxfp4", 0.5 + 1 / 32, rule="mxfp4 experts (block of 32)")
-    else:
+    reader = _SCHEME_READERS.get(method)
+    if reader is None:
         raise ValueError(
             f"config.json field 'quantization_config.quant_method'={method!r} is unsupported: "
             f"use one of {sorted(_QUANT)} (or drop quantization_config for 16-bit weights); "
             "a GGUF file is priced with the run's quantization, e.g. 'gguf_q4_k'"
         )
-    unquantized = _unquantized(skip, match, layers)
-    if skip:
-        rule += f"; {len(skip)} module name(s) left 16-bit"
-    return QuantScheme(name, weight, head=head, unquantized=unquantized, rule=rule)
+    read = reader(quant, method)
+    unquantized = _unquantized(read.skip, read.match, layers)
+    rule = read.rule + (f"; {len(read.skip)} module name(s) left 16-bit" if read.skip else "")
+    return QuantScheme(read.name, read.weight, head=read.head, unquantized=unquantized, rule=rule)
+
+
+class _Read(NamedTuple):
+    """One scheme as its ``quantization_config`` gives it: kernel name, bytes per weight,
+    the rule in words, the modules left 16-bit and how a skip entry names a module
+    (vLLM's rule per scheme: ``substring`` or ``exact``), and whether lm_head is quantized."""
+
+    name: str
+    weight: float
+    rule: str
+    skip: list[str]
+    match: str = "substring"
+    head: bool = False
+
+
+def _gptq_awq(quant: Mapping[str, Any], method: str) -> _Read:
+    """GPTQ (vllm/model_executor/layers/quantization/gptq.py, gptq_marlin.py): packed
+    ``bits`` ints, an fp16 scale per group of ``group_size`` inputs and output (-1: one per
+    output channel), packed zero points unless ``sym``; desc_act adds one int32 g_idx per
+    input row (under 0.1%, not counted). AWQ (awq.py): 4 bits, a scale and a packed zero
+    point per group (``zero_point``); skip list ``modules_to_not_convert`` (vLLM's
+    is_layer_skipped_awq: substring of the module's name)."""
+    awq = method == "awq"
+    bits = _qint(quant, "bits", quant.get("w_bit", 4), (4,) if awq else (2, 3, 4, 8))
+    group = _qint(quant, "group_size", quant.get("q_group_size", 128), (-1, 32, 64, 128, 256, 1024))
+    zeros = quant.get("zero_point", True) if awq else not quant.get("sym", True)
+    per_group = 2 + (bits / 8 if zeros else 0)
+    weight = bits / 8 + (per_group / group if group > 0 else 0.0)
+    head = bool(quant.get("lm_head", False)) and not awq
+    rule = (
+        f"{method} {bits}-bit, group {group}{', zero points' if zeros else ''}"
+        f"{', lm_head quantized' if head else ''}"
+    )
+    skip = list(quant.get("modules_to_not_convert") or [])
+    return _Read("awq_marlin" if awq else "gptq_marlin", weight, rule, skip, head=head)
+
+
+def _fp8(quant: Mapping[str, Any], method: str) -> _Read:
+    """vLLM's Fp8Config (vllm/model_executor/layers/quantization/fp8.py): one byte a weight,
+    an fp32 scale per tensor or per ``weight_block_size`` block; skip list
+    ``ignored_layers`` (exact module names)."""
+    block = quant.get("weight_block_size")
+    if block is not None and (
+        not isinstance(block, list)
+        or len(block) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
+        raise ValueError(
+            f"config.json field 'quantization_config.weight_block_size'={block!r} is "
+            "invalid: give two positive integers, e.g. [128, 128]"
+        )
+    weight = 1.0 + (4 / (block[0] * block[1]) if block else 0.0)
+    rule = f"fp8, {'block ' + 'x'.join(map(str, block)) if block else 'per-tensor'} scales"
+    return _Read("fp8", weight, rule, list(quant.get("ignored_layers") or []), "exact")
+
+
+def _bitsandbytes(quant: Mapping[str, Any], method: str) -> _Read:
+    """bitsandbytes (vllm/model_executor/layers/quantization/bitsandbytes.py): 4-bit
+    nf4/fp4 in blocks of 64 with an fp32 absmax each, or with double quantization an 8-bit
+    absmax and an fp32 scale per 256 blocks; 8-bit (LLM.int8) one byte and an fp32 scale per
+    row; skip list ``llm_int8_skip_modules`` (substring)."""
+    if quant.get("load_in_8bit") or quant.get("_load_in_8bit"):
+        weight, rule = 1.0, "bitsandbytes 8-bit"
+    elif quant.get("load_in_4bit", quant.get("_load_in_4bit", True)):
+        double = bool(quant.get("bnb_4bit_use_double_quant", False))
+        weight = 0.5 + (1 / 64 + 4 / (64 * 256) if double else 4 / 64)
+        kind = quant.get("bnb_4bit_quant_type", "fp4")
+        rule = f"bitsandbytes 4-bit {kind}{', double quantization' if double else ''}"
+    else:
+        raise ValueError(
+            "config.json field 'quantization_config' (bitsandbytes) sets neither "
+            "load_in_4bit nor load_in_8bit: give one"
+        )
+    return _Read("bitsandbytes", weight, rule, list(quant.get("llm_int8_skip_modules") or []))
+
+
+def _compressed(quant: Mapping[str, Any], method: str) -> _Read:
+    """compressed-tensors: bits per group as :func:`_compressed_bytes` reads them; skip list
+    ``ignore`` (exact module names)."""
+    weight, rule = _compressed_bytes(quant)
+    name = "compressed" if weight >= 1 else "compressed_w4a16"
+    return _Read(name, weight, rule, list(quant.get("ignore") or []), "exact")
+
+
+_SCHEME_READERS = {
+    "gptq": _gptq_awq,
+    "awq": _gptq_awq,
+    "fp8": _fp8,
+    "bitsandbytes": _bitsandbytes,
+    "compressed-tensors": _compressed,
+}
 
 
 # projections of each part of a layer, as transformers names them (vLLM matches skip lists

@@ -245,29 +245,7 @@ class PublishedModel:
                 )
                 for r in range(pp)
             )
-        dtype = dtype or self.dtype
-        if dtype not in _DTYPE_BYTES:
-            raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPE_BYTES)}")
-        if quantization is None:  # the checkpoint's own scheme
-            quantization = self.quantization
-        quant = None if quantization in ("", "None") or pd.isna(quantization) else quantization
-        if quant is not None and quant not in QUANT_WEIGHT_BYTES:
-            raise ValueError(
-                f"quantization={quantization!r} is unknown: use None or one of "
-                f"{sorted(QUANT_WEIGHT_BYTES)}"
-            )
-        elem = _DTYPE_BYTES[dtype]
-        linear_bytes = QUANT_WEIGHT_BYTES[quant] if quant and quant != "mxfp4" else elem
-        expert_bytes = QUANT_WEIGHT_BYTES[quant] if quant else linear_bytes
-        # the checkpoint's own scheme, read from its quantization_config: its exact bytes per
-        # weight and the modules it leaves unquantized
-        scheme = self.quant_scheme
-        if scheme is None or _SCHEME_FAMILY.get(quant, quant) != _SCHEME_FAMILY.get(
-            self.quantization, self.quantization
-        ):
-            scheme = None
-        if scheme is not None:
-            linear_bytes = expert_bytes = scheme.bytes_per_weight
+        quant, elem, linear_bytes, expert_bytes, scheme = self._weight_prices(dtype, quantization)
         skipped = set(scheme.unquantized) if scheme is not None else set()
         first = self.layers // pp * rank
         total = other = 0.0
@@ -304,6 +282,36 @@ class PublishedModel:
             elif not self.tied_embeddings or pp > 1:
                 total += table * head_bytes
         return total + other * elem
+
+    def _weight_prices(
+        self, dtype: str | None, quantization: str | None
+    ) -> tuple[str | None, float, float, float, QuantScheme | None]:
+        """The run's quantization (None: 16-bit), the bytes of a 16-bit weight, of a linear
+        weight and of an expert weight, and the checkpoint's own scheme where the run loads
+        it (its exact bytes per weight and the modules it leaves unquantized). ValueError for
+        an unknown dtype or quantization."""
+        dtype = dtype or self.dtype
+        if dtype not in _DTYPE_BYTES:
+            raise ValueError(f"dtype={dtype!r} is unknown: use one of {sorted(_DTYPE_BYTES)}")
+        if quantization is None:  # the checkpoint's own scheme
+            quantization = self.quantization
+        quant = None if quantization in ("", "None") or pd.isna(quantization) else quantization
+        if quant is not None and quant not in QUANT_WEIGHT_BYTES:
+            raise ValueError(
+                f"quantization={quantization!r} is unknown: use None or one of "
+                f"{sorted(QUANT_WEIGHT_BYTES)}"
+            )
+        elem = _DTYPE_BYTES[dtype]
+        linear_bytes = QUANT_WEIGHT_BYTES[quant] if quant and quant != "mxfp4" else elem
+        expert_bytes = QUANT_WEIGHT_BYTES[quant] if quant else linear_bytes
+        scheme = self.quant_scheme
+        if scheme is None or _SCHEME_FAMILY.get(quant, quant) != _SCHEME_FAMILY.get(
+            self.quantization, self.quantization
+        ):
+            scheme = None
+        if scheme is not None:
+            linear_bytes = expert_bytes = scheme.bytes_per_weight
+        return quant, elem, linear_bytes, expert_bytes, scheme
 
     def kv_layer_slots(self, layers: int) -> int:
         """Layers' worth of KV pages vLLM's hybrid allocator sets aside per token.

@@ -24,7 +24,6 @@ Those warm-up requests are replayed first and not counted.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core import cache
 from ..core.config import GraphConfig
 from ..core.release_table import release_defaults
 from ..core.v1 import RELEASE as V1_RELEASE
@@ -254,7 +254,7 @@ def initial_test_request(requests: pd.DataFrame) -> pd.DataFrame:
     return first.reset_index(drop=True)
 
 
-@functools.lru_cache(maxsize=1)
+@cache.memo(1)
 def _shipped_runs_by_id() -> pd.DataFrame:
     return published_serving_runs().set_index("run_id", drop=False)
 

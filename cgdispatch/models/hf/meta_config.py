@@ -18,12 +18,12 @@ build hybrid (Mamba, linear-attention) decoders: those raise ValueError naming t
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from ...core import cache
 from ..weights import ParamCount
 from .support import require_transformers
 
@@ -148,7 +148,7 @@ def _first(config: Any, names: tuple[str, ...], default: int = 0) -> int:
     return default
 
 
-@functools.lru_cache(maxsize=32)
+@cache.memo(32)
 def _count_json(text: str) -> tuple[ParamCount, dict[str, Any] | str]:
     from torch import nn
 
@@ -183,7 +183,24 @@ def _shape_fields(
 ) -> dict[str, Any]:
     """The PublishedModel shape fields read off the modules of the first layer (and the
     first layer with routed experts)."""
+    _refuse_unmodelled(cfg, layers)
+    hidden = cfg.hidden_size
+    attention = _attention_fields(cfg, layers[0])
+    mlp = _mlp_fields(cfg, layers, counts, experts, hidden)
+    return dict(
+        family=str(cfg.model_type),
+        layers=len(layers),
+        hidden_size=hidden,
+        vocab_size=cfg.vocab_size,
+        tied_embeddings=tied,
+        **attention,
+        **mlp,
+    )
 
+
+def _refuse_unmodelled(cfg: Any, layers: Any) -> None:
+    """ValueError for what the package's decoder does not model: multi-head latent
+    attention outside the hand-kept table, and hybrid layers (no attention) anywhere."""
     if getattr(cfg, "kv_lora_rank", None):
         raise ValueError(
             f"config.json field 'kv_lora_rank'={cfg.kv_lora_rank!r} is unsupported for "
@@ -201,9 +218,12 @@ def _shape_fields(
                 f"layer {index} holds {type(module).__name__} ({path}), not attention; hybrid "
                 "decoders are not modelled"
             )
+
+
+def _attention_fields(cfg: Any, layer: Any) -> dict[str, Any]:
+    """Heads, KV heads (from the q/k/v/o weights), head size, biases and norms of one layer."""
     hidden, heads = cfg.hidden_size, cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or hidden // heads
-    layer = layers[0]
     attention = next(
         (m for n, m in layer.named_children() if n in _ATTENTION_NAMES or "attn" in n), None
     )
@@ -227,11 +247,25 @@ def _shape_fields(
         and all(m is not a for a in attention_norms)
         and m is not layer
     ]
+    return dict(
+        num_heads=heads,
+        num_kv_heads=int(kv),
+        head_dim=head_dim,
+        qkv_bias=any(getattr(m, "bias", None) is not None for m in attn_linear),
+        norms_per_layer=len(norms),
+        qk_norm=bool(attention_norms),
+    )
 
-    def mlp_of(block: Any) -> Any:
-        return next((m for n, m in block.named_children() if n in _MLP_NAMES), None)
 
-    mlp = mlp_of(layer)
+def _mlp_of(block: Any) -> Any:
+    return next((m for n, m in block.named_children() if n in _MLP_NAMES), None)
+
+
+def _mlp_fields(
+    cfg: Any, layers: Any, counts: tuple[tuple[int, int, int], ...], experts: int, hidden: int
+) -> dict[str, Any]:
+    """The dense MLP's width and gating, and the routed and shared experts' sizes."""
+    layer = layers[0]
     gated, inter = True, getattr(cfg, "intermediate_size", 0) or 0
     dense_layers = 0
     moe_layer = None
@@ -241,7 +275,7 @@ def _shape_fields(
             break
         dense_layers = i + 1
     if moe_layer is None or dense_layers:
-        dense_mlp = mlp if moe_layer is None else mlp_of(layers[0])
+        dense_mlp = _mlp_of(layer)
         lin = [_linear(m) for m in dense_mlp.modules()] if dense_mlp else []
         lin = [shape for shape in lin if shape]
         # the projection back to the hidden size (with an MLP as wide as the model, any)
@@ -265,7 +299,7 @@ def _shape_fields(
         per_token = _first(cfg, _EXPERT_TOPK)
         expert_params = counts[dense_layers][1]
         moe_inter = expert_params // (3 * hidden * experts)
-        block = mlp_of(moe_layer)
+        block = _mlp_of(moe_layer)
         shared_mod = next(
             (m for n, m in (block.named_children() if block else []) if "shared" in n), None
         )
@@ -274,19 +308,8 @@ def _shape_fields(
                 3 * hidden
             )
     return dict(
-        family=str(cfg.model_type),
-        layers=len(layers),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=int(kv),
-        head_dim=head_dim,
         intermediate_size=inter,
-        vocab_size=cfg.vocab_size,
-        tied_embeddings=tied,
-        qkv_bias=any(getattr(m, "bias", None) is not None for m in attn_linear),
         gated_mlp=gated,
-        norms_per_layer=len(norms),
-        qk_norm=bool(attention_norms),
         num_experts=experts if moe_layer is not None else 0,
         experts_per_token=per_token,
         moe_intermediate_size=moe_inter,
