@@ -44,6 +44,7 @@ __all__ = [
     "unregister_generation",
     "generation_for",
     "generation_of",
+    "normalize_release",
     "check_version",
     "release_arg",
     "full_release",
@@ -256,17 +257,22 @@ def full_release(version: Any) -> str:
     return release_defaults(version).release
 
 
+def normalize_release(text: str) -> str:
+    """A release as a person types it: a registered release as it is, else any release from
+    0.8 on, normalised (``" 0.10.1.1"`` -> ``"0.10.1.1"``). ValueError names the rule."""
+    if text in _REGISTRY:
+        return text
+    check_version(text)
+    return ".".join(str(p) for p in parse_release(text))
+
+
 def release_arg(text: str) -> str:
-    """A command line's ``--vllm-version``: a registered release as it is, else any release
-    from 0.8 on, normalised (``" 0.10.1.1"`` -> ``"0.10.1.1"``); argparse reports the
+    """A command line's ``--vllm-version`` (:func:`normalize_release`); argparse reports the
     ValueError's text (it converts string defaults too)."""
     import argparse
 
-    if text in _REGISTRY:
-        return text
     try:
-        check_version(text)
-        return ".".join(str(p) for p in parse_release(text))
+        return normalize_release(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -38,9 +38,8 @@ from typing import Any
 import ipywidgets as w
 
 from ..core import validate as bounds
-from ..core.generation import GENERATIONS, check_version, default_release
+from ..core.generation import GENERATIONS, default_release, normalize_release
 from ..core.modes import CUDAGraphMode
-from ..core.release_table import parse_release
 from ..estimate.device_model import DEVICE_PRESETS
 from ..estimate.devices import DeviceSpec, device_label, load_device_spec
 from ..estimate.startup import DoesNotFitError
@@ -484,11 +483,8 @@ def _release(text: str) -> str:
     from 0.8 on); ValueError naming it."""
     if not text:
         raise ValueError("vLLM is empty: give a release from 0.8 on (0.34, 0.10.1.1, ...)")
-    if text in GENERATIONS:
-        return text
     try:
-        check_version(text)
-        return ".".join(str(p) for p in parse_release(text))
+        return normalize_release(text)
     except ValueError as err:
         raise ValueError(f"vLLM={text!r}: {err}") from None
 
