@@ -193,12 +193,15 @@ class DispatchedStepTime:
     def decode_ms(self, num_reqs: int) -> Callable[[int], float]:
         """:meth:`content_ms` of a step of ``num_reqs`` one-token decodes (``num_reqs`` >= 1)
         as a function of their summed context: a steady stretch's clock, the same floats."""
+        host = self.serving_overhead.step_overhead_ms(num_reqs)  # paces it, as content_ms
         if self.pricer is None:
-            ms = self._sized(num_reqs, num_reqs)
+            ms = max(float(self._sized(num_reqs, num_reqs)), host)
             return lambda kv_tokens: ms
         mode, padded = self._route(num_reqs, num_reqs)
         step, scale = self.pricer.decode_step_ms(num_reqs, mode, padded), self.scale
-        return lambda kv_tokens: scale * step(kv_tokens)
+        if self.serving_overhead.is_off:
+            return lambda kv_tokens: scale * step(kv_tokens)
+        return lambda kv_tokens: max(scale * step(kv_tokens), host)
 
 
 def dispatched_step_time(

@@ -10,6 +10,7 @@ import pytest
 from cgdispatch.core.generation import VLLM_VERSIONS
 from cgdispatch.workload.latency import LATENCY_COLUMNS, dispatched_step_time, simulate_latencies
 from cgdispatch.workload.scheduler import SchedulerLimits
+from cgdispatch.workload.serving_overhead import ServingOverhead
 
 
 @pytest.mark.parametrize("version", ["0.33", "0.34"])
@@ -97,7 +98,8 @@ def test_step_time_follows_the_dispatchers_padding() -> None:
     assert cost(100, 2) == pytest.approx(100.0)  # beyond the largest graph: eager
 
 
-def test_a_steady_stretchs_clock_gives_each_steps_content_price_exactly() -> None:
+@pytest.mark.parametrize("host", [False, True], ids=["gpu-only", "with-host-time"])
+def test_a_steady_stretchs_clock_gives_each_steps_content_price_exactly(host: bool) -> None:
     """``decode_ms(n)(kv)``, the clock of a steady stretch, is the very float that
     ``content_ms`` gives the step's content (n one-token decodes reading kv tokens), for
     graph modes with one line (FULL) and several (PIECEWISE, eager), on fresh sizes; and a
@@ -110,7 +112,9 @@ def test_a_steady_stretchs_clock_gives_each_steps_content_price_exactly() -> Non
     rng = np.random.default_rng(seed)
     model = cg.device_cost_model("qwen2.5-1.5b", "H100")
     cfg = GraphConfig(cudagraph_capture_sizes=[1, 2, 4, 8, 16, 32, 64], cudagraph_mode="FULL_AND_PIECEWISE")  # fmt: skip
-    cost = dispatched_step_time(cfg, model)
+    # with the host's time on, a step lasts the slower of the two in both clocks
+    over = ServingOverhead(step_request_ms=float(rng.uniform(0.05, 0.3))) if host else None
+    cost = dispatched_step_time(cfg, model, overhead=over)
     kinds = set()
     for n in (int(x) for x in rng.integers(1, 300, 25)):
         mode, padded = cost._route(n, n)
