@@ -270,6 +270,7 @@ def test_bad_flags_fail_at_once_with_one_line(tmp_path, monkeypatch, capsys, ext
     def reached(*args, **kwargs):
         raise AssertionError("a bad flag reached the trace or the cost model")
 
+    monkeypatch.setattr(sources, "read_workload", reached, raising=False)  # where it exists
     monkeypatch.setattr(sources, "workload_trace", reached)
     monkeypatch.setattr(device_model, "device_cost_model", reached)
     path = tmp_path / "huge.csv"  # never read: flags are checked first
