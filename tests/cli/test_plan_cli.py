@@ -242,29 +242,57 @@ def test_plan_evaluate_on_other_trace_and_same_sizes_as_the_notebook_path(tmp_pa
     assert rows["planned"]["sizes"] == plan_capture_sizes(trace, 6, config=config)
 
 
-@pytest.mark.parametrize(
-    "extra, message",
-    [
-        (["--max-graphs", "0"], "--max-graphs=0 is invalid"),
-        (["--max-graphs", "x"], "invalid int value"),
-        (["--max-graphs", "4", "--holdout", "1.5"], "--holdout=1.5 is invalid"),
-        (["--max-graphs", "4", "--model", "gpt-9"], "--model 'gpt-9' is unknown"),
-        (["--max-graphs", "4", "--device", "B300"], "invalid choice: 'B300'"),
-        (["--max-graphs", "4", "--memory-budget-mib", "-1"], "--memory-budget-mib=-1.0 is"),
-        (["--max-graphs", "4", "--objective", "speed"], "invalid choice: 'speed'"),
-        (
-            ["--max-graphs", "4", "--vllm-version", "0.35"],
-            "'0.35' is unknown: newer than vLLM 0.34",
-        ),
-        (["--max-graphs", "4", "--sequence-parallel"], "--sequence-parallel filters sizes in V1"),
-        (["--max-graphs", "4", "--mode", "NONE"], "--mode NONE captures nothing"),
-    ],
-)
-def test_bad_flags_fail_at_once_with_one_line(tmp_path, extra, message):
+BAD_PLAN_FLAGS = [
+    (["--max-graphs", "0"], "--max-graphs=0 is invalid"),
+    (["--max-graphs", "x"], "invalid int value"),
+    (["--max-graphs", "4", "--holdout", "1.5"], "--holdout=1.5 is invalid"),
+    (["--max-graphs", "4", "--model", "gpt-9"], "--model 'gpt-9' is unknown"),
+    (["--max-graphs", "4", "--device", "B300"], "invalid choice: 'B300'"),
+    (["--max-graphs", "4", "--memory-budget-mib", "-1"], "--memory-budget-mib=-1.0 is"),
+    (["--max-graphs", "4", "--objective", "speed"], "invalid choice: 'speed'"),
+    (
+        ["--max-graphs", "4", "--vllm-version", "0.35"],
+        "'0.35' is unknown: newer than vLLM 0.34",
+    ),
+    (["--max-graphs", "4", "--sequence-parallel"], "--sequence-parallel filters sizes in V1"),
+    (["--max-graphs", "4", "--mode", "NONE"], "--mode NONE captures nothing"),
+]
+
+
+@pytest.mark.parametrize("extra, message", BAD_PLAN_FLAGS)
+def test_bad_flags_fail_at_once_with_one_line(tmp_path, monkeypatch, capsys, extra, message):
+    """In process, with the trace loader and the cost model made to fail the test if they
+    are reached: each flag is refused before any simulation or cost model (the real
+    command line is run once, below)."""
+    from cgdispatch.estimate import device_model
+    from cgdispatch.workload import sources
+
+    def reached(*args, **kwargs):
+        raise AssertionError("a bad flag reached the trace or the cost model")
+
+    monkeypatch.setattr(sources, "read_workload", reached, raising=False)  # where it exists
+    monkeypatch.setattr(sources, "workload_trace", reached)
+    monkeypatch.setattr(device_model, "device_cost_model", reached)
+    path = tmp_path / "huge.csv"  # never read: flags are checked first
+    path.write_text("num_tokens\n" + "5\n" * 10)
+    try:
+        code = main(["plan", "--trace", str(path), *extra])
+    except SystemExit as stop:  # argparse's own refusals
+        code = stop.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+
+
+def test_a_bad_flag_fails_at_once_with_one_line_from_the_command_line(tmp_path):
+    """The same refusal through ``python -m cgdispatch``, for one flag drawn at random."""
+    import random
     import subprocess
     import sys
     import time
 
+    extra, message = random.choice(BAD_PLAN_FLAGS)
     path = tmp_path / "huge.csv"  # never read: flags are checked first
     path.write_text("num_tokens\n" + "5\n" * 10)
     start = time.perf_counter()
@@ -276,7 +304,7 @@ def test_bad_flags_fail_at_once_with_one_line(tmp_path, extra, message):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert len(lines) == 1 and message in lines[0], (extra, proc.stderr)
     assert time.perf_counter() - start < 20  # no simulation, no cost model
 
 

@@ -8,6 +8,7 @@ itself is tested first, on a figure built to collide and one built not to.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,9 +101,16 @@ def _speedup_modelled(_: Path, __: dict) -> Figure:
     return cg.speedup_figure(cg.modelled_speedup(SPEC, device="H200"), by="mode")
 
 
+@functools.lru_cache(maxsize=1)
+def _report_figures(store: Path) -> dict[str, Figure]:
+    """The report's figures of the module's sweep, drawn once for the report entries below
+    (each entry checks its own figure; drawing the whole report per entry only repeated it)."""
+    return cg.draw_report(_rows(store), load_captures(store)).figures
+
+
 def _report(name: str) -> Callable[[Path, dict], Figure]:
     def build(store: Path, _: dict) -> Figure:
-        return cg.draw_report(_rows(store), load_captures(store)).figures[name]
+        return _report_figures(store)[name]
 
     return build
 

@@ -117,12 +117,15 @@ def differing(cases: list[dict[str, Any]], version: str, **kw: Any) -> list[Any]
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_every_prefix_oracle_case_matches_step_for_step(version: str, mode: str) -> None:
+def test_every_prefix_oracle_case_matches_step_for_step(
+    version: str, mode: str, replayed: dict[str, tuple[dict[Any, Any], dict[str, int]]]
+) -> None:
     cases = [
         c for c in fixture(version)["cases"] if c["config"]["async_scheduling"] == (mode == "async")
     ]
     assert len(cases) >= 100
-    bad = differing(cases, version)
+    answers, _ = replayed[version]
+    bad = [c["id"] for c in cases if answers[c["id"]] != expected(c)]
     assert not bad, (
         f"{len(bad)} of {len(cases)} {mode} cases differ from vLLM {version}: {bad[:10]}"
     )
@@ -156,9 +159,26 @@ def _instrumented(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return seen
 
 
+@pytest.fixture(scope="module")
+def replayed() -> dict[str, tuple[dict[Any, Any], dict[str, int]]]:
+    """Each version's cases replayed once, counted by :func:`_instrumented` (its wrappers
+    call the scheduler's own methods and return their answers unchanged):
+    ``{version: ({case id: replay answer}, counts)}``, for the step-for-step comparison and
+    the coverage counts alike (each replayed every case on its own before)."""
+    out = {}
+    for version in VERSIONS:
+        with pytest.MonkeyPatch.context() as m:
+            seen = _instrumented(m)
+            cases = fixture(version)["cases"]
+            answers = {c["id"]: replay(c, version[:4]) for c in cases}
+        assert len(answers) == len(cases)  # ids are unique
+        out[version] = (answers, seen)
+    return out
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_prefix_fixtures_cover_what_the_issue_lists(
-    version: str, monkeypatch: pytest.MonkeyPatch
+    version: str, replayed: dict[str, tuple[dict[Any, Any], dict[str, int]]]
 ) -> None:
     cases = fixture(version)["cases"]
     cfg = [c["config"] for c in cases]
@@ -169,9 +189,7 @@ def test_the_prefix_fixtures_cover_what_the_issue_lists(
     assert sum(any(s[2] for s in c["steps"]) for c in cases) >= 40  # preemptions
     assert sum(any(s[4] for s in c["steps"]) for c in cases) >= 150  # cache hits
     assert len({c["inputs"]["hash_block_size"] for c in cases}) >= 5
-    seen = _instrumented(monkeypatch)
-    for case in cases:
-        replay(case, version[:4])
+    _, seen = replayed[version]  # every case replayed, instrumented
     # requests resumed after preemption that hit their own cached blocks, and hits on blocks
     # cached in the step that scheduled them (the replay matches vLLM on all of these above)
     assert seen["resumed_self_hits"] >= 20, seen
