@@ -75,6 +75,7 @@ class DispatchExplorer(Snapshot, w.VBox):
         # the label shown next to a predicted time: given, else the cost model's own source
         self.cost_source = cost_source or costs.cost_source(self.cost_model)
         self.dispatcher: GraphDispatcher = make_graph_dispatcher(config, record_stats=False)
+        self._config_error: str | None = None  # what the config boxes hold wrong, if anything
         top = slider_max(self.dispatcher)
         start = min(top, largest_size(self.dispatcher) if num_tokens is None else num_tokens)
         self._make_controls(config, top, start)
@@ -184,8 +185,10 @@ class DispatchExplorer(Snapshot, w.VBox):
             self.decode_box.value if second_box else None,
         )
         if dispatcher is None:  # keep the last good dispatcher; say what is wrong
+            self._config_error = notes[0]
             self._show_error(notes[0])
             return
+        self._config_error = None
         self.dispatcher = dispatcher
         self.slider.max = slider_max(dispatcher)  # may clamp the value, which refreshes too
         self.refresh(notes)
@@ -199,7 +202,12 @@ class DispatchExplorer(Snapshot, w.VBox):
             self.refresh()
 
     def refresh(self, notes: list[str] | None = None) -> None:
-        """Recompute the decision for the current controls and show it (or the error)."""
+        """Recompute the decision for the current controls and show it (or the error); while
+        the sizes or mode boxes hold a value the dispatcher refuses, their error stays shown
+        (a batch control moved meanwhile is answered once the boxes are fixed)."""
+        if self._config_error is not None:
+            self._show_error(self._config_error)
+            return
         try:
             decision = explain_dispatch(
                 self.dispatcher,

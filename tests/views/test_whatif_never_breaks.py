@@ -162,3 +162,17 @@ def test_random_actions_on_notebook_04s_what_if_give_a_result_or_one_message(dat
         else:
             getattr(dash, name).value = value
         assert_one_outcome_whatif(dash, (name, value))
+
+
+def test_a_batch_control_moved_while_the_sizes_box_is_wrong_keeps_its_message() -> None:
+    """The sequence the property test found: an empty sizes box, then the slider. The
+    slider's answer must not clear the sizes box's error while the box is still wrong; the
+    result comes back once the box is fixed."""
+    dash = whatif_widget()
+    dash.sizes_box.value = ""
+    assert_one_outcome_whatif(dash, ("sizes_box", ""))
+    dash.slider.value = dash.slider.min
+    assert_one_outcome_whatif(dash, ("slider", dash.slider.min))
+    dash.sizes_box.value = "1, 2, 4, 8"
+    assert_one_outcome_whatif(dash, ("sizes_box", "1, 2, 4, 8"))
+    assert dash.result is not None and dash.message.value.count(MESSAGE) == 0
