@@ -33,3 +33,52 @@ def test_committed_outputs_hold_no_scientific_notation(path: Path) -> None:
                 text = "".join(text) if isinstance(text, list) else str(text)
                 found += [f"cell {index}: {m}" for m in SCIENTIFIC.findall(text)]
     assert not found, f"{path.name}: {found[:5]}"
+
+
+_NOT_READ = re.compile(
+    r"<(style|script|svg)\b.*?</\1>|data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+", re.S | re.I
+)
+
+
+def _visible_text(page: str) -> str:
+    """What a person reads on an HTML page: no styles, scripts, inline drawings or embedded
+    image bytes, tags removed, entities decoded."""
+    import html as html_lib
+
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", _NOT_READ.sub(" ", page)))
+
+
+def test_the_built_report_holds_no_scientific_notation(tmp_path: Path) -> None:
+    """The offline report as scripts/run_notebooks.py builds it from the committed notebooks:
+    every notebook's page and the index, with the README's tune verdict as its headline."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "run_notebooks", root / "scripts" / "run_notebooks.py"
+    )
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    from cgdispatch.views.notebook_index import HEADLINE_FILE
+
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    blocks = [b.removeprefix("text").lstrip() for b in readme.split("```")]
+    verdict = next(b for b in blocks if b.startswith("recommendation:"))
+    (tmp_path / HEADLINE_FILE).write_text(verdict, encoding="utf-8")
+    rows = []
+    for notebook in runner.find_notebooks(root / "notebooks"):
+        runner.to_html(notebook, tmp_path / f"{notebook.stem}.html")
+        (tmp_path / notebook.name).write_bytes(notebook.read_bytes())
+        rows.append((notebook.stem, "ok", 1.0))
+    index = runner.write_index(tmp_path, rows)
+    assert "the decision: tune on the README's settings" in index.read_text(encoding="utf-8")
+    pages = sorted(tmp_path.glob("*.html"))
+    assert len(pages) == len(rows) + 1
+    found = [
+        f"{page.name}: {m}"
+        for page in pages
+        for m in SCIENTIFIC.findall(_visible_text(page.read_text(encoding="utf-8")))
+    ]
+    assert not found, found[:5]
+    # the scan reads what a page shows: a number in a table cell is found
+    assert SCIENTIFIC.findall(_visible_text("<td>2.949193e+08</td><style>a{x:1e+03}</style>"))
