@@ -15,6 +15,7 @@ import shlex
 import textwrap
 from pathlib import Path
 
+from ..core.config import GraphConfig
 from ..core.validate import check_text
 from ..plan.tune_result import OBJECTIVES, TuneResult
 from .numbers import band as _band
@@ -172,7 +173,7 @@ def verdict_lines(
             if cfg.tensor_parallel_size > 1
             else ""
         )
-        + f", vLLM {cfg.vllm_version}, max_num_seqs {cfg.max_num_seqs}, "
+        + f", vLLM {_release_shown(cfg)}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}; objective: {result.objective}; "
         f"figures: {result.source}; traffic: {_one_line(result.trace_label)}"
         + traffic_note(result),
@@ -345,3 +346,10 @@ def engine_flags(result: TuneResult) -> dict[str, str]:
         return {"vllm": result.flags, "sglang": planned["sglang"], "trtllm": planned["trtllm"]}
     keep = "keep the engine's default capture sizes (the verdict keeps vLLM's default)"
     return {"vllm": result.flags, "sglang": keep, "trtllm": keep}
+
+
+def _release_shown(cfg: GraphConfig) -> str:
+    """The release as the user named it (``0.10.1.1``), with the generation whose dispatch
+    it replays where the two differ (``0.10.1.1, dispatch of 0.33``)."""
+    release = cfg.release
+    return release if release == cfg.vllm_version else f"{release}, dispatch of {cfg.vllm_version}"

@@ -7,6 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cgdispatch.__main__ import main
@@ -177,6 +178,10 @@ def test_any_release_from_0_8_is_taken_and_dispatches_as_its_generation(capsys):
     """issue 35: real release strings; each runs under its generation's dispatcher."""
     assert main(["tune", *SMALL, "--vllm-version", "0.10.1.1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.33"  # V1's dispatch
+    # the verdict names the release as given, and the generation whose dispatch it replays
+    release = f"0.{int(np.random.default_rng().integers(8, 14))}.1"
+    assert main(["tune", *SMALL, "--vllm-version", release]) == 0
+    assert f"vLLM {release}, dispatch of 0.33, max_num_seqs" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
         main(["tune", *SMALL, "--vllm-version", "0.7.3", "--json"])
     err = capsys.readouterr().err

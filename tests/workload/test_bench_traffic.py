@@ -53,7 +53,9 @@ def test_send_times_have_the_rates_mean_gap_and_the_gamma_spread(burstiness):
     n = 40_000
     send = send_times_s(n, rate, burstiness, rng)
     gaps = np.diff(np.concatenate([[0.0], send]))
-    assert (gaps > 0).all()
+    # sends never go back in time; two may coincide: a gamma(0.5) gap can fall below the
+    # spacing of floats near 10^4 s (about 1e-12 s), as it does in vLLM's own cumulative sum
+    assert (gaps >= 0).all() and (gaps > 0).mean() > 0.999
     assert send[-1] == pytest.approx(n / rate, rel=1e-12)  # vLLM's rescaling
     assert gaps.mean() == pytest.approx(1.0 / rate, rel=1e-9)
     # gamma(shape k): coefficient of variation 1 / sqrt(k); 1 for Poisson arrivals
