@@ -49,7 +49,7 @@ from ..plan.tune_result import OBJECTIVES, TuneResult
 from ..plan.tune_run import TuneSettings, tune_for
 from ..workload.replicas import BALANCES
 from ..workload.sources import TRACE_NAMES
-from ..workload.trace_source import TraceSource
+from ..workload.trace_source import trace_text
 from .explorer_handlers import message_html
 from .snapshots import Snapshot
 from .tune_figures import tradeoff_figure
@@ -432,7 +432,7 @@ def _write(name: str, box: w.Widget, value: Any, settings: TuneSettings) -> None
     elif name == "cudagraph_mode":
         value = CUDAGraphMode.parse(value).name
     elif name == "trace":
-        value = value.name if isinstance(value, TraceSource) else str(value)
+        value = trace_text(value)
     elif name == "memory_budget_bytes":
         value = "" if value is None else repr(value / _MIB)
     elif isinstance(box, w.Dropdown):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..plan.tune_run import TuneSettings
-from ..workload.trace_source import TraceSource
+from ..workload.trace_source import trace_text
 
 __all__ = ["headline_verdict", "notebook_tune_settings", "tune_command"]
 
@@ -91,8 +91,8 @@ def tune_command(settings: TuneSettings, *, device_spec: str = "") -> str:
             words.append(flag)  # only written when off
         elif name == "memory_budget_bytes":
             words += [flag, _number(value / 2**20)]
-        elif name == "trace" and isinstance(value, TraceSource):
-            words += [flag, value.name]  # as it was given: a name or a path
+        elif name == "trace":
+            words += [flag, trace_text(value)]  # as it was given: a name or a path
         else:
             words += [flag, _number(value) if isinstance(value, float) else str(value)]
     return shlex.join(words)

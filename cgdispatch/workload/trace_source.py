@@ -25,6 +25,7 @@ __all__ = [
     "PRODUCTION_TRACES",
     "SYNTHETIC_NAMES",
     "TRACE_NAMES",
+    "trace_text",
 ]
 
 _DATA = Path(__file__).resolve().parents[1] / "data"
@@ -65,6 +66,12 @@ class TraceSource:
     def synthetic(self) -> bool:
         """True for a preset: its requests are drawn, not read."""
         return self.kind == "preset"
+
+
+def trace_text(value: str | Path | TraceSource) -> str:
+    """A trace as a person typed it: a resolved source by the name it was given (a preset's
+    or shipped trace's name, or the path), anything else as its text."""
+    return value.name if isinstance(value, TraceSource) else str(value)
 
 
 def resolve_trace(
