@@ -1,7 +1,7 @@
 """``python -m cgdispatch tune``: from a trace to a decision.
 
 Plans capture sizes on the first part of the trace, judges them on the held-out rest
-against vLLM's default ladder for the same settings, and prints a verdict of at most 12
+against vLLM's default ladder for the same settings, and prints a verdict of at most 14
 lines with the ``vllm serve`` command to paste (``--json``: one object). The logic is
 :func:`cgdispatch.plan.tune.tune`; this module parses and prints.
 """

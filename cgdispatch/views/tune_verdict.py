@@ -1,4 +1,4 @@
-"""The ``tune`` verdict as text: at most 12 lines a person reads, and the flags to paste.
+"""The ``tune`` verdict as text: at most 14 lines a person reads, and the flags to paste.
 
 :func:`verdict_lines` draws a :class:`~cgdispatch.plan.tune_result.TuneResult`: what to run
 (the plan, or "keep vLLM's default"), the held-out deltas against vLLM's default (mean step
@@ -34,7 +34,9 @@ __all__ = [
     "MAX_VERDICT_LINES",
 ]
 
-MAX_VERDICT_LINES = 12
+# the overload line, the recommendation, a note, the header, the column heads, seven
+# figures, the Pareto set and the serve line: every line has its place, none is cut
+MAX_VERDICT_LINES = 14
 _P, _D = "planned", "vllm default"
 
 
@@ -198,9 +200,7 @@ def verdict_lines(
     else:
         target, note = serve_target(model)
     serve = f"vllm serve {target} {result.flags}" + (f"  # {note}" if note else "")
-    if len(lines) + 1 > MAX_VERDICT_LINES and result.pareto:  # the serve line stays
-        lines = [line for line in lines if not line.startswith("Pareto set")]
-    return [*lines[: MAX_VERDICT_LINES - 1], serve]
+    return [*lines, serve]
 
 
 def _head(

@@ -54,6 +54,32 @@ def test_the_judged_kv_tokens_are_the_budgets_and_the_verdict_prints_them(what_i
     assert f"{full:,}" not in verdict  # the full GPU's tokens are not what was judged
 
 
+def test_the_longest_verdict_keeps_every_figure(what_if) -> None:
+    """Overloaded, with a note and a Pareto set, the verdict still prints each held-out
+    figure of ``delta_rows`` and the serve line, within MAX_VERDICT_LINES (a KV row was cut
+    when overload added its line)."""
+    import dataclasses
+
+    from cgdispatch.views.tune_verdict import MAX_VERDICT_LINES, delta_rows
+    from cgdispatch.workload.sustain import Sustainability
+
+    result, _, _ = what_if
+    rng = np.random.default_rng()
+    queue = float(rng.uniform(1, 50))
+    overload = Sustainability(120, 6.0, queue, queue * 10, 6000.0, 4000.0)
+    pareto = {f"p{i}": dict(result.held_out["planned"]) for i in range(int(rng.integers(1, 4)))}
+    longest = dataclasses.replace(
+        result, overload=overload, notes=("a note", "another"), pareto=pareto
+    )
+    verdict = verdict_text(longest, model="llama-3.1-8b", device="H200")
+    lines = verdict.splitlines()
+    assert len(lines) <= MAX_VERDICT_LINES
+    assert lines[0].startswith("overloaded:") and lines[-1].startswith("vllm serve ")
+    assert any(line.startswith("Pareto set") for line in lines)
+    for name, planned, default, change, _ in delta_rows(longest):
+        assert any(line.startswith(name) and change in line for line in lines), name
+
+
 def test_each_engines_flags_are_the_verdicts(what_if) -> None:
     import dataclasses
 
