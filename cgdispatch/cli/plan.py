@@ -23,7 +23,14 @@ from .dispatch import other_releases
 from .errors import one_line_errors
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
-__all__ = ["DEVICES", "check_int_flags", "check_planning_flags", "run_plan", "add_parser"]
+__all__ = [
+    "DEVICES",
+    "budget_flags",
+    "check_int_flags",
+    "check_planning_flags",
+    "run_plan",
+    "add_parser",
+]
 _MIB = 1 << 20
 
 
@@ -68,6 +75,16 @@ def check_planning_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
     usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
     check_model_flag(args.model, usable, args.tensor_parallel_size)
+
+
+def budget_flags(args: argparse.Namespace) -> dict[str, float | None]:
+    """The planner's two budgets from ``--memory-budget-mib`` (in bytes) and
+    ``--capture-budget-s``, as keywords of ``plan_ladder`` and ``TuneSettings``."""
+    mib = args.memory_budget_mib
+    return {
+        "memory_budget_bytes": None if mib is None else mib * _MIB,
+        "capture_budget_s": args.capture_budget_s,
+    }
 
 
 def _check(args: argparse.Namespace) -> CUDAGraphMode:
@@ -127,7 +144,6 @@ def run_plan(args: argparse.Namespace) -> int:
         context_len=args.context_len,
         tensor_parallel_size=tensor_parallel_flag(args.model, args.tensor_parallel_size),
     )
-    budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
     sizes = plan_ladder(  # the planner of config's generation
         plan_on,
         args.max_graphs,
@@ -135,8 +151,7 @@ def run_plan(args: argparse.Namespace) -> int:
         objective=args.objective,
         cost_model=cost_model,
         max_size=args.max_size,
-        memory_budget_bytes=budget,
-        capture_budget_s=args.capture_budget_s,
+        **budget_flags(args),
     )
     ladders = {"planned": sizes, **engine_ladders(config)}
     latency: dict = {}
