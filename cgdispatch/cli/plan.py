@@ -20,7 +20,7 @@ from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
 from ..views.numbers import number
 from .dispatch import other_releases
-from .errors import one_line_errors
+from .errors import command_parser
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
 __all__ = [
@@ -277,10 +277,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
-    plan = subparsers.add_parser(
-        "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
+    plan = command_parser(
+        subparsers,
+        "plan",
+        help="plan capture sizes for a trace and compare with the engines' ladders",
     )
-    one_line_errors(plan, "plan")
     plan.add_argument(
         "--trace",
         required=True,

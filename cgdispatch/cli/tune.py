@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..core.generation import default_release, release_arg
 from ..core.modes import CUDAGraphMode
-from .errors import one_line_errors
+from .errors import command_parser
 from .model_args import add_device_args, device_from_args
 from .plan import budget_flags, check_planning_flags
 
@@ -90,14 +90,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
-    tune = subparsers.add_parser(
+    tune = command_parser(
+        subparsers,
         "tune",
         help="plan capture sizes for your traffic, judged held out against vLLM's default",
         description="Plan capture sizes on the first part of a trace, judge them on the "
         "held-out rest against vLLM's default ladder, print the verdict and the vllm serve "
         "flags. Figures are modelled (device model on fake tensors; no GPU needed).",
     )
-    one_line_errors(tune, "tune")
     tune.add_argument(
         "--model",
         default="llama-3.1-8b",
