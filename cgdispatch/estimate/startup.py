@@ -44,6 +44,7 @@ from .startup_pricing import (
     StartupCoefficients,
     check_startup_config,
     check_startup_run,
+    graph_pricing,
     startup_features,
 )
 
@@ -228,7 +229,7 @@ def estimate_startup(
     c = CALIBRATION if coefficients is None else coefficients
     # the GPU's share of the model: what every per-GPU figure below is asked for
     shard = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "dtype": dtype}
-    f = startup_features(pm, device, config, **shard)
+    f = startup_features(graph_pricing(pm, device, **shard), config)
     graph_gib = c.pool_factor(device) * (
         c.pool_base_gib
         + c.pool_per_key_gib * f["keys"]
