@@ -38,20 +38,23 @@ def check_int_flags(args: argparse.Namespace) -> None:
     """Every integer flag ``args`` has, in [least, bound] (``cgdispatch.core.validate``'s
     bounds): ValueError naming the flag, its value and the rule, before any work."""
     from ..core import validate as v
+    from ..workload.limits import LIMIT_BOUNDS
 
+    # the scheduler's limits are held to the replay's own bounds (SchedulerLimits')
+    limit = {name: (least, most) for name, least, most in LIMIT_BOUNDS}
     bounds = {
         "max_graphs": (1, v.MAX_CAPTURE_SIZES),
         "max_size": (1, v.MAX_CAPTURE_SIZE),
-        "max_num_seqs": (1, v.MAX_NUM_SEQS),
-        "max_num_batched_tokens": (1, v.MAX_STEP_TOKENS),
+        "max_num_seqs": limit["max_num_seqs"],
+        "max_num_batched_tokens": limit["max_num_batched_tokens"],
         "context_len": (1, v.MAX_MODEL_LEN),
         "num_requests": (1, v.MAX_REQUESTS),
-        "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
-        "max_loras": (0, v.MAX_LORAS),
+        "num_speculative_tokens": limit["num_speculative_tokens"],
+        "max_loras": (0, v.MAX_LORAS),  # 0: no adapters (the scheduler's None)
         "tensor_parallel_size": (1, v.MAX_PARALLEL),
-        "max_model_len": (2, v.MAX_MODEL_LEN),
+        "max_model_len": limit["max_model_len"],
         "max_concurrency": (1, v.MAX_REQUESTS),
-        "hash_block_size": (1, v.MAX_STEP_TOKENS),
+        "hash_block_size": limit["hash_block_size"],
         "replicas": (1, v.MAX_PARALLEL),
     }
     for flag, (least, bound) in bounds.items():

@@ -4,17 +4,21 @@ budgets are the same keywords for both commands (random flag values, fresh each 
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+
 import numpy as np
 import pytest
 
 from cgdispatch.__main__ import build_parser
 from cgdispatch.cli.model_args import device_from_args
-from cgdispatch.cli.plan import budget_flags
+from cgdispatch.cli.plan import budget_flags, check_int_flags
 from cgdispatch.cli.tune import settings_from_flags
 from cgdispatch.core.generation import GENERATIONS
 from cgdispatch.core.modes import CUDAGraphMode
 from cgdispatch.plan.tune_result import OBJECTIVES
 from cgdispatch.plan.tune_run import TuneSettings
+from cgdispatch.workload.limits import SchedulerLimits
 from cgdispatch.workload.replicas import BALANCES
 from cgdispatch.workload.trace_source import SYNTHETIC_NAMES, resolve_trace
 
@@ -108,3 +112,28 @@ def test_budgets_in_bytes_and_seconds(command):
     }
     unset = parser.parse_args([command, *required])
     assert budget_flags(unset) == {"memory_budget_bytes": None, "capture_budget_s": None}
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["max_num_seqs", "max_num_batched_tokens", "num_speculative_tokens", "max_model_len",
+     "hash_block_size"],
+)  # fmt: skip
+def test_scheduler_flags_are_bounded_as_the_scheduler_limits(flag):
+    """A scheduler flag ``plan`` and ``tune`` refuse is exactly a value SchedulerLimits
+    refuses, on random values around both ends of its range."""
+    rng = np.random.default_rng()
+    probe = SchedulerLimits(max_num_batched_tokens=2**20)  # room for any draft count
+    for _ in range(60):  # small values around the least, powers of two around the most
+        value = int(rng.integers(-3, 4)) if rng.random() < 0.5 else int(2 ** rng.uniform(0, 40))
+        args = argparse.Namespace(**{flag: value})
+        try:
+            dataclasses.replace(probe, **{flag: value})
+            accepted = True
+        except ValueError:
+            accepted = False
+        if accepted:
+            check_int_flags(args)
+        else:
+            with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')}={value} is invalid"):
+                check_int_flags(args)
