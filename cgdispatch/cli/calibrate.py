@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import one_line_errors
+from .errors import command_parser
 from .model_args import DEVICES
 
 _DEFAULT_CONTEXT_LEN = 512  # tune's default --context-len: the step scale is fitted at it
@@ -215,7 +215,8 @@ def report_lines(profile: Any, rows: list[dict[str, Any]], path: Path, use: str)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    calibrate = subparsers.add_parser(
+    calibrate = command_parser(
+        subparsers,
         "calibrate",
         help="fit graph memory, capture time, KV tokens and step times to your vLLM logs",
         description="Fit the start-up model (graph pool, capture time, non-torch memory) "
@@ -223,7 +224,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "of ONE setup (model, GPU, TP size); save the fit as a profile for tune "
         "--calibration.",
     )
-    one_line_errors(calibrate, "calibrate")
     calibrate.add_argument(
         "logs", nargs="+", metavar="LOG",
         help="vLLM start-up logs of one setup (at least one), and optionally `vllm bench "

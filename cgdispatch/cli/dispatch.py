@@ -205,18 +205,24 @@ def run_dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config_command(
+    subparsers: argparse._SubParsersAction, command: str, summary: str
+) -> argparse.ArgumentParser:
+    """A command that builds a GraphConfig of any release: its config and release flags."""
+    parser = subparsers.add_parser(command, help=summary)
+    add_config_arguments(parser)
+    add_generation_arguments(parser)
+    return parser
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    demo = subparsers.add_parser(
-        "demo", help="tour one config: keys, sample dispatches, statistics"
+    demo = _config_command(
+        subparsers, "demo", "tour one config: keys, sample dispatches, statistics"
     )
-    add_config_arguments(demo)
-    add_generation_arguments(demo)
     demo.add_argument("--steps", type=int, default=100_000, help="random steps to dispatch")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=run_demo)
-    one = subparsers.add_parser("dispatch", help="dispatch one batch and print (mode, key)")
-    add_config_arguments(one)
-    add_generation_arguments(one)
+    one = _config_command(subparsers, "dispatch", "dispatch one batch and print (mode, key)")
     one.add_argument("num_tokens", type=int)
     one.add_argument(
         "--num-reqs",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
-__all__ = ["one_line_errors"]
+__all__ = ["command_parser", "one_line_errors"]
 
 
 def one_line_errors(parser: argparse.ArgumentParser, command: str) -> None:
@@ -22,3 +22,13 @@ def one_line_errors(parser: argparse.ArgumentParser, command: str) -> None:
         sys.exit(2)
 
     parser.error = error  # type: ignore[method-assign]
+
+
+def command_parser(
+    subparsers: argparse._SubParsersAction, command: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """The parser of ``COMMAND`` (``subparsers.add_parser(command, **kwargs)``) reporting a
+    bad flag in one line (:func:`one_line_errors`): the command is named once."""
+    parser = subparsers.add_parser(command, **kwargs)
+    one_line_errors(parser, command)
+    return parser

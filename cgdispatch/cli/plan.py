@@ -20,10 +20,17 @@ from ..core.ladder_shape import TokenLadder
 from ..core.modes import CUDAGraphMode
 from ..views.numbers import number
 from .dispatch import other_releases
-from .errors import one_line_errors
+from .errors import command_parser
 from .model_args import DEVICES, add_device_args, check_model_flag, device_from_args
 
-__all__ = ["DEVICES", "check_int_flags", "check_planning_flags", "run_plan", "add_parser"]
+__all__ = [
+    "DEVICES",
+    "budget_flags",
+    "check_int_flags",
+    "check_planning_flags",
+    "run_plan",
+    "add_parser",
+]
 _MIB = 1 << 20
 
 
@@ -31,20 +38,23 @@ def check_int_flags(args: argparse.Namespace) -> None:
     """Every integer flag ``args`` has, in [least, bound] (``cgdispatch.core.validate``'s
     bounds): ValueError naming the flag, its value and the rule, before any work."""
     from ..core import validate as v
+    from ..workload.limits import LIMIT_BOUNDS
 
+    # the scheduler's limits are held to the replay's own bounds (SchedulerLimits')
+    limit = {name: (least, most) for name, least, most in LIMIT_BOUNDS}
     bounds = {
         "max_graphs": (1, v.MAX_CAPTURE_SIZES),
         "max_size": (1, v.MAX_CAPTURE_SIZE),
-        "max_num_seqs": (1, v.MAX_NUM_SEQS),
-        "max_num_batched_tokens": (1, v.MAX_STEP_TOKENS),
+        "max_num_seqs": limit["max_num_seqs"],
+        "max_num_batched_tokens": limit["max_num_batched_tokens"],
         "context_len": (1, v.MAX_MODEL_LEN),
         "num_requests": (1, v.MAX_REQUESTS),
-        "num_speculative_tokens": (0, v.MAX_SPECULATIVE_TOKENS),
-        "max_loras": (0, v.MAX_LORAS),
+        "num_speculative_tokens": limit["num_speculative_tokens"],
+        "max_loras": (0, v.MAX_LORAS),  # 0: no adapters (the scheduler's None)
         "tensor_parallel_size": (1, v.MAX_PARALLEL),
-        "max_model_len": (2, v.MAX_MODEL_LEN),
+        "max_model_len": limit["max_model_len"],
         "max_concurrency": (1, v.MAX_REQUESTS),
-        "hash_block_size": (1, v.MAX_STEP_TOKENS),
+        "hash_block_size": limit["hash_block_size"],
         "replicas": (1, v.MAX_PARALLEL),
     }
     for flag, (least, bound) in bounds.items():
@@ -68,6 +78,16 @@ def check_planning_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--holdout={args.holdout} is invalid: give the held-out share, 0 < x < 1")
     usable = [n for n in model_names() if not n.startswith("hf-")]  # toy inputs only
     check_model_flag(args.model, usable, args.tensor_parallel_size)
+
+
+def budget_flags(args: argparse.Namespace) -> dict[str, float | None]:
+    """The planner's two budgets from ``--memory-budget-mib`` (in bytes) and
+    ``--capture-budget-s``, as keywords of ``plan_ladder`` and ``TuneSettings``."""
+    mib = args.memory_budget_mib
+    return {
+        "memory_budget_bytes": None if mib is None else mib * _MIB,
+        "capture_budget_s": args.capture_budget_s,
+    }
 
 
 def _check(args: argparse.Namespace) -> CUDAGraphMode:
@@ -127,7 +147,6 @@ def run_plan(args: argparse.Namespace) -> int:
         context_len=args.context_len,
         tensor_parallel_size=tensor_parallel_flag(args.model, args.tensor_parallel_size),
     )
-    budget = None if args.memory_budget_mib is None else args.memory_budget_mib * _MIB
     sizes = plan_ladder(  # the planner of config's generation
         plan_on,
         args.max_graphs,
@@ -135,8 +154,7 @@ def run_plan(args: argparse.Namespace) -> int:
         objective=args.objective,
         cost_model=cost_model,
         max_size=args.max_size,
-        memory_budget_bytes=budget,
-        capture_budget_s=args.capture_budget_s,
+        **budget_flags(args),
     )
     ladders = {"planned": sizes, **engine_ladders(config)}
     latency: dict = {}
@@ -262,10 +280,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
-    plan = subparsers.add_parser(
-        "plan", help="plan capture sizes for a trace and compare with the engines' ladders"
+    plan = command_parser(
+        subparsers,
+        "plan",
+        help="plan capture sizes for a trace and compare with the engines' ladders",
     )
-    one_line_errors(plan, "plan")
     plan.add_argument(
         "--trace",
         required=True,

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from ..core.generation import default_release, release_arg
 from ..core.modes import CUDAGraphMode
-from .errors import one_line_errors
+from .errors import command_parser
 from .model_args import add_device_args, device_from_args
-from .plan import check_planning_flags
+from .plan import budget_flags, check_planning_flags
 
 if TYPE_CHECKING:
+    from ..estimate.devices import DeviceSpec
+    from ..plan.tune_run import TuneSettings
     from ..workload.trace_source import TraceSource
 
-_MIB = 1 << 20
+__all__ = ["add_parser", "run_tune", "settings_from_flags"]
 
 
 def _check(args: argparse.Namespace) -> tuple[CUDAGraphMode, TraceSource]:
@@ -41,42 +44,37 @@ def _check(args: argparse.Namespace) -> tuple[CUDAGraphMode, TraceSource]:
     return mode, resolve_trace(args.trace, hash_block_size=args.hash_block_size, what="--trace")
 
 
+def settings_from_flags(
+    args: argparse.Namespace, mode: CUDAGraphMode, trace: TraceSource, device: str | DeviceSpec
+) -> TuneSettings:
+    """The :class:`~cgdispatch.plan.tune_run.TuneSettings` of ``tune``'s parsed flags, with
+    ``--mode``, ``--trace`` and the device as :func:`_check` and
+    :func:`~cgdispatch.cli.model_args.device_from_args` resolved them. A flag named as its
+    field is taken as given; the rest are converted (``--rate``, ``--no-prefix-caching``,
+    the budgets: :func:`~cgdispatch.cli.plan.budget_flags`)."""
+    from ..plan.tune_run import TuneSettings
+
+    given = vars(args)
+    same_name = {f.name: given[f.name] for f in fields(TuneSettings) if f.name in given}
+    converted = {
+        "device": device,
+        "trace": trace,
+        "rate_per_s": args.rate,
+        "cudagraph_mode": mode,
+        "enable_prefix_caching": args.prefix_caching,
+        **budget_flags(args),
+    }
+    return TuneSettings(**{**same_name, **converted})
+
+
 def run_tune(args: argparse.Namespace) -> int:
     mode, trace = _check(args)
     from ..estimate.devices import device_label
-    from ..plan.tune_run import TuneSettings, tune_for
+    from ..plan.tune_run import tune_for
     from ..views.tune_verdict import verdict_text
 
     device = device_from_args(args)
-    settings = TuneSettings(
-        model=args.model,
-        device=device,
-        tensor_parallel_size=args.tensor_parallel_size,
-        trace=trace,
-        num_requests=args.num_requests,
-        rate_per_s=args.rate,
-        seed=args.seed,
-        vllm_version=args.vllm_version,
-        cudagraph_mode=mode,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        holdout=args.holdout,
-        max_graphs=args.max_graphs,
-        memory_budget_bytes=None
-        if args.memory_budget_mib is None
-        else args.memory_budget_mib * _MIB,
-        capture_budget_s=args.capture_budget_s,
-        context_len=args.context_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        objective=args.objective,
-        calibration=args.calibration,
-        max_model_len=args.max_model_len,
-        max_concurrency=args.max_concurrency,
-        hash_block_size=args.hash_block_size,
-        replicas=args.replicas,
-        enable_prefix_caching=args.prefix_caching,
-        balance=args.balance,
-    )
+    settings = settings_from_flags(args, mode, trace, device)
     result = tune_for(settings, progress=not args.json and sys.stderr.isatty())
     if args.json:
         print(result.to_json())
@@ -92,14 +90,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from ..workload.sources import PRODUCTION_TRACES
     from ..workload.sources import SYNTHETIC_NAMES as LENGTH_PRESETS
 
-    tune = subparsers.add_parser(
+    tune = command_parser(
+        subparsers,
         "tune",
         help="plan capture sizes for your traffic, judged held out against vLLM's default",
         description="Plan capture sizes on the first part of a trace, judge them on the "
         "held-out rest against vLLM's default ladder, print the verdict and the vllm serve "
         "flags. Figures are modelled (device model on fake tensors; no GPU needed).",
     )
-    one_line_errors(tune, "tune")
     tune.add_argument(
         "--model",
         default="llama-3.1-8b",

@@ -44,6 +44,7 @@ from .startup_pricing import (
     StartupCoefficients,
     check_startup_config,
     check_startup_run,
+    graph_pricing,
     startup_features,
 )
 
@@ -226,9 +227,9 @@ def estimate_startup(
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} is invalid: it must be an integer >= 1")
     c = CALIBRATION if coefficients is None else coefficients
-    f = startup_features(
-        pm, device, config, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
-    )
+    # the GPU's share of the model: what every per-GPU figure below is asked for
+    shard = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "dtype": dtype}
+    f = startup_features(graph_pricing(pm, device, **shard), config)
     graph_gib = c.pool_factor(device) * (
         c.pool_base_gib
         + c.pool_per_key_gib * f["keys"]
@@ -258,21 +259,9 @@ def estimate_startup(
     kv_bytes, blocks = math.inf, None
     for rank in range(pp):
         peak = activation_gib + (c.activation_per_logits * a["logits_gib"] if rank == pp - 1 else 0)
-        weights = pm.weight_bytes(
-            tensor_parallel_size=tp,
-            pipeline_parallel_size=pp,
-            rank=rank,
-            dtype=dtype,
-            quantization=quantization,
-        )
+        weights = pm.weight_bytes(**shard, rank=rank, quantization=quantization)
         free = budget - weights - (peak + non_torch + (graph_gib if subtract else 0.0)) * GIB
-        per_token = pm.kv_bytes_per_token(
-            tensor_parallel_size=tp,
-            pipeline_parallel_size=pp,
-            kv_cache_dtype=kv_cache_dtype,
-            dtype=dtype,
-            rank=rank,
-        )
+        per_token = pm.kv_bytes_per_token(**shard, kv_cache_dtype=kv_cache_dtype, rank=rank)
         rank_blocks = max(int(free // (per_token * block_size)), 0)
         if blocks is None or rank_blocks < blocks:
             blocks, kv_bytes, kv_per_token = rank_blocks, free, per_token
@@ -289,12 +278,7 @@ def estimate_startup(
         graph_nodes=int(f["nodes"]),
         graph_memory_bytes=graph_gib * GIB,
         capture_s=capture_s,
-        weights_bytes=pm.weight_bytes(
-            tensor_parallel_size=tp,
-            pipeline_parallel_size=pp,
-            dtype=dtype,
-            quantization=quantization,
-        ),
+        weights_bytes=pm.weight_bytes(**shard, quantization=quantization),
         activation_bytes=(activation_gib + c.activation_per_logits * a["logits_gib"]) * GIB,
         non_torch_bytes=non_torch * GIB,
         kv_cache_bytes=max(kv_bytes, 0.0),

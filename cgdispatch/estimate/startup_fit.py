@@ -25,6 +25,7 @@ from .startup_pricing import (
     GIB,
     POOL_BASE_CAP_GIB,
     StartupCoefficients,
+    graph_pricing,
     startup_features,
 )
 
@@ -48,14 +49,14 @@ def _feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for _, row in rows.iterrows():
         args = run_args(row)
-        f = startup_features(
+        pricing = graph_pricing(
             row["model"],
             row["device"],
-            reference_config(row),
             tensor_parallel_size=args["tensor_parallel_size"],
             pipeline_parallel_size=args["pipeline_parallel_size"],
             dtype=args["dtype"],
         )
+        f = startup_features(pricing, reference_config(row))
         pm = published_model(row["model"])
         f.update(
             activation_features(

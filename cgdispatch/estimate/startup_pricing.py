@@ -330,25 +330,16 @@ def graph_pricing(
     )
 
 
-def startup_features(
-    model: object,
-    device: str | DeviceSpec,
-    config: GraphConfig,
-    *,
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-    dtype: str | None = None,
-) -> dict[str, float]:
-    """The quantities the graph-memory and capture-time models are linear in (the sums of
-    :class:`GraphPricing`'s per-key terms over ``config``'s keys)."""
+def startup_features(pricing: GraphPricing, config: GraphConfig) -> dict[str, float]:
+    """The quantities the graph-memory and capture-time models are linear in: the sums of
+    ``pricing``'s per-key terms over ``config``'s keys (``pricing``: one GPU's
+    :func:`graph_pricing`; the coefficients are not read)."""
+    if not isinstance(pricing, GraphPricing):
+        raise ValueError(
+            f"pricing={pricing!r} is invalid: pass a GraphPricing (graph_pricing(model, "
+            "device, tensor_parallel_size=..., pipeline_parallel_size=..., dtype=...))"
+        )
     check_startup_config(config)
-    pricing = graph_pricing(
-        model,
-        device,
-        tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size,
-        dtype=dtype,
-    )
     keys = capture_keys(config)
     out = {"keys": float(len(keys)), "graphs": 0.0, "nodes": 0.0, "boundary_gib": 0.0}
     out.update(eager_s=0.0, moe_keys=float(len(keys) * pricing.moe_layers))

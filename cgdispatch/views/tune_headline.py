@@ -22,16 +22,12 @@ from ..workload.trace_source import trace_text
 
 __all__ = ["headline_verdict", "notebook_tune_settings", "tune_command"]
 
-# notebook 04 parameter -> the TuneSettings field its headline takes it as; the notebook's
-# other parameters (limits, requests, graphs, kv_budget_gib) are its what-if's
+# notebook 04 parameter -> the TuneSettings field its headline takes it as: the field of its
+# name, but ``workload`` is the trace; the notebook's other parameters (limits, requests,
+# graphs, kv_budget_gib) are its what-if's
 NOTEBOOK_FIELDS = {
-    "model": "model",
-    "device": "device",
-    "vllm_version": "vllm_version",
-    "workload": "trace",
-    "rate_per_s": "rate_per_s",
-    "seed": "seed",
-    "holdout": "holdout",
+    name: "trace" if name == "workload" else name
+    for name in ("model", "device", "vllm_version", "workload", "rate_per_s", "seed", "holdout")
 }
 # TuneSettings field -> `tune` flag where the flag is not the field's name with dashes
 _FLAGS = {

@@ -32,18 +32,12 @@ from ..plan.costs import CostModel, as_cost_model, cost_source
 from ..plan.ladder_latency import ladder_latency
 from ..plan.whatif import WhatIfResult
 from ..workload.trace import check_trace
-from .whatif_handlers import PlannedBoxes, metrics_html, plan_boxes, whatif_for_box
+from .whatif_handlers import metrics_html, plan_boxes, whatif_for_box
 from .whatif_plots import whatif_figure
 from .widgets import DispatchExplorer, message_html
 
-__all__ = [
-    "whatif_for_box",
-    "plan_boxes",
-    "PlannedBoxes",
-    "metrics_html",
-    "WhatIfDashboard",
-    "whatif_dashboard",
-]
+# the handlers (whatif_for_box, plan_boxes, metrics_html) are whatif_handlers' names
+__all__ = ["WhatIfDashboard", "whatif_dashboard"]
 
 
 class WhatIfDashboard(DispatchExplorer):

@@ -28,9 +28,22 @@ from .vllm_rules import scheduler_rules
 if TYPE_CHECKING:
     from ..core.config import GraphConfig
 
-__all__ = ["SchedulerLimits", "scheduler_limits", "kv_cache_blocks"]
+__all__ = ["LIMIT_BOUNDS", "SchedulerLimits", "scheduler_limits", "kv_cache_blocks"]
 
 _OPTIONAL = frozenset({"max_loras", "max_model_len", "num_gpu_blocks"})
+# (limit, least, most) of each integer limit, checked on construction (None allowed where
+# _OPTIONAL); the CLI holds its flags of these names to the same bounds
+LIMIT_BOUNDS: tuple[tuple[str, int, int], ...] = (
+    ("max_num_seqs", 1, MAX_NUM_SEQS),
+    ("max_num_batched_tokens", 1, MAX_STEP_TOKENS),
+    ("num_speculative_tokens", 0, MAX_SPECULATIVE_TOKENS),
+    ("long_prefill_token_threshold", 0, MAX_STEP_TOKENS),
+    ("block_size", 1, MAX_BLOCK_SIZE),
+    ("max_loras", 1, MAX_LORAS),
+    ("max_model_len", 2, MAX_MODEL_LEN),
+    ("num_gpu_blocks", 2, MAX_STEP_TOKENS),
+    ("hash_block_size", 1, MAX_STEP_TOKENS),
+)
 
 
 @dataclass(frozen=True)
@@ -65,17 +78,7 @@ class SchedulerLimits:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        for name, minimum, bound in (
-            ("max_num_seqs", 1, MAX_NUM_SEQS),
-            ("max_num_batched_tokens", 1, MAX_STEP_TOKENS),
-            ("num_speculative_tokens", 0, MAX_SPECULATIVE_TOKENS),
-            ("long_prefill_token_threshold", 0, MAX_STEP_TOKENS),
-            ("block_size", 1, MAX_BLOCK_SIZE),
-            ("max_loras", 1, MAX_LORAS),
-            ("max_model_len", 2, MAX_MODEL_LEN),
-            ("num_gpu_blocks", 2, MAX_STEP_TOKENS),
-            ("hash_block_size", 1, MAX_STEP_TOKENS),
-        ):
+        for name, minimum, bound in LIMIT_BOUNDS:
             value = getattr(self, name)
             if value is not None or name not in _OPTIONAL:
                 set_(self, name, check_int(name, value, minimum, bound))

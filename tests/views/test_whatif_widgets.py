@@ -12,8 +12,8 @@ import pytest
 from cgdispatch import CudagraphDispatcher, CUDAGraphMode, GraphConfig, whatif_dashboard
 from cgdispatch.plan.costs import AffineCostModel
 from cgdispatch.views.plots import figure_source
+from cgdispatch.views.whatif_handlers import metrics_html, whatif_for_box
 from cgdispatch.views.whatif_plots import whatif_figure
-from cgdispatch.views.whatif_widgets import metrics_html, whatif_for_box
 from cgdispatch.workload.trace import make_trace
 
 BASE = GraphConfig(vllm_version="0.33", max_num_seqs=16, max_num_batched_tokens=256)

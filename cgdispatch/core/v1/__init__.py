@@ -11,18 +11,10 @@ from dataclasses import fields
 from typing import Any
 
 from ..batch import BatchDescriptor
-from ..generation import (
-    CaptureKey,
-    ConfigRules,
-    Generation,
-    GraphRules,
-    RunnerTraits,
-    SchedulerRules,
-    StepDispatch,
-    register_generation,
-)
+from ..generation import CaptureKey, StepDispatch, register_generation
 from ..ladder_shape import TOKEN_LADDER
 from ..modes import CUDAGraphMode
+from ..release import ConfigRules, Generation, GraphRules, RunnerTraits, SchedulerRules
 from .config import RELEASE, compilation_sizes, derive_sizes, lora_cases, resolve
 from .dispatcher import CudagraphDispatcher, ready_dispatcher
 from .explain import explain

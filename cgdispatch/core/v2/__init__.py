@@ -10,19 +10,10 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from ..generation import (
-    CaptureKey,
-    ConfigRules,
-    Generation,
-    GraphRules,
-    RunnerTraits,
-    SchedulerRules,
-    StepDispatch,
-    dispatch_step,
-    register_generation,
-)
+from ..generation import CaptureKey, StepDispatch, dispatch_step, register_generation
 from ..ladder_shape import SPLIT_LADDERS
 from ..modes import CUDAGraphMode
+from ..release import ConfigRules, Generation, GraphRules, RunnerTraits, SchedulerRules
 from .config import (
     GEN2_OWN_FIELDS,
     RELEASE,
