@@ -56,12 +56,12 @@ from cgdispatch.workload.serving_overhead import VLLM_SERVING_OVERHEAD
 # the step pricing under test, step_time_for(config, cost_model) -> step_time_ms(num_tokens,
 # num_reqs): a new pricing is judged by changing this one line
 STEP_TIME_FOR = serving_step_time
-# the grid --fit searches (ms): the front end per request (serialized), each request's time in
-# flight, the host's time per request in a step
+# the grid --fit searches (ms): the front end per request (shared by the requests in it),
+# each request's time in flight, the host's time per request in a step
 FIT_GRID = {
-    "front_end_ms": (10.0, 20.0, 30.0, 40.0),
-    "request_latency_ms": (20.0, 40.0, 60.0),
-    "step_request_ms": (0.2, 0.3, 0.4),
+    "front_end_ms": (10.0, 15.0, 20.0, 25.0),
+    "request_latency_ms": (20.0, 35.0, 50.0),
+    "step_request_ms": (0.1, 0.15, 0.2, 0.3),
 }
 
 TARGET_MEDIAN_ERROR = 0.20

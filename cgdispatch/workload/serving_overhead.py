@@ -107,13 +107,13 @@ class ServingOverhead:
 
 NO_SERVING_OVERHEAD = ServingOverhead()
 
-# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: front end 10-40 ms, in flight
-# 20-60 ms, 0.2-0.4 ms per request in a step) on the fit split of
+# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: front end 10-25 ms, in flight
+# 20-50 ms, 0.1-0.3 ms per request in a step) on the fit split of
 # cgdispatch/data/published_serving_runs.csv (the 15 runs on H100: GPUStack's pages, vLLM
 # 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 30 held-out runs (A100,
 # RTX 4090). step_ms was not fitted (0): no run separates it from the GPU's fixed cost.
 VLLM_SERVING_OVERHEAD = ServingOverhead(
-    front_end_ms=30.0, step_ms=0.0, step_request_ms=0.3, request_latency_ms=20.0
+    front_end_ms=20.0, step_ms=0.0, step_request_ms=0.15, request_latency_ms=20.0
 )
 
 
