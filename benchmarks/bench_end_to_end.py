@@ -39,6 +39,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from cgdispatch.estimate.device_model import device_cost_model
+from cgdispatch.estimate.step_cost import price_step
 from cgdispatch.plan.published_runs import published_serving_runs
 from cgdispatch.plan.published_serving import (
     COMPARED_METRICS,
@@ -48,6 +50,8 @@ from cgdispatch.plan.published_serving import (
     median_errors,
     oldest_release,
     published_serving_comparison,
+    run_config,
+    run_requests,
     serving_fit_split,
 )
 from cgdispatch.workload.latency import dispatched_step_time, serving_step_time
@@ -150,6 +154,44 @@ def fit() -> None:
     print(f"\nbest on the fit split: {best} (shipped: {VLLM_SERVING_OVERHEAD})")
 
 
+def _own_prefill_ms(row: pd.Series) -> float:
+    """The run's median prompt prefilled alone, chunk after chunk of its
+    ``max_num_batched_tokens``, each step priced eager (``model``; no prefix cache)."""
+    cost = device_cost_model(
+        row["model"], row["gpu"], tensor_parallel_size=int(row["tensor_parallel_size"])
+    )
+    chunk = run_config(row).max_num_batched_tokens
+    prompt = int(np.median(run_requests(row)["prompt_tokens"]))
+    steps = [(done, min(chunk, prompt - done)) for done in range(0, prompt, chunk)]
+    return sum(price_step(cost, prompt_chunks=(c,), mode="NONE") for c in steps)
+
+
+def ttft_terms(df: pd.DataFrame) -> None:
+    """What the simulated mean TTFT of each run is made of (``model``): the front end and
+    time in flight (the mean TTFT less the same replay's with both at 0), the run's median
+    prompt prefilled alone, and the rest (waiting on other requests' steps; negative where
+    the prefix cache spares the prompt's prefill)."""
+    fields = {f: getattr(VLLM_SERVING_OVERHEAD, f) for f in ("step_ms", "step_request_ms")}
+    no_front = type(VLLM_SERVING_OVERHEAD)(**fields)
+    bare = published_serving_comparison(
+        step_time_for=lambda c, m: serving_step_time(c, m, overhead=no_front)
+    )
+    runs = published_serving_runs().set_index("run_id", drop=False)
+    print(
+        "\nsimulated mean TTFT by term (model, ms; x = simulated / published, overhead on)\n"
+        f"  {'run':56} {'x':>5} {'TTFT':>10} {'front end':>10} {'own prefill':>11} {'rest':>10}"
+    )
+    for (_, r), (_, b) in zip(df.iterrows(), bare.iterrows()):
+        if r["error"]:
+            continue
+        ttft, front = r["sim_mean_ttft_ms"], r["sim_mean_ttft_ms"] - b["sim_mean_ttft_ms"]
+        own = _own_prefill_ms(runs.loc[r["run_id"]])
+        print(
+            f"  {r['run_id'][:56]:56} {r['ratio_mean_ttft_ms']:5.2f} {ttft:10.1f} "
+            f"{front:10.1f} {own:11.1f} {ttft - front - own:10.1f}"
+        )
+
+
 def main() -> int:
     start = time.perf_counter()
     df = published_serving_comparison(
@@ -165,6 +207,8 @@ def main() -> int:
     print(_table(df))
     _prefix_report(df)
     _split_report(df, serving_fit_split(published_serving_runs()), baseline)
+    if "--ttft-terms" in sys.argv[1:]:
+        ttft_terms(df)
     done = df[df["error"] == ""]
     print(f"\n{len(done)} of {len(df)} runs simulated in {wall_s:.1f} s")
     ok = len(done) >= TARGET_MIN_RUNS
