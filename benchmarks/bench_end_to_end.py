@@ -10,8 +10,8 @@ client's test request, and the earlier runs on the same server where the source'
 them, replayed first and not counted:
 :func:`~cgdispatch.plan.published_serving.replay_after_warmup`), and today's step clock
 (:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price over the
-device cost model, paced by the host-side serving overhead, whose front end delays each
-request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
+device cost model, paced by the host-side serving overhead, whose front end, shared by the
+requests in it, delays each request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
 
 The serving overhead's three coefficients are fitted on a fixed split of the runs
 (:func:`~cgdispatch.plan.published_serving.serving_fit_split`: the runs on H100); the bench
@@ -25,8 +25,20 @@ whose source gives it), and no run simulated as overloaded where the
 published one was not (judged only on open-loop runs at a finite rate: ``inf`` and closed
 loop have no overload to call).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit]`` (about 25 s on 2 cores
-without ``--fit``: the table with the overhead and again without it).
+``--ttft-terms`` adds what each run's simulated mean TTFT is made of: the front end and time
+in flight, the run's median prompt prefilled alone, and the rest (waiting on other requests'
+steps).
+
+Last figures (``model``, 2 cores; docs/calibration.md, "Serving overhead"), median
+|sim/pub - 1| with the overhead on, mean TTFT / mean TPOT / output / total throughput: all 45
+runs 20.5% / 12.3% / 7.4% / 8.3% (TTFT target missed); held out (30 runs on other GPUs)
+16.9% / 10.1% / 5.9% / 6.6%; fit (15 H100 runs) 24.2% / 42.3% / 21.1% / 32.2%. Before the
+front end was shared (first come, first served; 30 ms, 20 ms, 0.3 ms): all 23.3% / 9.1% /
+9.4% / 9.7%, held out 21.9% / 8.4% / 8.1% / 9.4%.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit | --ttft-terms]`` (about
+25 s on 2 cores without ``--fit``: the table with the overhead and again without it;
+``--ttft-terms`` one replay of every run more).
 """
 
 from __future__ import annotations
