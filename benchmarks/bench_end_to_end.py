@@ -11,7 +11,8 @@ them, replayed first and not counted:
 :func:`~cgdispatch.plan.published_serving.replay_after_warmup`), and today's step clock
 (:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price over the
 device cost model, paced by the host-side serving overhead, whose front end, shared by the
-requests in it, delays each request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
+requests in it, delays each request;
+:data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
 
 The serving overhead's three coefficients are fitted on a fixed split of the runs
 (:func:`~cgdispatch.plan.published_serving.serving_fit_split`: the runs on H100); the bench

@@ -72,7 +72,8 @@ class ServingOverhead:
     """Host-side serving time the GPU cost model does not price (all in ms, ``model``).
 
     ``front_end_ms``: per request, sent -> seen by the scheduler, the API server's time
-    shared by the requests in it (:func:`front_end_arrivals_s`).     server. ``step_ms``: per engine step. ``step_request_ms``: per request in a step.
+    shared by the requests in it (:func:`front_end_arrivals_s`). ``step_ms``: per engine
+    step. ``step_request_ms``: per request in a step.
     ``request_latency_ms``: per request, in flight, not serialized.
     """
 
