@@ -10,8 +10,9 @@ client's test request, and the earlier runs on the same server where the source'
 them, replayed first and not counted:
 :func:`~cgdispatch.plan.published_serving.replay_after_warmup`), and today's step clock
 (:func:`~cgdispatch.workload.latency.serving_step_time`: the dispatched step price over the
-device cost model, paced by the host-side serving overhead, whose front end delays each
-request; :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
+device cost model, paced by the host-side serving overhead, whose front end, shared by the
+requests in it, delays each request;
+:data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
 
 The serving overhead's three coefficients are fitted on a fixed split of the runs
 (:func:`~cgdispatch.plan.published_serving.serving_fit_split`: the runs on H100); the bench
@@ -25,8 +26,20 @@ whose source gives it), and no run simulated as overloaded where the
 published one was not (judged only on open-loop runs at a finite rate: ``inf`` and closed
 loop have no overload to call).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit]`` (about 25 s on 2 cores
-without ``--fit``: the table with the overhead and again without it).
+``--ttft-terms`` adds what each run's simulated mean TTFT is made of: the front end and time
+in flight, the run's median prompt prefilled alone, and the rest (waiting on other requests'
+steps).
+
+Last figures (``model``, 2 cores; docs/calibration.md, "Serving overhead"), median
+|sim/pub - 1| with the overhead on, mean TTFT / mean TPOT / output / total throughput: all 45
+runs 20.5% / 12.3% / 7.4% / 8.3% (TTFT target missed); held out (30 runs on other GPUs)
+16.9% / 10.1% / 5.9% / 6.6%; fit (15 H100 runs) 24.2% / 42.3% / 21.1% / 32.2%. Before the
+front end was shared (first come, first served; 30 ms, 20 ms, 0.3 ms): all 23.3% / 9.1% /
+9.4% / 9.7%, held out 21.9% / 8.4% / 8.1% / 9.4%.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_end_to_end.py [--fit | --ttft-terms]`` (about
+25 s on 2 cores without ``--fit``: the table with the overhead and again without it;
+``--ttft-terms`` one replay of every run more).
 """
 
 from __future__ import annotations
@@ -39,6 +52,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from cgdispatch.estimate.device_model import device_cost_model
+from cgdispatch.estimate.step_cost import price_step
 from cgdispatch.plan.published_runs import published_serving_runs
 from cgdispatch.plan.published_serving import (
     COMPARED_METRICS,
@@ -48,6 +63,8 @@ from cgdispatch.plan.published_serving import (
     median_errors,
     oldest_release,
     published_serving_comparison,
+    run_config,
+    run_requests,
     serving_fit_split,
 )
 from cgdispatch.workload.latency import dispatched_step_time, serving_step_time
@@ -56,12 +73,12 @@ from cgdispatch.workload.serving_overhead import VLLM_SERVING_OVERHEAD
 # the step pricing under test, step_time_for(config, cost_model) -> step_time_ms(num_tokens,
 # num_reqs): a new pricing is judged by changing this one line
 STEP_TIME_FOR = serving_step_time
-# the grid --fit searches (ms): the front end per request (serialized), each request's time in
-# flight, the host's time per request in a step
+# the grid --fit searches (ms): the front end per request (shared by the requests in it),
+# each request's time in flight, the host's time per request in a step
 FIT_GRID = {
-    "front_end_ms": (10.0, 20.0, 30.0, 40.0),
-    "request_latency_ms": (20.0, 40.0, 60.0),
-    "step_request_ms": (0.2, 0.3, 0.4),
+    "front_end_ms": (10.0, 15.0, 20.0, 25.0),
+    "request_latency_ms": (20.0, 35.0, 50.0),
+    "step_request_ms": (0.1, 0.15, 0.2, 0.3),
 }
 
 TARGET_MEDIAN_ERROR = 0.20
@@ -150,6 +167,44 @@ def fit() -> None:
     print(f"\nbest on the fit split: {best} (shipped: {VLLM_SERVING_OVERHEAD})")
 
 
+def _own_prefill_ms(row: pd.Series) -> float:
+    """The run's median prompt prefilled alone, chunk after chunk of its
+    ``max_num_batched_tokens``, each step priced eager (``model``; no prefix cache)."""
+    cost = device_cost_model(
+        row["model"], row["gpu"], tensor_parallel_size=int(row["tensor_parallel_size"])
+    )
+    chunk = run_config(row).max_num_batched_tokens
+    prompt = int(np.median(run_requests(row)["prompt_tokens"]))
+    steps = [(done, min(chunk, prompt - done)) for done in range(0, prompt, chunk)]
+    return sum(price_step(cost, prompt_chunks=(c,), mode="NONE") for c in steps)
+
+
+def ttft_terms(df: pd.DataFrame) -> None:
+    """What the simulated mean TTFT of each run is made of (``model``): the front end and
+    time in flight (the mean TTFT less the same replay's with both at 0), the run's median
+    prompt prefilled alone, and the rest (waiting on other requests' steps; negative where
+    the prefix cache spares the prompt's prefill)."""
+    fields = {f: getattr(VLLM_SERVING_OVERHEAD, f) for f in ("step_ms", "step_request_ms")}
+    no_front = type(VLLM_SERVING_OVERHEAD)(**fields)
+    bare = published_serving_comparison(
+        step_time_for=lambda c, m: serving_step_time(c, m, overhead=no_front)
+    )
+    runs = published_serving_runs().set_index("run_id", drop=False)
+    print(
+        "\nsimulated mean TTFT by term (model, ms; x = simulated / published, overhead on)\n"
+        f"  {'run':56} {'x':>5} {'TTFT':>10} {'front end':>10} {'own prefill':>11} {'rest':>10}"
+    )
+    for (_, r), (_, b) in zip(df.iterrows(), bare.iterrows()):
+        if r["error"]:
+            continue
+        ttft, front = r["sim_mean_ttft_ms"], r["sim_mean_ttft_ms"] - b["sim_mean_ttft_ms"]
+        own = _own_prefill_ms(runs.loc[r["run_id"]])
+        print(
+            f"  {r['run_id'][:56]:56} {r['ratio_mean_ttft_ms']:5.2f} {ttft:10.1f} "
+            f"{front:10.1f} {own:11.1f} {ttft - front - own:10.1f}"
+        )
+
+
 def main() -> int:
     start = time.perf_counter()
     df = published_serving_comparison(
@@ -165,6 +220,8 @@ def main() -> int:
     print(_table(df))
     _prefix_report(df)
     _split_report(df, serving_fit_split(published_serving_runs()), baseline)
+    if "--ttft-terms" in sys.argv[1:]:
+        ttft_terms(df)
     done = df[df["error"] == ""]
     print(f"\n{len(done)} of {len(df)} runs simulated in {wall_s:.1f} s")
     ok = len(done) >= TARGET_MIN_RUNS

@@ -143,7 +143,9 @@ def closed_loop_for(
     """The :class:`ClosedLoop` of a checked request table in the replay's row order (sorted
     by arrival), or None when its arrivals are all fixed (no delayed turns, no limit). A
     turn whose previous turn is not in the table arrives at its ``arrival_s``.
-    ``front_end_ms``, ``latency_ms``: the serving front end's time per request (serialized)
+    ``front_end_ms``, ``latency_ms``: the serving front end's time per request (taken one
+    request at a time here, at most ``max_concurrency`` in it, where the open loop's is
+    shared by the requests in it: less than ``(max_concurrency - 1) * front_end_ms`` apart)
     and each request's time in flight after it
     (:class:`~cgdispatch.workload.serving_overhead.ServingOverhead`)."""
     limit = max_concurrency_of(requests)

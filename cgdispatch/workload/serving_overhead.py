@@ -9,10 +9,18 @@ every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Three
 ``model`` figure:
 
 - **front end** (``front_end_ms``, per request): the API server's CPU time for a new request
-  (HTTP, chat template, tokenization), one request after another: request ``i`` reaches the
-  scheduler at ``max(sent_i, reached_{i-1}) + front_end_ms`` (first come, first served; a
-  request sent to an idle front end waits ``front_end_ms`` only). Its TTFT counts from when
-  it was sent.
+  (HTTP, chat template, tokenization), shared by every request in the front end at once
+  (processor sharing): each request is an ``async`` handler in the API server's one event
+  loop, which calls ready callbacks "in the order in which they are registered" (Python's
+  ``asyncio`` docs, ``loop.call_soon``), so the handlers take their steps in turns, and
+  tokenization is batched across the requests waiting for it (``AsyncMicrobatchTokenizer``,
+  ``vllm/utils/__init__.py``, 0.10.1.1 and 0.11.0). A burst of ``n`` requests sent together
+  then reaches the scheduler together, ``n * front_end_ms`` later, rather than one every
+  ``front_end_ms``; a request sent to an idle front end waits ``front_end_ms`` only (as the
+  published first-token times of bursts show: ``docs/calibration.md``). Its TTFT counts from
+  when it was sent. A closed-loop client's requests (at most ``--max-concurrency`` in the
+  front end) take it one at a time (:mod:`~cgdispatch.workload.closed_loop`), which differs
+  from sharing by less than ``(max_concurrency - 1) * front_end_ms`` a request.
 - **request latency** (``request_latency_ms``, per request, not serialized): time in flight
   that no CPU queue holds (the HTTP round trip, the first token's trip back through the output
   path and the client's stream parsing), added after the front end. With the front end it is
@@ -63,8 +71,9 @@ def _check(name: str, value: object) -> float:
 class ServingOverhead:
     """Host-side serving time the GPU cost model does not price (all in ms, ``model``).
 
-    ``front_end_ms``: per request, sent -> seen by the scheduler, serialized in the API
-    server. ``step_ms``: per engine step. ``step_request_ms``: per request in a step.
+    ``front_end_ms``: per request, sent -> seen by the scheduler, the API server's time
+    shared by the requests in it (:func:`front_end_arrivals_s`). ``step_ms``: per engine
+    step. ``step_request_ms``: per request in a step.
     ``request_latency_ms``: per request, in flight, not serialized.
     """
 
@@ -99,13 +108,13 @@ class ServingOverhead:
 
 NO_SERVING_OVERHEAD = ServingOverhead()
 
-# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: front end 10-40 ms, in flight
-# 20-60 ms, 0.2-0.4 ms per request in a step) on the fit split of
+# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: front end 10-25 ms, in flight
+# 20-50 ms, 0.1-0.3 ms per request in a step) on the fit split of
 # cgdispatch/data/published_serving_runs.csv (the 15 runs on H100: GPUStack's pages, vLLM
 # 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 30 held-out runs (A100,
 # RTX 4090). step_ms was not fitted (0): no run separates it from the GPU's fixed cost.
 VLLM_SERVING_OVERHEAD = ServingOverhead(
-    front_end_ms=30.0, step_ms=0.0, step_request_ms=0.3, request_latency_ms=20.0
+    front_end_ms=20.0, step_ms=0.0, step_request_ms=0.15, request_latency_ms=20.0
 )
 
 
@@ -126,14 +135,34 @@ def front_end_arrivals_s(
     sent_s: np.ndarray, front_end_ms: float, request_latency_ms: float = 0.0
 ) -> np.ndarray:
     """When requests sent at ``sent_s`` (seconds, sorted) reach the scheduler through a front
-    end that serves one request at a time for ``front_end_ms`` each, first come first served,
-    each then ``request_latency_ms`` later."""
+    end whose time is shared by the requests in it (processor sharing: with ``k`` requests in
+    it, each gets ``1 / k`` of it), each needing ``front_end_ms``, then ``request_latency_ms``
+    later. Equal needs make the requests leave in the order they came, the way this walks
+    them: one event (a send or a departure) at a time, ``O(n)``."""
     sent = np.asarray(sent_s, dtype=np.float64)
     if front_end_ms <= 0.0 or len(sent) == 0:
         return sent + request_latency_ms / 1e3
     if np.any(np.diff(sent) < 0):
         raise ValueError("sent_s must be sorted: sort the requests by arrival_s first")
     cost = front_end_ms / 1e3
-    # reached_i = max(sent_i, reached_{i-1}) + cost = cost * (i + 1) + max_{j<=i}(sent_j - cost * j)
-    steps = cost * np.arange(len(sent), dtype=np.float64)
-    return np.maximum.accumulate(sent - steps) + steps + cost + request_latency_ms / 1e3
+    n = len(sent)
+    times = sent.tolist()
+    done = [0.0] * n
+    # served_s: the service each request in the front end has had since it was empty, in
+    # s of its own; request i leaves when served_s reaches its entry's served_s + cost
+    leave_at = [0.0] * n
+    served_s, clock_s, entered, left = 0.0, times[0], 0, 0
+    while left < n:
+        inside = entered - left
+        depart_s = clock_s + (leave_at[left] - served_s) * inside if inside else math.inf
+        if entered < n and times[entered] <= depart_s:
+            if inside:
+                served_s += (times[entered] - clock_s) / inside
+            clock_s = times[entered]
+            leave_at[entered] = served_s + cost
+            entered += 1
+        else:
+            served_s, clock_s = leave_at[left], depart_s
+            done[left] = depart_s
+            left += 1
+    return np.asarray(done) + request_latency_ms / 1e3

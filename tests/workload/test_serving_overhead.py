@@ -1,5 +1,6 @@
 """The host-side serving overhead on the replay's clock: per step (paced by the slower of GPU
-and host), per request at the front end (serialized), off by default for exact steps."""
+and host), per request at the front end (shared by the requests in it), off by default for
+exact steps."""
 
 from __future__ import annotations
 
@@ -67,22 +68,58 @@ def test_step_overhead_is_monotone_in_requests_and_zero_when_off() -> None:
     assert NO_SERVING_OVERHEAD.is_off and not VLLM_SERVING_OVERHEAD.is_off
 
 
-def test_front_end_serves_one_request_at_a_time() -> None:
+def _shared_by_remaining_work(sent: np.ndarray, cost_s: float) -> np.ndarray:
+    """Processor sharing simulated the plain way, without its order property: every request
+    in the front end keeps its remaining work, all of it shrinks at 1 / (requests inside)
+    per second, and the next event is the nearest send or the first to run out."""
+    left = {}  # request -> remaining work (s)
+    done = np.full(len(sent), math.nan)
+    clock, nxt = float(sent[0]), 0
+    while nxt < len(sent) or left:
+        k = len(left)
+        out_s = clock + min(left.values()) * k if k else math.inf
+        in_s = float(sent[nxt]) if nxt < len(sent) else math.inf
+        t = min(in_s, out_s)
+        for i in left:
+            left[i] -= (t - clock) / k
+        clock = t
+        for i in [i for i, w in left.items() if w <= 1e-12]:
+            done[i] = clock
+            del left[i]
+        while nxt < len(sent) and float(sent[nxt]) <= clock:
+            left[nxt] = cost_s
+            nxt += 1
+    return done
+
+
+def test_front_end_is_shared_by_the_requests_in_it() -> None:
     rng = np.random.default_rng()
-    sent = np.sort(rng.uniform(0, 2, 300))
-    cost_ms = float(rng.uniform(1, 30))
-    want, free = [], -math.inf
-    for t in sent:  # first come, first served, one at a time
-        free = max(t, free) + cost_ms / 1e3
-        want.append(free)
-    np.testing.assert_allclose(front_end_arrivals_s(sent, cost_ms), want, rtol=0, atol=1e-12)
+    for _ in range(30):
+        n = int(rng.integers(1, 120))
+        sent = np.sort(rng.uniform(0, float(rng.uniform(0.01, 3)), n))
+        sent[rng.random(n) < 0.3] = sent[0]  # some sent together, as at rate inf
+        sent = np.sort(sent)
+        cost_ms = float(rng.uniform(1, 30))
+        want = _shared_by_remaining_work(sent, cost_ms / 1e3)
+        np.testing.assert_allclose(front_end_arrivals_s(sent, cost_ms), want, rtol=0, atol=1e-9)
+        lat_ms = float(rng.uniform(1, 100))  # in flight after the front end, not shared
+        np.testing.assert_allclose(
+            front_end_arrivals_s(sent, cost_ms, lat_ms), want + lat_ms / 1e3, atol=1e-9
+        )
     np.testing.assert_array_equal(front_end_arrivals_s(sent, 0.0), sent)
-    lat_ms = float(rng.uniform(1, 100))  # in flight after the front end, not serialized
-    np.testing.assert_allclose(
-        front_end_arrivals_s(sent, cost_ms, lat_ms), np.asarray(want) + lat_ms / 1e3, atol=1e-12
-    )
     with pytest.raises(ValueError, match="sorted"):
-        front_end_arrivals_s(sent[::-1], cost_ms)
+        front_end_arrivals_s(np.array([1.0, 0.5]), cost_ms)
+
+
+def test_a_burst_reaches_the_scheduler_together_and_a_lone_request_at_once() -> None:
+    """n requests sent at one instant all leave it n front ends later (not one every front
+    end); requests farther apart than the front end's time each wait it alone."""
+    rng = np.random.default_rng()
+    n, cost_ms, t0 = int(rng.integers(2, 500)), float(rng.uniform(1, 30)), float(rng.uniform(0, 9))
+    got = front_end_arrivals_s(np.full(n, t0), cost_ms)
+    np.testing.assert_allclose(got, t0 + n * cost_ms / 1e3, rtol=1e-12)
+    apart = np.cumsum(rng.uniform(1.01, 3.0, n)) * cost_ms / 1e3
+    np.testing.assert_allclose(front_end_arrivals_s(apart, cost_ms), apart + cost_ms / 1e3)
 
 
 def test_off_is_the_plain_dispatched_clock() -> None:
