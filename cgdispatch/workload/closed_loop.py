@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.validate import MAX_REQUESTS, check_int
+from .serving_overhead import TOKENIZER_BATCH_WAIT_S, ServingOverhead, serving_overhead_of
 
 __all__ = ["ClosedLoop", "with_max_concurrency", "max_concurrency_of", "closed_loop_for"]
 
@@ -62,16 +63,19 @@ class ClosedLoop:
         after: list[int],  # per request: the request whose finish makes it due (-1: none)
         delay_s: list[float],  # per follower: the wait after that finish
         max_concurrency: int | None,
-        front_end_ms: float = 0.0,
-        latency_ms: float = 0.0,
+        overhead: ServingOverhead | None = None,
     ) -> None:
         n = len(due_s)
+        over = serving_overhead_of(overhead)
         self.arrived_s = [math.nan] * n  # when the client sent each request
-        # the server's front end (serving_overhead): a sent request reaches the scheduler
-        # this long after the front end is free, one request at a time
-        self._front_s = front_end_ms / 1e3
+        # the server's front end (serving_overhead): a sent request leaves its first part
+        # this long after that part is free, then the tokenizer's (a batch of one: it
+        # waits out the batching window) likewise, one request at a time
+        self._front_s = over.front_end_ms / 1e3
         self._front_free_s = -math.inf
-        self._latency_s = latency_ms / 1e3  # then in flight this long, not serialized
+        self._token_s = over.tokenize_ms / 1e3
+        self._token_free_s = -math.inf
+        self._latency_s = over.request_latency_ms / 1e3  # then in flight, not serialized
         self._followers: dict[int, list[int]] = {}
         self._ready: list[tuple[float, int]] = []  # (due time, request), a heap
         for i in range(n):
@@ -105,13 +109,19 @@ class ClosedLoop:
         sent = self._sent_s()
         if sent == math.inf:
             return sent
-        return self._front_done_s(sent) + self._latency_s
+        return self._token_done_s(self._front_done_s(sent)) + self._latency_s
 
     def _front_done_s(self, sent_s: float) -> float:
-        """When the front end is done with a request sent at ``sent_s``."""
+        """When the front end's first part is done with a request sent at ``sent_s``."""
         if self._front_s == 0.0:
             return sent_s
         return max(sent_s, self._front_free_s) + self._front_s
+
+    def _token_done_s(self, ready_s: float) -> float:
+        """When the tokenizer is done with a request ready for it at ``ready_s``."""
+        if self._token_s == 0.0:
+            return ready_s
+        return max(ready_s, self._token_free_s) + TOKENIZER_BATCH_WAIT_S + self._token_s
 
     def pop_due(self, now_s: float) -> list[int]:
         """The requests that have reached the scheduler by ``now_s``, in arrival order (each
@@ -123,6 +133,7 @@ class ClosedLoop:
             if self._slots is not None:
                 self._slots.popleft()
             self._front_free_s = self._front_done_s(sent)
+            self._token_free_s = self._token_done_s(self._front_free_s)
             self.arrived_s[i] = sent
             out.append(i)
         self._left -= len(out)
@@ -138,15 +149,15 @@ class ClosedLoop:
 
 
 def closed_loop_for(
-    requests: pd.DataFrame, front_end_ms: float = 0.0, latency_ms: float = 0.0
+    requests: pd.DataFrame, overhead: ServingOverhead | None = None
 ) -> ClosedLoop | None:
     """The :class:`ClosedLoop` of a checked request table in the replay's row order (sorted
     by arrival), or None when its arrivals are all fixed (no delayed turns, no limit). A
     turn whose previous turn is not in the table arrives at its ``arrival_s``.
-    ``front_end_ms``, ``latency_ms``: the serving front end's time per request (taken one
-    request at a time here, at most ``max_concurrency`` in it, where the open loop's is
-    shared by the requests in it: less than ``(max_concurrency - 1) * front_end_ms`` apart)
-    and each request's time in flight after it
+    ``overhead``: the serving front end (None: none), its two parts taken one request at a
+    time here, at most ``max_concurrency`` in them (the open loop's first part is shared by
+    the requests in it and its tokenizer batches them: less than ``(max_concurrency - 1) *
+    (front_end_ms + tokenize_ms)`` apart), then each request's time in flight
     (:class:`~cgdispatch.workload.serving_overhead.ServingOverhead`)."""
     limit = max_concurrency_of(requests)
     has_turns = "delay_s" in requests.columns and requests["delay_s"].notna().any()
@@ -165,4 +176,4 @@ def closed_loop_for(
             if prev is not None:  # else its previous turn is not in this table (a held-out
                 after[k], delay[k] = prev, wait[k]  # part, a rejected turn): its arrival_s
     due = requests["arrival_s"].to_numpy(np.float64)
-    return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit, front_end_ms, latency_ms)
+    return ClosedLoop(due.tolist(), after.tolist(), delay.tolist(), limit, overhead)

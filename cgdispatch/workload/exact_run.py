@@ -15,7 +15,7 @@ from ..core.step_content import StepContent
 from ..core.validate import MAX_STEPS
 from .closed_loop import closed_loop_for
 from .limits import SchedulerLimits
-from .serving_overhead import front_end_arrivals_s
+from .serving_overhead import serving_overhead_of
 from .steps import HASH_IDS_COLUMN, LORA_COLUMN, STEP_FIELDS, TOKEN_IDS_COLUMN, Step
 from .vllm_call import AcceptFn, ScheduleCall, SteadyStretch
 from .vllm_engine import run_engine
@@ -67,10 +67,8 @@ class ExactRun:
         self.arrival_s = requests["arrival_s"].to_numpy(dtype=np.float64)
         # the serving front end (the step clock's, when it has one): requests reach the
         # scheduler after it; their arrival stays when the client sent them
-        overhead = getattr(step_time_ms, "serving_overhead", None)
-        self.front_end_ms = float(getattr(overhead, "front_end_ms", 0.0))
-        self.latency_ms = float(getattr(overhead, "request_latency_ms", 0.0))
-        self.reach_s = front_end_arrivals_s(self.arrival_s, self.front_end_ms, self.latency_ms)
+        self.overhead = serving_overhead_of(getattr(step_time_ms, "serving_overhead", None))
+        self.reach_s = self.overhead.reach_s(self.arrival_s)
         prompt = requests["prompt_tokens"].to_numpy(dtype=np.int64)
         output = requests["output_tokens"].to_numpy(dtype=np.int64)
         lora = (
@@ -125,7 +123,7 @@ class ExactRun:
         )
         # arrivals that wait on finishes (a client's concurrency limit, delayed turns): the
         # core tells the closed loop of each finish; None keeps the fixed arrival times
-        self.closed = closed_loop_for(requests, self.front_end_ms, self.latency_ms)
+        self.closed = closed_loop_for(requests, self.overhead)
         if self.closed is not None:
             self.core._finish = self._finish_closed  # type: ignore[method-assign]
         self.record_calls = record_calls

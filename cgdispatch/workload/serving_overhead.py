@@ -9,18 +9,29 @@ every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Three
 ``model`` figure:
 
 - **front end** (``front_end_ms``, per request): the API server's CPU time for a new request
-  (HTTP, chat template, tokenization), shared by every request in the front end at once
-  (processor sharing): each request is an ``async`` handler in the API server's one event
-  loop, which calls ready callbacks "in the order in which they are registered" (Python's
-  ``asyncio`` docs, ``loop.call_soon``), so the handlers take their steps in turns, and
-  tokenization is batched across the requests waiting for it (``AsyncMicrobatchTokenizer``,
-  ``vllm/utils/__init__.py``, 0.10.1.1 and 0.11.0). A burst of ``n`` requests sent together
-  then reaches the scheduler together, ``n * front_end_ms`` later, rather than one every
-  ``front_end_ms``; a request sent to an idle front end waits ``front_end_ms`` only (as the
-  published first-token times of bursts show: ``docs/calibration.md``). Its TTFT counts from
-  when it was sent. A closed-loop client's requests (at most ``--max-concurrency`` in the
-  front end) take it one at a time (:mod:`~cgdispatch.workload.closed_loop`), which differs
-  from sharing by less than ``(max_concurrency - 1) * front_end_ms`` a request.
+  before its prompt is tokenized (HTTP, request parsing, the chat template), shared by every
+  request in the front end at once (processor sharing): each request is an ``async``
+  handler in the API server's one event loop, which calls ready callbacks "in the order in
+  which they are registered" (Python's ``asyncio`` docs, ``loop.call_soon``), and the
+  tokenizer's batching task, woken by the first prompt put on its queue, is scheduled
+  behind every handler already ready. A burst of ``n`` requests sent together then leaves
+  this part together, ``n * front_end_ms`` later; a request sent to an idle front end waits
+  ``front_end_ms`` only. Its TTFT counts from when it was sent.
+- **tokenizer** (``tokenize_ms``, per request, 0: no such stage): then the prompts go,
+  first come first served, through vLLM's ``AsyncMicrobatchTokenizer``
+  (``vllm/utils/__init__.py``, 0.10.1.1 and 0.11.0; every chat and completions prompt of
+  ``serving_engine.py``'s ``_normalize_prompt_text_to_input``): one task takes the first
+  prompt waiting, up to :data:`TOKENIZER_MAX_BATCH` in all, waiting at most
+  :data:`TOKENIZER_BATCH_WAIT_S` for more, and runs the batch on a one-thread executor;
+  the next batch is collected only when that one is done. ``tokenize_ms`` prices a
+  request's share of its batch and of its hand-off to the engine after it (the input
+  processing on the event loop, which overlaps the next batch), and every request of a
+  batch leaves when the batch ends (:func:`tokenizer_batches_s`). So a burst reaches the
+  scheduler in batches, its first requests prefilling while later ones are still in the
+  front end. A closed-loop client's requests (at most ``--max-concurrency`` in the front
+  end) take both parts one request at a time (:mod:`~cgdispatch.workload.closed_loop`),
+  which differs from sharing and batching by less than ``(max_concurrency - 1) *
+  (front_end_ms + tokenize_ms)`` a request.
 - **request latency** (``request_latency_ms``, per request, not serialized): time in flight
   that no CPU queue holds (the HTTP round trip, the first token's trip back through the output
   path and the client's stream parsing), added after the front end. With the front end it is
@@ -48,10 +59,18 @@ __all__ = [
     "NO_SERVING_OVERHEAD",
     "VLLM_SERVING_OVERHEAD",
     "front_end_arrivals_s",
+    "tokenizer_batches_s",
     "serving_overhead_of",
+    "TOKENIZER_MAX_BATCH",
+    "TOKENIZER_BATCH_WAIT_S",
 ]
 
 _MAX_MS = 10_000.0  # an overhead above 10 s a request or a step is a unit mistake
+# AsyncMicrobatchTokenizer's defaults, max_batch_size=32 and batch_wait_timeout_s=0.002, the
+# ones serving_engine.py constructs it with (vllm/utils/__init__.py, 0.10.1.1 and 0.11.0)
+TOKENIZER_MAX_BATCH = 32
+TOKENIZER_BATCH_WAIT_S = 0.002
+_FIELDS = ("front_end_ms", "step_ms", "step_request_ms", "request_latency_ms", "tokenize_ms")
 
 
 def _check(name: str, value: object) -> float:
@@ -71,27 +90,35 @@ def _check(name: str, value: object) -> float:
 class ServingOverhead:
     """Host-side serving time the GPU cost model does not price (all in ms, ``model``).
 
-    ``front_end_ms``: per request, sent -> seen by the scheduler, the API server's time
-    shared by the requests in it (:func:`front_end_arrivals_s`). ``step_ms``: per engine
-    step. ``step_request_ms``: per request in a step.
-    ``request_latency_ms``: per request, in flight, not serialized.
+    ``front_end_ms``: per request, the API server's time before tokenizing, shared by the
+    requests in it (:func:`front_end_arrivals_s`). ``step_ms``: per engine step.
+    ``step_request_ms``: per request in a step. ``request_latency_ms``: per request, in
+    flight, not serialized. ``tokenize_ms``: per request, in the tokenizer's batches, first
+    come first served (:func:`tokenizer_batches_s`; 0: no tokenizer stage). Sent -> seen
+    by the scheduler: :meth:`reach_s`.
     """
 
     front_end_ms: float = 0.0
     step_ms: float = 0.0
     step_request_ms: float = 0.0
     request_latency_ms: float = 0.0
+    tokenize_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("front_end_ms", "step_ms", "step_request_ms", "request_latency_ms"):
+        for name in _FIELDS:
             object.__setattr__(self, name, _check(name, getattr(self, name)))
 
     @property
     def is_off(self) -> bool:
-        """Whether both parts are zero (the replay's clock is the GPU's alone)."""
-        return not (
-            self.front_end_ms or self.step_ms or self.step_request_ms or self.request_latency_ms
-        )
+        """Whether every part is zero (the replay's clock is the GPU's alone)."""
+        return not any(getattr(self, name) for name in _FIELDS)
+
+    def reach_s(self, sent_s: np.ndarray) -> np.ndarray:
+        """When requests sent at ``sent_s`` (seconds, sorted) reach the scheduler: the shared
+        front end, then the tokenizer's batches, then the time in flight."""
+        ready = front_end_arrivals_s(sent_s, self.front_end_ms)
+        done = tokenizer_batches_s(ready, self.tokenize_ms)
+        return done + self.request_latency_ms / 1e3
 
     def step_overhead_ms(self, num_reqs: int) -> float:
         """The host time added to one step holding ``num_reqs`` requests (0 requests: an
@@ -108,8 +135,7 @@ class ServingOverhead:
 
 NO_SERVING_OVERHEAD = ServingOverhead()
 
-# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: front end 10-25 ms, in flight
-# 20-50 ms, 0.1-0.3 ms per request in a step) on the fit split of
+# Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: FIT_GRID there) on the fit split of
 # cgdispatch/data/published_serving_runs.csv (the 15 runs on H100: GPUStack's pages, vLLM
 # 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 30 held-out runs (A100,
 # RTX 4090). step_ms was not fitted (0): no run separates it from the GPU's fixed cost.
@@ -166,3 +192,43 @@ def front_end_arrivals_s(
             done[left] = depart_s
             left += 1
     return np.asarray(done) + request_latency_ms / 1e3
+
+
+def tokenizer_batches_s(
+    ready_s: np.ndarray,
+    tokenize_ms: float,
+    max_batch: int = TOKENIZER_MAX_BATCH,
+    wait_s: float = TOKENIZER_BATCH_WAIT_S,
+) -> np.ndarray:
+    """When requests ready for the tokenizer at ``ready_s`` (seconds, sorted) leave it, as
+    ``AsyncMicrobatchTokenizer``'s one batching task moves them: when it is free it takes
+    the first waiting request at ``start = max(free, its ready time)``, then every request
+    ready by ``start + wait_s`` up to ``max_batch`` in all; the batch closes when it is
+    full (at its last member's ready time) or at ``start + wait_s``, takes ``tokenize_ms``
+    a request, and all its requests leave when it ends, the task free again.
+    ``tokenize_ms`` 0: no tokenizer stage (``ready_s`` back as it is)."""
+    ready = np.asarray(ready_s, dtype=np.float64)
+    if tokenize_ms <= 0.0 or len(ready) == 0:
+        return ready.copy()
+    if np.any(np.diff(ready) < 0):
+        raise ValueError("ready_s must be sorted: sort the requests by when they are ready")
+    if max_batch < 1 or not wait_s >= 0.0:
+        raise ValueError(
+            f"max_batch={max_batch!r}, wait_s={wait_s!r} are invalid: a batch holds at least "
+            "one request and waits >= 0 s; give vLLM's 32 and 0.002"
+        )
+    cost = tokenize_ms / 1e3
+    times = ready.tolist()
+    done = [0.0] * len(times)
+    free, first, n = -math.inf, 0, len(times)
+    while first < n:
+        start = max(free, times[first])
+        # members: ready by the window's end, at most max_batch (ready is sorted)
+        last = int(np.searchsorted(ready, start + wait_s, side="right"))
+        last = min(last, first + max_batch)
+        size = last - first
+        close = max(start, times[last - 1]) if size == max_batch else start + wait_s
+        free = close + cost * size
+        done[first:last] = [free] * size
+        first = last
+    return np.asarray(done)
