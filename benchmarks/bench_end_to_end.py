@@ -74,11 +74,13 @@ from cgdispatch.workload.serving_overhead import VLLM_SERVING_OVERHEAD
 # num_reqs): a new pricing is judged by changing this one line
 STEP_TIME_FOR = serving_step_time
 # the grid --fit searches (ms): the front end per request (shared by the requests in it),
+# the tokenizer's per request (in its batches, first come first served; 0: no such stage),
 # each request's time in flight, the host's time per request in a step
 FIT_GRID = {
     "front_end_ms": (10.0, 15.0, 20.0, 25.0),
-    "request_latency_ms": (20.0, 35.0, 50.0),
-    "step_request_ms": (0.1, 0.15, 0.2, 0.3),
+    "tokenize_ms": (0.0, 2.5, 5.0, 10.0),
+    "request_latency_ms": (20.0, 35.0),
+    "step_request_ms": (0.1, 0.15, 0.2),
 }
 
 TARGET_MEDIAN_ERROR = 0.20

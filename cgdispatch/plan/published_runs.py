@@ -20,6 +20,7 @@ from ..estimate.kv_bytes import kv_bytes_per_token
 __all__ = [
     "RUN_COLUMNS",
     "RESULT_COLUMNS",
+    "BACKEND_ENDPOINTS",
     "DATASETS",
     "published_serving_runs",
     "check_serving_runs",
@@ -33,8 +34,17 @@ RUN_COLUMNS = (
     "run_id", "url", "model", "gpu", "tensor_parallel_size", "vllm_version", "dataset",
     "input_len", "output_len", "range_ratio", "num_prompts", "request_rate", "burstiness",
     "max_concurrency", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-    "gpu_memory_utilization", "kv_cache_tokens", "prefix_caching",
+    "gpu_memory_utilization", "kv_cache_tokens", "prefix_caching", "backend",
 )  # fmt: skip
+# `vllm bench serve --backend` -> the API endpoint it sends to (vllm/benchmarks/lib/
+# endpoint_request_func.py, 0.10.1.1 and 0.11.0: "vllm" and "openai" post to
+# /v1/completions, "openai-chat" to /v1/chat/completions, where the server applies the
+# model's chat template before tokenizing); empty: not stated
+BACKEND_ENDPOINTS = {
+    "vllm": "/v1/completions",
+    "openai": "/v1/completions",
+    "openai-chat": "/v1/chat/completions",
+}
 RESULT_COLUMNS = (
     "completed", "duration_s", "total_input_tokens", "total_output_tokens",
     "request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
@@ -111,6 +121,12 @@ def check_serving_runs(runs: pd.DataFrame) -> pd.DataFrame:
         if not pd.isna(gmu) and not 0.0 < float(gmu) <= 1.0:
             raise ValueError(
                 f"run {rid!r}: gpu_memory_utilization={gmu!r} is invalid: it must be in (0, 1]"
+            )
+        backend = row["backend"]
+        if not pd.isna(backend) and str(backend) not in BACKEND_ENDPOINTS:
+            raise ValueError(
+                f"run {rid!r}: backend={backend!r} is invalid: write the run's `vllm bench "
+                f"serve --backend` ({', '.join(BACKEND_ENDPOINTS)}), or leave it empty"
             )
         ratio = row["range_ratio"]
         if not pd.isna(ratio) and not 0.0 <= float(ratio) < 1.0:
