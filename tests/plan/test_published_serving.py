@@ -3,6 +3,7 @@ checks, and the replay through vLLM's scheduler on a constant clock whose answer
 by hand."""
 
 import math
+import re
 from dataclasses import asdict
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from cgdispatch.estimate.devices import DEVICE_PRESETS
 from cgdispatch.models.published import PUBLISHED_MODELS
 from cgdispatch.plan.published_runs import (
+    BACKEND_ENDPOINTS,
     RESULT_COLUMNS,
     RUN_COLUMNS,
     check_serving_runs,
@@ -87,6 +89,18 @@ def test_each_runs_numbers_agree_with_each_other():
             assert r["total_output_tokens"] / r["completed"] <= r["output_len"], r["run_id"]
 
 
+def test_each_runs_backend_is_the_one_its_note_quotes():
+    """The backend column against the command each note quotes from its source
+    (``--backend X`` or ``--endpoint-type X``), and each known backend is accepted."""
+    runs = published_serving_runs()
+    for _, r in runs.iterrows():
+        quoted = re.findall(r"--(?:backend|endpoint-type) ([\w-]+)", str(r["note"]))
+        assert quoted and set(quoted) == {r["backend"]}, r["run_id"]
+        assert r["backend"] in BACKEND_ENDPOINTS
+    for backend in BACKEND_ENDPOINTS:
+        assert check_serving_runs(pd.DataFrame([_run(backend=backend)]))["backend"][0] == backend
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -98,6 +112,7 @@ def test_each_runs_numbers_agree_with_each_other():
         ("range_ratio", 1.5, "range_ratio=1.5"),
         ("num_prompts", -3, "num_prompts=-3"),
         ("gpu_memory_utilization", 1.5, "gpu_memory_utilization=1.5"),
+        ("backend", "openai-completions", "backend='openai-completions'"),
     ],
 )
 def test_bad_runs_are_refused_naming_the_field(field, value, message):
