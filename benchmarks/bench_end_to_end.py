@@ -54,7 +54,7 @@ from tqdm import tqdm
 
 from cgdispatch.estimate.device_model import device_cost_model
 from cgdispatch.estimate.step_cost import price_step
-from cgdispatch.plan.published_runs import published_serving_runs
+from cgdispatch.plan.published_runs import BACKEND_ENDPOINTS, published_serving_runs
 from cgdispatch.plan.published_serving import (
     COMPARED_METRICS,
     SAME_SERVER_EARLIER,
@@ -161,6 +161,23 @@ def _split_report(df: pd.DataFrame, fit: np.ndarray, baseline: pd.DataFrame) -> 
             print(f"  {name:22} {tag:8}" + "".join(f" {errs[m]:10.1%}" for m in METRICS))
 
 
+def _backend_report(df: pd.DataFrame, fit: np.ndarray) -> None:
+    """Median mean-TTFT error per client endpoint (``vllm bench serve --backend``), with the
+    releases, GPUs and split of its runs: a per-endpoint term could be fitted only if the
+    fit split held runs of each endpoint."""
+    runs = published_serving_runs()
+    print("\nmean TTFT by client endpoint (--backend; median |sim/pub - 1|, overhead on)")
+    for backend, part in runs.groupby("backend", sort=True):
+        mask = runs["backend"].to_numpy() == backend
+        err = median_errors(df[mask])["mean_ttft_ms"]
+        print(
+            f"  {backend:12} {BACKEND_ENDPOINTS[backend]:21} {int(mask.sum()):3} runs "
+            f"({int((mask & fit).sum())} fit, {int((mask & ~fit).sum())} held out; vLLM "
+            f"{', '.join(sorted(part['vllm_version'].unique()))}; "
+            f"{', '.join(sorted(part['gpu'].unique()))}): {err:6.1%}"
+        )
+
+
 def fit() -> None:
     """The grid search on the fit split, printed with the point it picks."""
     runs = published_serving_runs()
@@ -222,6 +239,7 @@ def main() -> int:
     print(_table(df))
     _prefix_report(df)
     _split_report(df, serving_fit_split(published_serving_runs()), baseline)
+    _backend_report(df, serving_fit_split(published_serving_runs()))
     if "--ttft-terms" in sys.argv[1:]:
         ttft_terms(df)
     done = df[df["error"] == ""]
