@@ -14,11 +14,13 @@ device cost model, paced by the host-side serving overhead, whose front end, sha
 requests in it, delays each request;
 :data:`~cgdispatch.workload.serving_overhead.VLLM_SERVING_OVERHEAD`).
 
-The serving overhead's three coefficients are fitted on a fixed split of the runs
+The serving overhead's coefficients are fitted on a fixed split of the runs
 (:func:`~cgdispatch.plan.published_serving.serving_fit_split`: the runs on H100); the bench
 prints the errors on the fit runs, on the held-out
-runs and on all, and the same without the overhead. ``--fit`` reruns the grid search on the
-fit split and prints it (about 5 minutes on 2 cores).
+runs and on all, the same without the overhead, and the mean TTFT error per client endpoint
+(the runs' ``--backend``). ``--fit`` reruns the grid search on the fit split and prints it
+(``FIT_GRID``, 96 points with the tokenizer's micro-batches, which it leaves at 0; about 8
+minutes on 2 cores).
 
 Targets: the median of |simulated / published - 1| within 20% for mean TTFT, mean TPOT,
 output and total token throughput over >= 20 simulated runs (each metric over the runs
