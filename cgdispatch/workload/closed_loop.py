@@ -157,7 +157,7 @@ def closed_loop_for(
     ``overhead``: the serving front end (None: none), its two parts taken one request at a
     time here, at most ``max_concurrency`` in them (the open loop's first part is shared by
     the requests in it and its tokenizer batches them: less than ``(max_concurrency - 1) *
-    (front_end_ms + tokenize_ms)`` apart), then each request's time in flight
+    (front_end_ms + tokenize_ms)`` plus the batching window apart), then each request's time in flight
     (:class:`~cgdispatch.workload.serving_overhead.ServingOverhead`)."""
     limit = max_concurrency_of(requests)
     has_turns = "delay_s" in requests.columns and requests["delay_s"].notna().any()

@@ -5,7 +5,7 @@ vLLM's V1 engine (0.11.0) runs the scheduler and the model in an engine-core pro
 rest in one API-server process (``--api-server-count``, default 1): HTTP, the chat template
 and tokenization of each request, and one ``output_handler`` loop
 (``vllm/v1/engine/async_llm.py``) that detokenizes every running request's new token after
-every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Three parts, each a
+every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Four parts, each a
 ``model`` figure:
 
 - **front end** (``front_end_ms``, per request): the API server's CPU time for a new request
@@ -31,7 +31,7 @@ every engine step (``vllm/v1/engine/output_processor.py``) and streams it. Three
   front end. A closed-loop client's requests (at most ``--max-concurrency`` in the front
   end) take both parts one request at a time (:mod:`~cgdispatch.workload.closed_loop`),
   which differs from sharing and batching by less than ``(max_concurrency - 1) *
-  (front_end_ms + tokenize_ms)`` a request.
+  (front_end_ms + tokenize_ms)`` plus the batching window a request.
 - **request latency** (``request_latency_ms``, per request, not serialized): time in flight
   that no CPU queue holds (the HTTP round trip, the first token's trip back through the output
   path and the client's stream parsing), added after the front end. With the front end it is
