@@ -30,9 +30,7 @@ def _tune(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_tune_without_a_home_folder_caches_in_a_private_temporary_folder(
-    tmp_path, capsys, monkeypatch
-):
+def test_tune_without_a_home_folder_caches_in_a_private_temporary_folder(tmp_path):
     rng = np.random.default_rng()
     args = ["--trace", "alpaca", "--num-requests", str(int(rng.integers(40, 80))),
             "--seed", str(int(rng.integers(1 << 20))), "--vllm-version", "0.34",
@@ -40,23 +38,16 @@ def test_tune_without_a_home_folder_caches_in_a_private_temporary_folder(
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CGDISPATCH_", "XDG_"))}
     base.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
     no_home = {k: v for k, v in base.items() if k != "HOME"}
-    # the answer with every cache off, in this process (the two runs below are the processes
-    # the test is about: no HOME, no passwd entry)
-    from cgdispatch.__main__ import main
-
-    monkeypatch.setenv("CGDISPATCH_CACHE", "0")
-    monkeypatch.setenv("CGDISPATCH_CACHE_DIR", str(tmp_path / "x"))
-    capsys.readouterr()
-    assert main(["tune", *args]) == 0
-    off = capsys.readouterr().out
-    monkeypatch.undo()
-    assert not (tmp_path / "x").exists()  # nothing cached with the caches off
+    off = _tune(
+        args, {**base, "CGDISPATCH_CACHE": "0", "CGDISPATCH_CACHE_DIR": str(tmp_path / "x")}
+    )
+    assert off.returncode == 0, off.stderr[-2000:]
     for _ in range(2):  # cold, then warm from the private folder
         run = _tune(args, no_home)
         assert run.returncode == 0, run.stderr[-2000:]
         assert "Could not determine home directory" not in run.stderr
         assert run.stderr.count("no home folder") == 1
-        assert run.stdout == off
+        assert run.stdout == off.stdout
     private = tmp_path / f"cgdispatch-cache-{os.getuid()}"
     assert {"cost", "stage", "steps"} <= {p.name.split("-")[0] for p in private.iterdir()}
     assert not list(private.glob("*.tmp"))
