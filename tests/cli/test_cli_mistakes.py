@@ -224,19 +224,43 @@ def test_plan_on_a_decode_only_trace_leaves_the_prefill_sizes_at_the_default(
     assert "prefill token sizes" in flags["left_at_default"] and "sglang" in flags
 
 
-@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
-def test_a_trace_on_standard_input_is_read(tmp_path: Path, name: str) -> None:
-    import json
-
-    requests = "timestamp,prompt_tokens,output_tokens\n" + "".join(
+def _stdin_requests() -> str:
+    return "timestamp,prompt_tokens,output_tokens\n" + "".join(
         f"{i * 0.05:.2f},{100 + 37 * i % 900},{1 + 13 * i % 60}\n" for i in range(200)
     )
-    proc = _capped_cli(
-        ["plan", "--trace", name, "--max-graphs", "4", "--latency", "--json"], tmp_path, requests
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(proc.stdout)["ladders"]
+
+
+def _assert_planned_with_latency(stdout: str) -> None:
+    import json
+
+    rows = json.loads(stdout)["ladders"]
     assert rows[0]["name"] == "planned" and rows[0]["ttft_p50_ms"] > 0
+
+
+def test_a_trace_on_standard_input_is_read_from_dev_stdin(tmp_path: Path) -> None:
+    """A real process whose standard input is a pipe: ``--trace /dev/stdin`` reads it."""
+    argv = ["plan", "--trace", "/dev/stdin", "--max-graphs", "4", "--latency", "--json"]
+    proc = _capped_cli(argv, tmp_path, _stdin_requests())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    _assert_planned_with_latency(proc.stdout)
+
+
+def test_a_trace_on_standard_input_is_read_from_dash(capsys, monkeypatch) -> None:
+    """``--trace -`` reads ``sys.stdin.buffer``: in process, with standard input replaced
+    (a real pipe is the /dev/stdin test's process)."""
+    import io
+    import sys
+
+    import cgdispatch.workload.files as files
+
+    text = _stdin_requests()
+    monkeypatch.setattr(files, "_PIPED", {})  # nothing read from "-" before this test
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    argv = ["plan", "--trace", "-", "--max-graphs", "4", "--latency", "--json"]
+    assert main(argv) == 0
+    piped = capsys.readouterr().out
+    _assert_planned_with_latency(piped)
+    assert sys.stdin.buffer.read() == b""  # the trace came from standard input
 
 
 def test_a_bad_notebook_parameter_stops_the_first_cell_with_every_mistake(tmp_path) -> None:

@@ -224,8 +224,14 @@ def test_ctrl_c_ends_with_one_line_naming_what_was_saved_and_the_resume_command(
 
 
 def test_resuming_a_finished_sweep_needs_no_write_access(tmp_path: Path, monkeypatch) -> None:
-    argv = ["sweep", "--out", str(tmp_path), "--no-progress", "--repeats", "1"]
+    # the smoke preset's two graph modes: FULL_AND_PIECEWISE would add only its compile time
+    argv = ["sweep", "--out", str(tmp_path), "--no-progress", "--repeats", "1",
+            "--modes", "FULL,FULL_DECODE_ONLY"]  # fmt: skip
     assert main(argv) == 0
+    finished = load_results(tmp_path)
+    assert (
+        len(finished) == 2 * 2 * 8 and (finished["status"] == "ok").all()
+    )  # 2 modes x 2 ladders x 8 shapes
     import cgdispatch.sweep.store as store_module
 
     def read_only(self, work):
@@ -233,3 +239,4 @@ def test_resuming_a_finished_sweep_needs_no_write_access(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(store_module.ResultStore, "_write", read_only)
     assert main([*argv, "--resume"]) == 0
+    assert load_results(tmp_path).equals(finished)

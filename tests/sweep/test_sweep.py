@@ -162,7 +162,10 @@ def test_rerun_skips_ok_points_and_retries_failed_ones(tiny) -> None:
     assert len(load_results(out)) == len(rows)  # nothing added: the subset's points exist
 
 
-def test_sigkill_in_the_middle_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+def test_sigkill_in_the_middle_loses_and_duplicates_nothing(tmp_path: Path, capsys) -> None:
+    """The killed sweep is a real process; the resume and the refusal run in process."""
+    from cgdispatch.__main__ import main
+
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [
         sys.executable,
@@ -200,8 +203,7 @@ def test_sigkill_in_the_middle_loses_and_duplicates_nothing(tmp_path: Path) -> N
     partial = load_results(results)  # the file is whole: the old table or the new one
     total = 2 * 8  # smoke with one mode: 2 ladders x 8 shapes
     assert 2 <= len(partial) < total
-    done = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert main([*cmd[3:], "--resume"]) == 0
     final = load_results(results)
     assert len(final) == total and len(set(keys(final))) == total
     kept = final.set_index(list(KEY_COLUMNS))
@@ -210,8 +212,9 @@ def test_sigkill_in_the_middle_loses_and_duplicates_nothing(tmp_path: Path) -> N
             kept.loc[key, "timestamp"] == row["timestamp"]
         )  # finished before the kill: kept as is
     assert not any(p.name.startswith(".results") for p in tmp_path.iterdir())  # no temp file left
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)  # no --resume
-    assert again.returncode == 2 and "--resume" in again.stderr
+    capsys.readouterr()
+    assert main(cmd[3:]) == 2  # the same command without --resume is refused
+    assert "--resume" in capsys.readouterr().err
 
 
 def test_process_pool_executor_gives_the_same_points(tiny) -> None:
