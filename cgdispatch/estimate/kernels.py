@@ -111,14 +111,41 @@ def profile_step(
     ``args`` may be a function building them (called under the fake mode). The first
     tensor argument's first dimension is taken as ``num_tokens``.
     """
-    counter = _KernelCounter(tuple(splitting_ops), context_len)
-    with torch.no_grad(), fake_mode_for(model):
-        real_args = args() if callable(args) else args
-        with counter:
-            model(*real_args)
+    return _profile_step(model, args, tuple(splitting_ops), context_len, ())[0]
+
+
+def _profile_step(
+    model: Callable[..., Any],
+    args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
+    splitting_ops: tuple[str, ...],
+    context_len: int | None,
+    marks: Sequence[torch.nn.Module],
+) -> tuple[StepProfile, tuple[tuple[int, int], ...]]:
+    """:func:`profile_step`, and the ``[start, end)`` rows each module in ``marks`` launched
+    (its first call's; forward hooks read the row count, they change no kernel)."""
+    counter = _KernelCounter(splitting_ops, context_len)
+    spans: dict[int, list[int]] = {}
+
+    def before(module: torch.nn.Module, *_: Any) -> None:
+        spans.setdefault(id(module), [len(counter.rows)])
+
+    def after(module: torch.nn.Module, *_: Any) -> None:
+        if len(spans[id(module)]) == 1:
+            spans[id(module)].append(len(counter.rows))
+
+    handles = [m.register_forward_pre_hook(before) for m in marks]
+    handles += [m.register_forward_hook(after) for m in marks]
+    try:
+        with torch.no_grad(), fake_mode_for(model):
+            real_args = args() if callable(args) else args
+            with counter:
+                model(*real_args)
+    finally:
+        for handle in handles:
+            handle.remove()
     first = next((a for a in real_args if isinstance(a, torch.Tensor)), None)
     rows = counter.rows
-    return StepProfile(
+    profile = StepProfile(
         num_tokens=int(first.shape[0]) if first is not None and first.dim() else 0,
         names=tuple(r[0] for r in rows),
         flops=np.array([r[1] for r in rows], dtype=float),
@@ -126,6 +153,7 @@ def profile_step(
         half=np.array([r[3] for r in rows], dtype=bool),
         splitting=np.array([r[4] for r in rows], dtype=bool),
     )
+    return profile, tuple((spans[id(m)][0], spans[id(m)][-1]) for m in marks)
 
 
 def toy_profiles(
@@ -159,19 +187,42 @@ def linear_profile(
 ) -> LinearProfile:
     """Profile a toy-input model (toy LM, architecture presets) at two sizes; see
     :class:`LinearProfile`. Raises ValueError when the kernel lists differ between them."""
+    return _linear_profile(model, anchors, context_len, ())[0]
+
+
+def _linear_profile(
+    model: Any,
+    anchors: tuple[int, int],
+    context_len: int | None,
+    marks: Sequence[torch.nn.Module],
+) -> tuple[LinearProfile, tuple[tuple[int, int], ...]]:
+    """:func:`linear_profile`, and the ``[start, end)`` kernels each module in ``marks``
+    launched (equal at both anchors, else ValueError)."""
+    from ..core.batch import BatchDescriptor
+    from .fake import toy_inputs
+
     lo, hi = sorted(int(a) for a in anchors)
     if lo < 1 or lo == hi:
         raise ValueError(f"anchors={anchors} are invalid: give two different sizes >= 1")
-    p = toy_profiles(model, [lo, hi], context_len=context_len)
-    a, b = p[lo], p[hi]
-    if a.names != b.names or not np.array_equal(a.splitting, b.splitting):
+    runs = [
+        _profile_step(
+            model,
+            lambda n=n: toy_inputs(model, BatchDescriptor(n, None, False), 1),
+            DEFAULT_SPLITTING_OPS,
+            context_len,
+            marks,
+        )
+        for n in (lo, hi)
+    ]
+    (a, spans), (b, spans_hi) = runs
+    if a.names != b.names or not np.array_equal(a.splitting, b.splitting) or spans != spans_hi:
         raise ValueError(
             f"the kernels at {lo} and {hi} tokens differ: this model's step is not affine in "
             "num_tokens; profile each size with toy_profiles instead"
         )
     flops_slope = (b.flops - a.flops) / (hi - lo)
     bytes_slope = (b.bytes - a.bytes) / (hi - lo)
-    return LinearProfile(
+    profile = LinearProfile(
         a.names,
         a.half,
         a.splitting,
@@ -180,3 +231,4 @@ def linear_profile(
         a.bytes - lo * bytes_slope,
         bytes_slope,
     )
+    return profile, spans

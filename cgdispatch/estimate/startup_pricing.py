@@ -35,7 +35,7 @@ from ..core import cache
 from ..core.config import GraphConfig
 from ..core.generation import capture_keys
 from ..core.modes import CUDAGraphMode
-from ..models.arch_spec import DTYPE_BYTES
+from ..models.arch_spec import DTYPE_BYTES, ArchSpec
 from ..models.published import PublishedModel, arch_spec, published_model
 from .datafile import DataFileError, data_bytes, data_from_bytes
 from .devices import DeviceSpec, device_label, device_spec
@@ -164,6 +164,76 @@ def _decode_profile(raw: bytes) -> LinearProfile:
 def _build_stage_profile(
     model: PublishedModel, tp: int, pp: int, rank: int, dtype: str
 ) -> LinearProfile:
+    """The stage's fused kernels, with each distinct kind of layer profiled once: exactly
+    (every name, flag and number) what profiling the whole stage gives
+    (:func:`_full_stage_profile`), in a few layers' time instead of the stage's.
+
+    A decoder layer's kernels depend on the spec it is built from and on its index only
+    through :func:`~cgdispatch.models.architectures._layer_kind` (dense MLP or routed
+    experts: :class:`~cgdispatch.models.architectures._Block` reads its index there alone),
+    and every layer takes and returns ``[tokens, hidden]`` activations of one dtype. So the
+    stage's unfused kernel list is: the kernels before its first layer, then each layer's
+    kernels, each a copy of the first layer of its kind, then those after the last layer.
+    This builds the stage with one layer of each kind (the first of it, with its own index),
+    profiles it once, splices the rows in the full stage's order and fuses pointwise runs
+    over the whole list, as the full build does (fusion crosses layer boundaries).
+    """
+    import torch  # the meta-device build: only when no cached estimate is read
+
+    from ..models.architectures import ArchLM, _Block, _layer_kind
+    from .kernels import _linear_profile
+
+    spec = _stage_spec(model, tp, pp, rank, dtype)
+    kinds = [_layer_kind(spec, i) for i in range(spec.num_layers)]
+    first = {kind: kinds.index(kind) for kind in dict.fromkeys(kinds)}  # in stage order
+    with torch.device("meta"):
+        net = ArchLM(dataclasses.replace(spec, num_layers=0))  # embedding, rope, stage input
+        net.layers = torch.nn.ModuleList(_Block(spec, i) for i in first.values())
+    net.spec = spec  # the stage's spec (the layers above are its own)
+    net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
+    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
+    profile, spans = _linear_profile(net, (64, 128), None, tuple(net.layers))
+    span = dict(zip(first, spans))
+    ends = [s for pair in spans for s in pair]
+    if ends != sorted(ends) or any(a != b for a, b in zip(ends[1:-1:2], ends[2::2])):
+        raise RuntimeError(f"layer kernel spans {spans} are not back to back: a bug")
+    start, end = (ends[0], ends[-1]) if spans else (profile.num_kernels,) * 2
+    rows = np.concatenate(
+        [np.arange(start)]
+        + [np.arange(*span[kind]) for kind in kinds]
+        + [np.arange(end, profile.num_kernels)]
+    ).astype(np.intp)
+    spliced = LinearProfile(
+        tuple(profile.names[i] for i in rows),
+        profile.half[rows],
+        profile.splitting[rows],
+        profile.flops_at_zero[rows],
+        profile.flops_per_token[rows],
+        profile.bytes_at_zero[rows],
+        profile.bytes_per_token[rows],
+    )
+    return fuse_pointwise(spliced)
+
+
+def _full_stage_profile(
+    model: PublishedModel, tp: int, pp: int, rank: int, dtype: str
+) -> LinearProfile:
+    """The stage's fused kernels from profiling every layer (the reference
+    :func:`_build_stage_profile` equals; tests and benchmarks/bench_stage_profile.py)."""
+    import torch
+
+    from ..models.architectures import ArchLM
+    from .kernels import linear_profile
+
+    with torch.device("meta"):
+        net = ArchLM(_stage_spec(model, tp, pp, rank, dtype))
+    net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
+    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
+    return fuse_pointwise(linear_profile(net))
+
+
+def _stage_spec(model: PublishedModel, tp: int, pp: int, rank: int, dtype: str) -> ArchSpec:
+    """The spec of one GPU's captured forward: its stage, without the LM head."""
     spec = arch_spec(
         model,
         tensor_parallel_size=tp,
@@ -171,17 +241,7 @@ def _build_stage_profile(
         rank=rank,
         dtype=dtype,
     )
-    import torch  # the meta-device build: only when no cached estimate is read
-
-    from ..models.architectures import ArchLM
-    from .kernels import linear_profile
-
-    spec = dataclasses.replace(spec, has_head=False)
-    with torch.device("meta"):
-        net = ArchLM(spec)
-    net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
-    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
-    return fuse_pointwise(linear_profile(net))
+    return dataclasses.replace(spec, has_head=False)
 
 
 def _attention_input_bytes(pm: PublishedModel, tp: int, dtype_bytes: int) -> float:

@@ -66,6 +66,13 @@ class _Mlp(nn.Module):
         return self.down(nn.functional.gelu(self.up(x), approximate="tanh"))
 
 
+def _layer_kind(spec: ArchSpec, index: int) -> bool:
+    """All that layer ``index`` of ``spec`` takes from its index: whether its MLP is dense
+    (True) or routed experts. :class:`_Block` reads its index only through this, so two
+    layers of one spec with equal kinds are the same module (same shapes, same kernels)."""
+    return spec.num_experts == 0 or spec.layer_offset + index < spec.dense_layers
+
+
 class _Block(nn.Module):
     def __init__(self, spec: ArchSpec, index: int = 0) -> None:
         super().__init__()
@@ -102,7 +109,7 @@ class _Block(nn.Module):
         self.q_norm = RMSNorm(d) if spec.qk_norm else None
         self.k_norm = RMSNorm(d) if spec.qk_norm else None
         self.o_proj = nn.Linear(heads * d, h, bias=False)
-        dense = spec.num_experts == 0 or spec.layer_offset + index < spec.dense_layers
+        dense = _layer_kind(spec, index)  # index is read here only (stage profiles rely on it)
         self.mlp = (
             _Mlp(h, spec.shard("intermediate_size"), gated=spec.gated_mlp) if dense else _MoE(spec)
         )
