@@ -430,6 +430,20 @@ def _build(model: object, tensor_parallel_size: int | None = None) -> object:
     return net
 
 
+def _net_profile(net: Any, context_len: int) -> LinearProfile:
+    """``linear_profile(net)`` (unfused); an architecture preset's (``ArchLM``: a registry
+    preset or a published config's decoder) with each distinct kind of layer profiled once
+    (:func:`~cgdispatch.estimate.startup_pricing._layerwise_profile`, exactly the same)."""
+    from ..models.architectures import ArchLM
+    from .kernels import linear_profile
+    from .startup_pricing import _layerwise_profile
+
+    if type(net) is ArchLM and len(net.layers):
+        dtype = str(net.layers[0].o_proj.weight.dtype).removeprefix("torch.")
+        return _layerwise_profile(net.spec, dtype, context_len)
+    return linear_profile(net, context_len=context_len)
+
+
 # the name of older releases, when the disk cache was a module of its own: device_cost_model
 # is cached itself now (core.cache), so both names are one function
 cached_cost_model = device_cost_model
@@ -480,14 +494,13 @@ def _device_cost_model(
     from ..core.v1 import RELEASE as V1_RELEASE
     from ..models.published import PublishedModel
     from .graph_memory import estimate_graph_memory
-    from .kernels import linear_profile
 
     net = _build(model, tensor_parallel_size)
     spec = device_spec(device)
     attention = attention_shape(net)
     experts = int(getattr(getattr(net, "config", None), "num_experts", 0) or 0)
     # the kernels vLLM launches: pointwise runs fused (compiled graphs, eager custom ops)
-    profile = fuse_pointwise(linear_profile(net, context_len=context_len))
+    profile = fuse_pointwise(_net_profile(net, context_len))
     published = getattr(getattr(net, "spec", None), "published", "")
     if isinstance(model, PublishedModel):
         published, model = model, model.model

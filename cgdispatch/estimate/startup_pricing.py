@@ -178,12 +178,18 @@ def _build_stage_profile(
     profiles it once, splices the rows in the full stage's order and fuses pointwise runs
     over the whole list, as the full build does (fusion crosses layer boundaries).
     """
+    return fuse_pointwise(_layerwise_profile(_stage_spec(model, tp, pp, rank, dtype), dtype))
+
+
+def _layerwise_profile(spec: ArchSpec, dtype: str, context_len: int | None = None) -> LinearProfile:
+    """``linear_profile`` of ``ArchLM(spec)`` in ``dtype`` (unfused), each distinct kind of
+    layer profiled once and its rows repeated for the layers of its kind (see
+    :func:`_build_stage_profile`): exactly what profiling the whole model gives."""
     import torch  # the meta-device build: only when no cached estimate is read
 
     from ..models.architectures import ArchLM, _Block, _layer_kind
     from .kernels import _linear_profile
 
-    spec = _stage_spec(model, tp, pp, rank, dtype)
     kinds = [_layer_kind(spec, i) for i in range(spec.num_layers)]
     first = {kind: kinds.index(kind) for kind in dict.fromkeys(kinds)}  # in stage order
     with torch.device("meta"):
@@ -192,7 +198,7 @@ def _build_stage_profile(
     net.spec = spec  # the stage's spec (the layers above are its own)
     net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
     net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
-    profile, spans = _linear_profile(net, (64, 128), None, tuple(net.layers))
+    profile, spans = _linear_profile(net, (64, 128), context_len, tuple(net.layers))
     span = dict(zip(first, spans))
     ends = [s for pair in spans for s in pair]
     if ends != sorted(ends) or any(a != b for a, b in zip(ends[1:-1:2], ends[2::2])):
@@ -203,7 +209,7 @@ def _build_stage_profile(
         + [np.arange(*span[kind]) for kind in kinds]
         + [np.arange(end, profile.num_kernels)]
     ).astype(np.intp)
-    spliced = LinearProfile(
+    return LinearProfile(
         tuple(profile.names[i] for i in rows),
         profile.half[rows],
         profile.splitting[rows],
@@ -212,7 +218,6 @@ def _build_stage_profile(
         profile.bytes_at_zero[rows],
         profile.bytes_per_token[rows],
     )
-    return fuse_pointwise(spliced)
 
 
 def _full_stage_profile(

@@ -105,3 +105,27 @@ def test_a_model_read_off_transformers_meta_build() -> None:
         layout = _layout(pm, rng)
         assert layout is not None, cfg
         _assert_same(pm, *layout, str(rng.choice(DTYPES)))
+
+
+def test_device_cost_model_profiles_of_presets_and_published_configs() -> None:
+    """device_cost_model's kernel profile of an architecture preset or a published config
+    (built with every layer) is the spliced one, at a random context length."""
+    from cgdispatch.estimate.device_model import _build, _net_profile
+    from cgdispatch.estimate.kernels import linear_profile
+    from cgdispatch.models.arch_spec import ARCHITECTURES
+
+    rng = np.random.default_rng()
+    published = [m for m in PUBLISHED_MODELS.values() if m.is_moe or m.is_mla]
+    for model in (
+        str(rng.choice(sorted(ARCHITECTURES))),
+        published[int(rng.integers(len(published)))],
+    ):
+        net = _build(model, None)
+        context_len = int(rng.integers(1, 4096))
+        fast = _net_profile(net, context_len)
+        full = linear_profile(net, context_len=context_len)
+        assert fast.names == full.names, model
+        for field in dataclasses.fields(full):
+            a, b = getattr(fast, field.name), getattr(full, field.name)
+            if isinstance(b, np.ndarray):
+                assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (model, field.name)
