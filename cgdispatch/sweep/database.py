@@ -181,15 +181,24 @@ def create_file(db: Path, fill: Any = None) -> bool:
     returns whether the result is verified, and only a verified store is linked in."""
     fd, tmp = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
     os.close(fd)
-    os.chmod(tmp, shared_mode())  # co-workers sharing the store must be able to open it
     try:
-        with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
-            create(con)
-            if fill is not None:
-                con.execute("BEGIN")
-                fill(con)
-                con.execute("COMMIT")
-            mark_complete(con)
+        try:
+            os.chmod(tmp, shared_mode())  # co-workers sharing the store must open it
+            with closing(sqlite3.connect(tmp, isolation_level=None)) as con:
+                create(con)
+                if fill is not None:
+                    con.execute("BEGIN")
+                    fill(con)
+                    con.execute("COMMIT")
+                mark_complete(con)
+        except (sqlite3.Error, OSError):
+            if Path(tmp).exists() or not db.exists():
+                raise
+            # another process made the store first and, writing to it, swept our temporary
+            # as a killed writer's while we still wrote it (SQLite then calls the unlinked
+            # file read-only): the store is theirs, as when the link below finds it
+            check_ours(db)
+            return False
         try:
             os.link(tmp, db)  # fails when the name exists: creation is exclusive
         except (FileExistsError, FileNotFoundError):

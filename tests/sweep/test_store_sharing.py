@@ -279,3 +279,35 @@ def test_two_sweep_resumes_started_at_once_on_one_new_folder_both_finish(tmp_pat
     rows = load_results(out)
     keys = rows[["mode", "ladder", "num_tokens", "uniform_decode"]]
     assert len(rows) == 16 and not keys.duplicated().any() and (rows["status"] == "ok").all()
+
+
+def test_a_store_made_first_by_another_process_that_swept_our_temporary_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two first writers on a new folder: the other process links its database in and, in
+    its first write, sweeps the temporaries of killed writers, ours included, while we still
+    write ours (SQLite then calls our unlinked file read-only). Ours yields: the store is
+    theirs, and both see the same rows (a fresh-clone run failed once on this race)."""
+    from cgdispatch.sweep import database
+
+    out = tmp_path / "new" / "store"
+    rng = random.Random()
+    rows = [_row("s", n, rng) for n in range(1, rng.randint(2, 6))]
+    original = database.mark_complete
+    other: list[ResultStore] = []
+
+    def the_other_process_gets_there_first(con: sqlite3.Connection) -> None:
+        if not other:  # in our creation: theirs runs whole, then writes its first rows
+            monkeypatch.setattr(database, "mark_complete", original)
+            other.append(ResultStore(out))
+            other[0].append(rows)
+            assert not list(out.glob(".*.tmp"))  # our temporary is swept
+        original(con)
+
+    monkeypatch.setattr(database, "mark_complete", the_other_process_gets_there_first)
+    ours = ResultStore(out)
+    assert other and ours.db_path == other[0].db_path
+    assert sorted(ours.done_keys()) == sorted(other[0].done_keys())
+    assert len(ours.done_keys()) == len(rows)
+    ours.append([_row("s", len(rows) + 1, rng)])
+    assert len(other[0].done_keys()) == len(rows) + 1
