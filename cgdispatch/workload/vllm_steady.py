@@ -217,12 +217,8 @@ class SteadyDecodes:
         if self.max_loras is not None:
             loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
         lists = (reqs, tokens, drafts, decode)
-        if not waiting:
-            pass  # nothing to admit
-        elif self.pc is not None:
-            self._admit_pc(budget, lpt, False, bool(reqs), loras, lists)
-        else:
-            self._admit(budget, lpt, False, loras, lists)
+        if waiting:
+            self._admit(budget, lpt, False, bool(reqs), loras, lists)
         return self._scheduled(clock_s, lists, [], self.d_count, frozenset(self.d_loras))
 
     def _pc_phase_blocks(self, tick: int) -> None:
