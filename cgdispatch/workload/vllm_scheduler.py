@@ -233,28 +233,15 @@ class VllmSchedulerCore(SteadyDecodes):
         if done >= len(keys):
             return
         pc = self.pc
-        hashes = pc.hash
+        hashes, setdefault = pc.hash, pc.cached.setdefault
         stop = full if full < len(keys) else len(keys)
-        blocks = self.blocks_of[i][done:stop]
-        keys = keys[done:stop]
-        if list(map(hashes.__getitem__, blocks)).count(None) < len(blocks):
-            for key, b in zip(keys, blocks):
-                if hashes[b] is not None:
-                    continue  # a hit: cached under this key already
-                hashes[b] = key
-                first = pc.cached.setdefault(key, b)
-                if first != b:
-                    pc.add_dup(key, first, b)
-            return
-        # the usual case, at C speed: none of the blocks is cached yet (keys differ by
-        # position, so no two of them meet in the map)
-        for key, b in zip(keys, blocks):
+        for key, b in zip(keys[done:stop], self.blocks_of[i][done:stop]):
+            if hashes[b] is not None:
+                continue  # a hit: cached under this key already
             hashes[b] = key
-        firsts = list(map(pc.cached.setdefault, keys, blocks))
-        if firsts != blocks:
-            for key, first, b in zip(keys, firsts, blocks):
-                if first != b:
-                    pc.add_dup(key, first, b)
+            first = setdefault(key, b)
+            if first != b:
+                pc.add_dup(key, first, b)
 
     def _pc_allocate(self, i: int, want: int, cache_to: int) -> None:
         """``allocate_slots`` for running request ``i`` once the blocks fit: blocks up to
@@ -272,10 +259,12 @@ class VllmSchedulerCore(SteadyDecodes):
         whole blocks within ``max_tokens`` tokens (vLLM passes num_tokens - 1)."""
         most = min(max_tokens, self.prompt[i] + self.out[i]) // self.bs  # its block hashes
         keys = self.keys.prompt_keys(i)
-        hits = list(map(self.pc.cached.get, keys[:most]))
-        if None in hits:
-            del hits[hits.index(None) :]
-            return hits
+        hits: list[int] = []
+        append = hits.append
+        for b in map(self.pc.cached.get, keys[:most]):
+            if b is None:
+                return hits
+            append(b)
         if most > len(keys) and i in self.pc_preempted:  # its own blocks, cached when preempted
             own = -(i << 32) - 1
             for j in range(len(keys), most):
