@@ -315,9 +315,10 @@ class VllmSchedulerCore(SteadyDecodes):
                 n, padded = 1 + k, True
             if 0 < lpt < n:
                 n = lpt
-            if not self.chunked and n > budget:
-                break
-            n = min(n, budget)
+            if n > budget:
+                if not self.chunked:
+                    break
+                n = budget
             free = self.usable - self.used
             if max(-(-min(num_tokens, mml) // bs) - len(hits), 0) + evictable > free:
                 break  # the whole sequence must fit (scheduler_reserve_full_isl)
