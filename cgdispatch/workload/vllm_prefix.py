@@ -197,8 +197,7 @@ class PrefixPool:
 
     def evictable(self, blocks: Sequence[int]) -> int:
         """Hit blocks in the free queue (``_get_num_evictable_blocks``)."""
-        ref = self.ref
-        return sum(1 for b in blocks if ref[b] == 0)
+        return list(map(self.ref.__getitem__, blocks)).count(0)
 
     def touch(self, blocks: Sequence[int]) -> int:
         """``BlockPool.touch``: one more reference each; the blocks newly in use (count)."""
@@ -261,14 +260,15 @@ class PrefixPool:
                 out.extend(got)
                 n -= take
                 continue
+            # a cached block by itself: _maybe_evict_cached_block (it has a hash, and unless
+            # it has duplicates it is the block the map holds under it)
             h = hashes[key]
-            if h is not None:  # _maybe_evict_cached_block
-                if dups and h in dups:
-                    self.evict(key)
-                else:
-                    hashes[key] = None
-                    if cached.get(h) == key:
-                        del cached[h]
+            if dups and h in dups:
+                self.evict(key)
+            else:
+                hashes[key] = None
+                if cached.pop(h) != key:
+                    raise RuntimeError(f"prefix cache: block {key} was not in the hash map")
             ref[key] = 1
             append(key)
             n -= 1
