@@ -4,7 +4,6 @@ needs. It adapts; it decides nothing (the core does)."""
 
 from __future__ import annotations
 
-import gc
 from array import array
 from collections.abc import Callable
 
@@ -242,26 +241,16 @@ class ExactRun:
             return
         self._ran = True
         bound = int(self.core.prompt_total() + sum(self.core.max_tokens)) * 2 + 16
-        # the replay makes no reference cycles, only many short-lived lists and calls: the
-        # cyclic collector would walk the whole heap (the trace's hash_ids lists included)
-        # again and again for nothing (about a tenth of a 100k-request run with prefix
-        # caching); it is back on, as it was, when the run ends
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            run_engine(
-                self.core,
-                self.reach_s.tolist(),
-                self._call_time_s,
-                self._stretch_time_s,
-                self._on_call,
-                self._on_stretch,
-                min(bound, 4 * MAX_STEPS),
-                self.closed,
-            )
-        finally:
-            if collecting:
-                gc.enable()
+        run_engine(
+            self.core,
+            self.reach_s.tolist(),
+            self._call_time_s,
+            self._stretch_time_s,
+            self._on_call,
+            self._on_stretch,
+            min(bound, 4 * MAX_STEPS),
+            self.closed,
+        )
         if self.closed is not None:  # when each request reached the server
             self.arrival_s = np.asarray(self.closed.arrived_s, dtype=np.float64)
 
