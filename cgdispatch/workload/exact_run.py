@@ -147,13 +147,15 @@ class ExactRun:
         if self.record_calls:
             self.calls.append(call)
         self._pending_preempted += len(call.preempted)
-        num_reqs = call.num_reqs
+        bulk = call.n_bulk
+        num_reqs = len(call.reqs) + bulk
         if not num_reqs:
             return  # nothing ran: its preemptions go to the next step that runs
         q = self.limits.q
-        num_tokens = call.num_tokens
-        bulk = call.n_bulk
-        max_q = max(max(call.tokens, default=0), 1 if bulk else 0)
+        num_tokens = sum(call.tokens) + bulk
+        max_q = max(call.tokens) if call.tokens else 0
+        if bulk and not max_q:
+            max_q = 1
         if self._any_lora:
             lora = self.core.lora
             ids = {lora[i] for i in call.reqs if lora[i] >= 0} | call.bulk_loras

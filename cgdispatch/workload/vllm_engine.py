@@ -46,9 +46,6 @@ def run_engine(
     calls = 0
     stretches = core.bulk and STEADY_STRETCHES
 
-    def has_requests() -> bool:
-        return core.num_unfinished > 0 or core.finished_pending
-
     def stretch(now: float) -> SteadyStretch | None:
         """At a loop top whose calls admit nothing (the caller checked): a steady stretch."""
         nonlocal calls
@@ -92,7 +89,7 @@ def run_engine(
             repeated = False  # the next top holds the event that ended the stretch
             continue
         repeated = False
-        if has_requests():
+        if core.num_unfinished > 0 or core.finished_pending:
             calls += 1
             if calls > max_calls:
                 raise RuntimeError(
@@ -114,7 +111,9 @@ def run_engine(
                 repeated = inert and core.repeats(call)
                 continue
             queue.appendleft(call)
-            if len(queue) < 2 and (call.num_reqs or has_requests()):
+            if len(queue) < 2 and (
+                call.num_reqs or core.num_unfinished > 0 or core.finished_pending
+            ):
                 continue
         elif not queue:
             if closed is not None:

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from itertools import chain as chained
+
+import numpy as np
 
 __all__ = ["PrefixPool", "BlockKeys"]
 
@@ -47,6 +50,48 @@ class BlockKeys:
         self.hash_ids, self.token_ids, self.hbs = hash_ids, token_ids, hash_block_size
         self.keys: dict[int, list[int]] = {}  # request -> its prompt-only block hashes
         self._chain: dict[tuple[Hashable, Hashable], int] = {}  # (parent, content) -> id
+        # hash_ids chained for every request at once (numpy), when they are 64-bit ints:
+        # request i's chain ids are _chains[_start[i]:_start[i + 1]]; None: chained one
+        # request at a time in prompt_keys
+        self._chains: np.ndarray | None = None
+        self._start: list[int] = []
+        if hash_ids is not None:
+            self._chain_all(hash_ids)
+
+    def _chain_all(self, hash_ids: Sequence[Sequence[int]]) -> None:
+        """Every request's chain of hash ids interned at once: an id per distinct (LoRA
+        adapter, ids up to here), depth by depth, the ids of one depth numbered after those
+        of the depths before (equal exactly where :meth:`prompt_keys`' one-by-one interning
+        makes them equal; the numbers themselves mean nothing)."""
+        n = len(hash_ids)
+        lens = np.fromiter(map(len, hash_ids), dtype=np.int64, count=n)
+        total = int(lens.sum())
+        try:
+            flat = np.fromiter(chained.from_iterable(hash_ids), dtype=np.int64, count=total)
+            lora = np.asarray(self.lora, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return  # ids that are no 64-bit ints: one request at a time
+        if total >= 1 << 31 or (n and (int(lora.min()) < -1 or int(lora.max()) >= 1 << 31)):
+            return
+        _, code = np.unique(flat, return_inverse=True)  # each id as a number below 2^31
+        code = code.reshape(-1).astype(np.int64)
+        start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=start[1:])
+        longest_first = np.argsort(-lens, kind="stable")
+        # at depth d, the requests with more than d ids: the first active[d] of longest_first
+        depths = -np.arange(int(lens.max(initial=0)))
+        active = np.searchsorted(-lens[longest_first], depths, "left")
+        out = np.empty(total, dtype=np.int64)
+        parent = lora[longest_first] + 1  # depth 0's parent: the adapter
+        base = 0
+        for depth, count in enumerate(active.tolist()):
+            at = start[longest_first[:count]] + depth
+            pair = (parent[:count] << 32) | code[at]
+            uniq, inv = np.unique(pair, return_inverse=True)
+            parent = base + inv.reshape(-1)
+            out[at] = parent
+            base += len(uniq)
+        self._chains, self._start = out, start.tolist()
 
     def _intern(self, parent: Hashable, content: Hashable) -> int:
         key = (parent, content)
@@ -69,15 +114,21 @@ class BlockKeys:
         full = p // bs
         lo = self.lora[i]
         if self.hash_ids is not None:
-            ids, hbs = self.hash_ids[i], self.hbs
-            chain, parent = [], ("lora", lo)
-            interned = self._chain  # _intern, inlined
-            for h in ids[: (full * bs + hbs - 1) // hbs]:
-                key = (parent, h)
-                parent = interned.get(key)
-                if parent is None:
-                    parent = interned[key] = len(interned)
-                chain.append(parent << 32)
+            hbs = self.hbs
+            used = (full * bs + hbs - 1) // hbs  # the ids up to its last full block's end
+            if self._chains is not None:
+                first = self._start[i]
+                last = min(self._start[i + 1], first + used)
+                chain = (self._chains[first:last] << 32).tolist()
+            else:
+                chain, parent = [], ("lora", lo)
+                interned = self._chain  # _intern, inlined
+                for h in self.hash_ids[i][:used]:
+                    key = (parent, h)
+                    parent = interned.get(key)
+                    if parent is None:
+                        parent = interned[key] = len(interned)
+                    chain.append(parent << 32)
             # block j ends at token (j+1)*bs - 1, inside hash block ((j+1)*bs - 1) // hbs:
             # the ids up to there and the position fix every token before its end
             if hbs % bs == 0:  # hbs // bs blocks per id
@@ -146,8 +197,7 @@ class PrefixPool:
 
     def evictable(self, blocks: Sequence[int]) -> int:
         """Hit blocks in the free queue (``_get_num_evictable_blocks``)."""
-        ref = self.ref
-        return sum(1 for b in blocks if ref[b] == 0)
+        return list(map(self.ref.__getitem__, blocks)).count(0)
 
     def touch(self, blocks: Sequence[int]) -> int:
         """``BlockPool.touch``: one more reference each; the blocks newly in use (count)."""
@@ -210,14 +260,15 @@ class PrefixPool:
                 out.extend(got)
                 n -= take
                 continue
+            # a cached block by itself: _maybe_evict_cached_block (it has a hash, and unless
+            # it has duplicates it is the block the map holds under it)
             h = hashes[key]
-            if h is not None:  # _maybe_evict_cached_block
-                if dups and h in dups:
-                    self.evict(key)
-                else:
-                    hashes[key] = None
-                    if cached.get(h) == key:
-                        del cached[h]
+            if dups and h in dups:
+                self.evict(key)
+            else:
+                hashes[key] = None
+                if cached.pop(h) != key:
+                    raise RuntimeError(f"prefix cache: block {key} was not in the hash map")
             ref[key] = 1
             append(key)
             n -= 1

@@ -15,7 +15,8 @@ the clock's meaning (:class:`~cgdispatch.workload.scheduler.SchedulerSimulator`)
 Without prefix caching, KV blocks are counted (``held``, ``used``); with it (``prefix``: the
 requests' block hashes), blocks have identity in a
 :class:`~cgdispatch.workload.vllm_prefix.PrefixPool`, as vLLM's ``KVCacheManager`` keeps
-them (the ``_pc_*`` methods and :meth:`VllmSchedulerCore._admit_pc`).
+them (the ``_pc_*`` methods and the prefix-caching branch of
+:meth:`VllmSchedulerCore._admit`).
 """
 
 from __future__ import annotations
@@ -180,17 +181,12 @@ class VllmSchedulerCore(SteadyDecodes):
             budget -= n
             idx += 1
         if not preempted:
-            # vLLM pads a lone token to a uniform decode when the step has decodes
-            pad = bool(k and not prefill_scheduled and reqs and k + 2 <= mml)
             loras = None
             if self.max_loras is not None:
                 loras = {self.lora[j] for j in running if self.lora[j] >= 0}
             lists = (reqs, tokens, drafts, decode)
-            if self.pc is not None:
-                pad_ok = bool(k and not prefill_scheduled)
-                self._admit_pc(budget, lpt, pad_ok, bool(reqs), loras, lists)
-            else:
-                self._admit(budget, lpt, pad, loras, lists)
+            pad_ok = bool(k and not prefill_scheduled)
+            self._admit(budget, lpt, pad_ok, bool(reqs), loras, lists)
         return self._scheduled(clock_s, (reqs, tokens, drafts, decode), preempted)
 
     def _must_wait(self, i: int, loras: set[int] | None) -> bool:
@@ -200,59 +196,6 @@ class VllmSchedulerCore(SteadyDecodes):
             return True
         lo = self.lora[i]
         return loras is not None and lo >= 0 and len(loras) == self.max_loras and lo not in loras
-
-    def _admit(
-        self,
-        budget: int,
-        lpt: int,
-        pad: bool,
-        loras: set[int] | None,
-        lists: tuple[list[int], list[int], list[int], list[bool]],
-    ) -> None:
-        """Admit waiting requests in FCFS order while the step has room (``Scheduler.schedule``'s
-        waiting loop); ``loras``: adapters running (None without a LoRA limit); ``pad``: a
-        lone token may be padded to a uniform decode of 1 + k."""
-        prompt, out, k = self.prompt, self.out, self.k
-        running, waiting = self.running, self.waiting
-        reqs, tokens, drafts, decode = lists
-        skipped: list[int] = []
-        while len(running) < self.max_num_seqs and budget > 0 and waiting:
-            i = waiting[0]
-            if self._must_wait(i, loras):
-                skipped.append(waiting.popleft())
-                continue
-            lo = self.lora[i]
-            num_tokens = prompt[i] + out[i]
-            n, padded = num_tokens, False
-            if pad and n == 1:
-                if 1 + k > budget:
-                    break
-                n, padded = 1 + k, True
-            if 0 < lpt < n:
-                n = lpt
-            if not self.chunked and n > budget:
-                break
-            n = min(n, budget)
-            free = self.usable - self.used
-            want = -(-min(n, self.mml) // self.bs)
-            whole = -(-min(num_tokens, self.mml) // self.bs)
-            if whole > free or want > free:  # the whole sequence must fit
-                break
-            waiting.popleft()
-            running.append(i)
-            self.p_order[i] = None
-            if loras is not None and lo >= 0:
-                loras.add(lo)
-            self.status[i] = RUNNING
-            self.computed[i] = 0
-            self.held[i] = want
-            self.used += want
-            reqs.append(i)
-            tokens.append(n)
-            drafts.append(k if padded else 0)
-            decode.append(False)
-            budget -= n
-        waiting.extendleft(reversed(skipped))
 
     # ----- prefix caching (vLLM's KVCacheManager with enable_caching) -----------------------
     def _pc_free(self, i: int, finished: bool = False) -> None:
@@ -331,22 +274,29 @@ class VllmSchedulerCore(SteadyDecodes):
                 hits.append(b)
         return hits
 
-    def _admit_pc(
+    def _admit(
         self,
         budget: int,
         lpt: int,
         pad_ok: bool,
         running_scheduled: bool,
         loras: set[int] | None,
-        lists: tuple[list[int], list[int], list[bool], list[bool]],
+        lists: tuple[list[int], list[int], list[int], list[bool]],
     ) -> None:
-        """:meth:`_admit` with prefix caching: each admission starts from its cached
-        blocks (hits in whole blocks, the last token always recomputed), and the block
-        checks count hit blocks in the free queue as vLLM's ``allocate_slots`` does."""
+        """Admit waiting requests in FCFS order while the step has room (``Scheduler.schedule``'s
+        waiting loop); ``loras``: adapters running (None without a LoRA limit); ``pad_ok``: a
+        lone token may be padded to a uniform decode of 1 + k (no prefill scheduled, drafts
+        on), when some running request was scheduled (``running_scheduled``) or the token
+        follows a prefix-cache hit. With prefix caching each admission starts from its cached
+        blocks (hits in whole blocks, the last token always recomputed), and the block checks
+        count hit blocks in the free queue as vLLM's ``allocate_slots`` does; without it,
+        blocks are counted."""
         prompt, out, k, bs, mml = self.prompt, self.out, self.k, self.bs, self.mml
         running, waiting, pc = self.running, self.waiting, self.pc
         reqs, tokens, drafts, decode = lists
         skipped: list[int] = []
+        hits: list[int] = []
+        h = evictable = 0
         while len(running) < self.max_num_seqs and budget > 0 and waiting:
             i = waiting[0]
             if self._must_wait(i, loras):
@@ -354,8 +304,10 @@ class VllmSchedulerCore(SteadyDecodes):
                 continue
             lo = self.lora[i]
             num_tokens = prompt[i] + out[i]
-            hits = self._pc_hits(i, num_tokens - 1)
-            h = len(hits) * bs
+            if pc is not None:
+                hits = self._pc_hits(i, num_tokens - 1)
+                h = len(hits) * bs
+                evictable = pc.evictable(hits) if hits else 0
             n, padded = num_tokens - h, False
             if pad_ok and n == 1 and (running_scheduled or h > 0) and h + k + 2 <= mml:
                 if 1 + k > budget:
@@ -363,14 +315,14 @@ class VllmSchedulerCore(SteadyDecodes):
                 n, padded = 1 + k, True
             if 0 < lpt < n:
                 n = lpt
-            if not self.chunked and n > budget:
-                break
-            n = min(n, budget)
+            if n > budget:
+                if not self.chunked:
+                    break
+                n = budget
             free = self.usable - self.used
-            evictable = pc.evictable(hits)
-            if max(-(-min(num_tokens, self.mml) // self.bs) - len(hits), 0) + evictable > free:
+            if max(-(-min(num_tokens, mml) // bs) - len(hits), 0) + evictable > free:
                 break  # the whole sequence must fit (scheduler_reserve_full_isl)
-            want = -(-min(min(h, mml) + n, self.mml) // self.bs)
+            want = -(-min(min(h, mml) + n, mml) // bs)
             if max(want - len(hits), 0) + evictable > free:
                 break
             waiting.popleft()
@@ -379,16 +331,20 @@ class VllmSchedulerCore(SteadyDecodes):
             if loras is not None and lo >= 0:
                 loras.add(lo)
             self.status[i] = RUNNING
-            self.run_seq[i] = self.query_tokens  # grows with every admission
             self.computed[i] = h
-            self.used += pc.touch(hits)
-            self.blocks_of[i] = hits
-            self.ncached[i] = len(hits)
-            self.held[i] = len(hits)
-            self._pc_allocate(i, want, min(h, mml) + n)
-            self.step_cached += h
-            self.hit_tokens += h
-            self.query_tokens += num_tokens
+            if pc is None:
+                self.held[i] = want
+                self.used += want
+            else:
+                self.run_seq[i] = self.query_tokens  # grows with every admission
+                self.used += pc.touch(hits)
+                self.blocks_of[i] = hits
+                self.ncached[i] = len(hits)
+                self.held[i] = len(hits)
+                self._pc_allocate(i, want, min(h, mml) + n)
+                self.step_cached += h
+                self.hit_tokens += h
+                self.query_tokens += num_tokens
             reqs.append(i)
             tokens.append(n)
             drafts.append(k if padded else 0)

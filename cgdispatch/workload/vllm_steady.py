@@ -23,6 +23,8 @@ from .vllm_call import NO_LIMIT, RUNNING, ScheduleCall, SteadyStretch
 
 __all__ = ["SteadyDecodes"]
 
+_NO_LORAS: frozenset[int] = frozenset()
+
 
 class SteadyDecodes:
     """The steady set of :class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`
@@ -147,8 +149,9 @@ class SteadyDecodes:
             for i in self.d_due.pop(self.tick, ()):
                 if i in self.d_members and self.due[i] == self.tick:
                     self._leave_in_flight(i, in_flight)
-        for i in [j for j in self.p_order if self.status[j] == RUNNING]:
-            self._join(i)
+        if self.p_order:
+            for i in [j for j in self.p_order if self.status[j] == RUNNING]:
+                self._join(i)
 
     def materialize(self, in_flight: ScheduleCall | None) -> None:
         """Every steady decode written out, for a call the bulk path cannot take."""
@@ -174,7 +177,7 @@ class SteadyDecodes:
         lpt = self.lpt if eligible > 1 else 0
         if self.rules.long_prefill_needs_chunked and not self.chunked:
             lpt = 0
-        total = self.d_count
+        total = len(self.d_members)
         need = self.phase_cnt[-T % self.bs]  # steady decodes whose next token opens a block
         plan = []
         for i in self.p_order:
@@ -184,7 +187,8 @@ class SteadyDecodes:
             n = prompt[i] + out[i] + self.spec[i] + p - computed[i]
             if 0 < lpt < n:
                 n = lpt
-            n = min(n, mml - computed[i] - 1)
+            if n > mml - computed[i] - 1:
+                n = mml - computed[i] - 1
             if n <= 0:
                 continue
             want = -(-min(computed[i] + n, self.mml) // self.bs)
@@ -217,13 +221,10 @@ class SteadyDecodes:
         if self.max_loras is not None:
             loras = set(self.d_loras) | {self.lora[j] for j in self.p_order if self.lora[j] >= 0}
         lists = (reqs, tokens, drafts, decode)
-        if not waiting:
-            pass  # nothing to admit
-        elif self.pc is not None:
-            self._admit_pc(budget, lpt, False, bool(reqs), loras, lists)
-        else:
-            self._admit(budget, lpt, False, loras, lists)
-        return self._scheduled(clock_s, lists, [], self.d_count, frozenset(self.d_loras))
+        if waiting:
+            self._admit(budget, lpt, False, bool(reqs), loras, lists)
+        bulk_loras = frozenset(self.d_loras) if self.d_loras else _NO_LORAS
+        return self._scheduled(clock_s, lists, [], len(self.d_members), bulk_loras)
 
     def _pc_phase_blocks(self, tick: int) -> None:
         """Prefix caching: the members whose token of call ``tick`` opens a block take it."""

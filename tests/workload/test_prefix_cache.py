@@ -244,3 +244,29 @@ def test_steady_stretches_take_blocks_as_the_step_loop_does_under_eviction(
     assert a.equals(b) and ta.equals(tb) and ha == hb, f"seed {seed}"
     assert sum(1 for t in taken if t > 1) > 0, f"seed {seed}: no stretch took several blocks"
     assert a["num_cached_tokens"].sum() > 0, f"seed {seed}"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hash_ids_chained_at_once_name_blocks_as_one_request_at_a_time(seed: int) -> None:
+    """BlockKeys chains every request's hash_ids at load (numpy, depth by depth); the
+    hashes it gives must be equal exactly where the one-request-at-a-time interning's are,
+    on fresh random ids with heavy sharing, LoRA adapters and block sizes either side of
+    the hash block size."""
+    from cgdispatch.workload.vllm_prefix import BlockKeys
+
+    rng = np.random.default_rng(np.random.SeedSequence().entropy)
+    n = int(rng.integers(1, 400))
+    bs, hbs = int(rng.choice([1, 4, 16])), int(rng.choice([1, 3, 16, 64]))
+    pool = rng.integers(-(2**62), 2**62, int(rng.integers(1, 6)))  # few ids: much sharing
+    ids = [[int(x) for x in rng.choice(pool, int(rng.integers(0, 12)))] for _ in range(n)]
+    prompt = [len(x) * hbs - int(rng.integers(0, hbs)) if x else 0 for x in ids]
+    lora = [int(x) for x in rng.integers(-1, 3, n)]
+    at_once = BlockKeys(prompt, lora, bs, ids, None, hbs)
+    one_by_one = BlockKeys(prompt, lora, bs, ids, None, hbs)
+    one_by_one._chains = None  # the per-request interning
+    assert at_once._chains is not None, "the ids were not chained at load"
+    fast = [k for i in range(n) for k in at_once.prompt_keys(i)]
+    slow = [k for i in range(n) for k in one_by_one.prompt_keys(i)]
+    assert len(fast) == len(slow) == sum(p // bs for p in prompt)
+    # a bijection between the two namings: equal in one exactly where equal in the other
+    assert len(set(zip(fast, slow))) == len(set(fast)) == len(set(slow)), seed
