@@ -19,7 +19,7 @@ from cgdispatch.plan.ladder_compare import engine_ladders
 from cgdispatch.plan.ladder_latency import ladder_latency
 from cgdispatch.plan.planner import plan_ladder
 from cgdispatch.plan.tune import tune
-from cgdispatch.views.tune_verdict import verdict_lines
+from cgdispatch.views.tune_verdict import MAX_VERDICT_LINES, verdict_lines
 from cgdispatch.workload.latency import dispatched_step_time, simulate_latencies
 from cgdispatch.workload.limits import scheduler_limits
 from cgdispatch.workload.sources import split_holdout, workload_requests
@@ -116,7 +116,7 @@ def test_overload_is_said_first_with_a_replica_count_checked_at_n_and_n_minus_1(
     assert f"{n} replicas (--replicas {n}) would hold it" in first
     assert lines[1].startswith("recommendation:") and lines[-1].startswith("vllm serve")
     assert any(line.startswith("p99 TTFT") and "queueing: not judged" in line for line in lines)
-    assert len(lines) <= 12
+    assert len(lines) <= MAX_VERDICT_LINES
     # asked for p99 TTFT: no verdict, vLLM's default kept
     asked = tune(steps, config=config, cost_model=MODEL, max_graphs=6, requests=requests,
                  objective="p99-ttft")  # fmt: skip

@@ -182,7 +182,7 @@ def test_requests_put_vllms_scheduler_into_the_held_out_verdict():
     """With the request table, the held-out requests run through vLLM's scheduler per
     ladder: p99 TPOT and throughput equal a direct ladder_latency run on those requests."""
     from cgdispatch.plan.ladder_latency import ladder_latency
-    from cgdispatch.views.tune_verdict import verdict_lines
+    from cgdispatch.views.tune_verdict import MAX_VERDICT_LINES, verdict_lines
     from cgdispatch.workload.sources import workload_requests
 
     config = _config("0.34", seqs=24)
@@ -205,7 +205,9 @@ def test_requests_put_vllms_scheduler_into_the_held_out_verdict():
             direct["throughput_tok_s"]
         )
     text = "\n".join(verdict_lines(result, model="m", device="d"))
-    assert "p99 TTFT" in text and "throughput" in text and len(text.splitlines()) <= 12
+    assert (
+        "p99 TTFT" in text and "throughput" in text and len(text.splitlines()) <= MAX_VERDICT_LINES
+    )
 
 
 def test_the_tradeoff_figure_plots_every_replayed_ladder_against_the_default():
