@@ -96,35 +96,33 @@ class RetryingKernel(RunningKernel):
             self.__dict__.pop("km", None)
 
 
-# The longest files, longest first, by the seconds of their tests among the 40 slowest of
-# ``pytest -n 2 --dist loadfile --durations=40`` on 2 loaded cores (2026-12-05, 468 s in
-# all; the four files marked "12:00" by the same run of the 3,136-test suite at 12:00 UTC,
-# before the cuts of docs/testing.md). A file not listed keeps its place after them;
+# The longest files, longest first, by the summed seconds of their tests in
+# ``pytest -n 2 --dist loadfile --durations=0 ... tests notebooks`` on 2 cores (2026-12-05,
+# 15:05 UTC, 3,166 tests, 390 s; the other worker's load included). The browser files go
+# first: their server, kernel and Chromium wait on each other, so they overlap best with
+# the other worker's CPU-bound files. A file not listed keeps its place after them;
 # remeasure when the list drifts.
 LONG_FILES = (
-    "tests/views/test_whatif_never_breaks.py",  # 12:00: 149 s, the tune property test 140
-    "tests/test_browser_notebooks.py",  # 84 s: JupyterLab and Voila, a kernel each
-    "tests/views/test_tune_dashboard.py",  # 12:00: 75 s, tune end to end per control
-    "tests/estimate/test_uncertainty.py",  # 41 s: the cross-validated model errors
-    "tests/cli/test_cache_environment.py",  # 12:00: 42 s, two tune processes with no home
-    "tests/sweep/test_store_sharing.py",  # 12:00: 33 s, sweeps in two processes at once
-    "tests/sweep/test_dask.py",  # 34 s: a two-process dask cluster
-    "tests/capture/test_release.py",  # 34 s
-    "tests/views/test_figure_text.py",  # 28 s: every figure, the calibration fit
-    "notebooks/03_mode_sweep.ipynb",  # 24 s
-    "tests/estimate/test_startup.py",  # 21 s: the start-up constants refit
-    "tests/test_browser_dashboard.py",  # 19 s
-    "tests/capture/test_piecewise.py",  # 19 s: inductor compiles
-    "tests/cli/test_capture_cli.py",  # 18 s
-    "tests/sweep/test_sweep.py",  # 18 s
-    "tests/cli/test_tune_imports.py",  # 15 s: two tune processes
+    "tests/test_browser_dashboard.py",  # 199 s: a Voila server, a recompute per control
+    "tests/test_browser_notebooks.py",  # 38 s: JupyterLab and Voila, a kernel each
+    "tests/cli/test_capture_cli.py",  # 28 s
+    "tests/views/test_figure_text.py",  # 23 s: every figure, the calibration fit
+    "tests/views/test_tune_dashboard.py",  # 22 s: tune end to end per control
+    "tests/estimate/test_memory.py",  # 22 s
+    "tests/sweep/test_store_sharing.py",  # 18 s: sweeps in two processes at once
+    "tests/capture/test_piecewise.py",  # 18 s: inductor compiles
+    "tests/capture/test_runner_gen2.py",  # 16 s
     "notebooks/05_bring_your_own_model.ipynb",  # 14 s
     "tests/project/test_readme.py",  # 14 s
-    "tests/views/test_report.py",  # 13 s
-    "notebooks/dashboard.ipynb",  # 12 s
-    "tests/project/test_readme_commands.py",  # 10 s
-    "tests/sweep/test_sweep_registry.py",  # 9 s
-    "tests/estimate/test_costmodel.py",  # 9 s
+    "tests/sweep/test_sweep.py",  # 13 s
+    "tests/sweep/test_sweep_gen2.py",  # 12 s
+    "tests/sweep/test_dask.py",  # 12 s: a two-process dask cluster
+    "tests/cli/test_cache_environment.py",  # 12 s: two tune processes with no home
+    "notebooks/03_mode_sweep.ipynb",  # 12 s
+    "tests/views/test_report.py",  # 11 s
+    "tests/capture/test_release.py",  # 11 s
+    "tests/views/test_whatif_never_breaks.py",  # 11 s: the tune property test
+    "tests/capture/test_lifetime.py",  # 11 s
 )
 
 

@@ -147,13 +147,23 @@ def runs_after(page: Any, run: int) -> list[str]:
     return [e for e in page.evaluate("window.cgRuns") if int(e.split(":")[1]) > run]
 
 
+SERVED_REQUESTS = 100  # the interaction tests' dashboard: its traffic's request count
+
+
 @pytest.fixture(scope="module")
 def dashboard(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One served dashboard for the interaction tests, its recomputes recorded (_RECORD_RUNS)."""
     home = tmp_path_factory.mktemp("dashboard")
     (home / "notebooks").mkdir()
     notebook = home / "notebooks" / NOTEBOOK.name
-    shutil.copy(NOTEBOOK, notebook)
+    # the committed dashboard at a tenth of the README's requests: every control, recompute
+    # and message is the same code, each verdict a fifth of the time (the README's own
+    # default is served whole by test_the_tune_dashboard_renders_and_follows_a_control)
+    text = NOTEBOOK.read_text()
+    assert text.count("cg.tune_dashboard()") == 1
+    notebook.write_text(
+        text.replace("cg.tune_dashboard()", f"cg.tune_dashboard(num_requests={SERVED_REQUESTS})")
+    )
     context = browser.new_context(viewport={"width": 1400, "height": 1100})
     block_other_hosts(context, [])
     page = context.new_page()
@@ -162,7 +172,9 @@ def dashboard(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     try:
         with running_server(voila_argv(port, notebook), None, port, home) as url:
             page.goto(url)
-            page.locator("[data-testid=tune-verdict]").wait_for(state="attached")
+            verdict = page.locator("[data-testid=tune-verdict]")
+            verdict.wait_for(state="attached")
+            assert f"--num-requests {SERVED_REQUESTS}" in verdict.get_attribute("data-command")
             page.evaluate(_RECORD_RUNS)
             yield page
     finally:
@@ -329,7 +341,7 @@ _NEW_VALUES = {  # two each: the first the control does not show already is type
     "device": ("H100", "H200"),
     "tensor_parallel_size": ("2", "1"),
     "trace": ("alpaca", "sharegpt"),
-    "num_requests": ("400", "1000"),
+    "num_requests": ("400", "1000"),  # the served dashboard shows SERVED_REQUESTS
     "rate_per_s": ("4.5", "8"),
     "seed": ("3", "0"),
     "vllm_version": ("0.33", "0.34"),
