@@ -24,9 +24,12 @@ DATA = Path(cgdispatch.__file__).resolve().parent / "data"
 
 
 def _odd_name(rng: random.Random) -> str:
-    """A name that is neither a preset nor a shipped trace nor a file here."""
+    """A name that is neither a preset nor a shipped trace nor a file here (a letter first:
+    a leading '-' reads as a flag to argparse, as it would on a command line)."""
     while True:
-        name = "".join(rng.choices(string.ascii_lowercase + "-", k=rng.randrange(3, 12)))
+        name = rng.choice(string.ascii_lowercase) + "".join(
+            rng.choices(string.ascii_lowercase + "-", k=rng.randrange(2, 11))
+        )
         if (
             name not in (*LENGTH_PRESETS, *PREFIX_PRESETS, *PRODUCTION_TRACES)
             and not Path(name).exists()
