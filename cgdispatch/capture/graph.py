@@ -153,15 +153,23 @@ class GraphBackend:
 
         A collection during capture walks every live object per graph; SGLang measured a
         2.3-3.7x faster capture with it frozen (docs/references.md, "SGLang capture").
+
+        A heap the caller froze already (a server freezes its start-up heap, as vLLM's
+        engine core does once it is ready) stays frozen: the collection then walks only
+        what came after, and the session leaves the freeze to its owner. ``gc.unfreeze``
+        thaws every frozen object, so thawing here would undo the caller's freeze.
         """
         was_enabled = gc.isenabled()
+        caller_froze = gc.get_freeze_count() > 0
         gc.collect()
-        gc.freeze()
+        if not caller_froze:
+            gc.freeze()
         gc.disable()
         try:
             yield
         finally:
-            gc.unfreeze()
+            if not caller_froze:
+                gc.unfreeze()
             if was_enabled:
                 gc.enable()
 

@@ -225,13 +225,48 @@ def test_capture_session_freezes_and_restores_the_garbage_collector():
     import gc
 
     backend = CpuReplayBackend()
-    assert gc.isenabled()
-    with backend.capture_session():
-        assert not gc.isenabled() and gc.get_freeze_count() > 0
-    assert gc.isenabled() and gc.get_freeze_count() == 0
-    with pytest.raises(KeyError), backend.capture_session():
-        raise KeyError("capture failed")
-    assert gc.isenabled() and gc.get_freeze_count() == 0
+    thawed = gc.get_freeze_count()
+    gc.unfreeze()  # the harness froze its start-up heap (conftest.py): start from none
+    try:
+        assert gc.isenabled()
+        with backend.capture_session():
+            assert not gc.isenabled() and gc.get_freeze_count() > 0
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        with pytest.raises(KeyError), backend.capture_session():
+            raise KeyError("capture failed")
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        if thawed:
+            gc.freeze()
+
+
+def test_capture_session_keeps_a_heap_the_caller_froze_and_collects_what_came_after():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    backend = CpuReplayBackend()
+    harness_froze = gc.get_freeze_count() > 0  # conftest.py freezes the start-up heap
+    if not harness_froze:
+        gc.freeze()  # the caller's start-up heap, as a server freezes it
+    frozen = gc.get_freeze_count()
+    try:
+        garbage = Node()
+        garbage.self = garbage  # a cycle made after the freeze: only a collection frees it
+        gone = weakref.ref(garbage)
+        del garbage
+        with backend.capture_session():
+            assert not gc.isenabled() and gone() is None  # collected before capture
+            assert gc.get_freeze_count() == frozen  # nothing new frozen, nothing thawed
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+        with pytest.raises(KeyError), backend.capture_session():
+            raise KeyError("capture failed")
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    finally:
+        if not harness_froze:
+            gc.unfreeze()
 
 
 class _GraphLikeBackend(CpuReplayBackend):
