@@ -49,8 +49,9 @@ shares from py-spy sampling at 500 Hz over 100k requests, step counts from the r
   step count and 1.7x the block identity per step.
 - The calls a steady stretch cannot take: per 50k requests, 40,425 calls that admit and
   47,212 calls that admit nothing but run a request outside the steady set (by the join
-  and leave rules: a request's first decode after its prefill, its last as it leaves), against 58,916 steps made in 25,815
-  stretches (off: 32,797, 25,937 and 14,944). A per-step call costs about 7x a stretch's step.
+  and leave rules: a request's first decode after its prefill, its last as it leaves),
+  against 58,916 steps made in 25,815 stretches (off: 32,797, 25,937 and 14,944). A
+  per-step call costs about 7x a stretch's step.
 - Shares of the replay's CPU with prefix caching on: the per-call path without block work
   43%; block work 43% (taking and caching a prompt's new blocks 10%, freeing 10%, hit
   lookups with the block hashes they build 10%, the steady decodes' new output blocks 8%,
