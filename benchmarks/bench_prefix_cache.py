@@ -51,7 +51,7 @@ seconds of one code vary by about 20% with the machine's load.
   prompt unique (same 268,224 steps as off) 26.5 us. So of the 3.5x on/off, about 2x is the
   step count and 1.7x the block identity per step.
 - The calls a steady stretch cannot take: per 50k requests, 40,425 calls that admit and
-  47,212 calls that admit nothing but run a request outside the steady set (by the join
+  47,212 follow-up calls that admit nothing but run a request outside the steady set (by the join
   and leave rules: a request's first decode after its prefill, its last as it leaves),
   against 58,916 steps made in 25,815 stretches (off: 32,797, 25,937 and 14,944). A
   per-step call costs about 7x a stretch's step.
@@ -63,7 +63,7 @@ seconds of one code vary by about 20% with the machine's load.
 
 A round of micro-changes (hit lookups at C speed, a dups-free eviction loop, the publishing
 check inlined) changed callgrind's instruction count of a 10k-request run by 0.1%, and was
-dropped: the block loops are at their floor in CPython. A block pool at no cost would still
+dropped: the block loops leave little to take in CPython. A block pool at no cost would still
 leave the other 57% (8.2 of 14.3 CPU s at 200k, about 40 s at 1M); what could reach the
 target is fewer per-step calls (the follow-up calls taken into stretches) with less block
 work, not a faster pool alone.
