@@ -38,6 +38,35 @@ call. What it found: a third of the time is per-block work (taking blocks from t
 queue and evicting their hashes, freeing, caching), spread over five loops, and the rest
 is spread over the per-call path; C-level ``map`` calls over ``list.__setitem__`` were
 slower than the loops they replaced (callgrind), and the cyclic collector costs 1%.
+
+Where the time goes now (measured (CPU), same machine, 2026-12-05, code of commit e569455;
+shares from py-spy sampling at 500 Hz over 100k requests, step counts from the runs). The
+same code rerun at 1M: off 22.9, on 70.7, unique prompts on 35.5 CPU s (on: 2,698,810
+steps, 101.5 s wall, the target missed; off: 1,346,150 steps): against 89.8 above, CPU
+seconds of one code vary by about 20% with the machine's load.
+
+- Prefix caching on makes twice the steps: at 200k, 544,121 steps against 268,224 off (mean
+  step 17.4 ms against 34.6 ms at 50k: the default clock prices computed tokens, and cached
+  ones are not computed). Per step the replay costs about 26 us on and 15 us off; with every
+  prompt unique (same 268,224 steps as off) 26.5 us. So of the 3.5x on/off, about 2x is the
+  step count and 1.7x the block identity per step.
+- The calls a steady stretch cannot take: per 50k requests, 40,425 calls that admit and
+  47,212 follow-up calls that admit nothing but run a request outside the steady set (by the join
+  and leave rules: a request's first decode after its prefill, its last as it leaves),
+  against 58,916 steps made in 25,815 stretches (off: 32,797, 25,937 and 14,944). A
+  per-step call costs about 7x a stretch's step.
+- Shares of the replay's CPU with prefix caching on: the per-call path without block work
+  43%; block work 43% (taking and caching a prompt's new blocks 10%, freeing 10%, hit
+  lookups with the block hashes they build 10%, the steady decodes' new output blocks 8%,
+  touching hits 3%, caching at a steady decode's leave 2%); steady stretches 8%; loading the
+  trace (request checks, hash chains) 6%. No line takes more than about 3%.
+
+A round of micro-changes (hit lookups at C speed, a dups-free eviction loop, the publishing
+check inlined) changed callgrind's instruction count of a 10k-request run by 0.1%, and was
+dropped: the block loops leave little to take in CPython. A block pool at no cost would still
+leave the other 57% (8.2 of 14.3 CPU s at 200k, about 40 s at 1M); what could reach the
+target is fewer per-step calls (the follow-up calls taken into stretches) with less block
+work, not a faster pool alone.
 """
 
 from __future__ import annotations
