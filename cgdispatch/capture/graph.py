@@ -154,10 +154,11 @@ class GraphBackend:
         A collection during capture walks every live object per graph; SGLang measured a
         2.3-3.7x faster capture with it frozen (docs/references.md, "SGLang capture").
 
-        A heap the caller froze already (a server freezes its start-up heap, as vLLM's
-        engine core does once it is ready) stays frozen: the collection then walks only
-        what came after, and the session leaves the freeze to its owner. ``gc.unfreeze``
-        thaws every frozen object, so thawing here would undo the caller's freeze.
+        A heap the caller froze already stays frozen: a server freezes its start-up heap
+        (vLLM 0.34's ``EngineCore.__init__`` calls ``freeze_gc_heap``,
+        ``vllm/utils/gc_utils.py``). The collection then walks only what came after, and
+        the session neither freezes nor thaws: ``gc.unfreeze`` thaws every frozen object,
+        so thawing here would undo the caller's freeze.
         """
         was_enabled = gc.isenabled()
         caller_froze = gc.get_freeze_count() > 0
