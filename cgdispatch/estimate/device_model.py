@@ -425,9 +425,7 @@ def _build(model: object, tensor_parallel_size: int | None = None) -> object:
     spec = dataclasses.replace(spec, num_slots=256, max_seq_len=1024)
     with torch.device("meta"):
         net = ArchLM(spec)
-    net = net.to(getattr(torch, spec.dtype)).eval().requires_grad_(False)
-    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
-    return net
+    return net.for_inference(getattr(torch, spec.dtype))
 
 
 def _net_profile(net: Any, context_len: int) -> LinearProfile:

@@ -196,8 +196,7 @@ def _layerwise_profile(spec: ArchSpec, dtype: str, context_len: int | None = Non
         net = ArchLM(dataclasses.replace(spec, num_layers=0))  # embedding, rope, stage input
         net.layers = torch.nn.ModuleList(_Block(spec, i) for i in first.values())
     net.spec = spec  # the stage's spec (the layers above are its own)
-    net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
-    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
+    net = net.for_inference(getattr(torch, dtype))
     profile, spans = _linear_profile(net, (64, 128), context_len, tuple(net.layers))
     span = dict(zip(first, spans))
     ends = [s for pair in spans for s in pair]
@@ -232,9 +231,7 @@ def _full_stage_profile(
 
     with torch.device("meta"):
         net = ArchLM(_stage_spec(model, tp, pp, rank, dtype))
-    net = net.to(getattr(torch, dtype)).eval().requires_grad_(False)
-    net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
-    return fuse_pointwise(linear_profile(net))
+    return fuse_pointwise(linear_profile(net.for_inference(getattr(torch, dtype))))
 
 
 def _stage_spec(model: PublishedModel, tp: int, pp: int, rank: int, dtype: str) -> ArchSpec:

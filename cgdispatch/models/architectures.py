@@ -174,6 +174,13 @@ class ArchLM(SlotsFromConfig, nn.Module):
         self.register_buffer("rope_cos", torch.zeros(spec.max_seq_len, half), persistent=False)
         self.register_buffer("rope_sin", torch.zeros(spec.max_seq_len, half), persistent=False)
 
+    def for_inference(self, dtype: torch.dtype) -> ArchLM:
+        """This model in ``dtype``, in eval mode without gradients, its rotary tables kept in
+        fp32 (as vLLM keeps them): what every estimator profiles."""
+        net = self.to(dtype).eval().requires_grad_(False)
+        net.rope_cos, net.rope_sin = net.rope_cos.float(), net.rope_sin.float()
+        return net
+
     @property
     def config(self) -> ArchSpec:
         return self.spec
@@ -228,6 +235,4 @@ def build_arch_model(
     torch_dtype = dtypes[dtype or spec.dtype]
     with torch.device("meta"):
         model = ArchLM(spec)
-    model = model.to(torch_dtype).eval().requires_grad_(False)
-    model.rope_cos, model.rope_sin = model.rope_cos.float(), model.rope_sin.float()
-    return model
+    return model.for_inference(torch_dtype)

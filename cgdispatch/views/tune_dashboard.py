@@ -47,6 +47,7 @@ from ..models.architectures import ARCHITECTURES
 from ..models.registry import tensor_parallel_size_for
 from ..plan.tune_result import OBJECTIVES, TuneResult
 from ..plan.tune_run import TuneSettings, tune_for
+from ..workload.limits import LIMIT_BOUNDS
 from ..workload.replicas import BALANCES
 from ..workload.sources import TRACE_NAMES
 from ..workload.trace_source import trace_text
@@ -326,14 +327,16 @@ _EMPTY = {
     "capture_budget_s": "empty: no budget",
     "calibration": "calibrate profile (name or path); empty: shipped model",
 }
-# integer settings checked here as the CLI checks its flags (least, most); the limits, TP
-# and replicas are checked, and named, by tune itself
+# integer settings checked here as the CLI checks its flags (least, most): the scheduler's
+# by its own table (LIMIT_BOUNDS); max_num_seqs and the token budget, TP and replicas are
+# checked, and named, by tune itself
+_LIMIT = {name: (least, most) for name, least, most in LIMIT_BOUNDS}
 _INT_BOUNDS = {
     "seed": (0, 2**63 - 1),
     "context_len": (1, bounds.MAX_MODEL_LEN),
-    "max_model_len": (2, bounds.MAX_MODEL_LEN),
+    "max_model_len": _LIMIT["max_model_len"],
     "max_concurrency": (1, bounds.MAX_REQUESTS),
-    "hash_block_size": (1, bounds.MAX_STEP_TOKENS),
+    "hash_block_size": _LIMIT["hash_block_size"],
 }
 
 

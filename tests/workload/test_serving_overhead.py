@@ -96,13 +96,20 @@ def _shared_by_remaining_work(sent: np.ndarray, cost_s: float) -> np.ndarray:
     return done
 
 
+def _bursty_times(
+    rng: np.random.Generator, n: int, span_s: tuple[float, float], together: float
+) -> np.ndarray:
+    """``n`` sorted times over a span drawn from ``span_s`` (seconds), a share ``together``
+    of them equal to the first (sent or ready at once)."""
+    times = np.sort(rng.uniform(0, float(rng.uniform(*span_s)), n))
+    times[rng.random(n) < together] = times[0]
+    return np.sort(times)
+
+
 def test_front_end_is_shared_by_the_requests_in_it() -> None:
     rng = np.random.default_rng()
     for _ in range(30):
-        n = int(rng.integers(1, 120))
-        sent = np.sort(rng.uniform(0, float(rng.uniform(0.01, 3)), n))
-        sent[rng.random(n) < 0.3] = sent[0]  # some sent together, as at rate inf
-        sent = np.sort(sent)
+        sent = _bursty_times(rng, int(rng.integers(1, 120)), (0.01, 3), 0.3)  # as at rate inf
         cost_ms = float(rng.uniform(1, 30))
         want = _shared_by_remaining_work(sent, cost_ms / 1e3)
         np.testing.assert_allclose(front_end_arrivals_s(sent, cost_ms), want, rtol=0, atol=1e-9)
@@ -261,9 +268,7 @@ def test_tokenizer_batches_match_an_event_walk() -> None:
     rng = np.random.default_rng()
     for _ in range(40):
         n = int(rng.integers(1, 300))
-        ready = np.sort(rng.uniform(0, float(rng.uniform(0.001, 2)), n))
-        ready[rng.random(n) < 0.4] = ready[0]  # bursts, as a shared front end lets out
-        ready = np.sort(ready)
+        ready = _bursty_times(rng, n, (0.001, 2), 0.4)  # bursts, as a shared front end lets out
         cost_ms, size = float(rng.uniform(0.05, 20)), int(rng.integers(1, 40))
         wait_s = float(rng.choice([0.0, TOKENIZER_BATCH_WAIT_S, rng.uniform(0, 0.02)]))
         want = _batcher_by_events(ready, cost_ms / 1e3, size, wait_s)
