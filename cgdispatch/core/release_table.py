@@ -12,6 +12,8 @@ to its generation and to the defaults that release starts with:
 - the default ``cudagraph_mode``, whether scheduling is asynchronous by default,
 - whether the memory profile estimates graph memory and whether it subtracts that
   estimate from the KV-cache budget,
+- how the profile run's sampler warm-up applies top-k/top-p (its peak memory) and whether
+  the MoE forward's buffers outlive it,
 - the start-up log lines it prints about graphs.
 
 :data:`RELEASE_RULES` is the one table: each :class:`ReleaseRule` says from which release a
@@ -289,6 +291,60 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "vllm/v1/worker/gpu_worker.py determine_available_memory (0.20.0; its log line "
         "says 'default since v0.21.0')",
     ),
+    # how the profile run's sampler warm-up (gpu_model_runner._dummy_sampler_run: top-k and
+    # top-p on max_num_seqs rows of the whole vocabulary) applies top-k/top-p, which sets its
+    # peak memory: "sort" (torch sort), "flashinfer" or "triton" (in place). "flashinfer or
+    # sort": FlashInfer where it is installed (the vllm[flashinfer] extra, not a plain pip
+    # install: vLLM's METADATA of 0.10.1.1 and 0.11.0), the sort otherwise
+    ReleaseRule(
+        "topk_topp_sampler",
+        (0, 8),
+        "flashinfer or sort",
+        "vllm/v1/sample/ops/topk_topp_sampler.py TopKTopPSampler (0.9.2, 0.10.0 to 0.11.0): "
+        "FlashInfer when importable (V1 reads VLLM_USE_FLASHINFER_SAMPLER unset as on), else "
+        "forward_native's apply_top_k_top_p (logits.sort, then scatter)",
+    ),
+    ReleaseRule(
+        "topk_topp_sampler",
+        (0, 12),
+        "sort",
+        "vllm/v1/sample/ops/topk_topp_sampler.py (0.12.0 to 0.16.0): FlashInfer only with "
+        "VLLM_USE_FLASHINFER_SAMPLER=1, else apply_top_k_top_p's sort",
+    ),
+    ReleaseRule(
+        "topk_topp_sampler",
+        (0, 17),
+        "triton",
+        "vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p (0.17.0): "
+        "apply_top_k_top_p_triton, in place, for >= 8 rows (the sort below 8; read to 0.33.0)",
+    ),
+    ReleaseRule(
+        "topk_topp_sampler",
+        (0, 34),
+        "model runner v2",
+        "vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run (0.34.0): generation 2's own "
+        "sampler, two passes; its bytes are not counted here (the fitted 0.19 runs' kept)",
+    ),
+    # whether the MoE forward's buffers outlive it: from 0.14 unquantized MoE runs through
+    # FusedMoEModularKernel, whose workspace (vllm/v1/worker/workspace.py) persists, so the
+    # profile's peak holds it and the sampler warm-up together; before, fused_experts
+    # allocates its caches per call and frees them before the sampler warm-up
+    ReleaseRule(
+        "moe_buffers_persist",
+        (0, 8),
+        False,
+        "vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py forward_cuda "
+        "calls fused_experts (0.10.2, 0.11.0, 0.13.0); fused_moe.py fused_experts_impl "
+        "allocates cache13 per call",
+    ),
+    ReleaseRule(
+        "moe_buffers_persist",
+        (0, 14),
+        True,
+        "vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py (0.14.0): "
+        "self.kernel = FusedMoEModularKernel(..., TritonExperts), workspace from "
+        "vllm/v1/worker/workspace.py current_workspace_manager",
+    ),
     # the capture progress line
     ReleaseRule(
         "capture_log",
@@ -325,6 +381,8 @@ _FIELDS = (
     "async_scheduling",
     "estimates_graph_memory",
     "subtracts_graph_estimate",
+    "topk_topp_sampler",
+    "moe_buffers_persist",
     "capture_log",
 )
 
@@ -387,6 +445,8 @@ class ReleaseDefaults:
     async_scheduling: bool
     estimates_graph_memory: bool  # the memory profile estimates (and logs) graph memory
     subtracts_graph_estimate: bool  # ... and takes the estimate from the KV budget
+    topk_topp_sampler: str  # the sampler warm-up's top-k/top-p: see sampler_path()
+    moe_buffers_persist: bool  # the MoE forward's workspace outlives it (profile peak)
     capture_log: str  # the line its capture prints (tqdm description or finish line)
     rules: tuple[ReleaseRule, ...]  # the rule of each field, with its source
 
@@ -436,6 +496,21 @@ class ReleaseDefaults:
             sizes = sorted({*sizes, tokens})
         return sizes
 
+    def sampler_path(self, rows: int, *, flashinfer_installed: bool = False) -> str:
+        """How this release's sampler warm-up applies top-k and top-p on ``rows`` rows
+        (``max_num_seqs``, at most ``max_num_batched_tokens``): ``"sort"``,
+        ``"flashinfer"``, ``"triton"`` or ``"model runner v2"`` (0.34 on); ``flashinfer_installed``: FlashInfer is importable
+        (the ``vllm[flashinfer]`` extra or vLLM's Docker image), which releases before 0.12
+        then use."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(f"rows={rows!r} is invalid: the sampler warms up >= 1 row")
+        rule = self.topk_topp_sampler
+        if rule == "flashinfer or sort":
+            return "flashinfer" if flashinfer_installed else "sort"
+        if rule == "triton":
+            return "triton" if rows >= 8 else "sort"
+        return rule
+
     def _rule(self, field: str) -> ReleaseRule:
         return next(r for r in self.rules if r.field == field)
 
@@ -457,6 +532,8 @@ def release_defaults(version: Any) -> ReleaseDefaults:
         async_scheduling=rules["async_scheduling"].value,
         estimates_graph_memory=rules["estimates_graph_memory"].value,
         subtracts_graph_estimate=rules["subtracts_graph_estimate"].value,
+        topk_topp_sampler=rules["topk_topp_sampler"].value,
+        moe_buffers_persist=rules["moe_buffers_persist"].value,
         capture_log=rules["capture_log"].value,
         rules=tuple(rules[f] for f in _FIELDS),
     )

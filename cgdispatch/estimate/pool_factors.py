@@ -35,7 +35,7 @@ from ..core.release_table import release_defaults
 from ..core.v1 import RELEASE as V1_RELEASE
 from .devices import DEVICE_PRESETS
 from .startup import StartupEstimate, estimate_startup
-from .startup_data import reference_config, reference_startups
+from .startup_data import FLASHINFER_SAMPLER_RUNS, reference_config, reference_startups
 from .startup_pricing import CALIBRATION, GIB, StartupCoefficients
 
 __all__ = [
@@ -97,6 +97,7 @@ def predict_run(
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
         coefficients=CALIBRATION if coefficients is None else coefficients,
         vllm_version=str(row["vllm_version"]),  # its KV budget as that release computes it
+        flashinfer_installed=row["run"] in FLASHINFER_SAMPLER_RUNS,  # as its log says
     )
     return est, known, seqs_from
 

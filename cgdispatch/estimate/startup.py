@@ -13,9 +13,13 @@ models). Then:
   ``vllm/envs.py`` sets ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` by default; 0.18
   and 0.19 estimate without subtracting; the release table,
   :mod:`cgdispatch.core.release_table`, says which release does what). Blocks per GPU are that memory over one block of every layer's KV;
-  the run's capacity is the smallest GPU's. The activation peak is the sampler's fp32 logits
-  for ``max_num_seqs`` requests, the MLP activation of ``max_num_batched_tokens`` tokens and
-  a fixed part; non-torch memory depends on whether TP (NCCL, custom all-reduce buffers) or
+  the run's capacity is the smallest GPU's. The activation peak is the sampler warm-up's
+  logits for ``max_num_seqs`` requests, the MLP activation of ``max_num_batched_tokens``
+  tokens and a fixed part. The warm-up's bytes per logit depend on how the release applies
+  top-k/top-p (:func:`sampler_peak_bytes`: the fitted 0.19 runs' Triton path, the sort
+  before 0.17, FlashInfer where installed before 0.12), and before 0.14 the MoE forward's
+  buffers are freed before the warm-up, so its MoE part and the logits part do not add
+  (the larger of the two counts); non-torch memory depends on whether TP (NCCL, custom all-reduce buffers) or
   PP is on, and for TP on whether the GPUs can use NCCL's NVLink SHARP (Hopper on, on
   NVLink: :func:`has_nvlink_sharp`); without it a TP rank's is one GPU's.
 
@@ -57,6 +61,8 @@ __all__ = [
     "startup_source",
     "activation_features",
     "has_nvlink_sharp",
+    "sampler_peak_bytes",
+    "SAMPLER_PATHS",
 ]
 
 # the memory torch reports for the whole device (``total_memory`` in vLLM's start-up log),
@@ -153,6 +159,37 @@ def activation_features(
     }
 
 
+# the sampler warm-up's tensors alive at its peak, bytes per element of its [rows, vocab]
+# logits beyond the model-dtype logits themselves (vllm/v1/sample/sampler.py and
+# ops/topk_topp_sampler.py of each release; torch's SortStable.cu for the sort):
+# - "triton" (0.17 on, >= 8 rows): the fp32 copy (4), modified in place, its softmax probs
+#   (4) and random_sample's exponential q (4);
+# - "flashinfer" (before 0.12 where installed): the fp32 copy (4), top_k_mask_logits'
+#   masked logits (4) and their softmax (4) in top_k_top_p_sampling_from_logits;
+# - "sort" (apply_top_k_top_p): the fp32 copy (4), logits.sort's values (4) and int64
+#   indices (8), and inside torch's segmented sort its int64 reverse indices (8) and cub's
+#   alternate key (4) and value (8) buffers.
+# "model runner v2" (0.34's own sampler) is not counted: the fitted runs' path is kept.
+_SAMPLER_EXTRA_BYTES = {"triton": 12, "flashinfer": 12, "sort": 36}
+SAMPLER_PATHS = (*_SAMPLER_EXTRA_BYTES, "model runner v2")
+_FITTED_SAMPLER = ("triton", "bfloat16")  # the calibration's runs: vLLM 0.19, bf16 logits
+
+
+def sampler_peak_bytes(path: str, dtype: str) -> int:
+    """Bytes per logit element alive at the peak of the profile run's sampler warm-up when
+    top-k/top-p is applied by ``path`` (one of :data:`SAMPLER_PATHS`) on logits of
+    ``dtype`` (the model's)."""
+    if path not in SAMPLER_PATHS:
+        raise ValueError(
+            f"path={path!r} is not a sampler path: use one of {', '.join(SAMPLER_PATHS)}"
+        )
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype={dtype!r} is unknown: use one of {', '.join(DTYPE_BYTES)}")
+    if path == "model runner v2":
+        path, dtype = _FITTED_SAMPLER
+    return DTYPE_BYTES[dtype] + _SAMPLER_EXTRA_BYTES[path]
+
+
 # GPU generations without NVLink SHARP (NVLS: NCCL's all-reduce offload to the NVSwitch,
 # Hopper on; NCCL's NCCL_NVLS_ENABLE documentation), and the per-GPU link rate below which a
 # GPU is on PCIe (device_specs.csv: PCIe Gen5 x16 is 64 GB/s, NVLink 3 is 300)
@@ -196,6 +233,7 @@ def estimate_startup(
     block_size: int = 16,
     coefficients: StartupCoefficients | None = None,
     vllm_version: str | None = None,
+    flashinfer_installed: bool = False,
 ) -> StartupEstimate:
     """Graph memory, capture time and KV-cache capacity of one vLLM start-up (model).
 
@@ -212,7 +250,10 @@ def estimate_startup(
     whole release the config names, ``config.release``); its KV budget is computed as that release
     computes it: from 0.20 vLLM takes its graph-memory estimate from it
     (:func:`~cgdispatch.core.release_table.release_defaults`). It must dispatch as the
-    config's generation (ValueError otherwise).
+    config's generation (ValueError otherwise). ``flashinfer_installed``: FlashInfer is
+    importable (the ``vllm[flashinfer]`` extra, vLLM's Docker image), so releases before
+    0.12 warm the sampler up with it (their log says "Using FlashInfer for top-p & top-k
+    sampling"), which needs less memory than their sort.
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size
     check_startup_config(config)
@@ -226,6 +267,11 @@ def estimate_startup(
         )
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size={block_size!r} is invalid: it must be an integer >= 1")
+    if not isinstance(flashinfer_installed, bool):
+        raise ValueError(
+            f"flashinfer_installed={flashinfer_installed!r} is invalid: give True or False "
+            "(whether FlashInfer is importable where vLLM runs)"
+        )
     c = CALIBRATION if coefficients is None else coefficients
     # the GPU's share of the model: what every per-GPU figure below is asked for
     shard = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "dtype": dtype}
@@ -248,17 +294,31 @@ def estimate_startup(
             + c.capture_per_moe_key_s * f["moe_keys"]
         )
     a = activation_features(pm, tp, dtype, config.max_num_seqs, config.max_num_batched_tokens)
-    activation_gib = (
-        c.activation_base_gib
-        + c.activation_per_mlp * a["mlp_gib"]
-        + c.activation_moe_gib * a["moe"]
+    release = _release_of(config, vllm_version)
+    rows = min(config.max_num_seqs, config.max_num_batched_tokens)
+    path = release.sampler_path(rows, flashinfer_installed=flashinfer_installed)
+    # the fitted logits term, scaled from the fitted runs' sampler bytes to this release's
+    sampler_gib = (
+        c.activation_per_logits
+        * a["logits_gib"]
+        * sampler_peak_bytes(path, dtype)
+        / sampler_peak_bytes(*_FITTED_SAMPLER)
     )
+    moe_gib = c.activation_moe_gib * a["moe"]
+    activation_gib = c.activation_base_gib + c.activation_per_mlp * a["mlp_gib"]
+
+    def rank_peak(last: bool) -> float:
+        logits = sampler_gib if last else 0.0
+        if release.moe_buffers_persist:  # the MoE workspace is held through the warm-up
+            return activation_gib + moe_gib + logits
+        return activation_gib + max(moe_gib, logits)  # freed first: the larger counts
+
     non_torch = _non_torch_gib(c, tp, pp, device)
-    subtract = _release_of(config, vllm_version).subtracts_graph_estimate
+    subtract = release.subtracts_graph_estimate
     budget = device_spec(device).memory_bytes * gpu_memory_utilization
     kv_bytes, blocks = math.inf, None
     for rank in range(pp):
-        peak = activation_gib + (c.activation_per_logits * a["logits_gib"] if rank == pp - 1 else 0)
+        peak = rank_peak(rank == pp - 1)
         weights = pm.weight_bytes(**shard, rank=rank, quantization=quantization)
         free = budget - weights - (peak + non_torch + (graph_gib if subtract else 0.0)) * GIB
         per_token = pm.kv_bytes_per_token(**shard, kv_cache_dtype=kv_cache_dtype, rank=rank)
@@ -279,7 +339,7 @@ def estimate_startup(
         graph_memory_bytes=graph_gib * GIB,
         capture_s=capture_s,
         weights_bytes=pm.weight_bytes(**shard, quantization=quantization),
-        activation_bytes=(activation_gib + c.activation_per_logits * a["logits_gib"]) * GIB,
+        activation_bytes=rank_peak(True) * GIB,
         non_torch_bytes=non_torch * GIB,
         kv_cache_bytes=max(kv_bytes, 0.0),
         kv_cache_blocks=int(blocks or 0),

@@ -24,7 +24,28 @@ from ..core.config import GraphConfig
 from ..core.modes import AttentionCGSupport
 from .devices import DEVICE_PRESETS, device_spec
 
-__all__ = ["fitted_devices", "logged_devices", "reference_config", "reference_startups", "run_args"]
+__all__ = [
+    "FLASHINFER_SAMPLER_RUNS",
+    "fitted_devices",
+    "logged_devices",
+    "reference_config",
+    "reference_startups",
+    "run_args",
+]
+
+# the runs before vLLM 0.12 whose log prints "[topk_topp_sampler.py:50] Using FlashInfer for
+# top-p & top-k sampling." (FlashInfer installed: its sampler warm-up needs less memory than
+# the sort, estimate_startup(flashinfer_installed=True)); the other runs of those releases
+# print "FlashInfer is not available" or nothing (the release's default, the sort)
+FLASHINFER_SAMPLER_RUNS = frozenset(
+    {
+        "dennislee22-qwen2-7b--a100-80gb--gmu0.25--v0.10.1.1",
+        "dennislee22-qwen2-7b--a100-80gb--gmu0.5--v0.10.1.1",
+        "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.25--v0.10.1.1",
+        "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.5--v0.10.1.1",
+        "dennislee22-gpt-oss-120b--a100-80gb--tp4-4nodes-ray--v0.10.1.1",
+    }
+)
 
 # the fitted runs (llm-d-planner's logs, rebuilt by scripts/extract_vllm_startups.py) and the
 # runs kept out of every fit (other sources, transcribed by hand, each with its URL)
