@@ -203,9 +203,12 @@ RUN_NOTES = {
     ),
     "videocuttingagent-qwen3-vl-30b-a3b--h100-80gb--tp2--v0.12.0": (
         "a vision-language model built as its text decoder; only rank 0 logs the capture "
-        "and its 0.15 GiB is far below every other run of this size (likely the free-"
+        "(the row agrees with the log: 'Graph capturing finished in 7 secs, took 0.15 GiB', "
+        "Worker_TP0) and its 0.15 GiB is far below every other run of this size (likely the free-"
         "memory drop measured while the other rank or the encoder cache moved memory); "
-        "KV: the vision tower's weights and encoder-cache profile are not modelled"
+        "KV: the vision tower's weights (0.86 GiB: 29.31 logged against 28.45 for the text "
+        "decoder) and the encoder's profile run are not in the text config; with those "
+        "weights counted the KV error would be +3%"
     ),
     "agentic-ai-eks-qwen2.5-72b--l40s--tp4--v0.19.0": (
         "TP4 over PCIe with custom all-reduce off (NCCL only): vLLM's own estimate (2.73 "
@@ -215,13 +218,13 @@ RUN_NOTES = {
         "for the same reason"
     ),
     "daisuketakai-qwen3-32b--h100--tp4--v0.10.0": (
-        "0.10.0 at TP4 on NVLink H100s: the KV decomposition puts 3.3 GiB more non-KV "
-        "memory beyond weights in the log than in the model (TP non-torch memory is fitted "
-        "on 0.19 runs; what 0.10.0 adds the log does not say)"
+        "KV (+6.8% before issue 35's sampler rule, +0.1% with it): every rank logs "
+        "'FlashInfer is not available', so 0.10.0's sampler warm-up sorts 1,024 x 151,936 "
+        "logits (38 bytes each at its peak against the fitted runs' 14: 3.5 GiB more)"
     ),
     "daisuketakai-qwen3-32b--h100--tp8--kvfp8--v0.10.0": (
         "83 s of capture at TP8 against 5 s at TP4 on the same cluster (reproduced on "
-        "another day): not a cost of the graphs; the KV gap as for the TP4 run"
+        "another day): not a cost of the graphs; KV as for the TP4 run (the sort's 3.5 GiB)"
     ),
     "zyfjrx-qwen3-14b--a100-80gb--v0.10.0": (
         "2.49 GiB on an A100 80GB where the other A100 80GB runs log 0.50-0.65 GiB for "
@@ -229,8 +232,11 @@ RUN_NOTES = {
         "effect no run fitted shows, like the A100 40GB pools (fresh compile, 41.55 s)"
     ),
     "dennislee22-qwen2-7b--a100-80gb--gmu0.25--v0.10.1.1": (
-        "KV: at gpu_memory_utilization 0.25 the KV cache is 5 GiB, so a 0.3 GiB miss in "
-        "non-KV memory is -6.6% of it (the same setup at 0.5 is within 1.5%)"
+        "KV: the log implies 0.53 GiB of non-KV memory beyond weights, as at gmu 0.5 (0.50) "
+        "and on the A100 80GB runs of 0.17.1 (0.46-0.55), where the model sets aside 0.92 "
+        "(the H100 fit's base and non-torch memory, 0.38 GiB, beyond the 14-byte FlashInfer "
+        "warm-up the log names); at gmu 0.25 the KV cache is 5 GiB, so the 0.39 GiB is -6.6% "
+        "of it (-1.4% at gmu 0.5): an A100 fact no fitted run shows"
     ),
     "dennislee22-qwen2-7b--a100-80gb--tp2--gmu0.25--v0.10.1.1": (
         "capture: 4 s logged in whole seconds against 2.8 modelled (the fitted TP runs "
@@ -243,12 +249,14 @@ RUN_NOTES = {
         "TP2 across two nodes over Ray (NCCL over the network): the pool is 1.00 GiB "
         "against 0.65 GiB for the same TP2 in one node of A100 80GBs, where the A100 40GB "
         "factor (3.3x, fitted on one single-GPU run) gives 1.76; capture 11 s against 4 s; "
-        "KV: 0.9 GiB more non-KV memory than one node's (NCCL's network buffers, likely); "
-        "the model has no term for cross-node TP"
+        "KV: 0.9 GiB more non-KV memory than one node's, which the sort of its sampler "
+        "warm-up ('FlashInfer is not available' on the head rank; the same-node runs use "
+        "FlashInfer) accounts for (-1.9% with it); the model has no term for cross-node TP"
     ),
     "elloraa-deepseek-r1-distill-qwen-32b-fp8--l40s--v0.11.0": (
-        "an FP8 checkpoint on L40S: the KV decomposition shows which side is off; "
-        "likely the fp8 layers' workspace in the profile run, not modelled"
+        "an FP8 checkpoint on L40S; KV: 1.84 GiB of non-KV memory beyond weights in the log, "
+        "0.93 modelled before issue 35's sampler rule: 'FlashInfer is not available', so "
+        "0.11.0 sorts 256 x 152,064 logits in the warm-up (+0.88 GiB; KV +18.8% -> +4.3%)"
     ),
     "memsuit-qwen2.5-3b-distill--a100-80gb--v0.17.1": (
         "capture: 5 s logged (whole seconds) against 3.2 modelled; the same machine's "
@@ -261,14 +269,19 @@ RUN_NOTES = {
         "tuned per size"
     ),
     "kolyangg-qwen3-30b-a3b--h100--v0.10.2": (
-        "the log's own breakdown shows a 5.58 GiB activation peak (MoE at 8192 tokens in "
-        "0.10.2) where the model, fitted on 0.19 runs, gives ~2.7: 0.10.2 profiled MoE "
-        "with more memory, so KV is over by a third; capture: fused-MoE kernels tuned per "
-        "size in 0.10.2"
+        "the log's own breakdown shows a 5.58 GiB activation peak where the model, fitted "
+        "on 0.19 runs, gave ~2.6: 'FlashInfer is not available', so 0.10.2's sampler "
+        "warm-up sorts 1,024 x 151,936 logits (38 bytes each at its peak: 5.5 GiB), and its "
+        "fused-MoE caches are freed before it (KV +33% -> -3.0% with issue 35's two rules); "
+        "capture: fused-MoE kernels tuned per size in 0.10.2"
     ),
     "demo-env-l4-llama-3.1-8b--l4--v0.11.0": (
         "0.38 GiB logged on L4 (Ada) against 0.49 modelled with the Ampere/Ada group "
-        "factor (no L4 run is fitted)"
+        "factor (no L4 run is fitted); KV: the log says 'FlashInfer is not available', so "
+        "0.11.0 sorts 128 x 128,256 logits in the warm-up (0.58 GiB at 38 bytes each), yet "
+        "the log leaves only 0.53 GiB of non-KV memory beyond weights with the 22.03 GiB "
+        "the L4 preset reports (a public L4 log): either this L4 reports more memory, or the "
+        "sort holds less at 128 rows than the bytes counted (no GPU run here to tell)"
     ),
     "vllm-router-gpt-oss-20b--gb10--v0.13.0": (
         "GB10 (DGX Spark) has unified memory and TRITON attention: no device term fits it"
