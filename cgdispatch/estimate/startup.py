@@ -161,32 +161,40 @@ def activation_features(
 
 # the sampler warm-up's tensors alive at its peak, bytes per element of its [rows, vocab]
 # logits beyond the model-dtype logits themselves (vllm/v1/sample/sampler.py and
-# ops/topk_topp_sampler.py of each release; torch's SortStable.cu for the sort):
+# ops/topk_topp_sampler.py of each release; torch's aten/src/ATen/native/cuda/SortStable.cu
+# and cub.cuh for the sort):
 # - "triton" (0.17 on, >= 8 rows): the fp32 copy (4), modified in place, its softmax probs
 #   (4) and random_sample's exponential q (4);
 # - "flashinfer" (before 0.12 where installed): the fp32 copy (4), top_k_mask_logits'
 #   masked logits (4) and their softmax (4) in top_k_top_p_sampling_from_logits;
 # - "sort" (apply_top_k_top_p): the fp32 copy (4), logits.sort's values (4) and int64
-#   indices (8), and inside torch's segmented sort its int64 reverse indices (8) and cub's
-#   alternate key (4) and value (8) buffers.
+#   indices (8), and inside torch's sort: on 1 or >= 128 rows int64 reverse indices (8) and
+#   cub's alternate key (4) and value (8) buffers (segmented_sort_pairs, or one row at a
+#   time); on 2-127 rows segmented_sort_pairs_by_full_sort's two int2 index-and-segment
+#   arrays (8 + 8), the keys cub writes (4) and cub's alternate keys (4) and int2 values (8).
 # "model runner v2" (0.34's own sampler) is not counted: the fitted runs' path is kept.
 _SAMPLER_EXTRA_BYTES = {"triton": 12, "flashinfer": 12, "sort": 36}
+_SORT_FULL_SORT_EXTRA_BYTES = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 8  # 2-127 rows
 SAMPLER_PATHS = (*_SAMPLER_EXTRA_BYTES, "model runner v2")
-_FITTED_SAMPLER = ("triton", "bfloat16")  # the calibration's runs: vLLM 0.19, bf16 logits
+_FITTED_SAMPLER = ("triton", "bfloat16", 1024)  # the calibration's runs: vLLM 0.19, bf16
 
 
-def sampler_peak_bytes(path: str, dtype: str) -> int:
+def sampler_peak_bytes(path: str, dtype: str, rows: int) -> int:
     """Bytes per logit element alive at the peak of the profile run's sampler warm-up when
-    top-k/top-p is applied by ``path`` (one of :data:`SAMPLER_PATHS`) on logits of
-    ``dtype`` (the model's)."""
+    top-k/top-p is applied by ``path`` (one of :data:`SAMPLER_PATHS`) on ``rows`` rows
+    (requests) of logits of ``dtype`` (the model's)."""
     if path not in SAMPLER_PATHS:
         raise ValueError(
             f"path={path!r} is not a sampler path: use one of {', '.join(SAMPLER_PATHS)}"
         )
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"dtype={dtype!r} is unknown: use one of {', '.join(DTYPE_BYTES)}")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"rows={rows!r} is invalid: the sampler warms up >= 1 row")
     if path == "model runner v2":
-        path, dtype = _FITTED_SAMPLER
+        path, dtype, rows = _FITTED_SAMPLER
+    if path == "sort" and 1 < rows < 128:
+        return DTYPE_BYTES[dtype] + _SORT_FULL_SORT_EXTRA_BYTES
     return DTYPE_BYTES[dtype] + _SAMPLER_EXTRA_BYTES[path]
 
 
@@ -301,7 +309,7 @@ def estimate_startup(
     sampler_gib = (
         c.activation_per_logits
         * a["logits_gib"]
-        * sampler_peak_bytes(path, dtype)
+        * sampler_peak_bytes(path, dtype, rows)
         / sampler_peak_bytes(*_FITTED_SAMPLER)
     )
     moe_gib = c.activation_moe_gib * a["moe"]

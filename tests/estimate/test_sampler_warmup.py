@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import numpy as np
 import pandas as pd
@@ -63,38 +64,52 @@ def test_each_release_warms_the_sampler_up_as_its_source_does() -> None:
 
 
 # the tensors alive at each path's peak, beside the model-dtype logits (vLLM's sampler and
-# topk_topp_sampler.py; torch's SortStable.cu segmented_sort_pairs and cub's buffers)
+# topk_topp_sampler.py; torch's SortStable.cu and cub's buffers)
+_FP32, _I64, _INT2 = torch.float32, torch.int64, 2 * torch.int32.itemsize
 _ALIVE = {
-    "triton": [torch.float32, torch.float32, torch.float32],  # fp32 copy, probs, q
-    "flashinfer": [torch.float32, torch.float32, torch.float32],  # fp32, masked, probs
-    "sort": [
-        torch.float32,  # the fp32 copy
-        torch.float32,  # sorted values
-        torch.int64,  # their indices
-        torch.int64,  # segmented_sort_pairs' reverse indices
-        torch.float32,  # cub's alternate keys
-        torch.int64,  # cub's alternate values
-    ],
+    "triton": [_FP32, _FP32, _FP32],  # fp32 copy, its probs, random_sample's q
+    "flashinfer": [_FP32, _FP32, _FP32],  # fp32 copy, masked logits, probs
+    # fp32 copy, sorted values, their indices; segmented_sort_pairs' reverse indices, cub's
+    # alternate keys and values
+    "sort": [_FP32, _FP32, _I64, _I64, _FP32, _I64],
 }
+# 2-127 rows: segmented_sort_pairs_by_full_sort (fp32 copy, values, indices; two int2
+# index-and-segment arrays, the keys cub writes, cub's alternate keys and int2 values)
+_SORT_FEW_ROWS = [_FP32, _FP32, _I64, _INT2, _INT2, _FP32, _FP32, _INT2]
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _size(item: object) -> int:
+    return item if isinstance(item, int) else item.itemsize  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("path", sorted(_ALIVE))
 def test_the_warm_up_bytes_are_the_tensors_its_path_holds(path: str) -> None:
+    rng = random.Random(path)
     for name, dtype in _DTYPES.items():
-        expected = dtype.itemsize + sum(t.itemsize for t in _ALIVE[path])
-        assert sampler_peak_bytes(path, name) == expected
+        for rows in (1, rng.randint(2, 127), 128, rng.randint(129, 4096)):
+            alive = _SORT_FEW_ROWS if path == "sort" and 1 < rows < 128 else _ALIVE[path]
+            expected = dtype.itemsize + sum(_size(t) for t in alive)
+            assert sampler_peak_bytes(path, name, rows) == expected, (name, rows)
     # the path the calibration's runs (vLLM 0.19, bf16) took: 14 bytes, which its fitted
     # logits coefficient (per fp32 logit, 4 bytes) matches within 2%
-    assert sampler_peak_bytes("model runner v2", "float32") == sampler_peak_bytes(
-        "triton", "bfloat16"
-    )
+    assert sampler_peak_bytes("model runner v2", "float32", 3) == 14
+    assert sampler_peak_bytes("triton", "bfloat16", 1024) == 14
     assert CALIBRATION.activation_per_logits * 4 == pytest.approx(14, rel=0.02)
 
 
-@pytest.mark.parametrize("bad", [("argsort", "bfloat16"), ("sort", "int8"), (None, "float16")])
-def test_unknown_paths_and_dtypes_are_refused(bad: tuple) -> None:
-    with pytest.raises(ValueError, match=repr(bad[0]) if bad[1] != "int8" else "'int8'"):
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (("argsort", "bfloat16", 8), "'argsort'"),
+        (("sort", "int8", 8), "'int8'"),
+        ((None, "float16", 8), "None"),
+        (("sort", "float16", 0), "rows=0"),
+        (("triton", "float16", True), "rows=True"),
+    ],
+)
+def test_unknown_paths_dtypes_and_rows_are_refused(bad: tuple, named: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
         sampler_peak_bytes(*bad)
     assert set(SAMPLER_PATHS) == {*_ALIVE, "model runner v2"}
 
@@ -125,7 +140,8 @@ def test_the_kv_budget_moves_by_the_warm_ups_bytes_between_releases() -> None:
         dtype = pm.dtype if pm.dtype in _DTYPES else "bfloat16"
         logits = seqs * pm.padded_vocab(1) * 4 / GIB  # fp32 logits, GiB
         fitted = 2 + 12  # bf16 + Triton's three fp32 tensors
-        sort = _DTYPES[dtype].itemsize + 4 + 4 + 8 + 8 + 4 + 8
+        few = seqs < 128  # segmented_sort_pairs_by_full_sort's buffers
+        sort = _DTYPES[dtype].itemsize + (4 + 4 + 8 + 8 + 8 + 4 + 4 + 8 if few else 36)
         flashinfer = _DTYPES[dtype].itemsize + 12
         # 0.16 sorts, 0.17 runs Triton: only the warm-up differs (dense model)
         old, new = (
@@ -144,7 +160,8 @@ def test_the_kv_budget_moves_by_the_warm_ups_bytes_between_releases() -> None:
         seqs, tokens = int(rng.choice([8, 256, 1024])), 8192
         pm = published_model(model)
         logits = seqs * pm.padded_vocab(1) * 4 / GIB
-        warm_up = c.activation_per_logits * logits * (2 + 36) / 14  # both releases sort
+        sort = 2 + (48 if 1 < seqs < 128 else 36)  # both releases sort
+        warm_up = c.activation_per_logits * logits * sort / 14
         # 0.13 frees the MoE buffers before the warm-up, 0.14 holds them through it
         old, new = (
             _estimate(model, "0.13.0", seqs, tokens),
