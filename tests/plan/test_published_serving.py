@@ -383,7 +383,8 @@ def test_the_comparison_puts_both_sides_and_their_ratio_in_one_row():
 @pytest.mark.parametrize("release", ["0.11.0", "0.19.0", "0.20.0", "0.26.1"])
 def test_a_modelled_kv_cache_is_computed_as_the_runs_release_computes_it(release):
     """The graph-memory estimate comes off the modelled KV budget only for releases that
-    take it (0.20 on): the blocks are the start-up model's under the run's own release."""
+    take it (0.20 on): the blocks are the start-up model's under the run's own release
+    (whose sampler warm-up, before 0.17, also holds more activation memory)."""
     from cgdispatch.core.release_table import release_defaults
     from cgdispatch.estimate.startup import estimate_startup
     from cgdispatch.plan.published_serving import run_config
@@ -397,7 +398,9 @@ def test_a_modelled_kv_cache_is_computed_as_the_runs_release_computes_it(release
     subtracted = release_defaults(release).subtracts_graph_estimate
     assert est.graph_memory_subtracted is subtracted
     gap = plain.kv_cache_bytes - est.kv_cache_bytes
-    assert gap == pytest.approx(est.graph_memory_bytes if subtracted else 0.0)
+    warm_up = est.activation_bytes - plain.activation_bytes  # 0 from 0.17 (the same path)
+    assert (warm_up > 0) is (tuple(int(p) for p in release.split(".")) < (0, 17))
+    assert gap == pytest.approx((est.graph_memory_bytes if subtracted else 0.0) + warm_up)
 
 
 def test_a_request_the_published_server_served_fits_the_modelled_cache():
