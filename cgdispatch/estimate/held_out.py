@@ -280,8 +280,10 @@ RUN_NOTES = {
         "factor (no L4 run is fitted); KV: the log says 'FlashInfer is not available', so "
         "0.11.0 sorts 128 x 128,256 logits in the warm-up (0.58 GiB at 38 bytes each), yet "
         "the log leaves only 0.53 GiB of non-KV memory beyond weights with the 22.03 GiB "
-        "the L4 preset reports (a public L4 log): either this L4 reports more memory, or the "
-        "sort holds less at 128 rows than the bytes counted (no GPU run here to tell)"
+        "the L4 preset reports (several public L4 logs): either the run's non-torch increase "
+        "is negative (vLLM measures it device-wide; TensorFlow starts its CUDA plugins in "
+        "both vLLM processes here) or the sort holds ~10% less at 128 rows than counted "
+        "(docs/calibration.md; no GPU run here to tell)"
     ),
     "vllm-router-gpt-oss-20b--gb10--v0.13.0": (
         "GB10 (DGX Spark) has unified memory and TRITON attention: no device term fits it"
