@@ -299,10 +299,18 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
     ReleaseRule(
         "topk_topp_sampler",
         (0, 8),
+        "sort",
+        "vllm/v1/sample/ops/topk_topp_sampler.py TopKTopPSampler (0.8.0, 0.8.5): FlashInfer "
+        ">= 0.2.3 disabled ('not backward compatible'), forward_native's apply_top_k_top_p "
+        "(logits.sort, then scatter)",
+    ),
+    ReleaseRule(
+        "topk_topp_sampler",
+        (0, 9),
         "flashinfer or sort",
-        "vllm/v1/sample/ops/topk_topp_sampler.py TopKTopPSampler (0.9.2, 0.10.0 to 0.11.0): "
-        "FlashInfer when importable (V1 reads VLLM_USE_FLASHINFER_SAMPLER unset as on), else "
-        "forward_native's apply_top_k_top_p (logits.sort, then scatter)",
+        "vllm/v1/sample/ops/topk_topp_sampler.py TopKTopPSampler (0.9.0, 0.9.2, 0.10.0 to "
+        "0.11.0): FlashInfer >= 0.2.3 when importable (V1 reads VLLM_USE_FLASHINFER_SAMPLER "
+        "unset as on), else forward_native's apply_top_k_top_p (logits.sort, then scatter)",
     ),
     ReleaseRule(
         "topk_topp_sampler",
@@ -500,7 +508,7 @@ class ReleaseDefaults:
         """How this release's sampler warm-up applies top-k and top-p on ``rows`` rows
         (``max_num_seqs``, at most ``max_num_batched_tokens``): ``"sort"``,
         ``"flashinfer"``, ``"triton"`` or ``"model runner v2"`` (0.34 on); ``flashinfer_installed``: FlashInfer is importable
-        (the ``vllm[flashinfer]`` extra or vLLM's Docker image), which releases before 0.12
+        (the ``vllm[flashinfer]`` extra or vLLM's Docker image), which releases 0.9 to 0.11
         then use."""
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise ValueError(f"rows={rows!r} is invalid: the sampler warms up >= 1 row")

@@ -17,7 +17,7 @@ models). Then:
   logits for ``max_num_seqs`` requests, the MLP activation of ``max_num_batched_tokens``
   tokens and a fixed part. The warm-up's bytes per logit depend on how the release applies
   top-k/top-p (:func:`sampler_peak_bytes`: the fitted 0.19 runs' Triton path, the sort
-  before 0.17, FlashInfer where installed before 0.12), and before 0.14 the MoE forward's
+  before 0.17, FlashInfer where installed in 0.9-0.11), and before 0.14 the MoE forward's
   buffers are freed before the warm-up, so its MoE part and the logits part do not add
   (the larger of the two counts); non-torch memory depends on whether TP (NCCL, custom all-reduce buffers) or
   PP is on, and for TP on whether the GPUs can use NCCL's NVLink SHARP (Hopper on, on
@@ -165,7 +165,7 @@ def activation_features(
 # and cub.cuh for the sort):
 # - "triton" (0.17 on, >= 8 rows): the fp32 copy (4), modified in place, its softmax probs
 #   (4) and random_sample's exponential q (4);
-# - "flashinfer" (before 0.12 where installed): the fp32 copy (4), top_k_mask_logits'
+# - "flashinfer" (0.9 to 0.11 where installed): the fp32 copy (4), top_k_mask_logits'
 #   masked logits (4) and their softmax (4) in top_k_top_p_sampling_from_logits;
 # - "sort" (apply_top_k_top_p): the fp32 copy (4), logits.sort's values (4) and int64
 #   indices (8), and inside torch's sort: on 1 or >= 128 rows int64 reverse indices (8) and
@@ -259,8 +259,8 @@ def estimate_startup(
     computes it: from 0.20 vLLM takes its graph-memory estimate from it
     (:func:`~cgdispatch.core.release_table.release_defaults`). It must dispatch as the
     config's generation (ValueError otherwise). ``flashinfer_installed``: FlashInfer is
-    importable (the ``vllm[flashinfer]`` extra, vLLM's Docker image), so releases before
-    0.12 warm the sampler up with it (their log says "Using FlashInfer for top-p & top-k
+    importable (the ``vllm[flashinfer]`` extra, vLLM's Docker image), so releases 0.9 to
+    0.11 warm the sampler up with it (their log says "Using FlashInfer for top-p & top-k
     sampling"), which needs less memory than their sort.
     """
     tp, pp = tensor_parallel_size, pipeline_parallel_size

@@ -33,7 +33,7 @@ __all__ = [
     "run_args",
 ]
 
-# the runs before vLLM 0.12 whose log prints "[topk_topp_sampler.py:50] Using FlashInfer for
+# the runs of vLLM 0.9 to 0.11 whose log prints "[topk_topp_sampler.py:50] Using FlashInfer for
 # top-p & top-k sampling." (FlashInfer installed: its sampler warm-up needs less memory than
 # the sort, estimate_startup(flashinfer_installed=True)); the other runs of those releases
 # print "FlashInfer is not available" or nothing (the release's default, the sort)

@@ -1,5 +1,5 @@
 """The profile run's sampler warm-up and MoE buffers as each vLLM release has them (issue 35):
-how top-k/top-p is applied (the sort before 0.17, FlashInfer where installed before 0.12,
+how top-k/top-p is applied (the sort before 0.17, FlashInfer where installed in 0.9-0.11,
 Triton from 0.17) sets the warm-up's bytes per logit, and before 0.14 the MoE forward's
 buffers are freed before it. Checked against the rules written out again from the vLLM
 sources, against the tensors each path holds, and on fresh random runs of the estimate."""
@@ -46,6 +46,8 @@ def _expected_path(parts: tuple[int, ...], rows: int, flashinfer: bool) -> str:
     if parts >= (0, 17):  # apply_top_k_top_p: Triton from 8 rows
         return "triton" if rows >= 8 else "sort"
     if parts >= (0, 12):  # FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1
+        return "sort"
+    if parts < (0, 9):  # 0.8: FlashInfer >= 0.2.3 disabled
         return "sort"
     return "flashinfer" if flashinfer else "sort"
 
