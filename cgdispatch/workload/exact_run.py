@@ -182,19 +182,28 @@ class ExactRun:
 
     def _on_stretch(self, run: SteadyStretch) -> None:
         """The rows of a steady stretch: ``_on_call``'s for each of its calls, at once."""
-        k, n, ids = len(run.clock_s), run.num_reqs, run.loras
+        k = len(run.clock_s)
         q = self.limits.q
+        n_col: list[int] = []
+        lora_col: list[bool] = []
+        nlora_col: list[int] = []
+        bounds = [start for start, _, _ in run.segments[1:]] + [k]
+        for (start, n, ids), stop in zip(run.segments, bounds):
+            m = stop - start
+            n_col += [n] * m
+            lora_col += [bool(ids)] * m
+            nlora_col += [len(ids)] * m
         values = {
-            "num_tokens": [n] * k,
-            "num_reqs": [n] * k,
+            "num_tokens": n_col,
+            "num_reqs": n_col,
             "uniform_decode": [q == 1] * k,  # every query is one token long
-            "has_lora": [bool(ids)] * k,
-            "num_active_loras": [len(ids)] * k,
+            "has_lora": lora_col,
+            "num_active_loras": nlora_col,
             "num_prefill_tokens": [0] * k,
             "time_s": run.clock_s,
             "num_preempted": [self._pending_preempted] + [0] * (k - 1),
             "max_query_len": [1] * k,
-            "num_decode_reqs": [n] * k,
+            "num_decode_reqs": n_col,
             "kv_blocks_used": run.kv_blocks_used,
             "num_cached_tokens": [0] * k,
         }

@@ -50,17 +50,29 @@ class ScheduleCall:
 
 @dataclass(frozen=True, slots=True)
 class SteadyStretch:
-    """Consecutive schedule calls that each schedule the same steady decodes one token each
-    and nothing else (no admission, no preemption, no draft): they differ only in their
-    clock and, where a decode opens a KV block, in the blocks held. Made by
-    ``VllmSchedulerCore.steady_stretch``; it stands for the calls, it does not list them."""
+    """Consecutive schedule calls that each schedule the steady decodes one token each and
+    nothing else (no admission, no preemption, no draft): they differ in their clock, in
+    the blocks held where a decode opens a KV block, and, from each finish on, in the
+    decodes left. Made by ``VllmSchedulerCore.steady_stretch``; it stands for the calls, it
+    does not list them."""
 
     clock_s: list[float]  # each call's schedule time, as the step loop adds them
     kv_blocks_used: list[int]  # blocks held right after each call
-    num_reqs: int  # steady decodes in each call (one token each)
-    loras: frozenset[int]  # their adapter ids
+    # (first call's index in clock_s, steady decodes in it and the calls after, their
+    # adapter ids): one segment per set of decodes, in call order, the first at index 0
+    segments: list[tuple[int, int, frozenset[int]]]
     end_s: float  # clock when the last call's output is ready
     first_tick: int  # the first call's number
+
+    @property
+    def num_reqs(self) -> int:
+        """Steady decodes in the last call."""
+        return self.segments[-1][1]
+
+    @property
+    def loras(self) -> frozenset[int]:
+        """The last call's adapter ids."""
+        return self.segments[-1][2]
 
     def last_call(self) -> ScheduleCall:
         """The last call as the step loop would have made it (async keeps it in flight)."""

@@ -50,11 +50,14 @@ def run_engine(
         """At a loop top whose calls admit nothing (the caller checked): a steady stretch."""
         nonlocal calls
         if closed is not None:
-            arrive = closed.next_s()
+            arrive = closed.next_s  # finishes inside the stretch may move it
         else:
-            arrive = arrival_s[nxt] if nxt < total else math.inf
-        n = core.d_count
-        run = core.steady_stretch(now, stretch_time_s(n), arrive, max_calls - calls)
+            at = arrival_s[nxt] if nxt < total else math.inf
+
+            def arrive() -> float:
+                return at
+
+        run = core.steady_stretch(now, stretch_time_s, arrive, max_calls - calls)
         if run is not None:
             calls += len(run.clock_s)
             on_stretch(run)
@@ -88,6 +91,8 @@ def run_engine(
             now = run.end_s
             repeated = False  # the next top holds the event that ended the stretch
             continue
+        if core.bulk and core.is_async:
+            core.bulk_leave(queue[0] if queue else None)
         repeated = False
         if core.num_unfinished > 0 or core.finished_pending:
             calls += 1

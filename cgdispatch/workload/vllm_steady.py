@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .vllm_call import NO_LIMIT, RUNNING, ScheduleCall, SteadyStretch
+from .vllm_call import RUNNING, ScheduleCall, SteadyStretch
 
 __all__ = ["SteadyDecodes"]
 
@@ -43,6 +43,9 @@ class SteadyDecodes:
         self.d_members: dict[int, None] = {}  # the steady set, in joining order
         self.due = [0] * n  # the tick of each member's entry in d_due
         self.joined = [0] * n  # the loop top at which each member joined
+        # async: tokens in flight at the join (the call in flight lists the member with them:
+        # 1, or its last prompt chunk when it joins the top after its prefill)
+        self.join_inflight = [1] * n
         # prefix caching: the members per phase, whose next block each call of that phase
         # takes from the pool (which member gets which block is immaterial: blocks differ
         # only by their state, and every block taken in one call comes from the queue's front)
@@ -59,28 +62,40 @@ class SteadyDecodes:
         """Output tokens at which request ``i`` stops: max_tokens, or max_model_len first."""
         return min(self.max_tokens[i], self.mml - self.prompt[i])
 
-    def _join(self, i: int) -> bool:
-        """Make running request ``i`` a steady decode if it is one (at a loop top)."""
+    def _join(self, i: int, in_flight: ScheduleCall | None) -> bool:
+        """Make running request ``i`` a steady decode if it is one (at a loop top, with
+        ``in_flight`` the call not yet updated, async)."""
         computed, out, T = self.computed[i], self.out[i], self.tick
         if (
             self.stale[i]
             or self.spec[i]
             or self.prefill_chunk[i]
-            or out < 1
             or self.held[i] != -(-min(computed, self.mml) // self.bs)
         ):
             return False
         off = computed - T
         if self.is_async:  # one token in flight: computed = prompt + out, one placeholder
-            if self.placeholders[i] != 1 or self.inflight[i] != 1:
+            # the call in flight is the one that sampled it (at a loop top no other call is
+            # un-updated) and lists it with its tokens: 1 in a decode, or, the top after its
+            # prefill, the prompt's last chunk; that update is then a decode's but for the
+            # first token's time, set here (update skips members)
+            inflight = self.inflight[i]
+            if self.placeholders[i] != 1 or inflight < 1 or computed != self.prompt[i] + out:
                 return False
-            if computed != self.prompt[i] + out:
+            if inflight != 1 and in_flight is None:
                 return False
             # it leaves before the call that would find its last token already in flight
             due = min(self.max_tokens[i] + self.prompt[i] - 1, self.mml - 1) - off
             if due <= T:
                 return False
+            if out == 0:
+                if in_flight is None:
+                    return False
+                self.first_token_s[i] = in_flight.end_s
+            self.join_inflight[i] = inflight
         else:
+            if out < 1:
+                return False
             if self.placeholders[i] or self.inflight[i] or computed != self.prompt[i] + out - 1:
                 return False
             due = T + self._limit(i) - out - 1  # the call whose update gives its last token
@@ -136,6 +151,8 @@ class SteadyDecodes:
         that call's update lists it."""
         joined_before = self.joined[i] < self.tick  # else the call lists it already
         self._leave(i, self.tick)
+        if not joined_before:  # as it joined: the call's tokens in flight
+            self.inflight[i] = self.join_inflight[i]
         if call is not None and joined_before:
             call.reqs.append(i)
             call.tokens.append(1)
@@ -144,14 +161,28 @@ class SteadyDecodes:
             call.sampled.append(1)
 
     def bulk_top(self, in_flight: ScheduleCall | None) -> None:
-        """At a loop top: async members whose end is near leave; steady requests join."""
-        if self.is_async:
-            for i in self.d_due.pop(self.tick, ()):
-                if i in self.d_members and self.due[i] == self.tick:
-                    self._leave_in_flight(i, in_flight)
+        """At a loop top: steady requests join. Async members whose end is near leave in
+        :meth:`bulk_leave` after (a steady stretch from this top takes them itself)."""
         if self.p_order:
             for i in [j for j in self.p_order if self.status[j] == RUNNING]:
-                self._join(i)
+                self._join(i, in_flight)
+
+    def _leavers(self, tick: int) -> list[int]:
+        """The members due at ``tick``, in the order listed (d_due keeps the entries of members
+        that left, and a member that left and rejoined may be listed twice)."""
+        members, due = self.d_members, self.due
+        listed = dict.fromkeys(self.d_due.get(tick, ()))
+        return [i for i in listed if i in members and due[i] == tick]
+
+    def bulk_leave(self, in_flight: ScheduleCall | None) -> None:
+        """Async, at a loop top whose call is not a steady stretch's (after :meth:`bulk_top`):
+        the members whose end is near leave, their token in flight in ``in_flight``. Leaving
+        after the joins orders the steady set, the phases and ``p_order`` as leaving before
+        them would: a leaver cannot rejoin, and a dict's other keys keep their order."""
+        if self.tick in self.d_due:
+            for i in self._leavers(self.tick):
+                self._leave_in_flight(i, in_flight)
+            del self.d_due[self.tick]
 
     def materialize(self, in_flight: ScheduleCall | None) -> None:
         """Every steady decode written out, for a call the bulk path cannot take."""
@@ -270,36 +301,83 @@ class SteadyDecodes:
         (each one's computed tokens after that call)."""
         return self.d_count * (tick + 1) + self.d_off_sum
 
+    def _admits_none_with(self, num_steady: int) -> bool:
+        """:meth:`admits_none` with ``num_steady`` steady decodes scheduled."""
+        return (
+            not self.waiting or len(self.running) >= self.max_num_seqs or num_steady >= self.budget
+        )
+
     def steady_stretch(
-        self, now_s: float, step_s: Callable[[int], float], next_arrival_s: float, most: int
+        self,
+        now_s: float,
+        stretch_time_s: Callable[[int], Callable[[int], float]],
+        next_arrival_s: Callable[[], float],
+        most: int,
     ) -> SteadyStretch | None:
         """The calls that schedule the steady decodes and nothing else, made at once from
-        the engine loop's top (its arrivals in); None if none can be.
+        the engine loop's top (its arrivals in); None, changing nothing, if none can be.
 
         The caller vouches that they admit nothing (:meth:`admits_none`, or :meth:`repeats`
-        of the call before) and, async, that the update of the call in flight is inert. Each
-        call is ``schedule_bulk``'s with every running request a steady decode, until the
-        first of: an arrival at or before the call's clock (``next_arrival_s``), the tick
-        when a steady decode finishes (sync) or leaves (async), a call whose new blocks do
-        not fit (``schedule`` would preempt), or ``most`` calls. ``step_s(tick)``: the step
-        time of the call of ``tick``; clocks add it one call at a time, as the engine loop
-        does. The updates
-        of the calls made are empty."""
+        of the call before) and, async, that the update of the call in flight is inert, and
+        has not yet made this top's async leaves (:meth:`bulk_leave`). Each call is
+        ``schedule_bulk``'s with every running request a steady decode, until the first of:
+        an arrival at or before the call's clock (``next_arrival_s()``, asked again after
+        each finish), a call whose new blocks do not fit (``schedule`` would preempt), a
+        finish after which a waiting request could be admitted or no steady decode is left,
+        or ``most`` calls. ``stretch_time_s(n)(tick)``: the step time of the call of
+        ``tick`` with ``n`` steady decodes; clocks add it one call at a time, as the engine
+        loop does.
+
+        Steady decodes end inside the stretch as the step loop ends them. Sync: the update of
+        the call of a member's due tick gives its last token, and it finishes there. Async:
+        at its due tick it leaves (its last token in flight), that tick's call schedules the
+        others, and the update of the call before, made after it, finishes it. Those updates
+        are made here (:meth:`update` of a call listing only the leavers: the others in it
+        are members, which update skips); every other update of the calls made is empty.
+        Blocks are taken at once for the calls between finishes (nothing is freed or cached
+        between them, so they leave the queue in the order the calls would take them)."""
         num_reqs = self.d_count
         if not num_reqs or self.p_order or num_reqs > self.budget:
             return None
         first = t = self.tick
-        end = min(self.d_due, default=NO_LIMIT)  # the first tick a steady decode ends at
-        last = min(end, t + most)
-        phase, bs, used, free = self.phase_cnt, self.bs, self.used, self.usable - self.used
+        last = t + most
+        phase, bs, used = self.phase_cnt, self.bs, self.used
+        free = self.usable - used
         pcache = self.pc is not None
+        is_async, d_due, off = self.is_async, self.d_due, self.off
+        arrive = next_arrival_s()
+        step_s = stretch_time_s(num_reqs)
         clocks: list[float] = []
         kv: list[int] = []
         opened: list[int] = []  # prefix caching: the ticks whose calls open blocks
-        while t < last and now_s < next_arrival_s:
+        segments = [(0, num_reqs, frozenset(self.d_loras))]
+        updated_last = False  # the last thing done was an update that finished requests
+        while t < last and now_s < arrive:
             need = phase[-t % bs]  # decodes whose token opens a block this call
+            leavers = None
+            if t in d_due:
+                leavers = self._leavers(t)
+                if not leavers:
+                    del d_due[t]  # only members that left since: nothing is due
+                elif is_async:
+                    # the call schedules the others: it must schedule someone and admit no
+                    # one (the structural test: fewer decodes may leave budget)
+                    left = num_reqs - len(leavers)
+                    if not left or not self._admits_none_with(left):
+                        break
+                    at = -t % bs
+                    need -= sum(1 for i in leavers if off[i] % bs == at)
             if need > free:
                 break
+            if leavers and is_async:  # they leave at this top, before the call
+                self.used = used
+                self._take_blocks(opened)
+                for i in leavers:
+                    self._leave(i, t)
+                del d_due[t]
+                num_reqs = self.d_count
+                segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
+                step_s = stretch_time_s(num_reqs)
             used += need
             free -= need
             if pcache and need:
@@ -308,19 +386,56 @@ class SteadyDecodes:
             kv.append(used)
             now_s += step_s(t)
             t += 1
+            updated_last = False
+            if not leavers:
+                continue
+            self.tick, self.used = t, used
+            self._take_blocks(opened)
+            if is_async:  # the update of the call before, made after this one: they finish
+                self._update_leavers(leavers, clocks[-1], t - 2)
+            else:  # this call's update: they leave and finish (update reads d_due)
+                call = ScheduleCall(clocks[-1], [], [], [], [], [], used, end_s=now_s, tick=t - 1)
+                self.update(call)
+            updated_last = True
+            used = self.used
+            free = self.usable - used
+            num_reqs = self.d_count
+            if not num_reqs or not self.admits_none():
+                break
+            if not is_async:
+                segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
+                step_s = stretch_time_s(num_reqs)
+            arrive = next_arrival_s()
         if not clocks:
             return None
-        self.tick = t
-        taken, self.used = used - self.used, used
-        if opened:
-            # the blocks of every call at once: nothing is freed between the calls, so they
-            # leave the queue in the order the calls would take them, one call's after another
-            blocks = self.pc.get_new_blocks(taken)
-            blocks_of, members_of, at = self.blocks_of, self.phase_members, 0
-            for tick in opened:
-                for i in members_of[-tick % bs]:
-                    blocks_of[i].append(blocks[at])
-                    at += 1
-        self.finished_pending = False  # each call sends the finished ids (_scheduled)
-        loras = frozenset(self.d_loras)
-        return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)
+        self.tick, self.used = t, used
+        self._take_blocks(opened)
+        # each call sends the finished ids (_scheduled); a finish after the last call is
+        # sent by the next call
+        self.finished_pending = updated_last
+        if segments[-1][0] == len(clocks):  # async: no call after the last finish's segment
+            segments.pop()
+        return SteadyStretch(clocks, kv, segments, now_s, first)
+
+    def _take_blocks(self, opened: list[int]) -> None:
+        """Prefix caching: the blocks the steady decodes' calls of ``opened`` ticks open, in
+        call order, taken at once and handed to the members of each tick's phase; clears
+        ``opened``. ``used`` already counts them."""
+        if not opened:
+            return
+        bs, members_of = self.bs, self.phase_members
+        blocks = self.pc.get_new_blocks(sum(len(members_of[-tick % bs]) for tick in opened))
+        blocks_of, at = self.blocks_of, 0
+        for tick in opened:
+            for i in members_of[-tick % bs]:
+                blocks_of[i].append(blocks[at])
+                at += 1
+        opened.clear()
+
+    def _update_leavers(self, leavers: list[int], end_s: float, tick: int) -> None:
+        """Async: the update of the call of ``tick`` (ready at ``end_s``), which holds the
+        leavers' last tokens: :meth:`_leave_in_flight` would have listed them in it."""
+        n = len(leavers)
+        call = ScheduleCall(end_s, leavers, [1] * n, [0] * n, [True] * n, [], 0, [1] * n)
+        call.end_s, call.tick = end_s, tick
+        self.update(call)
