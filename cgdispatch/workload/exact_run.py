@@ -341,13 +341,16 @@ def _block_keys(
     hbs = int(requests.attrs.get("hash_block_size", lim.hash_block_size))
     if HASH_IDS_COLUMN in requests:
         hash_ids = requests[HASH_IDS_COLUMN].tolist()
-        for i, (ids, p) in enumerate(zip(hash_ids, prompt)):
-            if len(ids) != -(-p // hbs):
-                raise ValueError(
-                    f"request row {int(rows[i])}: {len(ids)} hash_ids for prompt_tokens={p} "
-                    f"at hash_block_size={hbs}: one id per {hbs} prompt tokens needs "
-                    f"{-(-p // hbs)}; fix the ids or set hash_block_size to the trace's"
-                )
+        lens = np.fromiter(map(len, hash_ids), dtype=np.int64, count=len(hash_ids))
+        bad = np.flatnonzero(lens != -(-np.asarray(prompt, dtype=np.int64) // hbs))
+        if bad.size:  # the first request whose ids do not match its prompt
+            i = int(bad[0])
+            ids, p = hash_ids[i], prompt[i]
+            raise ValueError(
+                f"request row {int(rows[i])}: {len(ids)} hash_ids for prompt_tokens={p} "
+                f"at hash_block_size={hbs}: one id per {hbs} prompt tokens needs "
+                f"{-(-p // hbs)}; fix the ids or set hash_block_size to the trace's"
+            )
     elif TOKEN_IDS_COLUMN in requests:
         token_ids = requests[TOKEN_IDS_COLUMN].tolist()
     return BlockKeys(prompt, lora, lim.block_size, hash_ids, token_ids, hbs)
