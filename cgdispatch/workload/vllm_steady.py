@@ -7,12 +7,16 @@ are ``tick + off[i]`` and every other field follows, so a step costs nothing per
 KV blocks the members open are counted by phase (``off mod block_size``); finishes (sync)
 and leaves (async) are due by tick. :meth:`SteadyDecodes.schedule_bulk` is ``schedule``
 when the step's order cannot matter; :meth:`SteadyDecodes.steady_stretch` makes, at once,
-the steps that repeat a steady step until the next event.
+the steps that schedule the steady decodes and nothing else, through their finishes, until
+the next arrival (or a call that would preempt, or a finish after which someone could be
+admitted). Async, a request joins the loop top after its prefill's call, so its first
+decode is already a stretch's.
 
 It is a mixin of :class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`, whose
 request table and ``_admit`` / ``_scheduled`` it uses; it holds no rule of vLLM's that the
-per-request path does not (``tests/workload/test_scheduler_bulk.py`` and
-``test_vllm_steady_stretch.py`` compare the paths bit for bit).
+per-request path does not (``tests/workload/test_scheduler_bulk.py``,
+``test_vllm_steady_stretch.py`` and ``test_stretch_finishes.py`` compare the paths bit for
+bit).
 """
 
 from __future__ import annotations
@@ -331,7 +335,9 @@ class SteadyDecodes:
         Steady decodes end inside the stretch as the step loop ends them. Sync: the update of
         the call of a member's due tick gives its last token, and it finishes there. Async:
         at its due tick it leaves (its last token in flight), that tick's call schedules the
-        others, and the update of the call before, made after it, finishes it. Those updates
+        others (vLLM skips a request whose step in flight already reaches its end), and the
+        update of the call before, made after it (``EngineCore.step_with_batch_queue``,
+        vllm/v1/engine/core.py, 0.33 and 0.34), finishes it. Those updates
         are made here (:meth:`update` of a call listing only the leavers: the others in it
         are members, which update skips); every other update of the calls made is empty.
         Blocks are taken at once for the calls between finishes (nothing is freed or cached
