@@ -18,55 +18,50 @@ Run: ``PYTHONPATH=. python benchmarks/bench_prefix_cache.py [NUM_REQUESTS]`` (1M
 minutes on 2 cores).
 
 Figures, measured (CPU) on this 2-core machine shared with other sessions, 2026-12-05: the
-replay's CPU seconds (``time.process_time``; wall was 2-4x higher under the load), the
-code before the round of speed work on the replay (commit b8d0600) and after it, each
-pair run side by side under the same load:
+replay's CPU seconds (``time.process_time``; wall was 2-4x higher under the load), each pair
+of codes run back to back under the same load. First round: the code before the speed work
+on the replay (commit b8d0600) against after it. Second round: commit 327c06a (main) against
+the steady stretches that run through finishes and the async early joins (branch stretch):
 
-====================  ===========  ===========  ========
-requests              off          on           on/off
-====================  ===========  ===========  ========
-200k, before          4.1 s        17.1 s       4.20x
-200k, after           4.0 s        15.5 s       3.87x
-1M, before            23.2 s       97.1 s       4.18x
-1M, after             22.8 s       89.8 s       3.94x
-====================  ===========  ===========  ========
+=========================  ===========  ===========  ==================  ========
+requests                   off          on           on, unique prompts  on/off
+=========================  ===========  ===========  ==================  ========
+200k, b8d0600              4.1 s        17.1 s                           4.20x
+200k, after round 1        4.0 s        15.5 s                           3.87x
+1M, b8d0600                23.2 s       97.1 s                           4.18x
+1M, after round 1          22.8 s       89.8 s                           3.94x
+200k, 327c06a              4.1 s        12.3 s       6.8 s               3.02x
+200k, stretch              3.4 s        10.0 s       5.8 s               2.93x
+1M, 327c06a                20.3 s       62.9 s       33.5 s              3.10x
+1M, stretch                17.8 s       50.0 s       28.7 s              2.82x
+=========================  ===========  ===========  ==================  ========
 
-The 60 s target for 1M requests with prefix caching on is missed (89.8 CPU s, 342 s wall).
-What the round bought: hash_ids chained for every request at load (numpy) instead of a
-dict of tuples (peak memory at 1M 2.02 -> 1.84 GB) and fewer instructions per engine-loop
-call. What it found: a third of the time is per-block work (taking blocks from the free
-queue and evicting their hashes, freeing, caching), spread over five loops, and the rest
-is spread over the per-call path; C-level ``map`` calls over ``list.__setitem__`` were
-slower than the loops they replaced (callgrind), and the cyclic collector costs 1%.
+The 60 s target for 1M requests with prefix caching on is met: 50.0 CPU s (50.1 s wall on a
+lightly loaded machine; 327c06a: 62.9 CPU s, 65.5 s wall, in the same session; CPU seconds of
+one code vary by about 20% with the machine's load, 70.7 for 327c06a's code earlier).
 
-Where the time goes now (measured (CPU), same machine, 2026-12-05, code of commit e569455;
-shares from py-spy sampling at 500 Hz over 100k requests, step counts from the runs). The
-same code rerun at 1M: off 22.9, on 70.7, unique prompts on 35.5 CPU s (on: 2,698,810
-steps, 101.5 s wall, the target missed; off: 1,346,150 steps): against 89.8 above, CPU
-seconds of one code vary by about 20% with the machine's load.
+What the second round changed (the same steps, bit for bit): the calls a steady stretch could
+not take. Per 50k requests, 327c06a made 40,425 calls that admit, 47,212 follow-up calls
+that admit nothing (23,743 first decodes after a prefill, async, and 23,469 calls at a
+steady decode's end) and 58,916 steps in 25,815 stretches; now 40,425 admitting calls, 2
+others and 106,126 steps in 23,743 stretches. Async, a request joins the steady set at the
+loop top after its prefill's call (the update in flight is then a decode's but for the
+first token's time, set at the join), and a stretch runs through steady decodes' ends: sync,
+the due call and its update (the finish); async, the leave at the due top, the call that
+schedules the others, and the update of the call before (the finish), for as long as no
+waiting request could be admitted after it. Hash keys of the prompt blocks are made for 2048
+requests at once (numpy) instead of a list per request.
 
-- Prefix caching on makes twice the steps: at 200k, 544,121 steps against 268,224 off (mean
-  step 17.4 ms against 34.6 ms at 50k: the default clock prices computed tokens, and cached
-  ones are not computed). Per step the replay costs about 26 us on and 15 us off; with every
-  prompt unique (same 268,224 steps as off) 26.5 us. So of the 3.5x on/off, about 2x is the
-  step count and 1.7x the block identity per step.
-- The calls a steady stretch cannot take: per 50k requests, 40,425 calls that admit and
-  47,212 follow-up calls that admit nothing but run a request outside the steady set (by the join
-  and leave rules: a request's first decode after its prefill, its last as it leaves),
-  against 58,916 steps made in 25,815 stretches (off: 32,797, 25,937 and 14,944). A
-  per-step call costs about 7x a stretch's step.
-- Shares of the replay's CPU with prefix caching on: the per-call path without block work
-  43%; block work 43% (taking and caching a prompt's new blocks 10%, freeing 10%, hit
-  lookups with the block hashes they build 10%, the steady decodes' new output blocks 8%,
-  touching hits 3%, caching at a steady decode's leave 2%); steady stretches 8%; loading the
-  trace (request checks, hash chains) 6%. No line takes more than about 3%.
-
-A round of micro-changes (hit lookups at C speed, a dups-free eviction loop, the publishing
-check inlined) changed callgrind's instruction count of a 10k-request run by 0.1%, and was
-dropped: the block loops leave little to take in CPython. A block pool at no cost would still
-leave the other 57% (8.2 of 14.3 CPU s at 200k, about 40 s at 1M); what could reach the
-target is fewer per-step calls (the follow-up calls taken into stretches) with less block
-work, not a faster pool alone.
+Where the time goes now (py-spy at 400 Hz over 200k requests with prefix caching on, code of
+branch stretch, shares of the replay's CPU): the admitting calls 38% (of which block work
+22%: hit lookups with their hashes 7%, the new prompt blocks taken and cached 12%, touching
+hits 3%; the steady decodes' blocks of that call 4%; the schedule and admission logic
+11%); the stretches 35% (finishes inside them 12%, nearly all freeing blocks; the decodes'
+new blocks 7%; rows 5%; the per-step loop 5%; leaves 3%); the admitting calls' rows, the
+other updates, the joins and the engine loop's tops 16%; loading the trace 5%. Block work
+in all (taking, evicting, freeing, caching, looking up) is about 38%, no line above 3%.
+Every remaining per-step call admits a request; what is left to take is the admission
+call's own overhead (the call made inside a stretch), not the follow-ups.
 """
 
 from __future__ import annotations
