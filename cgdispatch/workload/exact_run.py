@@ -181,30 +181,42 @@ class ExactRun:
         self._pending_preempted = 0
 
     def _on_stretch(self, run: SteadyStretch) -> None:
-        """The rows of a steady stretch: ``_on_call``'s for each of its calls, at once."""
-        k = len(run.clock_s)
+        """The rows of a steady stretch's calls in call order: ``_on_call``'s for each."""
+        segments, k = run.segments, len(run.clock_s)
+        seg, at = 0, 0  # the segment of steady call ``at``
+        for pos, call in [*run.calls, (k, None)]:
+            while at < pos:  # the steady calls before this admitting one, by segment
+                stop = segments[seg + 1][0] if seg + 1 < len(segments) else k
+                if stop <= at:
+                    seg += 1
+                    continue
+                end = min(stop, pos)
+                self._steady_rows(run, at, end, segments[seg][1], segments[seg][2])
+                at = end
+            if call is not None:
+                self._on_call(call)
+
+    def _steady_rows(
+        self, run: SteadyStretch, lo: int, hi: int, n: int, ids: frozenset[int]
+    ) -> None:
+        """The rows of a stretch's steady calls ``lo`` to ``hi - 1``, of ``n`` decodes with
+        adapters ``ids`` each, at once."""
+        k = hi - lo
         q = self.limits.q
-        n_col: list[int] = []
-        lora_col: list[bool] = []
-        nlora_col: list[int] = []
-        bounds = [start for start, _, _ in run.segments[1:]] + [k]
-        for (start, n, ids), stop in zip(run.segments, bounds):
-            m = stop - start
-            n_col += [n] * m
-            lora_col += [bool(ids)] * m
-            nlora_col += [len(ids)] * m
+        whole = k == len(run.clock_s)
+        n_col = [n] * k
         values = {
             "num_tokens": n_col,
             "num_reqs": n_col,
             "uniform_decode": [q == 1] * k,  # every query is one token long
-            "has_lora": lora_col,
-            "num_active_loras": nlora_col,
+            "has_lora": [bool(ids)] * k,
+            "num_active_loras": [len(ids)] * k,
             "num_prefill_tokens": [0] * k,
-            "time_s": run.clock_s,
+            "time_s": run.clock_s if whole else run.clock_s[lo:hi],
             "num_preempted": [self._pending_preempted] + [0] * (k - 1),
             "max_query_len": [1] * k,
             "num_decode_reqs": n_col,
-            "kv_blocks_used": run.kv_blocks_used,
+            "kv_blocks_used": run.kv_blocks_used if whole else run.kv_blocks_used[lo:hi],
             "num_cached_tokens": [0] * k,
         }
         for f, col in zip(STEP_FIELDS, self._cols):

@@ -1,9 +1,10 @@
-"""Steady stretches that run through finishes, and async requests that join the steady set
-the loop top after their prefill, give exactly the step loop's and the per-request path's
+"""Steady stretches that run through finishes and through the calls that admit arrivals, and
+async requests that join the steady set the loop top after their prefill, give exactly the
+step loop's and the per-request path's
 steps, request times and prefix hit rates, bit for bit, on fresh random traces: prefix
 caching on and off, vLLM 0.33 and 0.34, sync and async, KV pressure, LoRA limits, closed
-loop. The checks count the finishes made inside stretches and the early joins, so a case
-set that reaches neither fails instead of passing on nothing."""
+loop. The checks count the finishes and admitting calls made inside stretches and the early
+joins, so a case set that reaches none of them fails instead of passing on nothing."""
 
 from __future__ import annotations
 
@@ -60,10 +61,11 @@ def random_case(seed: int) -> tuple[pd.DataFrame, SchedulerLimits]:
 
 
 class Counts:
-    """Finishes made inside stretches (a stretch whose decodes change), early joins."""
+    """Finishes and admitting calls made inside stretches, by async; async early joins."""
 
     def __init__(self) -> None:
         self.finishes = {False: 0, True: 0}  # by async
+        self.admitting = {False: 0, True: 0}  # calls that admit, made inside stretches
         self.early_joins = 0
 
 
@@ -78,6 +80,17 @@ def run(req, limits, stretches: bool, record: bool, counts: Counts, monkeypatch)
         return joined
 
     monkeypatch.setattr(SteadyDecodes, "_join", counted_join)
+    stretch = SteadyDecodes.steady_stretch
+    inside = []  # set while a stretch is being made
+
+    def counted_stretch(self, *args, **kwargs):
+        inside.append(True)
+        try:
+            return stretch(self, *args, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(SteadyDecodes, "steady_stretch", counted_stretch)
 
     def step_time(num_tokens: int, num_reqs: int) -> float:
         return 0.7 + 0.013 * num_tokens + 0.1 * num_reqs  # inexact in binary: sums drift
@@ -86,10 +99,17 @@ def run(req, limits, stretches: bool, record: bool, counts: Counts, monkeypatch)
     on_stretch = sim.exact._on_stretch
 
     def seen(run) -> None:
-        counts.finishes[limits.is_async] += len(run.segments) - 1
+        counts.admitting[limits.is_async] += len(run.calls)
         on_stretch(run)
 
     sim.exact._on_stretch = seen
+    finish = sim.exact.core._finish  # the closed loop's, if any
+
+    def counted_finish(i: int, when_s: float) -> None:
+        counts.finishes[limits.is_async] += bool(inside)
+        finish(i, when_s)
+
+    sim.exact.core._finish = counted_finish
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return sim.run(), sim.exact.request_times(), sim.exact.prefix_hit_rate
@@ -116,3 +136,4 @@ def test_finishes_in_stretches_and_early_joins_keep_every_step(chunk: int, monke
     # only if, by chance, no drawn case is async, or none sync
     assert counts.early_joins > 0, f"no async request joined after its prefill: {seeds}"
     assert counts.finishes[True] > 0 and counts.finishes[False] > 0, f"{counts.finishes} {seeds}"
+    assert counts.admitting[True] > 0 and counts.admitting[False] > 0, f"{counts.admitting} {seeds}"
