@@ -18,10 +18,11 @@ Run: ``PYTHONPATH=. python benchmarks/bench_prefix_cache.py [NUM_REQUESTS]`` (1M
 minutes on 2 cores).
 
 Figures, measured (CPU) on this 2-core machine shared with other sessions, 2026-12-05: the
-replay's CPU seconds (``time.process_time``; wall was 2-4x higher under the load), each pair
-of codes run back to back under the same load. First round: the code before the speed work
-on the replay (commit b8d0600) against after it. Second round: commit 327c06a (main) against
-the steady stretches that run through finishes and the async early joins (branch stretch):
+replay's CPU seconds (``time.process_time``; wall was 2-4x higher under load), each pair of
+codes run back to back under the same load. First round: the code before the speed work on
+the replay (commit b8d0600) against after it. Second round: commit 327c06a against branch
+stretch (commit f672645; steady stretches through finishes and admissions, async early
+joins), 19:05-19:09 UTC on a lightly loaded machine:
 
 =========================  ===========  ===========  ==================  ========
 requests                   off          on           on, unique prompts  on/off
@@ -30,38 +31,42 @@ requests                   off          on           on, unique prompts  on/off
 200k, after round 1        4.0 s        15.5 s                           3.87x
 1M, b8d0600                23.2 s       97.1 s                           4.18x
 1M, after round 1          22.8 s       89.8 s                           3.94x
-200k, 327c06a              4.1 s        12.3 s       6.8 s               3.02x
-200k, stretch              3.4 s        10.0 s       5.8 s               2.93x
-1M, 327c06a                20.3 s       62.9 s       33.5 s              3.10x
-1M, stretch                17.8 s       50.0 s       28.7 s              2.82x
+200k, 327c06a              4.2 s        13.1 s       6.8 s               3.16x
+200k, stretch              3.2 s        9.2 s        5.7 s               2.89x
+1M, 327c06a                20.5 s       63.1 s       33.6 s              3.08x
+1M, stretch                16.6 s       47.7 s       28.2 s              2.87x
 =========================  ===========  ===========  ==================  ========
 
-The 60 s target for 1M requests with prefix caching on is met: 50.0 CPU s (50.1 s wall on a
-lightly loaded machine; 327c06a: 62.9 CPU s, 65.5 s wall, in the same session; CPU seconds of
-one code vary by about 20% with the machine's load, 70.7 for 327c06a's code earlier).
+The 60 s target for 1M requests with prefix caching on is met: 47.7 CPU s and 47.7 s wall
+for the replay (327c06a: 63.1 and 63.1, same session; CPU seconds of one code vary by about
+20% with the machine's load: 70.7 for 327c06a's code earlier the same day).
 
-What the second round changed (the same steps, bit for bit): the calls a steady stretch could
-not take. Per 50k requests, 327c06a made 40,425 calls that admit, 47,212 follow-up calls
-that admit nothing (23,743 first decodes after a prefill, async, and 23,469 calls at a
-steady decode's end) and 58,916 steps in 25,815 stretches; now 40,425 admitting calls, 2
-others and 106,126 steps in 23,743 stretches. Async, a request joins the steady set at the
-loop top after its prefill's call (the update in flight is then a decode's but for the
-first token's time, set at the join), and a stretch runs through steady decodes' ends: sync,
-the due call and its update (the finish); async, the leave at the due top, the call that
-schedules the others, and the update of the call before (the finish), for as long as no
-waiting request could be admitted after it. Hash keys of the prompt blocks are made for 2048
-requests at once (numpy) instead of a list per request.
+What the second round changed (the same steps, bit for bit): the engine loop's per-step
+calls. Per 50k requests, 327c06a made 40,425 calls that admit, 47,212 follow-up calls that
+admit nothing (23,743 async first decodes after a prefill, 23,469 calls at a steady decode's
+end) and 58,916 steps in 25,815 stretches. Now: 2 calls outside stretches, and 1,141
+stretches holding the 40,425 admitting calls and 106,126 steady steps (most end at the cap of
+128 calls, ``vllm_steady.MAX_STRETCH_CALLS``). Async, a request joins the steady set at the
+loop top after its prefill's call (the update in flight is then a decode's but for the first
+token's time, set at the join). A stretch runs through steady decodes' ends (sync: the due
+call and its update, which finishes; async: the leave at the due top, the call that
+schedules the others, then the update of the call before, which finishes) and through the
+calls that admit arrivals (``schedule_bulk``'s call, made, priced and listed in the stretch;
+it goes on when the admitted join at the next top), while no one waiting could be admitted.
+Hash keys of prompt blocks are made for 2048 requests at once (numpy) instead of per request.
+Taking the follow-up calls into stretches gave about 18% at 1M; the admitting calls, a
+further 4% (their work is the admission, not the call around it).
 
 Where the time goes now (py-spy at 400 Hz over 200k requests with prefix caching on, code of
-branch stretch, shares of the replay's CPU): the admitting calls 38% (of which block work
-22%: hit lookups with their hashes 7%, the new prompt blocks taken and cached 12%, touching
-hits 3%; the steady decodes' blocks of that call 4%; the schedule and admission logic
-11%); the stretches 35% (finishes inside them 12%, nearly all freeing blocks; the decodes'
-new blocks 7%; rows 5%; the per-step loop 5%; leaves 3%); the admitting calls' rows, the
-other updates, the joins and the engine loop's tops 16%; loading the trace 5%. Block work
-in all (taking, evicting, freeing, caching, looking up) is about 38%, no line above 3%.
-Every remaining per-step call admits a request; what is left to take is the admission
-call's own overhead (the call made inside a stretch), not the follow-ups.
+f672645, shares of the replay's CPU): the admitting calls 37% (``_admit`` 27%: hit lookups
+with their hashes 7%, the new prompt blocks taken and cached 12%, touching hits and counting
+evictable ones 3%, the rest its own logic; the steady decodes' blocks of that call 4.5%; the
+call's record 3%); finishes inside stretches 17% (freeing blocks 9%, the update's and the
+finish's bookkeeping the rest); the steady decodes' new blocks taken between calls 9%; rows
+9%; the stretch loop itself 8%; joins 4%; leaves 3%; loading the trace 5%. Block work in all
+(taking, evicting, freeing, caching, looking up) is about 37%, no line above 3%. What is left
+is per-request work (an admission, a join, a leave, a finish each) and per-block work; no
+per-step call remains to take.
 """
 
 from __future__ import annotations
