@@ -54,8 +54,9 @@ schedules the others, then the update of the call before, which finishes) and th
 calls that admit arrivals (``schedule_bulk``'s call, made, priced and listed in the stretch;
 it goes on when the admitted join at the next top), while no one waiting could be admitted.
 Hash keys of prompt blocks are made for 2048 requests at once (numpy) instead of per request.
-Taking the follow-up calls into stretches gave about 18% at 1M; the admitting calls, a
-further 4% (their work is the admission, not the call around it).
+The follow-up calls in stretches and the keys by chunk (commit 7de8e54) took 1M from 62.9
+to 50.0 CPU s in an earlier pair the same session; the admitting calls in stretches gave
+about 4% more (their cost is the admission's own work, not the call around it).
 
 Where the time goes now (py-spy at 400 Hz over 200k requests with prefix caching on, code of
 f672645, shares of the replay's CPU): the admitting calls 37% (``_admit`` 27%: hit lookups
