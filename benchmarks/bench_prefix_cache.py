@@ -18,55 +18,56 @@ Run: ``PYTHONPATH=. python benchmarks/bench_prefix_cache.py [NUM_REQUESTS]`` (1M
 minutes on 2 cores).
 
 Figures, measured (CPU) on this 2-core machine shared with other sessions, 2026-12-05: the
-replay's CPU seconds (``time.process_time``; wall was 2-4x higher under the load), the
-code before the round of speed work on the replay (commit b8d0600) and after it, each
-pair run side by side under the same load:
+replay's CPU seconds (``time.process_time``; wall was 2-4x higher under load), each pair of
+codes run back to back under the same load. First round: the code before the speed work on
+the replay (commit b8d0600) against after it. Second round: commit 327c06a against branch
+stretch (commit f672645; steady stretches through finishes and admissions, async early
+joins), 19:05-19:09 UTC on a lightly loaded machine:
 
-====================  ===========  ===========  ========
-requests              off          on           on/off
-====================  ===========  ===========  ========
-200k, before          4.1 s        17.1 s       4.20x
-200k, after           4.0 s        15.5 s       3.87x
-1M, before            23.2 s       97.1 s       4.18x
-1M, after             22.8 s       89.8 s       3.94x
-====================  ===========  ===========  ========
+=========================  ===========  ===========  ==================  ========
+requests                   off          on           on, unique prompts  on/off
+=========================  ===========  ===========  ==================  ========
+200k, b8d0600              4.1 s        17.1 s                           4.20x
+200k, after round 1        4.0 s        15.5 s                           3.87x
+1M, b8d0600                23.2 s       97.1 s                           4.18x
+1M, after round 1          22.8 s       89.8 s                           3.94x
+200k, 327c06a              4.2 s        13.1 s       6.8 s               3.16x
+200k, stretch              3.2 s        9.2 s        5.7 s               2.89x
+1M, 327c06a                20.5 s       63.1 s       33.6 s              3.08x
+1M, stretch                16.6 s       47.7 s       28.2 s              2.87x
+=========================  ===========  ===========  ==================  ========
 
-The 60 s target for 1M requests with prefix caching on is missed (89.8 CPU s, 342 s wall).
-What the round bought: hash_ids chained for every request at load (numpy) instead of a
-dict of tuples (peak memory at 1M 2.02 -> 1.84 GB) and fewer instructions per engine-loop
-call. What it found: a third of the time is per-block work (taking blocks from the free
-queue and evicting their hashes, freeing, caching), spread over five loops, and the rest
-is spread over the per-call path; C-level ``map`` calls over ``list.__setitem__`` were
-slower than the loops they replaced (callgrind), and the cyclic collector costs 1%.
+The 60 s target for 1M requests with prefix caching on is met: 47.7 CPU s and 47.7 s wall
+for the replay (327c06a: 63.1 and 63.1, same session; CPU seconds of one code vary by about
+20% with the machine's load: 70.7 for 327c06a's code earlier the same day).
 
-Where the time goes now (measured (CPU), same machine, 2026-12-05, code of commit e569455;
-shares from py-spy sampling at 500 Hz over 100k requests, step counts from the runs). The
-same code rerun at 1M: off 22.9, on 70.7, unique prompts on 35.5 CPU s (on: 2,698,810
-steps, 101.5 s wall, the target missed; off: 1,346,150 steps): against 89.8 above, CPU
-seconds of one code vary by about 20% with the machine's load.
+What the second round changed (the same steps, bit for bit): the engine loop's per-step
+calls. Per 50k requests, 327c06a made 40,425 calls that admit, 47,212 follow-up calls that
+admit nothing (23,743 async first decodes after a prefill, 23,469 calls at a steady decode's
+end) and 58,916 steps in 25,815 stretches. Now: 2 calls outside stretches, and 1,141
+stretches holding the 40,425 admitting calls and 106,126 steady steps (most end at the cap of
+128 calls, ``vllm_steady.MAX_STRETCH_CALLS``). Async, a request joins the steady set at the
+loop top after its prefill's call (the update in flight is then a decode's but for the first
+token's time, set at the join). A stretch runs through steady decodes' ends (sync: the due
+call and its update, which finishes; async: the leave at the due top, the call that
+schedules the others, then the update of the call before, which finishes) and through the
+calls that admit arrivals (``schedule_bulk``'s call, made, priced and listed in the stretch;
+it goes on when the admitted join at the next top), while no one waiting could be admitted.
+Hash keys of prompt blocks are made for 2048 requests at once (numpy) instead of per request.
+The follow-up calls in stretches and the keys by chunk (commit 7de8e54) took 1M from 62.9
+to 50.0 CPU s in an earlier pair the same session; the admitting calls in stretches gave
+about 4% more (their cost is the admission's own work, not the call around it).
 
-- Prefix caching on makes twice the steps: at 200k, 544,121 steps against 268,224 off (mean
-  step 17.4 ms against 34.6 ms at 50k: the default clock prices computed tokens, and cached
-  ones are not computed). Per step the replay costs about 26 us on and 15 us off; with every
-  prompt unique (same 268,224 steps as off) 26.5 us. So of the 3.5x on/off, about 2x is the
-  step count and 1.7x the block identity per step.
-- The calls a steady stretch cannot take: per 50k requests, 40,425 calls that admit and
-  47,212 follow-up calls that admit nothing but run a request outside the steady set (by the join
-  and leave rules: a request's first decode after its prefill, its last as it leaves),
-  against 58,916 steps made in 25,815 stretches (off: 32,797, 25,937 and 14,944). A
-  per-step call costs about 7x a stretch's step.
-- Shares of the replay's CPU with prefix caching on: the per-call path without block work
-  43%; block work 43% (taking and caching a prompt's new blocks 10%, freeing 10%, hit
-  lookups with the block hashes they build 10%, the steady decodes' new output blocks 8%,
-  touching hits 3%, caching at a steady decode's leave 2%); steady stretches 8%; loading the
-  trace (request checks, hash chains) 6%. No line takes more than about 3%.
-
-A round of micro-changes (hit lookups at C speed, a dups-free eviction loop, the publishing
-check inlined) changed callgrind's instruction count of a 10k-request run by 0.1%, and was
-dropped: the block loops leave little to take in CPython. A block pool at no cost would still
-leave the other 57% (8.2 of 14.3 CPU s at 200k, about 40 s at 1M); what could reach the
-target is fewer per-step calls (the follow-up calls taken into stretches) with less block
-work, not a faster pool alone.
+Where the time goes now (py-spy at 400 Hz over 200k requests with prefix caching on, code of
+f672645, shares of the replay's CPU): the admitting calls 37% (``_admit`` 27%: hit lookups
+with their hashes 7%, the new prompt blocks taken and cached 12%, touching hits and counting
+evictable ones 3%, the rest its own logic; the steady decodes' blocks of that call 4.5%; the
+call's record 3%); finishes inside stretches 17% (freeing blocks 9%, the update's and the
+finish's bookkeeping the rest); the steady decodes' new blocks taken between calls 9%; rows
+9%; the stretch loop itself 8%; joins 4%; leaves 3%; loading the trace 5%. Block work in all
+(taking, evicting, freeing, caching, looking up) is about 37%, no line above 3%. What is left
+is per-request work (an admission, a join, a leave, a finish each) and per-block work; no
+per-step call remains to take.
 """
 
 from __future__ import annotations

@@ -181,21 +181,42 @@ class ExactRun:
         self._pending_preempted = 0
 
     def _on_stretch(self, run: SteadyStretch) -> None:
-        """The rows of a steady stretch: ``_on_call``'s for each of its calls, at once."""
-        k, n, ids = len(run.clock_s), run.num_reqs, run.loras
+        """The rows of a steady stretch's calls in call order: ``_on_call``'s for each."""
+        segments, k = run.segments, len(run.clock_s)
+        seg, at = 0, 0  # the segment of steady call ``at``
+        for pos, call in [*run.calls, (k, None)]:
+            while at < pos:  # the steady calls before this admitting one, by segment
+                stop = segments[seg + 1][0] if seg + 1 < len(segments) else k
+                if stop <= at:
+                    seg += 1
+                    continue
+                end = min(stop, pos)
+                self._steady_rows(run, at, end, segments[seg][1], segments[seg][2])
+                at = end
+            if call is not None:
+                self._on_call(call)
+
+    def _steady_rows(
+        self, run: SteadyStretch, lo: int, hi: int, n: int, ids: frozenset[int]
+    ) -> None:
+        """The rows of a stretch's steady calls ``lo`` to ``hi - 1``, of ``n`` decodes with
+        adapters ``ids`` each, at once."""
+        k = hi - lo
         q = self.limits.q
+        whole = k == len(run.clock_s)
+        n_col = [n] * k
         values = {
-            "num_tokens": [n] * k,
-            "num_reqs": [n] * k,
+            "num_tokens": n_col,
+            "num_reqs": n_col,
             "uniform_decode": [q == 1] * k,  # every query is one token long
             "has_lora": [bool(ids)] * k,
             "num_active_loras": [len(ids)] * k,
             "num_prefill_tokens": [0] * k,
-            "time_s": run.clock_s,
+            "time_s": run.clock_s if whole else run.clock_s[lo:hi],
             "num_preempted": [self._pending_preempted] + [0] * (k - 1),
             "max_query_len": [1] * k,
-            "num_decode_reqs": [n] * k,
-            "kv_blocks_used": run.kv_blocks_used,
+            "num_decode_reqs": n_col,
+            "kv_blocks_used": run.kv_blocks_used if whole else run.kv_blocks_used[lo:hi],
             "num_cached_tokens": [0] * k,
         }
         for f, col in zip(STEP_FIELDS, self._cols):
@@ -332,13 +353,16 @@ def _block_keys(
     hbs = int(requests.attrs.get("hash_block_size", lim.hash_block_size))
     if HASH_IDS_COLUMN in requests:
         hash_ids = requests[HASH_IDS_COLUMN].tolist()
-        for i, (ids, p) in enumerate(zip(hash_ids, prompt)):
-            if len(ids) != -(-p // hbs):
-                raise ValueError(
-                    f"request row {int(rows[i])}: {len(ids)} hash_ids for prompt_tokens={p} "
-                    f"at hash_block_size={hbs}: one id per {hbs} prompt tokens needs "
-                    f"{-(-p // hbs)}; fix the ids or set hash_block_size to the trace's"
-                )
+        lens = np.fromiter(map(len, hash_ids), dtype=np.int64, count=len(hash_ids))
+        bad = np.flatnonzero(lens != -(-np.asarray(prompt, dtype=np.int64) // hbs))
+        if bad.size:  # the first request whose ids do not match its prompt
+            i = int(bad[0])
+            ids, p = hash_ids[i], prompt[i]
+            raise ValueError(
+                f"request row {int(rows[i])}: {len(ids)} hash_ids for prompt_tokens={p} "
+                f"at hash_block_size={hbs}: one id per {hbs} prompt tokens needs "
+                f"{-(-p // hbs)}; fix the ids or set hash_block_size to the trace's"
+            )
     elif TOKEN_IDS_COLUMN in requests:
         token_ids = requests[TOKEN_IDS_COLUMN].tolist()
     return BlockKeys(prompt, lora, lim.block_size, hash_ids, token_ids, hbs)

@@ -50,22 +50,45 @@ class ScheduleCall:
 
 @dataclass(frozen=True, slots=True)
 class SteadyStretch:
-    """Consecutive schedule calls that each schedule the same steady decodes one token each
-    and nothing else (no admission, no preemption, no draft): they differ only in their
-    clock and, where a decode opens a KV block, in the blocks held. Made by
-    ``VllmSchedulerCore.steady_stretch``; it stands for the calls, it does not list them."""
+    """Consecutive schedule calls made at once from the engine loop's top. Most schedule the
+    steady decodes one token each and nothing else (no admission, no preemption, no draft):
+    they differ in their clock, in the blocks held where a decode opens a KV block, and,
+    from each finish or admission on, in the decodes there are. Between them may come calls
+    that admit arrivals (``calls``), made as the step loop makes them. Made by
+    ``VllmSchedulerCore.steady_stretch``; it stands for the steady calls, it does not list
+    them."""
 
-    clock_s: list[float]  # each call's schedule time, as the step loop adds them
-    kv_blocks_used: list[int]  # blocks held right after each call
-    num_reqs: int  # steady decodes in each call (one token each)
-    loras: frozenset[int]  # their adapter ids
+    clock_s: list[float]  # each steady call's schedule time, as the step loop adds them
+    kv_blocks_used: list[int]  # blocks held right after each steady call
+    # (first steady call's index in clock_s, steady decodes in it and the steady calls after,
+    # their adapter ids): one segment per set of decodes, in call order, the first at 0
+    segments: list[tuple[int, int, frozenset[int]]]
     end_s: float  # clock when the last call's output is ready
     first_tick: int  # the first call's number
+    # the calls that admit, each after the steady calls before index pos: (pos, call)
+    calls: list[tuple[int, ScheduleCall]] = field(default_factory=list)
+
+    @property
+    def num_calls(self) -> int:
+        """Schedule calls made, steady or admitting."""
+        return len(self.clock_s) + len(self.calls)
+
+    @property
+    def num_reqs(self) -> int:
+        """Steady decodes in the last steady call."""
+        return self.segments[-1][1]
+
+    @property
+    def loras(self) -> frozenset[int]:
+        """The last steady call's adapter ids."""
+        return self.segments[-1][2]
 
     def last_call(self) -> ScheduleCall:
         """The last call as the step loop would have made it (async keeps it in flight)."""
+        if self.calls and self.calls[-1][0] == len(self.clock_s):
+            return self.calls[-1][1]
         return ScheduleCall(
             self.clock_s[-1], [], [], [], [], [], self.kv_blocks_used[-1], [],
             end_s=self.end_s, n_bulk=self.num_reqs, bulk_loras=self.loras,
-            tick=self.first_tick + len(self.clock_s) - 1,
+            tick=self.first_tick + self.num_calls - 1,
         )  # fmt: skip

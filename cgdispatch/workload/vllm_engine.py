@@ -3,9 +3,10 @@ or ``EngineCore.step_with_batch_queue`` (async: two batches in flight, each upda
 the next is scheduled), over :class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`.
 
 It owns the clock and the arrivals; the core decides every batch. With the core's bulk path
-on, runs of identical steady-decode steps are made at once
-(:meth:`~cgdispatch.workload.vllm_steady.SteadyDecodes.steady_stretch`) and handed over as
-one :class:`~cgdispatch.workload.vllm_call.SteadyStretch`.
+on, runs of steady-decode steps are made at once, with the calls that admit arrivals
+between them (:meth:`~cgdispatch.workload.vllm_steady.SteadyDecodes.steady_stretch`, which
+takes open-loop arrivals through ``admit``), and handed over as one
+:class:`~cgdispatch.workload.vllm_call.SteadyStretch`.
 """
 
 from __future__ import annotations
@@ -49,14 +50,27 @@ def run_engine(
     def stretch(now: float) -> SteadyStretch | None:
         """At a loop top whose calls admit nothing (the caller checked): a steady stretch."""
         nonlocal calls
+        admit = None
         if closed is not None:
-            arrive = closed.next_s()
+            arrive = closed.next_s  # finishes inside the stretch may move it
         else:
-            arrive = arrival_s[nxt] if nxt < total else math.inf
-        n = core.d_count
-        run = core.steady_stretch(now, stretch_time_s(n), arrive, max_calls - calls)
+
+            def arrive() -> float:
+                return arrival_s[nxt] if nxt < total else math.inf
+
+            def admit(now: float) -> None:
+                """The arrivals by ``now`` into the waiting queue (a loop top's first step)."""
+                nonlocal nxt
+                while nxt < total and arrival_s[nxt] <= now:
+                    core.waiting.append(nxt)
+                    core.num_unfinished += 1
+                    nxt += 1
+
+        run = core.steady_stretch(
+            now, stretch_time_s, arrive, max_calls - calls, admit, call_time_s
+        )
         if run is not None:
-            calls += len(run.clock_s)
+            calls += run.num_calls
             on_stretch(run)
             if queue:  # async: the last call is in flight, the others were updated (inert)
                 queue[0] = run.last_call()
@@ -88,6 +102,8 @@ def run_engine(
             now = run.end_s
             repeated = False  # the next top holds the event that ended the stretch
             continue
+        if core.bulk and core.is_async:
+            core.bulk_leave(queue[0] if queue else None)
         repeated = False
         if core.num_unfinished > 0 or core.finished_pending:
             calls += 1

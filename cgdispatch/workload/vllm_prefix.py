@@ -27,6 +27,8 @@ import numpy as np
 __all__ = ["PrefixPool", "BlockKeys"]
 
 _INF = 1 << 62
+KEY_CHUNK = 2048  # requests whose block hashes BlockKeys makes at once
+KEY_CHUNKS_KEPT = 4  # such chunks kept (requests are admitted about in table order)
 
 
 class BlockKeys:
@@ -55,6 +57,10 @@ class BlockKeys:
         # request at a time in prompt_keys
         self._chains: np.ndarray | None = None
         self._start: list[int] = []
+        # with _chains: the keys of KEY_CHUNK requests at a time, made at once (numpy), a
+        # few chunks kept: chunk -> (every key of its requests, each request's first key)
+        self._chunks: dict[int, tuple[list[int], list[int]]] = {}
+        self._prompt_np: np.ndarray | None = None
         if hash_ids is not None:
             self._chain_all(hash_ids)
 
@@ -92,6 +98,33 @@ class BlockKeys:
             out[at] = parent
             base += len(uniq)
         self._chains, self._start = out, start.tolist()
+        self._prompt_np = np.asarray(self.prompt, dtype=np.int64)
+
+    def _chunk(self, c: int) -> tuple[list[int], list[int]]:
+        """The keys of requests ``c * KEY_CHUNK`` on, as :meth:`prompt_keys` names them
+        one request at a time (a request whose ids fall short of its prompt's full blocks
+        gets an empty slot there, and is named one at a time, failing as it would)."""
+        got = self._chunks.get(c)
+        if got is not None:
+            return got
+        lo = c * KEY_CHUNK
+        hi = min(lo + KEY_CHUNK, len(self._prompt_np))
+        bs, hbs = self.bs, self.hbs
+        full = self._prompt_np[lo:hi] // bs
+        start = np.asarray(self._start[lo : hi + 1], dtype=np.int64)
+        # ids the full blocks read: block j ends inside hash block ((j + 1) * bs - 1) // hbs
+        need = np.where(full > 0, ((full * bs - 1) // hbs) + 1, 0)
+        full = np.where(need <= start[1:] - start[:-1], full, 0)
+        first = np.zeros(hi - lo + 1, dtype=np.int64)
+        np.cumsum(full, out=first[1:])
+        j = np.arange(int(first[-1]), dtype=np.int64) - np.repeat(first[:-1], full)
+        at = np.repeat(start[:-1], full) + ((j + 1) * bs - 1) // hbs
+        keys = (self._chains[at] << 32) | j
+        got = (keys.tolist(), first.tolist())
+        if len(self._chunks) >= KEY_CHUNKS_KEPT:
+            del self._chunks[next(iter(self._chunks))]
+        self._chunks[c] = got
+        return got
 
     def _intern(self, parent: Hashable, content: Hashable) -> int:
         key = (parent, content)
@@ -113,6 +146,14 @@ class BlockKeys:
         bs, p = self.bs, self.prompt[i]
         full = p // bs
         lo = self.lora[i]
+        if self._chains is not None and self._prompt_np is not None:  # by chunk
+            c, k = divmod(i, KEY_CHUNK)
+            flat, first = self._chunk(c)
+            a, b = first[k], first[k + 1]
+            if b - a == full:
+                keys = flat[a:b]
+                self.keys[i] = keys
+                return keys
         if self.hash_ids is not None:
             hbs = self.hbs
             used = (full * bs + hbs - 1) // hbs  # the ids up to its last full block's end

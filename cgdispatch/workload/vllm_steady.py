@@ -7,23 +7,32 @@ are ``tick + off[i]`` and every other field follows, so a step costs nothing per
 KV blocks the members open are counted by phase (``off mod block_size``); finishes (sync)
 and leaves (async) are due by tick. :meth:`SteadyDecodes.schedule_bulk` is ``schedule``
 when the step's order cannot matter; :meth:`SteadyDecodes.steady_stretch` makes, at once,
-the steps that repeat a steady step until the next event.
+the steps that schedule the steady decodes and nothing else, through their finishes and
+through the calls that admit arrivals, until a call would preempt, a running request is no
+steady decode, or someone waiting could be admitted. Async, a request joins the loop top after its prefill's call, so its first
+decode is already a stretch's.
 
 It is a mixin of :class:`~cgdispatch.workload.vllm_scheduler.VllmSchedulerCore`, whose
 request table and ``_admit`` / ``_scheduled`` it uses; it holds no rule of vLLM's that the
-per-request path does not (``tests/workload/test_scheduler_bulk.py`` and
-``test_vllm_steady_stretch.py`` compare the paths bit for bit).
+per-request path does not (``tests/workload/test_scheduler_bulk.py``,
+``test_vllm_steady_stretch.py`` and ``test_stretch_finishes.py`` compare the paths bit for
+bit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from .vllm_call import NO_LIMIT, RUNNING, ScheduleCall, SteadyStretch
+from .vllm_call import RUNNING, ScheduleCall, SteadyStretch
 
 __all__ = ["SteadyDecodes"]
 
 _NO_LORAS: frozenset[int] = frozenset()
+# the most calls one steady stretch makes; the next loop top starts another. Its records
+# (clocks, block counts, the admitting calls) are held until it ends. At 200k requests of
+# bench_prefix_cache.py, measured (CPU): 128 faster than 16 (more stretches) and than 16,384,
+# whose long-lived records the cyclic collector walks (12.3 CPU s, 9.7 with it off; 128: 9.2)
+MAX_STRETCH_CALLS = 128
 
 
 class SteadyDecodes:
@@ -43,6 +52,9 @@ class SteadyDecodes:
         self.d_members: dict[int, None] = {}  # the steady set, in joining order
         self.due = [0] * n  # the tick of each member's entry in d_due
         self.joined = [0] * n  # the loop top at which each member joined
+        # async: tokens in flight at the join (the call in flight lists the member with them:
+        # 1, or its last prompt chunk when it joins the top after its prefill)
+        self.join_inflight = [1] * n
         # prefix caching: the members per phase, whose next block each call of that phase
         # takes from the pool (which member gets which block is immaterial: blocks differ
         # only by their state, and every block taken in one call comes from the queue's front)
@@ -59,28 +71,40 @@ class SteadyDecodes:
         """Output tokens at which request ``i`` stops: max_tokens, or max_model_len first."""
         return min(self.max_tokens[i], self.mml - self.prompt[i])
 
-    def _join(self, i: int) -> bool:
-        """Make running request ``i`` a steady decode if it is one (at a loop top)."""
+    def _join(self, i: int, in_flight: ScheduleCall | None) -> bool:
+        """Make running request ``i`` a steady decode if it is one (at a loop top, with
+        ``in_flight`` the call not yet updated, async)."""
         computed, out, T = self.computed[i], self.out[i], self.tick
         if (
             self.stale[i]
             or self.spec[i]
             or self.prefill_chunk[i]
-            or out < 1
             or self.held[i] != -(-min(computed, self.mml) // self.bs)
         ):
             return False
         off = computed - T
         if self.is_async:  # one token in flight: computed = prompt + out, one placeholder
-            if self.placeholders[i] != 1 or self.inflight[i] != 1:
+            # the call in flight is the one that sampled it (at a loop top no other call is
+            # un-updated) and lists it with its tokens: 1 in a decode, or, the top after its
+            # prefill, the prompt's last chunk; that update is then a decode's but for the
+            # first token's time, set here (update skips members)
+            inflight = self.inflight[i]
+            if self.placeholders[i] != 1 or inflight < 1 or computed != self.prompt[i] + out:
                 return False
-            if computed != self.prompt[i] + out:
+            if inflight != 1 and in_flight is None:
                 return False
             # it leaves before the call that would find its last token already in flight
             due = min(self.max_tokens[i] + self.prompt[i] - 1, self.mml - 1) - off
             if due <= T:
                 return False
+            if out == 0:
+                if in_flight is None:
+                    return False
+                self.first_token_s[i] = in_flight.end_s
+            self.join_inflight[i] = inflight
         else:
+            if out < 1:
+                return False
             if self.placeholders[i] or self.inflight[i] or computed != self.prompt[i] + out - 1:
                 return False
             due = T + self._limit(i) - out - 1  # the call whose update gives its last token
@@ -136,6 +160,8 @@ class SteadyDecodes:
         that call's update lists it."""
         joined_before = self.joined[i] < self.tick  # else the call lists it already
         self._leave(i, self.tick)
+        if not joined_before:  # as it joined: the call's tokens in flight
+            self.inflight[i] = self.join_inflight[i]
         if call is not None and joined_before:
             call.reqs.append(i)
             call.tokens.append(1)
@@ -144,14 +170,28 @@ class SteadyDecodes:
             call.sampled.append(1)
 
     def bulk_top(self, in_flight: ScheduleCall | None) -> None:
-        """At a loop top: async members whose end is near leave; steady requests join."""
-        if self.is_async:
-            for i in self.d_due.pop(self.tick, ()):
-                if i in self.d_members and self.due[i] == self.tick:
-                    self._leave_in_flight(i, in_flight)
+        """At a loop top: steady requests join. Async members whose end is near leave in
+        :meth:`bulk_leave` after (a steady stretch from this top takes them itself)."""
         if self.p_order:
             for i in [j for j in self.p_order if self.status[j] == RUNNING]:
-                self._join(i)
+                self._join(i, in_flight)
+
+    def _leavers(self, tick: int) -> list[int]:
+        """The members due at ``tick``, in the order listed (d_due keeps the entries of members
+        that left, and a member that left and rejoined may be listed twice)."""
+        members, due = self.d_members, self.due
+        listed = dict.fromkeys(self.d_due.get(tick, ()))
+        return [i for i in listed if i in members and due[i] == tick]
+
+    def bulk_leave(self, in_flight: ScheduleCall | None) -> None:
+        """Async, at a loop top whose call is not a steady stretch's (after :meth:`bulk_top`):
+        the members whose end is near leave, their token in flight in ``in_flight``. Leaving
+        after the joins orders the steady set, the phases and ``p_order`` as leaving before
+        them would: a leaver cannot rejoin, and a dict's other keys keep their order."""
+        if self.tick in self.d_due:
+            for i in self._leavers(self.tick):
+                self._leave_in_flight(i, in_flight)
+            del self.d_due[self.tick]
 
     def materialize(self, in_flight: ScheduleCall | None) -> None:
         """Every steady decode written out, for a call the bulk path cannot take."""
@@ -270,36 +310,134 @@ class SteadyDecodes:
         (each one's computed tokens after that call)."""
         return self.d_count * (tick + 1) + self.d_off_sum
 
+    def _admits_none_with(self, num_steady: int) -> bool:
+        """:meth:`admits_none` with ``num_steady`` steady decodes scheduled."""
+        return (
+            not self.waiting or len(self.running) >= self.max_num_seqs or num_steady >= self.budget
+        )
+
     def steady_stretch(
-        self, now_s: float, step_s: Callable[[int], float], next_arrival_s: float, most: int
+        self,
+        now_s: float,
+        stretch_time_s: Callable[[int], Callable[[int], float]],
+        next_arrival_s: Callable[[], float],
+        most: int,
+        admit: Callable[[float], None] | None = None,
+        call_time_s: Callable[[ScheduleCall], float] | None = None,
     ) -> SteadyStretch | None:
         """The calls that schedule the steady decodes and nothing else, made at once from
-        the engine loop's top (its arrivals in); None if none can be.
+        the engine loop's top (its arrivals in), with the calls that admit arrivals between
+        them; None, changing nothing, if none can be made.
 
-        The caller vouches that they admit nothing (:meth:`admits_none`, or :meth:`repeats`
-        of the call before) and, async, that the update of the call in flight is inert. Each
-        call is ``schedule_bulk``'s with every running request a steady decode, until the
-        first of: an arrival at or before the call's clock (``next_arrival_s``), the tick
-        when a steady decode finishes (sync) or leaves (async), a call whose new blocks do
-        not fit (``schedule`` would preempt), or ``most`` calls. ``step_s(tick)``: the step
-        time of the call of ``tick``; clocks add it one call at a time, as the engine loop
-        does. The updates
-        of the calls made are empty."""
+        The caller vouches that the first calls admit nothing (:meth:`admits_none`, or
+        :meth:`repeats` of the call before) and, async, that the update of the call in
+        flight is inert, and has not yet made this top's async leaves (:meth:`bulk_leave`).
+        Each steady call is ``schedule_bulk``'s with every running request a steady decode.
+        At an arrival at or before a call's clock (``next_arrival_s()``, asked again after
+        each finish and admission) the loop top is made as the engine loop makes it:
+        ``admit(clock)`` moves the arrivals to the waiting queue, and the call is
+        ``schedule_bulk``'s, priced by ``call_time_s`` and listed in ``calls``; its update
+        follows (sync) and its admitted requests join at the next top (async, from the call
+        in flight), and the stretch goes on if every running request is then a steady decode
+        again and no waiting request could be admitted. Without ``admit`` (a closed loop,
+        whose arrivals wait on finishes) an arrival ends the stretch. It ends too at a call
+        whose new blocks do not fit (``schedule`` would preempt), at a finish after which a
+        waiting request could be admitted or no steady decode is left, or after ``most``
+        calls (or ``MAX_STRETCH_CALLS``). ``stretch_time_s(n)(tick)``: the step time of the
+        call of ``tick`` with ``n`` steady decodes; clocks add step times one call at a
+        time, as the engine loop does.
+
+        Steady decodes end inside the stretch as the step loop ends them. Sync: the update of
+        the call of a member's due tick gives its last token, and it finishes there. Async:
+        at its due tick it leaves (its last token in flight), that tick's call schedules the
+        others (vLLM skips a request whose step in flight already reaches its end), and the
+        update of the call before, made after it (``EngineCore.step_with_batch_queue``,
+        vllm/v1/engine/core.py, 0.33 and 0.34), finishes it. Those updates
+        are made here (:meth:`update` of a call listing only the leavers: the others in it
+        are members, which update skips); every other update of the steady calls is empty.
+        Blocks are taken at once for the calls between finishes and admissions (nothing is
+        freed or cached between them, so they leave the queue in the order the calls would
+        take them)."""
         num_reqs = self.d_count
         if not num_reqs or self.p_order or num_reqs > self.budget:
             return None
         first = t = self.tick
-        end = min(self.d_due, default=NO_LIMIT)  # the first tick a steady decode ends at
-        last = min(end, t + most)
-        phase, bs, used, free = self.phase_cnt, self.bs, self.used, self.usable - self.used
+        last = t + min(most, MAX_STRETCH_CALLS)
+        phase, bs, used = self.phase_cnt, self.bs, self.used
+        free = self.usable - used
         pcache = self.pc is not None
+        is_async, d_due, off = self.is_async, self.d_due, self.off
+        arrive = next_arrival_s()
+        step_s = stretch_time_s(num_reqs)
         clocks: list[float] = []
         kv: list[int] = []
         opened: list[int] = []  # prefix caching: the ticks whose calls open blocks
-        while t < last and now_s < next_arrival_s:
+        segments = [(0, num_reqs, frozenset(self.d_loras))]
+        calls: list[tuple[int, ScheduleCall]] = []  # the admitting calls made
+        updated_last = False  # the last thing done was an update that finished requests
+        while t < last:
+            arriving = now_s >= arrive  # this top's call admits: made as the step loop does
+            if arriving and (admit is None or call_time_s is None):
+                break
             need = phase[-t % bs]  # decodes whose token opens a block this call
+            leavers = None
+            if t in d_due:
+                leavers = self._leavers(t)
+                if not leavers:
+                    del d_due[t]  # only members that left since: nothing is due
+                elif is_async:
+                    # a steady call schedules the others: it must schedule someone and admit
+                    # no one (the structural test: fewer decodes may leave budget)
+                    left = num_reqs - len(leavers)
+                    if not arriving and (not left or not self._admits_none_with(left)):
+                        break
+                    at = -t % bs
+                    need -= sum(1 for i in leavers if off[i] % bs == at)
             if need > free:
                 break
+            if arriving:
+                # the loop top: arrivals in, async leaves; then schedule_bulk's call (it fits:
+                # the decodes take at most the budget, their blocks fit, nothing else runs)
+                self.used = used
+                self._take_blocks(opened)
+                admit(now_s)
+                if leavers and is_async:
+                    for i in leavers:
+                        self._leave(i, t)
+                    del d_due[t]
+                self.tick = t
+                call = self.schedule_bulk(now_s)
+                if call is None:
+                    raise RuntimeError("steady stretch: an admitting call did not fit (a bug)")
+                now_s += call_time_s(call)
+                call.end_s = now_s
+                calls.append((len(clocks), call))
+                t += 1
+                if not is_async:
+                    self.update(call)  # sync: its update now (leavers' finishes too)
+                elif leavers:  # async: the update of the call before, made after this one
+                    self._update_leavers(leavers, call.clock_s, t - 2)
+                updated_last = self.finished_pending
+                used = self.used
+                free = self.usable - used
+                # the next loop top: the admitted join (async: from the call in flight)
+                self.bulk_top(call if is_async else None)
+                num_reqs = self.d_count
+                if self.p_order or not num_reqs or num_reqs > self.budget or not self.admits_none():
+                    break
+                segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
+                step_s = stretch_time_s(num_reqs)
+                arrive = next_arrival_s()
+                continue
+            if leavers and is_async:  # they leave at this top, before the call
+                self.used = used
+                self._take_blocks(opened)
+                for i in leavers:
+                    self._leave(i, t)
+                del d_due[t]
+                num_reqs = self.d_count
+                segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
+                step_s = stretch_time_s(num_reqs)
             used += need
             free -= need
             if pcache and need:
@@ -308,19 +446,56 @@ class SteadyDecodes:
             kv.append(used)
             now_s += step_s(t)
             t += 1
+            updated_last = False
+            if not leavers:
+                continue
+            self.tick, self.used = t, used
+            self._take_blocks(opened)
+            if is_async:  # the update of the call before, made after this one: they finish
+                self._update_leavers(leavers, clocks[-1], t - 2)
+            else:  # this call's update: they leave and finish (update reads d_due)
+                call = ScheduleCall(clocks[-1], [], [], [], [], [], used, end_s=now_s, tick=t - 1)
+                self.update(call)
+            updated_last = True
+            used = self.used
+            free = self.usable - used
+            num_reqs = self.d_count
+            if not num_reqs or not self.admits_none():
+                break
+            if not is_async:
+                segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
+                step_s = stretch_time_s(num_reqs)
+            arrive = next_arrival_s()
         if not clocks:
             return None
-        self.tick = t
-        taken, self.used = used - self.used, used
-        if opened:
-            # the blocks of every call at once: nothing is freed between the calls, so they
-            # leave the queue in the order the calls would take them, one call's after another
-            blocks = self.pc.get_new_blocks(taken)
-            blocks_of, members_of, at = self.blocks_of, self.phase_members, 0
-            for tick in opened:
-                for i in members_of[-tick % bs]:
-                    blocks_of[i].append(blocks[at])
-                    at += 1
-        self.finished_pending = False  # each call sends the finished ids (_scheduled)
-        loras = frozenset(self.d_loras)
-        return SteadyStretch(clocks, kv, num_reqs, loras, now_s, first)
+        self.tick, self.used = t, used
+        self._take_blocks(opened)
+        # each call sends the finished ids (_scheduled); a finish after the last call is
+        # sent by the next call
+        self.finished_pending = updated_last
+        while segments[-1][0] == len(clocks):  # no steady call after the last segments
+            segments.pop()
+        return SteadyStretch(clocks, kv, segments, now_s, first, calls)
+
+    def _take_blocks(self, opened: list[int]) -> None:
+        """Prefix caching: the blocks the steady decodes' calls of ``opened`` ticks open, in
+        call order, taken at once and handed to the members of each tick's phase; clears
+        ``opened``. ``used`` already counts them."""
+        if not opened:
+            return
+        bs, members_of = self.bs, self.phase_members
+        blocks = self.pc.get_new_blocks(sum(len(members_of[-tick % bs]) for tick in opened))
+        blocks_of, at = self.blocks_of, 0
+        for tick in opened:
+            for i in members_of[-tick % bs]:
+                blocks_of[i].append(blocks[at])
+                at += 1
+        opened.clear()
+
+    def _update_leavers(self, leavers: list[int], end_s: float, tick: int) -> None:
+        """Async: the update of the call of ``tick`` (ready at ``end_s``), which holds the
+        leavers' last tokens: :meth:`_leave_in_flight` would have listed them in it."""
+        n = len(leavers)
+        call = ScheduleCall(end_s, leavers, [1] * n, [0] * n, [True] * n, [], 0, [1] * n)
+        call.end_s, call.tick = end_s, tick
+        self.update(call)

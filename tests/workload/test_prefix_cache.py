@@ -247,11 +247,15 @@ def test_steady_stretches_take_blocks_as_the_step_loop_does_under_eviction(
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_hash_ids_chained_at_once_name_blocks_as_one_request_at_a_time(seed: int) -> None:
-    """BlockKeys chains every request's hash_ids at load (numpy, depth by depth); the
-    hashes it gives must be equal exactly where the one-request-at-a-time interning's are,
-    on fresh random ids with heavy sharing, LoRA adapters and block sizes either side of
-    the hash block size."""
+def test_hash_ids_chained_at_once_name_blocks_as_one_request_at_a_time(
+    seed: int, monkeypatch
+) -> None:
+    """BlockKeys chains every request's hash_ids at load (numpy, depth by depth) and names
+    the blocks of a chunk of requests at once; the hashes it gives must be equal exactly
+    where the one-request-at-a-time interning's are, on fresh random ids with heavy sharing,
+    LoRA adapters and block sizes either side of the hash block size, asked for in any
+    order with chunks of any size dropped and made again."""
+    from cgdispatch.workload import vllm_prefix
     from cgdispatch.workload.vllm_prefix import BlockKeys
 
     rng = np.random.default_rng(np.random.SeedSequence().entropy)
@@ -264,9 +268,16 @@ def test_hash_ids_chained_at_once_name_blocks_as_one_request_at_a_time(seed: int
     at_once = BlockKeys(prompt, lora, bs, ids, None, hbs)
     one_by_one = BlockKeys(prompt, lora, bs, ids, None, hbs)
     one_by_one._chains = None  # the per-request interning
+    per_request = BlockKeys(prompt, lora, bs, ids, None, hbs)
+    per_request._prompt_np = None  # chained at load, named one request at a time
     assert at_once._chains is not None, "the ids were not chained at load"
+    monkeypatch.setattr(vllm_prefix, "KEY_CHUNK", int(rng.integers(1, 50)))
+    monkeypatch.setattr(vllm_prefix, "KEY_CHUNKS_KEPT", int(rng.integers(1, 3)))
+    for i in rng.permutation(n).tolist():  # any order: chunks dropped, made again
+        at_once.prompt_keys(i)
     fast = [k for i in range(n) for k in at_once.prompt_keys(i)]
     slow = [k for i in range(n) for k in one_by_one.prompt_keys(i)]
+    assert fast == [k for i in range(n) for k in per_request.prompt_keys(i)]
     assert len(fast) == len(slow) == sum(p // bs for p in prompt)
     # a bijection between the two namings: equal in one exactly where equal in the other
     assert len(set(zip(fast, slow))) == len(set(fast)) == len(set(slow)), seed
