@@ -350,40 +350,68 @@ def run_case(inputs: dict[str, Any]) -> dict[str, Any]:
             live.add(str(i))
             nxt += 1
 
-    queue: deque[Any] = deque()
-    while calls < MAX_CALLS:
-        arrive()
-        if not sc.async_scheduling:
-            if not sched.has_requests():
+    def engine_loop() -> None:
+        nonlocal t
+        queue: deque[Any] = deque()
+        while calls < MAX_CALLS:
+            arrive()
+            if not sc.async_scheduling:
+                if not sched.has_requests():
+                    if nxt == len(order):
+                        break
+                    t = max(t, reqs[order[nxt]][0])
+                    continue
+                so = schedule()
+                sampled_ids = finish(so)
+                if (
+                    k
+                    and so.total_num_scheduled_tokens > 0
+                    and not getattr(so, "skip_drafts", False)
+                ):
+                    sched.update_draft_token_ids(
+                        DraftTokenIds(sampled_ids, [[11] * k for _ in sampled_ids])
+                    )
+                continue
+            if sched.has_requests():
+                so = schedule()
+                queue.appendleft(so)
+                executed = so.total_num_scheduled_tokens > 0
+                if len(queue) < 2 and (executed or sched.has_requests()):
+                    continue
+            elif not queue:
                 if nxt == len(order):
                     break
                 t = max(t, reqs[order[nxt]][0])
                 continue
-            so = schedule()
-            sampled_ids = finish(so)
-            if k and so.total_num_scheduled_tokens > 0 and not getattr(so, "skip_drafts", False):
-                sched.update_draft_token_ids(
-                    DraftTokenIds(sampled_ids, [[11] * k for _ in sampled_ids])
-                )
-            continue
-        if sched.has_requests():
-            so = schedule()
-            queue.appendleft(so)
-            executed = so.total_num_scheduled_tokens > 0
-            if len(queue) < 2 and (executed or sched.has_requests()):
-                continue
-        elif not queue:
-            if nxt == len(order):
-                break
-            t = max(t, reqs[order[nxt]][0])
-            continue
-        finish(queue.pop())
+            finish(queue.pop())
+
+    try:
+        engine_loop()
+    except AssertionError as err:  # vLLM's own scheduler gave up on this trace
+        where = _vllm_frame(err)
+        if where is None:  # an assertion of this driver's: a bug here, not an answer
+            raise
+        out["crash"] = {"type": "AssertionError", "where": where, "message": str(err)[:300]}
+        return out
     if calls >= MAX_CALLS or live:
         out["stalled"] = True
         return out
     out["steps"] = steps
     out["finished"] = [finished[str(i)] for i in range(len(reqs))]
     return out
+
+
+def _vllm_frame(err: BaseException) -> str | None:
+    """``vllm/.../file.py:line`` of the innermost frame of ``err``, when that frame is
+    vLLM's (None: raised elsewhere)."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    sep = f"{os.sep}vllm{os.sep}"
+    if not frames or sep not in frames[-1].filename:
+        return None
+    path = frames[-1].filename
+    return f"{path[path.rindex(sep) + 1 :]}:{frames[-1].lineno}"
 
 
 _INDEX_FIELD: bool | None = None
@@ -414,11 +442,15 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     draw = random_prefix_case if args.prefix else random_case
     cases, stalled, refused = [], 0, 0
+    crashed: list[str] = []  # where vLLM's scheduler asserted, one entry a redrawn trace
     while len(cases) < args.cases:
         case = run_case(draw(rng))
-        if case.get("stalled") or "refusal" in case:  # redrawn: only traces vLLM ran count
+        if case.get("stalled") or "refusal" in case or "crash" in case:
+            # redrawn: only traces vLLM ran to the end count
             stalled += bool(case.get("stalled"))
             refused += "refusal" in case
+            if "crash" in case:
+                crashed.append(case["crash"]["where"])
             continue
         cases.append({"id": len(cases), **case})
     # no run time in the fixture: it differs on every run, and `make oracle` must leave the
@@ -431,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         "num_cases": len(cases),
         "num_stalled_redrawn": stalled,
         "num_refused_redrawn": refused,
+        **({"crashed_redrawn": crashed} if crashed else {}),
         "model_config": base.TINY_LLAMA,
         "step_fields": ["clock", "scheduled", "preempted", "kv_blocks_used"]
         + (["num_cached_tokens"] if args.prefix else []),
@@ -440,8 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")
     print(
-        f"vLLM {version}: {len(cases)} scheduler cases ({refused} refused and {stalled} stalled "
-        f"redrawn) -> {args.out} in {time.time() - t0:.1f} s"
+        f"vLLM {version}: {len(cases)} scheduler cases ({refused} refused, {stalled} stalled "
+        f"and {len(crashed)} crashed redrawn) -> {args.out} in {time.time() - t0:.1f} s"
+        + "".join(f"\n  vLLM asserted at {where}" for where in crashed)
     )
     return 0
 
