@@ -327,54 +327,68 @@ class SteadyDecodes:
     ) -> SteadyStretch | None:
         """The calls that schedule the steady decodes and nothing else, made at once from
         the engine loop's top (its arrivals in), with the calls that admit arrivals between
-        them; None, changing nothing, if none can be made.
+        them (:meth:`_stretch_admit`) and the members' finishes (:meth:`_stretch_finish`);
+        None, changing nothing, if none can be made.
 
         The caller vouches that the first calls admit nothing (:meth:`admits_none`, or
         :meth:`repeats` of the call before) and, async, that the update of the call in
         flight is inert, and has not yet made this top's async leaves (:meth:`bulk_leave`).
         Each steady call is ``schedule_bulk``'s with every running request a steady decode.
-        At an arrival at or before a call's clock (``next_arrival_s()``, asked again after
-        each finish and admission) the loop top is made as the engine loop makes it:
-        ``admit(clock)`` moves the arrivals to the waiting queue, and the call is
-        ``schedule_bulk``'s, priced by ``call_time_s`` and listed in ``calls``; its update
-        follows (sync) and its admitted requests join at the next top (async, from the call
-        in flight), and the stretch goes on if every running request is then a steady decode
-        again and no waiting request could be admitted. Without ``admit`` (a closed loop,
-        whose arrivals wait on finishes) an arrival ends the stretch. It ends too at a call
-        whose new blocks do not fit (``schedule`` would preempt), at a finish after which a
-        waiting request could be admitted or no steady decode is left, or after ``most``
-        calls (or ``MAX_STRETCH_CALLS``). ``stretch_time_s(n)(tick)``: the step time of the
-        call of ``tick`` with ``n`` steady decodes; clocks add step times one call at a
-        time, as the engine loop does.
-
-        Steady decodes end inside the stretch as the step loop ends them. Sync: the update of
-        the call of a member's due tick gives its last token, and it finishes there. Async:
-        at its due tick it leaves (its last token in flight), that tick's call schedules the
-        others (vLLM skips a request whose step in flight already reaches its end), and the
-        update of the call before, made after it (``EngineCore.step_with_batch_queue``,
-        vllm/v1/engine/core.py, 0.33 and 0.34), finishes it. Those updates
-        are made here (:meth:`update` of a call listing only the leavers: the others in it
-        are members, which update skips); every other update of the steady calls is empty.
-        Blocks are taken at once for the calls between finishes and admissions (nothing is
-        freed or cached between them, so they leave the queue in the order the calls would
-        take them)."""
+        An arrival at or before a call's clock (``next_arrival_s()``, asked again after each
+        finish and admission) makes that call an admitting one; without ``admit`` and
+        ``call_time_s`` (a closed loop, whose arrivals wait on finishes) it ends the stretch.
+        It ends too at a call whose new blocks do not fit (``schedule`` would preempt), when a
+        running request is no steady decode or a waiting one could be admitted, or after
+        ``most`` calls (or ``MAX_STRETCH_CALLS``). ``stretch_time_s(n)(tick)``: the step time
+        of the call of ``tick`` with ``n`` steady decodes; clocks add step times one call at
+        a time, as the engine loop does. Blocks are taken at once for the calls between
+        finishes and admissions (nothing is freed or cached between them, so they leave the
+        queue in the order the calls would take them)."""
         num_reqs = self.d_count
         if not num_reqs or self.p_order or num_reqs > self.budget:
             return None
-        first = t = self.tick
-        last = t + min(most, MAX_STRETCH_CALLS)
-        phase, bs, used = self.phase_cnt, self.bs, self.used
-        free = self.usable - used
-        pcache = self.pc is not None
-        is_async, d_due, off = self.is_async, self.d_due, self.off
-        arrive = next_arrival_s()
-        step_s = stretch_time_s(num_reqs)
+        first = self.tick
         clocks: list[float] = []
         kv: list[int] = []
         opened: list[int] = []  # prefix caching: the ticks whose calls open blocks
         segments = [(0, num_reqs, frozenset(self.d_loras))]
         calls: list[tuple[int, ScheduleCall]] = []  # the admitting calls made
-        updated_last = False  # the last thing done was an update that finished requests
+        last = first + min(most, MAX_STRETCH_CALLS)
+        t, used, now_s, updated_last = self._stretch_calls(
+            now_s, last, stretch_time_s, next_arrival_s, admit, call_time_s,
+            (clocks, kv, opened, segments, calls),
+        )  # fmt: skip
+        if not clocks:
+            return None
+        self.tick, self.used = t, used
+        self._take_blocks(opened)
+        # each call sends the finished ids (_scheduled); a finish after the last call is
+        # sent by the next call
+        self.finished_pending = updated_last
+        while segments[-1][0] == len(clocks):  # no steady call after the last segments
+            segments.pop()
+        return SteadyStretch(clocks, kv, segments, now_s, first, calls)
+
+    def _stretch_calls(
+        self,
+        now_s: float,
+        last: int,
+        stretch_time_s: Callable[[int], Callable[[int], float]],
+        next_arrival_s: Callable[[], float],
+        admit: Callable[[float], None] | None,
+        call_time_s: Callable[[ScheduleCall], float] | None,
+        out: tuple[list[float], list[int], list[int], list[tuple], list[tuple[int, ScheduleCall]]],
+    ) -> tuple[int, int, float, bool]:
+        """:meth:`steady_stretch`'s calls up to tick ``last``, written to ``out`` (clocks, KV
+        blocks in use, the ticks that open blocks, the segments, the admitting calls); returns
+        the next tick, the blocks in use, the clock and whether the last thing done was an
+        update that finished requests."""
+        clocks, kv, opened, segments, calls = out
+        t, num_reqs, used = self.tick, self.d_count, self.used
+        free, phase, bs = self.usable - used, self.phase_cnt, self.bs
+        pcache, is_async, d_due = self.pc is not None, self.is_async, self.d_due
+        arrive, step_s = next_arrival_s(), stretch_time_s(num_reqs)
+        updated_last = False
         while t < last:
             arriving = now_s >= arrive  # this top's call admits: made as the step loop does
             if arriving and (admit is None or call_time_s is None):
@@ -382,59 +396,27 @@ class SteadyDecodes:
             need = phase[-t % bs]  # decodes whose token opens a block this call
             leavers = None
             if t in d_due:
-                leavers = self._leavers(t)
-                if not leavers:
-                    del d_due[t]  # only members that left since: nothing is due
-                elif is_async:
-                    # a steady call schedules the others: it must schedule someone and admit
-                    # no one (the structural test: fewer decodes may leave budget)
-                    left = num_reqs - len(leavers)
-                    if not arriving and (not left or not self._admits_none_with(left)):
-                        break
-                    at = -t % bs
-                    need -= sum(1 for i in leavers if off[i] % bs == at)
+                leavers, opening = self._due_in_stretch(t, num_reqs, arriving)
+                if opening < 0:
+                    break
+                need -= opening
             if need > free:
                 break
             if arriving:
-                # the loop top: arrivals in, async leaves; then schedule_bulk's call (it fits:
-                # the decodes take at most the budget, their blocks fit, nothing else runs)
                 self.used = used
                 self._take_blocks(opened)
-                admit(now_s)
-                if leavers and is_async:
-                    for i in leavers:
-                        self._leave(i, t)
-                    del d_due[t]
-                self.tick = t
-                call = self.schedule_bulk(now_s)
-                if call is None:
-                    raise RuntimeError("steady stretch: an admitting call did not fit (a bug)")
-                now_s += call_time_s(call)
-                call.end_s = now_s
+                call = self._stretch_admit(now_s, t, leavers, admit, call_time_s)  # type: ignore[arg-type]
                 calls.append((len(clocks), call))
-                t += 1
-                if not is_async:
-                    self.update(call)  # sync: its update now (leavers' finishes too)
-                elif leavers:  # async: the update of the call before, made after this one
-                    self._update_leavers(leavers, call.clock_s, t - 2)
-                updated_last = self.finished_pending
-                used = self.used
+                now_s, t, updated_last = call.end_s, t + 1, self.finished_pending
+                used, num_reqs = self.used, self.d_count  # the admitted joined at the next top
                 free = self.usable - used
-                # the next loop top: the admitted join (async: from the call in flight)
-                self.bulk_top(call if is_async else None)
-                num_reqs = self.d_count
                 if self.p_order or not num_reqs or num_reqs > self.budget or not self.admits_none():
                     break
                 segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
-                step_s = stretch_time_s(num_reqs)
-                arrive = next_arrival_s()
+                step_s, arrive = stretch_time_s(num_reqs), next_arrival_s()
                 continue
             if leavers and is_async:  # they leave at this top, before the call
-                self.used = used
-                self._take_blocks(opened)
-                for i in leavers:
-                    self._leave(i, t)
-                del d_due[t]
+                self._stretch_leave(leavers, t, used, opened)
                 num_reqs = self.d_count
                 segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
                 step_s = stretch_time_s(num_reqs)
@@ -449,33 +431,105 @@ class SteadyDecodes:
             updated_last = False
             if not leavers:
                 continue
-            self.tick, self.used = t, used
-            self._take_blocks(opened)
-            if is_async:  # the update of the call before, made after this one: they finish
-                self._update_leavers(leavers, clocks[-1], t - 2)
-            else:  # this call's update: they leave and finish (update reads d_due)
-                call = ScheduleCall(clocks[-1], [], [], [], [], [], used, end_s=now_s, tick=t - 1)
-                self.update(call)
-            updated_last = True
-            used = self.used
+            self._stretch_finish(leavers, t, used, opened, clocks[-1], now_s)
+            updated_last, used, num_reqs = True, self.used, self.d_count
             free = self.usable - used
-            num_reqs = self.d_count
             if not num_reqs or not self.admits_none():
                 break
             if not is_async:
                 segments.append((len(clocks), num_reqs, frozenset(self.d_loras)))
                 step_s = stretch_time_s(num_reqs)
             arrive = next_arrival_s()
-        if not clocks:
-            return None
-        self.tick, self.used = t, used
+        return t, used, now_s, updated_last
+
+    def _due_in_stretch(
+        self, t: int, num_reqs: int, arriving: bool
+    ) -> tuple[list[int] | None, int]:
+        """The members due at tick ``t`` of a steady stretch of ``num_reqs`` (None if none
+        is: the entry is dropped) and how many of them would open a block at ``t`` (async:
+        they leave before the call); -1: the stretch ends before ``t``'s call."""
+        leavers = self._leavers(t)
+        if not leavers:
+            del self.d_due[t]  # only members that left since: nothing is due
+            return None, 0
+        if not self.is_async:
+            return leavers, 0
+        # a steady call schedules the others: it must schedule someone and admit no one (the
+        # structural test: fewer decodes may leave budget)
+        left = num_reqs - len(leavers)
+        if not arriving and (not left or not self._admits_none_with(left)):
+            return leavers, -1
+        bs, off = self.bs, self.off
+        at = -t % bs
+        return leavers, sum(1 for i in leavers if off[i] % bs == at)
+
+    def _stretch_leave(self, leavers: list[int], tick: int, used: int, opened: list[int]) -> None:
+        """Async, inside a steady stretch: members due at ``tick`` leave at its loop top
+        (their last token in flight), before its call; the blocks of the calls before are
+        taken first."""
+        self.used = used
         self._take_blocks(opened)
-        # each call sends the finished ids (_scheduled); a finish after the last call is
-        # sent by the next call
-        self.finished_pending = updated_last
-        while segments[-1][0] == len(clocks):  # no steady call after the last segments
-            segments.pop()
-        return SteadyStretch(clocks, kv, segments, now_s, first, calls)
+        for i in leavers:
+            self._leave(i, tick)
+        del self.d_due[tick]
+
+    def _stretch_admit(
+        self,
+        now_s: float,
+        tick: int,
+        leavers: list[int] | None,
+        admit: Callable[[float], None],
+        call_time_s: Callable[[ScheduleCall], float],
+    ) -> ScheduleCall:
+        """Inside a steady stretch, the loop top of ``tick`` that admits, made as the engine
+        loop makes it (the blocks of the calls before taken by the caller): ``admit(now_s)``
+        moves the arrivals to the waiting queue, async ``leavers`` leave, the call is
+        ``schedule_bulk``'s (it fits: the decodes take at most the budget, their blocks fit,
+        nothing else runs), priced by ``call_time_s``; its update follows (sync; async the
+        update of the call before, which finishes ``leavers``), then the next loop top's
+        joins (async, from the call in flight)."""
+        admit(now_s)
+        if leavers and self.is_async:
+            for i in leavers:
+                self._leave(i, tick)
+            del self.d_due[tick]
+        self.tick = tick
+        call = self.schedule_bulk(now_s)
+        if call is None:
+            raise RuntimeError("steady stretch: an admitting call did not fit (a bug)")
+        call.end_s = now_s + call_time_s(call)
+        if not self.is_async:
+            self.update(call)  # sync: its update now (leavers' finishes too)
+        elif leavers:
+            self._update_leavers(leavers, call.clock_s, tick - 1)
+        self.bulk_top(call if self.is_async else None)
+        return call
+
+    def _stretch_finish(
+        self,
+        leavers: list[int],
+        tick: int,
+        used: int,
+        opened: list[int],
+        clock_s: float,
+        end_s: float,
+    ) -> None:
+        """Inside a steady stretch, after the steady call of ``tick - 1`` (at ``clock_s``,
+        done at ``end_s``): the members due at it finish as the step loop finishes them.
+        Sync: that call's update gives their last tokens. Async: they left at its loop top
+        (their last token in flight), it scheduled the others (vLLM skips a request whose
+        step in flight already reaches its end), and the update of the call before, made
+        after it (``EngineCore.step_with_batch_queue``, vllm/v1/engine/core.py, 0.33 and
+        0.34), finishes them. Each is :meth:`update` of a call listing only the leavers (the
+        others in it are members, which update skips); every other update of the steady
+        calls is empty."""
+        self.tick, self.used = tick, used
+        self._take_blocks(opened)
+        if self.is_async:
+            self._update_leavers(leavers, clock_s, tick - 2)
+        else:  # this call's update: they leave and finish (update reads d_due)
+            call = ScheduleCall(clock_s, [], [], [], [], [], used, end_s=end_s, tick=tick - 1)
+            self.update(call)
 
     def _take_blocks(self, opened: list[int]) -> None:
         """Prefix caching: the blocks the steady decodes' calls of ``opened`` ticks open, in
