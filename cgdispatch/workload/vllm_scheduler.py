@@ -32,6 +32,19 @@ from .vllm_steady import SteadyDecodes
 __all__ = ["VllmSchedulerCore", "ScheduleCall", "AcceptFn"]
 
 
+# vLLM 0.33.0 and 0.34.0 pad a decode admitted from the waiting queue (a one-token prompt, a
+# whole-prompt cache hit) to 1 + num_speculative_tokens tokens, cut it to
+# long_prefill_token_threshold when that is smaller, and then assert that it was not cut
+# (vllm/v1/core/sched/scheduler.py, 0.33.0 line 1579, 0.34.0 line 1643): the engine dies
+_PADDED_CUT = (
+    "vLLM's scheduler fails an assertion on this trace (vllm/v1/core/sched/scheduler.py, "
+    "0.33.0 and 0.34.0): it pads a decode admitted from the waiting queue to "
+    "1 + num_speculative_tokens = {padded} tokens, then cuts it to "
+    "long_prefill_token_threshold={lpt}, and the engine stops; set "
+    "long_prefill_token_threshold to 0 or to at least {padded}"
+)
+
+
 class VllmSchedulerCore(SteadyDecodes):
     """vLLM's scheduler state for one request table (indices 0..n-1, FCFS in index order).
     Configure, then drive it with :func:`~cgdispatch.workload.vllm_engine.run_engine`."""
@@ -314,6 +327,8 @@ class VllmSchedulerCore(SteadyDecodes):
                     break
                 n, padded = 1 + k, True
             if 0 < lpt < n:
+                if padded:
+                    raise ValueError(_PADDED_CUT.format(k=k, lpt=lpt, padded=1 + k))
                 n = lpt
             if n > budget:
                 if not self.chunked:
