@@ -23,10 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def case_for(k: int, lpt: int, asynchronous: bool, rng: random.Random) -> dict[str, Any]:
-    """Request 0 decodes (drafts on) when request 1, of one prompt token, arrives."""
+    """Request 0 decodes (drafts on) when request 1, of one prompt token, arrives: alone,
+    request 0 prefills in one call (the threshold applies only with two requests or more,
+    in vLLM as in the replay) and decodes for at least 200 / (1 + k) >= 40 calls."""
     prompt = rng.randint(20, 200)
-    prefill_calls = -(-prompt // lpt) if lpt else 1
-    arrives = prefill_calls + rng.randint(3, 8)
+    arrives = rng.randint(2, 8)  # in calls: the oracle's clock is one per call
     engine_args = {
         "max_num_seqs": 8,
         "max_num_batched_tokens": 256,
