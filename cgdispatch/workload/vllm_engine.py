@@ -47,25 +47,25 @@ def run_engine(
     calls = 0
     stretches = core.bulk and STEADY_STRETCHES
 
+    def next_open_s() -> float:
+        """The next open-loop arrival's time (inf: none left)."""
+        return arrival_s[nxt] if nxt < total else math.inf
+
+    def admit_open(now: float) -> None:
+        """The open-loop arrivals by ``now`` into the waiting queue (a loop top's first step)."""
+        nonlocal nxt
+        while nxt < total and arrival_s[nxt] <= now:
+            core.waiting.append(nxt)
+            core.num_unfinished += 1
+            nxt += 1
+
     def stretch(now: float) -> SteadyStretch | None:
         """At a loop top whose calls admit nothing (the caller checked): a steady stretch."""
         nonlocal calls
-        admit = None
-        if closed is not None:
-            arrive = closed.next_s  # finishes inside the stretch may move it
+        if closed is not None:  # finishes inside the stretch may move the next arrival
+            arrive, admit = closed.next_s, None
         else:
-
-            def arrive() -> float:
-                return arrival_s[nxt] if nxt < total else math.inf
-
-            def admit(now: float) -> None:
-                """The arrivals by ``now`` into the waiting queue (a loop top's first step)."""
-                nonlocal nxt
-                while nxt < total and arrival_s[nxt] <= now:
-                    core.waiting.append(nxt)
-                    core.num_unfinished += 1
-                    nxt += 1
-
+            arrive, admit = next_open_s, admit_open
         run = core.steady_stretch(
             now, stretch_time_s, arrive, max_calls - calls, admit, call_time_s
         )
@@ -87,10 +87,8 @@ def run_engine(
             core.num_unfinished += len(due)
         else:
             arrived = nxt < total and arrival_s[nxt] <= now
-            while nxt < total and arrival_s[nxt] <= now:
-                core.waiting.append(nxt)
-                core.num_unfinished += 1
-                nxt += 1
+            if arrived:
+                admit_open(now)
         if core.bulk:
             core.bulk_top(queue[0] if queue else None)
         if (
