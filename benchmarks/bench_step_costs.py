@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from targets import Targets  # beside this script
 
 from cgdispatch.estimate.device_model import device_cost_model  # noqa: E402
+from cgdispatch.estimate.devices import DEVICE_PRESETS  # noqa: E402
 from cgdispatch.estimate.step_errors import error_table, priced_reference  # noqa: E402
 from cgdispatch.estimate.step_time import kernel_times_us  # noqa: E402
 
@@ -48,6 +49,47 @@ def baseline_error(frame: pd.DataFrame) -> pd.Series:
         work = kernel_times_us(flops, nbytes, old.profile.half, old.spec).sum(axis=1) / 1e3
         out[group.index] = work / group.measured_ms.to_numpy() - 1
     return out
+
+
+def bandwidth_bound_check(frame: pd.DataFrame, decode: pd.DataFrame) -> None:
+    """The worst decode 1-256 cell set beside the physics of the two Hopper tables.
+
+    H100 SXM and H200 SXM run the same kernels on the same chip (132 SMs, same clocks and
+    L2, vLLM 0.24.0's FlashAttention 3 in both tables); only HBM differs. So a
+    decode-attention kernel cannot take longer on H100, over its H200 time, than the ratio
+    of their bandwidths. A measured ratio above it means one of the two single
+    measurements is off; the H100 step at that cap, and the model's error against it, say
+    how much of the miss that is."""
+    worst = decode.loc[decode.error.abs().idxmax()]
+    bound = (
+        DEVICE_PRESETS["H200"].bandwidth_bytes_per_s / DEVICE_PRESETS["H100"].bandwidth_bytes_per_s
+    )
+    same = (
+        (frame.model == worst.model) & (frame.tp == worst.tp) & (frame.kind == "decode")
+        & (frame.decode_context == worst.decode_context)
+    )  # fmt: skip
+    shape = same & (frame.num_decode == worst.num_decode)
+    h200 = frame[shape & (frame.device == "H200")].attn_decode_ms.iloc[0]
+    ratio = worst.attn_decode_ms / h200
+    print(
+        f"\nthe worst decode 1-256 cell ({worst.num_decode} x {worst.decode_context} tokens): "
+        f"H100 / H200 decode attention {worst.attn_decode_ms:.2f} / {h200:.2f} ms = {ratio:.2f}x, "
+        f"above the HBM bandwidth ratio {bound:.2f}x that bounds it"
+    )
+    rows = frame[same & (frame.device == "H100")].set_index("num_decode")
+    other = frame[same & (frame.device == "H200")].set_index("num_decode")
+    others = (rows.attn_decode_ms / other.attn_decode_ms).drop(worst.num_decode)
+    print(
+        "  the same context's other batch sizes: "
+        + ", ".join(f"{n}: {r:.2f}x" for n, r in others.items())
+    )
+    if ratio > bound:
+        capped = worst.measured_ms - worst.attn_decode_ms + h200 * bound
+        print(
+            f"  at the bound the H100 step is at most {capped:.2f} ms (measured "
+            f"{worst.measured_ms:.2f}); the model's {worst.model_ms:.2f} ms is "
+            f"{worst.model_ms / capped - 1:+.1%} from it"
+        )
 
 
 def main() -> None:
@@ -92,6 +134,7 @@ def main() -> None:
     for name, err, target in checks:
         verdict = "MET" if targets.check(name, err <= target) else "MISSED"
         print(f"{name}: |error| {err:.1%} (target {target:.0%}) {verdict}")
+    bandwidth_bound_check(frame, decode)
     shown = prefill.iloc[0]
     print(
         f"\nLlama-3.1-8B H100 2048-token prompt: measured {shown.measured_ms:.1f} ms, model "
