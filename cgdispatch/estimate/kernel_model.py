@@ -26,7 +26,9 @@ It prices kernels; how a step's kernels are issued per mode is
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -43,7 +45,8 @@ __all__ = [
     "kernel_coefficients",
     "gemm_us",
     "decode_attention_us",
-    "decode_rates",
+    "decode_attention_scalar_us",
+    "fa_num_splits",
     "prefill_attention_us",
     "allreduce_us",
 ]
@@ -60,7 +63,10 @@ class KernelCoefficients:
     architecture: str  # the architecture whose tables were fitted (Hopper, Ampere)
     fitted_on: str  # which tables, for the source label
     gemm: dict[str, float]  # ef, eb, t0_us, m_half
-    decode: dict[str, float]  # eb, t0_us, per_head_req_us, per_req_us
+    # split-KV (Hopper): eb, t0_us, cta_us, l2_factor, combine_us and the kernel's constants
+    # sms, ctas_per_sm, block_n, min_split_blocks, l2_bytes; linear: eb, t0_us,
+    # per_head_req_us, per_req_us
+    decode: dict[str, float]
     prefill: dict[str, float]  # ef, eb, t0_us, n_half
     allreduce: dict[str, float]  # eff, t0_us_tp2, t0_us_tp4, t0_us_tp8
     # fp8 W8A8 GEMMs (per-tensor scales) where the tables have them (Hopper); None: an fp8
@@ -115,27 +121,105 @@ def gemm_us(
     return c["t0_us"] + np.maximum(compute, memory) * 1e6
 
 
-def decode_rates(heads: float, spec: DeviceSpec, coeffs: KernelCoefficients) -> tuple[float, float]:
-    """``(us per KV byte, us per request)`` of decode attention: the formula's two slopes
-    (a replay prices each step with them in scalar arithmetic, :mod:`.step_cost`)."""
+def _is_split_kv(c: dict[str, float]) -> bool:
+    return "cta_us" in c
+
+
+@functools.lru_cache(maxsize=65536)
+def fa_num_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int:
+    """How many pieces FlashAttention splits each request's KV into (split-KV decoding):
+    ``num_splits_heuristic`` of flash-attention (``csrc/flash_attn/flash_api.cpp`` for FA2,
+    ``hopper/heuristics.h`` for FA3, as vLLM's ``vllm-flash-attn`` builds them) with
+    ``units`` = requests x KV heads (GQA heads packed into one tile), ``slots`` = CTAs
+    that run at once (SMs x CTAs per SM) and ``n_blocks`` KV tiles per request. No split
+    once the units nearly fill the GPU (>= 80% of the slots) or when a request has at most
+    ``min_blocks`` tiles (FA3); else the fewest splits whose wave efficiency (CTAs / slots
+    over its ceiling) is within 85% of the best, among splits that change the tiles per
+    split, at most 128 and ``n_blocks``."""
+    if units >= 0.8 * slots or n_blocks <= min_blocks:
+        return 1
+    most = min(128, slots, n_blocks)
+    eligible = [
+        s for s in range(1, most + 1) if s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
+    ]
+    eff = {s: (units * s / slots) / math.ceil(units * s / slots) for s in eligible}
+    best = max(eff.values())
+    return next(s for s in eligible if eff[s] >= 0.85 * best)
+
+
+def _split_kv_us(
+    kv_bytes: float,
+    n: float,
+    kv_heads: float,
+    kv_bytes_per_token: float,
+    spec: DeviceSpec,
+    c: dict[str, float],
+) -> float:
+    """One layer's split-KV decode (no ``t0``): waves of CTAs, each reading its tiles."""
+    if n <= 0:
+        return 0.0
+    context = kv_bytes / (n * kv_bytes_per_token)  # mean context of the requests
+    block_n = int(c["block_n"])
+    slots = int(c["sms"] * c["ctas_per_sm"])
+    units = max(1, round(n * kv_heads))
+    n_blocks = max(1, math.ceil(context / block_n - 1e-9))
+    splits = fa_num_splits(units, slots, n_blocks, int(c["min_split_blocks"]))
+    ctas = units * splits
+    waves = math.ceil(ctas / slots)
+    tiles = math.ceil(n_blocks / splits)  # KV tiles each CTA reads, one after another
+    tile_bytes = block_n * kv_bytes_per_token / kv_heads
+    # the CTAs running at once share the bandwidth; KV that fits in L2 reads faster
+    rate = spec.bandwidth_bytes_per_s * c["eb"]
+    if kv_bytes <= c["l2_bytes"]:
+        rate /= c["l2_factor"]
+    per_tile = tile_bytes * min(ctas, slots) / rate * 1e6
+    return waves * (c["cta_us"] + tiles * per_tile) + (c["combine_us"] if splits > 1 else 0.0)
+
+
+def decode_attention_scalar_us(
+    kv_bytes: float,
+    num_decodes: float,
+    heads: float,
+    kv_heads: float,
+    kv_bytes_per_token: float,
+    spec: DeviceSpec,
+    coeffs: KernelCoefficients,
+) -> float:
+    """:func:`decode_attention_us` of one step in plain float arithmetic (a replay prices
+    every step with it, :mod:`.step_cost`)."""
     c = coeffs.decode
+    if num_decodes <= 0:
+        return 0.0
+    if _is_split_kv(c):
+        return _split_kv_us(kv_bytes, num_decodes, kv_heads, kv_bytes_per_token, spec, c)
     per_byte = 1e6 / (spec.bandwidth_bytes_per_s * c["eb"])
-    return per_byte, c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
+    per_request = c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
+    return kv_bytes * per_byte + per_request * num_decodes
 
 
 def decode_attention_us(
     kv_bytes: np.ndarray,
     num_decodes: np.ndarray,
     heads: int | np.ndarray,
+    kv_heads: int | np.ndarray,
+    kv_bytes_per_token: float | np.ndarray,
     spec: DeviceSpec,
     coeffs: KernelCoefficients,
 ) -> np.ndarray:
     """One layer's decode attention: ``num_decodes`` requests reading ``kv_bytes`` of KV
-    cache in all (zero when there are no decodes; the launch is the caller's)."""
-    per_byte, per_request = decode_rates(heads, spec, coeffs)
-    kv_bytes = np.asarray(kv_bytes, dtype=np.float64)
-    n = np.asarray(num_decodes, dtype=np.float64)
-    return np.where(n > 0, kv_bytes * per_byte + per_request * n, 0.0)
+    cache in all, ``kv_bytes_per_token`` per token of one request (all its ``kv_heads``);
+    zero when there are no decodes; ``t0`` (the launch) is the caller's."""
+    args = np.broadcast_arrays(
+        *(
+            np.asarray(x, dtype=np.float64)
+            for x in (kv_bytes, num_decodes, heads, kv_heads, kv_bytes_per_token)
+        )
+    )
+    out = [
+        decode_attention_scalar_us(b, n, h, kv, per, spec, coeffs)
+        for b, n, h, kv, per in zip(*(a.ravel().tolist() for a in args))
+    ]
+    return np.asarray(out, dtype=np.float64).reshape(args[0].shape)
 
 
 def prefill_attention_us(
