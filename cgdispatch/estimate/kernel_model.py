@@ -12,7 +12,16 @@ says so) with their own datasheet rates.
 The formulas (microseconds; ``peak`` and ``bw`` are the device's datasheet rates):
 
 - GEMM of ``m`` rows (bf16; fp8 W8A8 on Hopper with its own coefficients): ``t0 + max(flops / (peak * ef * m / (m + m_half)), bytes / (bw * eb))``;
-- decode attention of one layer (FlashAttention reading each request's KV cache):
+- decode attention of one layer on Hopper, FlashAttention 3's split-KV decoding: each of the
+  ``units = num_decodes * kv_heads`` (the GQA query heads packed in one tile) reads its
+  ``n_blocks = ceil(context / block_n)`` KV tiles in ``splits`` pieces (flash-attention's
+  ``num_splits_heuristic``, :func:`fa_num_splits`), one CTA each, ``sms * ctas_per_sm`` at
+  a time: ``t0 + waves * (cta + ceil(n_blocks / splits) * tile) + (splits > 1) * combine``
+  with ``waves = ceil(units * splits / (sms * ctas_per_sm))`` and ``tile`` the time of one
+  tile while the running CTAs share ``bw * eb`` (times ``l2_factor`` when the layer's whole
+  KV fits in L2: the measured tables read the same cache over and over, so a small one
+  stays in L2; a served step's layers evict each other's). ``context`` is the requests'
+  mean. On Ampere (FlashAttention 2 tables, which this form does not fit better) it stays
   ``t0 + kv_bytes / (bw * eb) + num_decodes * (per_head_req * heads / 64 + per_req)``;
 - prefill attention of one layer, per prompt chunk of ``n`` new tokens after ``c`` cached:
   ``max(causal_flops / (peak * ef * n / (n + n_half)), bytes / (bw * eb))`` with
