@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -55,6 +56,7 @@ __all__ = [
     "gemm_us",
     "decode_attention_us",
     "decode_attention_scalar_us",
+    "decode_attention_fn",
     "fa_num_splits",
     "prefill_attention_us",
     "allreduce_us",
@@ -167,11 +169,11 @@ def _split_kv_us(
     """One layer's split-KV decode (no ``t0``): waves of CTAs, each reading its tiles."""
     if n <= 0:
         return 0.0
-    context = kv_bytes / (n * kv_bytes_per_token)  # mean context of the requests
     block_n = int(c["block_n"])
     slots = int(c["sms"] * c["ctas_per_sm"])
     units = max(1, round(n * kv_heads))
-    n_blocks = max(1, math.ceil(context / block_n - 1e-9))
+    # KV tiles per request at the requests' mean context (decode_attention_fn keys on it)
+    n_blocks = max(1, math.ceil(kv_bytes / (n * kv_bytes_per_token) / block_n - 1e-9))
     splits = fa_num_splits(units, slots, n_blocks, int(c["min_split_blocks"]))
     ctas = units * splits
     waves = math.ceil(ctas / slots)
@@ -204,6 +206,41 @@ def decode_attention_scalar_us(
     per_byte = 1e6 / (spec.bandwidth_bytes_per_s * c["eb"])
     per_request = c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
     return kv_bytes * per_byte + per_request * num_decodes
+
+
+def decode_attention_fn(
+    num_decodes: int,
+    heads: float,
+    kv_heads: float,
+    kv_bytes_per_token: float,
+    spec: DeviceSpec,
+    coeffs: KernelCoefficients,
+) -> Callable[[float], float]:
+    """:func:`decode_attention_scalar_us` of ``num_decodes`` requests as a function of the
+    KV bytes they read, the same floats: a replay prices thousands of steps of one batch
+    that differ only in context; the split-KV time changes only with the tiles per request
+    and L2 residency, so each such pair is computed once."""
+    c = coeffs.decode
+    n = num_decodes
+
+    def direct(kv_bytes: float) -> float:
+        return decode_attention_scalar_us(
+            kv_bytes, n, heads, kv_heads, kv_bytes_per_token, spec, coeffs
+        )
+
+    if n <= 0 or not _is_split_kv(c):
+        return direct
+    per_request, block_n, l2 = n * kv_bytes_per_token, int(c["block_n"]), c["l2_bytes"]
+    memo: dict[tuple[int, bool], float] = {}
+
+    def tiled(kv_bytes: float) -> float:
+        key = (max(1, math.ceil(kv_bytes / per_request / block_n - 1e-9)), kv_bytes <= l2)
+        t = memo.get(key)
+        if t is None:
+            t = memo[key] = direct(kv_bytes)
+        return t
+
+    return tiled
 
 
 def decode_attention_us(

@@ -36,6 +36,7 @@ from ..core.modes import CUDAGraphMode
 from ..core.step_content import StepContent
 from .kernel_model import (
     allreduce_us,
+    decode_attention_fn,
     decode_attention_scalar_us,
     decode_attention_us,
     gemm_us,
@@ -284,19 +285,23 @@ class StepPricer:
         steady stretch prices thousands of such steps that differ only in context)."""
         c, a, h = self.lines(mode, padded)
         x_head = self.head_us(num_reqs)
-        t0, decode_us = self.coeffs.decode["t0_us"], self._decode_us
+        s = self.shape
+        kv_bytes_per_token, t0 = s.kv_bytes_per_token, self.coeffs.decode["t0_us"]
+        decode = decode_attention_fn(
+            num_reqs, s.heads, s.kv_heads, kv_bytes_per_token, self.spec, self.coeffs
+        )
         if len(c) == 1:
             c0, a0, h_part = float(c[0]), float(a[0]), float(h[0]) * x_head
 
             def one_line(kv_tokens: int) -> float:
-                x_attn = decode_us(num_reqs, kv_tokens) + t0
+                x_attn = decode(kv_tokens * kv_bytes_per_token) + t0
                 return (c0 + a0 * x_attn + h_part) / 1e3
 
             return one_line
         lines = list(zip(c.tolist(), a.tolist(), (h * x_head).tolist()))
 
         def most(kv_tokens: int) -> float:
-            x_attn = decode_us(num_reqs, kv_tokens) + t0
+            x_attn = decode(kv_tokens * kv_bytes_per_token) + t0
             return max([cj + aj * x_attn + hj for cj, aj, hj in lines]) / 1e3
 
         return most

@@ -254,3 +254,36 @@ def test_routed_experts_read_the_weights_of_the_experts_reached():
             pricer.coeffs,
         )
         assert rows[routed] == pytest.approx(expected)
+
+
+def test_the_per_batch_decode_price_equals_the_scalar_one():
+    """decode_attention_fn (one batch, memoized per tile count and L2 residency) gives the
+    same floats as the scalar price, on both sides of L2 and across tile boundaries."""
+    from cgdispatch.estimate.kernel_model import decode_attention_fn, decode_attention_scalar_us
+
+    rng = np.random.default_rng()
+    for device in ("H100", "A100"):
+        cm = device_cost_model("llama-3.1-8b", device)
+        s, coeffs = cm.attention, cm.pricer().coeffs
+        for n in rng.integers(1, 300, 6).tolist():
+            fn = decode_attention_fn(n, s.heads, s.kv_heads, s.kv_bytes_per_token, cm.spec, coeffs)
+            for tokens in rng.integers(n, n * 20000, 200).tolist():
+                kv = tokens * s.kv_bytes_per_token
+                want = decode_attention_scalar_us(
+                    kv, n, s.heads, s.kv_heads, s.kv_bytes_per_token, cm.spec, coeffs
+                )
+                assert fn(kv) == want
+
+
+def test_a_steady_decode_line_equals_the_step_price(llama8b):
+    """decode_step_ms (the bulk replay's closure) gives step_ms's floats for the same step."""
+    pricer = llama8b.pricer()
+    rng = np.random.default_rng()
+    for _ in range(30):
+        n = int(rng.integers(1, 300))
+        mode = MODES[int(rng.integers(3))]
+        padded = n + int(rng.integers(0, 16))
+        line = pricer.decode_step_ms(n, mode, padded)
+        for _ in range(5):
+            content = StepContent.of(rng.integers(1, 20000, n).tolist())
+            assert line(content.decode_kv_tokens) == pricer.step_ms(content, mode, padded)
