@@ -37,7 +37,6 @@ from ..core.step_content import StepContent
 from .kernel_model import (
     allreduce_us,
     decode_attention_fn,
-    decode_attention_scalar_us,
     decode_attention_us,
     gemm_us,
     kernel_coefficients,
@@ -119,6 +118,7 @@ class StepPricer:
         self.num_layers = int((self.kinds == _ATTN).sum())
         self._lines: dict[tuple[CUDAGraphMode, int], tuple[np.ndarray, ...]] = {}
         self._heads: dict[int, float] = {}
+        self._decode_fns: dict[int, Callable[[float], float]] = {}
 
     # ----- the two content-dependent terms ------------------------------------------------
     def attention_us(self, content: StepContent) -> float:
@@ -148,19 +148,20 @@ class StepPricer:
         )
         return work + self.coeffs.decode["t0_us"]
 
+    def _decode_fn(self, num_reqs: int) -> Callable[[float], float]:
+        """:func:`decode_attention_fn` of ``num_reqs`` requests (one per batch size, kept)."""
+        fn = self._decode_fns.get(num_reqs)
+        if fn is None:
+            s = self.shape
+            fn = self._decode_fns[num_reqs] = decode_attention_fn(
+                num_reqs, s.heads, s.kv_heads, s.kv_bytes_per_token, self.spec, self.coeffs
+            )
+        return fn
+
     def _decode_us(self, num_reqs: int, kv_tokens: float) -> float:
         """One layer's decode attention (us, no ``t0``) of ``num_reqs`` requests holding
         ``kv_tokens`` of context in all."""
-        s = self.shape
-        return decode_attention_scalar_us(
-            kv_tokens * s.kv_bytes_per_token,
-            num_reqs,
-            s.heads,
-            s.kv_heads,
-            s.kv_bytes_per_token,
-            self.spec,
-            self.coeffs,
-        )
+        return self._decode_fn(num_reqs)(kv_tokens * self.shape.kv_bytes_per_token)
 
     # ----- kernels ------------------------------------------------------------------------
     def kernel_rows(
@@ -287,9 +288,7 @@ class StepPricer:
         x_head = self.head_us(num_reqs)
         s = self.shape
         kv_bytes_per_token, t0 = s.kv_bytes_per_token, self.coeffs.decode["t0_us"]
-        decode = decode_attention_fn(
-            num_reqs, s.heads, s.kv_heads, kv_bytes_per_token, self.spec, self.coeffs
-        )
+        decode = self._decode_fn(num_reqs)
         if len(c) == 1:
             c0, a0, h_part = float(c[0]), float(a[0]), float(h[0]) * x_head
 
