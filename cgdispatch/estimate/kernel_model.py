@@ -138,24 +138,24 @@ def _is_split_kv(c: dict[str, float]) -> bool:
 
 @functools.lru_cache(maxsize=65536)
 def fa_num_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int:
-    """How many pieces FlashAttention splits each request's KV into (split-KV decoding):
-    ``num_splits_heuristic`` of flash-attention (``csrc/flash_attn/flash_api.cpp`` for FA2,
-    ``hopper/heuristics.h`` for FA3, as vLLM's ``vllm-flash-attn`` builds them) with
-    ``units`` = requests x KV heads (GQA heads packed into one tile), ``slots`` = CTAs
-    that run at once (SMs x CTAs per SM) and ``n_blocks`` KV tiles per request. No split
-    once the units nearly fill the GPU (>= 80% of the slots) or when a request has at most
-    ``min_blocks`` tiles (FA3); else the fewest splits whose wave efficiency (CTAs / slots
-    over its ceiling) is within 85% of the best, among splits that change the tiles per
-    split, at most 128 and ``n_blocks``."""
-    if units >= 0.8 * slots or n_blocks <= min_blocks:
+    """How many pieces FlashAttention 3 splits each request's KV into (split-KV decoding):
+    ``num_splits_heuristic`` of vLLM's fork of flash-attention (``vllm-flash-attn``,
+    ``hopper/heuristics.h``) with ``units`` = requests x KV heads (GQA heads packed in one
+    tile), ``slots`` = CTAs that run at once (SMs x CTAs per SM) and ``n_blocks`` KV tiles
+    per request. No split once the units nearly fill the GPU (>= 80% of the slots), when a
+    request has at most ``min_blocks`` tiles, or at most 8 tiles with 32 units or more; else
+    the fewest splits (up to 128 and ``n_blocks``) whose wave efficiency (CTAs / slots over
+    its ceiling; times 0.85 where a split gets fewer than 4 tiles) is within 95% of the
+    best."""
+    if units >= 0.8 * slots or n_blocks <= min_blocks or (n_blocks <= 8 and units >= 32):
         return 1
     most = min(128, slots, n_blocks)
-    eligible = [
-        s for s in range(1, most + 1) if s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
-    ]
-    eff = {s: (units * s / slots) / math.ceil(units * s / slots) for s in eligible}
-    best = max(eff.values())
-    return next(s for s in eligible if eff[s] >= 0.85 * best)
+    eff = []
+    for s in range(1, most + 1):
+        waves = units * s / slots
+        eff.append(waves / math.ceil(waves) * (0.85 if n_blocks // s < 4 else 1.0))
+    best = max(eff)
+    return next(s for s, e in enumerate(eff, start=1) if e >= 0.95 * best)
 
 
 def _split_kv_us(

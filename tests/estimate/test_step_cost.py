@@ -48,15 +48,13 @@ def test_the_line_table_equals_the_kernel_matrix_on_random_steps(llama8b):
 
 
 def _reference_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int:
-    """flash-attention's num_splits_heuristic, written out again with numpy arrays."""
-    if units >= 0.8 * slots or n_blocks <= min_blocks:
+    """vllm-flash-attn's num_splits_heuristic (hopper/heuristics.h), again with numpy."""
+    if units >= 0.8 * slots or n_blocks <= min_blocks or (n_blocks <= 8 and units >= 32):
         return 1
     splits = np.arange(1, min(128, slots, n_blocks) + 1)
-    per_split = np.ceil(n_blocks / splits)
-    eligible = np.r_[True, per_split[1:] != per_split[:-1]]
     waves = units * splits / slots
-    eff = np.where(eligible, waves / np.ceil(waves), 0.0)
-    return int(splits[eligible & (eff >= 0.85 * eff.max())][0])
+    eff = waves / np.ceil(waves) * np.where(n_blocks // splits < 4, 0.85, 1.0)
+    return int(splits[eff >= 0.95 * eff.max()][0])
 
 
 def _reference_decode_us(contexts, kv_heads: int, per_token: float, spec, c) -> float:
