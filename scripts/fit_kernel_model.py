@@ -38,6 +38,27 @@ from cgdispatch.estimate.kernel_model import (  # noqa: E402
 # architecture -> (GPU folder, vLLM release of its tables, our preset)
 FITTED = {"Hopper": ("h100_sxm", "0.24.0", "H100"), "Ampere": ("a100_sxm", "0.14.0", "A100")}
 HELD_OUT = {"H200": ("h200_sxm", "0.24.0", "Hopper")}
+# split-KV decode (FlashAttention): the kernel's constants, not fitted. SMs and L2 from the
+# H100 SXM and A100 datasheets (H200 is the same die); CTAs per SM and the 4-tile floor of
+# a split from flash-attention's FA3 (hopper/heuristics.h) and FA2 (csrc/flash_attn/
+# flash_api.cpp: the heuristic counts 2 CTAs per SM); 128 KV tokens per tile (hdim 128)
+SPLIT_KV = {
+    "Hopper": {
+        "sms": 132,
+        "ctas_per_sm": 1,
+        "block_n": 128,
+        "min_split_blocks": 4,
+        "l2_bytes": 50 * 2**20,
+    },
+    "Ampere": {
+        "sms": 108,
+        "ctas_per_sm": 2,
+        "block_n": 128,
+        "min_split_blocks": 0,
+        "l2_bytes": 40 * 2**20,
+    },
+}
+DECODE_FORM = {"Hopper": "split_kv", "Ampere": "linear"}
 OUT = ROOT / "cgdispatch" / "data" / "kernel_model.json"
 WEIGHT_US = 500.0  # kernels shorter than this weigh sqrt(t / WEIGHT_US) in the fit
 
@@ -66,11 +87,16 @@ def load(root: Path, folder: str, version: str) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def default_coeffs() -> dict[str, dict[str, float]]:
+def default_coeffs(arch: str) -> dict[str, dict[str, float]]:
+    if DECODE_FORM[arch] == "split_kv":
+        decode = {"eb": 0.8, "t0_us": 10.0, "cta_us": 1.0, "l2_factor": 0.8, "combine_us": 3.0}
+        decode.update(SPLIT_KV[arch])
+    else:
+        decode = {"eb": 0.8, "t0_us": 10.0, "per_head_req_us": 0.1, "per_req_us": 0.1}
     return {
         "gemm": {"ef": 0.8, "eb": 0.8, "t0_us": 4.0, "m_half": 16.0},
         "gemm_fp8": {"ef": 0.8, "eb": 0.8, "t0_us": 4.0, "m_half": 16.0},
-        "decode": {"eb": 0.8, "t0_us": 10.0, "per_head_req_us": 0.1, "per_req_us": 0.1},
+        "decode": decode,
         "prefill": {"ef": 0.6, "eb": 0.5, "t0_us": 10.0, "n_half": 500.0},
         "allreduce": {"eff": 0.6, "t0_us_tp2": 4.0, "t0_us_tp4": 5.0, "t0_us_tp8": 5.5},
     }
@@ -91,9 +117,11 @@ def predict(op: str, t: pd.DataFrame, spec, values) -> np.ndarray:
         return gemm_us(2 * m * n * k, m * k + n * k + 2 * m * n, m, spec, c, fp8=True)
     if op == "generation":
         b, ctx = t.batch_size.to_numpy(np.float64), t.step.to_numpy(np.float64) + 1
-        kv_bytes = b * ctx * t.num_key_value_heads * t.head_dim * 2 * 2
+        kv_heads = t.num_key_value_heads.to_numpy(np.float64)
+        per_token = kv_heads * t.head_dim.to_numpy(np.float64) * 2 * 2  # K and V, bf16
         heads = t.num_heads.to_numpy(np.float64)
-        return c.decode["t0_us"] + decode_attention_us(kv_bytes.to_numpy(), b, heads, spec, c)
+        work = decode_attention_us(b * ctx * per_token, b, heads, kv_heads, per_token, spec, c)
+        return c.decode["t0_us"] + work
     if op == "context":
         b, s = t.batch_size.to_numpy(np.float64), t.isl.to_numpy(np.float64)
         heads, kv, hd = (
@@ -125,6 +153,13 @@ PARAMS = {
         ("per_head_req_us", 0.0, 50.0),
         ("per_req_us", 0.0, 50.0),
     ],
+    "generation_split_kv": [
+        ("eb", 0.05, 1.5),
+        ("t0_us", 0.0, 100.0),
+        ("cta_us", 0.0, 50.0),
+        ("l2_factor", 0.05, 1.5),
+        ("combine_us", 0.0, 100.0),
+    ],
     "context": [("ef", 0.05, 1.0), ("eb", 0.05, 1.5), ("t0_us", 0.0, 100.0), ("n_half", 0.0, 1e5)],
     "allreduce": [
         ("eff", 0.01, 3.0),
@@ -144,6 +179,8 @@ GROUP = {
 
 def fit(op: str, t: pd.DataFrame, spec, values) -> None:
     names = PARAMS[op]
+    if op == "generation" and "cta_us" in values["decode"]:
+        names = PARAMS["generation_split_kv"]
     group = GROUP[op]
     measured = t.latency.to_numpy(np.float64) * 1e3  # ms -> us
     # a whole step's error is made by its long kernels: kernels under WEIGHT_US count less
@@ -184,7 +221,7 @@ def main() -> None:
     for arch, (folder, version, preset) in FITTED.items():
         spec = DEVICE_PRESETS[preset]
         tables = load(root, folder, version)
-        values = default_coeffs()
+        values = default_coeffs(arch)
         for op in ("gemm", "gemm_fp8", "generation", "context", "allreduce"):
             if op not in tables:
                 del values[GROUP[op]]  # no table: the kernel model falls back (its doc)

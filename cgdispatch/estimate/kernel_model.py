@@ -12,7 +12,16 @@ says so) with their own datasheet rates.
 The formulas (microseconds; ``peak`` and ``bw`` are the device's datasheet rates):
 
 - GEMM of ``m`` rows (bf16; fp8 W8A8 on Hopper with its own coefficients): ``t0 + max(flops / (peak * ef * m / (m + m_half)), bytes / (bw * eb))``;
-- decode attention of one layer (FlashAttention reading each request's KV cache):
+- decode attention of one layer on Hopper, FlashAttention 3's split-KV decoding: each of the
+  ``units = num_decodes * kv_heads`` (the GQA query heads packed in one tile) reads its
+  ``n_blocks = ceil(context / block_n)`` KV tiles in ``splits`` pieces (flash-attention's
+  ``num_splits_heuristic``, :func:`fa_num_splits`), one CTA each, ``sms * ctas_per_sm`` at
+  a time: ``t0 + waves * (cta + ceil(n_blocks / splits) * tile) + (splits > 1) * combine``
+  with ``waves = ceil(units * splits / (sms * ctas_per_sm))`` and ``tile`` the time of one
+  tile while the running CTAs share ``bw * eb`` (times ``l2_factor`` when the layer's whole
+  KV fits in L2: the measured tables read the same cache over and over, so a small one
+  stays in L2; a served step's layers evict each other's). ``context`` is the requests'
+  mean. On Ampere (FlashAttention 2 tables, which this form does not fit better) it stays
   ``t0 + kv_bytes / (bw * eb) + num_decodes * (per_head_req * heads / 64 + per_req)``;
 - prefill attention of one layer, per prompt chunk of ``n`` new tokens after ``c`` cached:
   ``max(causal_flops / (peak * ef * n / (n + n_half)), bytes / (bw * eb))`` with
@@ -26,7 +35,10 @@ It prices kernels; how a step's kernels are issued per mode is
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -43,7 +55,9 @@ __all__ = [
     "kernel_coefficients",
     "gemm_us",
     "decode_attention_us",
-    "decode_rates",
+    "decode_attention_scalar_us",
+    "decode_attention_fn",
+    "fa_num_splits",
     "prefill_attention_us",
     "allreduce_us",
 ]
@@ -60,7 +74,10 @@ class KernelCoefficients:
     architecture: str  # the architecture whose tables were fitted (Hopper, Ampere)
     fitted_on: str  # which tables, for the source label
     gemm: dict[str, float]  # ef, eb, t0_us, m_half
-    decode: dict[str, float]  # eb, t0_us, per_head_req_us, per_req_us
+    # split-KV (Hopper): eb, t0_us, cta_us, l2_factor, combine_us and the kernel's constants
+    # sms, ctas_per_sm, block_n, min_split_blocks, l2_bytes; linear: eb, t0_us,
+    # per_head_req_us, per_req_us
+    decode: dict[str, float]
     prefill: dict[str, float]  # ef, eb, t0_us, n_half
     allreduce: dict[str, float]  # eff, t0_us_tp2, t0_us_tp4, t0_us_tp8
     # fp8 W8A8 GEMMs (per-tensor scales) where the tables have them (Hopper); None: an fp8
@@ -115,27 +132,140 @@ def gemm_us(
     return c["t0_us"] + np.maximum(compute, memory) * 1e6
 
 
-def decode_rates(heads: float, spec: DeviceSpec, coeffs: KernelCoefficients) -> tuple[float, float]:
-    """``(us per KV byte, us per request)`` of decode attention: the formula's two slopes
-    (a replay prices each step with them in scalar arithmetic, :mod:`.step_cost`)."""
+def _is_split_kv(c: dict[str, float]) -> bool:
+    return "cta_us" in c
+
+
+@functools.lru_cache(maxsize=65536)
+def fa_num_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int:
+    """How many pieces FlashAttention 3 splits each request's KV into (split-KV decoding):
+    ``num_splits_heuristic`` of vLLM's fork of flash-attention (``vllm-flash-attn``,
+    ``hopper/heuristics.h``) with ``units`` = requests x KV heads (GQA heads packed in one
+    tile), ``slots`` = CTAs that run at once (SMs x CTAs per SM) and ``n_blocks`` KV tiles
+    per request. No split once the units nearly fill the GPU (>= 80% of the slots), when a
+    request has at most ``min_blocks`` tiles, or at most 8 tiles with 32 units or more; else
+    the fewest splits (up to 128 and ``n_blocks``) whose wave efficiency (CTAs / slots over
+    its ceiling; times 0.85 where a split gets fewer than 4 tiles) is within 95% of the
+    best."""
+    if units >= 0.8 * slots or n_blocks <= min_blocks or (n_blocks <= 8 and units >= 32):
+        return 1
+    most = min(128, slots, n_blocks)
+    eff = []
+    for s in range(1, most + 1):
+        waves = units * s / slots
+        eff.append(waves / math.ceil(waves) * (0.85 if n_blocks // s < 4 else 1.0))
+    best = max(eff)
+    return next(s for s, e in enumerate(eff, start=1) if e >= 0.95 * best)
+
+
+def _split_kv_us(
+    kv_bytes: float,
+    n: float,
+    kv_heads: float,
+    kv_bytes_per_token: float,
+    spec: DeviceSpec,
+    c: dict[str, float],
+) -> float:
+    """One layer's split-KV decode (no ``t0``): waves of CTAs, each reading its tiles."""
+    if n <= 0:
+        return 0.0
+    block_n = int(c["block_n"])
+    slots = int(c["sms"] * c["ctas_per_sm"])
+    units = max(1, round(n * kv_heads))
+    # KV tiles per request at the requests' mean context (decode_attention_fn keys on it)
+    n_blocks = max(1, math.ceil(kv_bytes / (n * kv_bytes_per_token) / block_n - 1e-9))
+    splits = fa_num_splits(units, slots, n_blocks, int(c["min_split_blocks"]))
+    ctas = units * splits
+    waves = math.ceil(ctas / slots)
+    tiles = math.ceil(n_blocks / splits)  # KV tiles each CTA reads, one after another
+    tile_bytes = block_n * kv_bytes_per_token / kv_heads
+    # the CTAs running at once share the bandwidth; KV that fits in L2 reads faster
+    rate = spec.bandwidth_bytes_per_s * c["eb"]
+    if kv_bytes <= c["l2_bytes"]:
+        rate /= c["l2_factor"]
+    per_tile = tile_bytes * min(ctas, slots) / rate * 1e6
+    return waves * (c["cta_us"] + tiles * per_tile) + (c["combine_us"] if splits > 1 else 0.0)
+
+
+def decode_attention_scalar_us(
+    kv_bytes: float,
+    num_decodes: float,
+    heads: float,
+    kv_heads: float,
+    kv_bytes_per_token: float,
+    spec: DeviceSpec,
+    coeffs: KernelCoefficients,
+) -> float:
+    """:func:`decode_attention_us` of one step in plain float arithmetic (a replay prices
+    every step with it, :mod:`.step_cost`)."""
     c = coeffs.decode
+    if num_decodes <= 0:
+        return 0.0
+    if _is_split_kv(c):
+        return _split_kv_us(kv_bytes, num_decodes, kv_heads, kv_bytes_per_token, spec, c)
     per_byte = 1e6 / (spec.bandwidth_bytes_per_s * c["eb"])
-    return per_byte, c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
+    per_request = c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
+    return kv_bytes * per_byte + per_request * num_decodes
+
+
+def decode_attention_fn(
+    num_decodes: int,
+    heads: float,
+    kv_heads: float,
+    kv_bytes_per_token: float,
+    spec: DeviceSpec,
+    coeffs: KernelCoefficients,
+) -> Callable[[float], float]:
+    """:func:`decode_attention_scalar_us` of ``num_decodes`` requests as a function of the
+    KV bytes they read, the same floats: a replay prices thousands of steps of one batch
+    that differ only in context; the split-KV time changes only with the tiles per request
+    and L2 residency, so each such pair is computed once."""
+    c = coeffs.decode
+    n = num_decodes
+
+    def direct(kv_bytes: float) -> float:
+        return decode_attention_scalar_us(
+            kv_bytes, n, heads, kv_heads, kv_bytes_per_token, spec, coeffs
+        )
+
+    if n <= 0 or not _is_split_kv(c):
+        return direct
+    per_request, block_n, l2 = n * kv_bytes_per_token, int(c["block_n"]), c["l2_bytes"]
+    memo: dict[tuple[int, bool], float] = {}
+
+    def tiled(kv_bytes: float) -> float:
+        key = (max(1, math.ceil(kv_bytes / per_request / block_n - 1e-9)), kv_bytes <= l2)
+        t = memo.get(key)
+        if t is None:
+            t = memo[key] = direct(kv_bytes)
+        return t
+
+    return tiled
 
 
 def decode_attention_us(
     kv_bytes: np.ndarray,
     num_decodes: np.ndarray,
     heads: int | np.ndarray,
+    kv_heads: int | np.ndarray,
+    kv_bytes_per_token: float | np.ndarray,
     spec: DeviceSpec,
     coeffs: KernelCoefficients,
 ) -> np.ndarray:
     """One layer's decode attention: ``num_decodes`` requests reading ``kv_bytes`` of KV
-    cache in all (zero when there are no decodes; the launch is the caller's)."""
-    per_byte, per_request = decode_rates(heads, spec, coeffs)
-    kv_bytes = np.asarray(kv_bytes, dtype=np.float64)
-    n = np.asarray(num_decodes, dtype=np.float64)
-    return np.where(n > 0, kv_bytes * per_byte + per_request * n, 0.0)
+    cache in all, ``kv_bytes_per_token`` per token of one request (all its ``kv_heads``);
+    zero when there are no decodes; ``t0`` (the launch) is the caller's."""
+    args = np.broadcast_arrays(
+        *(
+            np.asarray(x, dtype=np.float64)
+            for x in (kv_bytes, num_decodes, heads, kv_heads, kv_bytes_per_token)
+        )
+    )
+    out = [
+        decode_attention_scalar_us(b, n, h, kv, per, spec, coeffs)
+        for b, n, h, kv, per in zip(*(a.ravel().tolist() for a in args))
+    ]
+    return np.asarray(out, dtype=np.float64).reshape(args[0].shape)
 
 
 def prefill_attention_us(

@@ -36,8 +36,8 @@ from ..core.modes import CUDAGraphMode
 from ..core.step_content import StepContent
 from .kernel_model import (
     allreduce_us,
+    decode_attention_fn,
     decode_attention_us,
-    decode_rates,
     gemm_us,
     kernel_coefficients,
     prefill_attention_us,
@@ -118,9 +118,7 @@ class StepPricer:
         self.num_layers = int((self.kinds == _ATTN).sum())
         self._lines: dict[tuple[CUDAGraphMode, int], tuple[np.ndarray, ...]] = {}
         self._heads: dict[int, float] = {}
-        self._per_kv_byte_us, self._per_decode_us = decode_rates(
-            shape.heads, self.spec, self.coeffs
-        )
+        self._decode_fns: dict[int, Callable[[float], float]] = {}
 
     # ----- the two content-dependent terms ------------------------------------------------
     def attention_us(self, content: StepContent) -> float:
@@ -128,8 +126,7 @@ class StepPricer:
         c, s = self.coeffs, self.shape
         t = t0 = 0.0
         if content.decode_reqs:  # scalar arithmetic: the replay prices every step
-            kv_bytes = content.decode_kv_tokens * s.kv_bytes_per_token
-            t = kv_bytes * self._per_kv_byte_us + content.decode_reqs * self._per_decode_us
+            t = self._decode_us(content.decode_reqs, content.decode_kv_tokens)
             t0 = c.decode["t0_us"]
         if content.chunks:
             done, new = np.array(content.chunks, dtype=np.float64).T
@@ -144,9 +141,27 @@ class StepPricer:
     def decode_attention_rows(self, num_tokens: np.ndarray, context_len: int) -> np.ndarray:
         """Per-layer attention (us) of steps of ``num_tokens`` decodes at ``context_len``."""
         n = np.asarray(num_tokens, dtype=np.float64)
-        kv_bytes = n * context_len * self.shape.kv_bytes_per_token
-        work = decode_attention_us(kv_bytes, n, self.shape.heads, self.spec, self.coeffs)
+        s = self.shape
+        kv_bytes = n * context_len * s.kv_bytes_per_token
+        work = decode_attention_us(
+            kv_bytes, n, s.heads, s.kv_heads, s.kv_bytes_per_token, self.spec, self.coeffs
+        )
         return work + self.coeffs.decode["t0_us"]
+
+    def _decode_fn(self, num_reqs: int) -> Callable[[float], float]:
+        """:func:`decode_attention_fn` of ``num_reqs`` requests (one per batch size, kept)."""
+        fn = self._decode_fns.get(num_reqs)
+        if fn is None:
+            s = self.shape
+            fn = self._decode_fns[num_reqs] = decode_attention_fn(
+                num_reqs, s.heads, s.kv_heads, s.kv_bytes_per_token, self.spec, self.coeffs
+            )
+        return fn
+
+    def _decode_us(self, num_reqs: int, kv_tokens: float) -> float:
+        """One layer's decode attention (us, no ``t0``) of ``num_reqs`` requests holding
+        ``kv_tokens`` of context in all."""
+        return self._decode_fn(num_reqs)(kv_tokens * self.shape.kv_bytes_per_token)
 
     # ----- kernels ------------------------------------------------------------------------
     def kernel_rows(
@@ -271,21 +286,21 @@ class StepPricer:
         steady stretch prices thousands of such steps that differ only in context)."""
         c, a, h = self.lines(mode, padded)
         x_head = self.head_us(num_reqs)
-        kv_bytes_per_token = self.shape.kv_bytes_per_token
-        per_byte, t0 = self._per_kv_byte_us, self.coeffs.decode["t0_us"]
-        per_decode = num_reqs * self._per_decode_us
+        s = self.shape
+        kv_bytes_per_token, t0 = s.kv_bytes_per_token, self.coeffs.decode["t0_us"]
+        decode = self._decode_fn(num_reqs)
         if len(c) == 1:
             c0, a0, h_part = float(c[0]), float(a[0]), float(h[0]) * x_head
 
             def one_line(kv_tokens: int) -> float:
-                x_attn = kv_tokens * kv_bytes_per_token * per_byte + per_decode + t0
+                x_attn = decode(kv_tokens * kv_bytes_per_token) + t0
                 return (c0 + a0 * x_attn + h_part) / 1e3
 
             return one_line
         lines = list(zip(c.tolist(), a.tolist(), (h * x_head).tolist()))
 
         def most(kv_tokens: int) -> float:
-            x_attn = kv_tokens * kv_bytes_per_token * per_byte + per_decode + t0
+            x_attn = decode(kv_tokens * kv_bytes_per_token) + t0
             return max([cj + aj * x_attn + hj for cj, aj, hj in lines]) / 1e3
 
         return most

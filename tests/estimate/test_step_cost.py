@@ -47,23 +47,89 @@ def test_the_line_table_equals_the_kernel_matrix_on_random_steps(llama8b):
         assert fast == pytest.approx(direct, rel=1e-9), (content, mode, padded)
 
 
+def _reference_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int:
+    """vllm-flash-attn's num_splits_heuristic (hopper/heuristics.h), again with numpy."""
+    if units >= 0.8 * slots or n_blocks <= min_blocks or (n_blocks <= 8 and units >= 32):
+        return 1
+    splits = np.arange(1, min(128, slots, n_blocks) + 1)
+    waves = units * splits / slots
+    eff = waves / np.ceil(waves) * np.where(n_blocks // splits < 4, 0.85, 1.0)
+    return int(splits[eff >= 0.95 * eff.max()][0])
+
+
+def _reference_decode_us(contexts, kv_heads: int, per_token: float, spec, c) -> float:
+    """One layer's split-KV decode with t0, from the formula in the kernel model's doc."""
+    n = len(contexts)
+    kv = sum(contexts) * per_token
+    slots = c["sms"] * c["ctas_per_sm"]
+    n_blocks = int(np.ceil(np.mean(contexts) / c["block_n"]))
+    s = _reference_splits(n * kv_heads, slots, n_blocks, c["min_split_blocks"])
+    ctas = n * kv_heads * s
+    bw = spec.bandwidth_bytes_per_s * c["eb"] / (c["l2_factor"] if kv <= c["l2_bytes"] else 1)
+    tile_us = c["block_n"] * per_token / kv_heads * min(ctas, slots) / bw * 1e6
+    wave_us = c["cta_us"] + np.ceil(n_blocks / s) * tile_us
+    return c["t0_us"] + np.ceil(ctas / slots) * wave_us + (c["combine_us"] if s > 1 else 0)
+
+
 def test_attention_is_priced_per_request(llama8b):
     rng = np.random.default_rng()
     contexts = rng.integers(100, 4000, 32).tolist()
     short = price_step(llama8b, decode_contexts=contexts)
     long = price_step(llama8b, decode_contexts=[4 * c for c in contexts])
     assert long > short  # the same batch reading four times the KV cache takes longer
-    # the decode attention term grows with the KV bytes read, nothing else changes
-    pricer = llama8b.pricer()
-    a = pricer.attention_us(StepContent.of(contexts))
-    b = pricer.attention_us(StepContent.of([2 * c for c in contexts]))
-    kv = sum(contexts) * llama8b.attention.kv_bytes_per_token
-    coeffs = pricer.coeffs.decode
-    assert b - a == pytest.approx(kv / (llama8b.spec.bandwidth_bytes_per_s * coeffs["eb"]) * 1e6)
+    # Hopper: split-KV waves of the requests' KV (their mean context), as written out here
+    pricer, shape = llama8b.pricer(), llama8b.attention
+    for n in (1, int(rng.integers(2, 64)), int(rng.integers(64, 512))):
+        ctx = rng.integers(1, 20000, n).tolist()
+        got = pricer.attention_us(StepContent.of(ctx))
+        ref = _reference_decode_us(
+            ctx, shape.kv_heads, shape.kv_bytes_per_token, llama8b.spec, pricer.coeffs.decode
+        )
+        assert got == pytest.approx(ref, rel=1e-12)
     # a prompt chunk after a cached prefix costs more than the same chunk alone
     alone = price_step(llama8b, prompt_chunks=[(0, 512)])
     after = price_step(llama8b, prompt_chunks=[(6000, 512)])
     assert after > alone
+
+
+def test_ampere_decode_attention_stays_linear_in_the_kv_read():
+    """A100 (FA2 tables) keeps the linear form: doubling the contexts adds the KV bytes
+    at the fitted bandwidth, nothing else."""
+    a100 = device_cost_model("llama-3.1-8b", "A100")
+    pricer = a100.pricer()
+    assert "cta_us" not in pricer.coeffs.decode
+    contexts = np.random.default_rng().integers(100, 4000, 32).tolist()
+    a = pricer.attention_us(StepContent.of(contexts))
+    b = pricer.attention_us(StepContent.of([2 * c for c in contexts]))
+    kv = sum(contexts) * a100.attention.kv_bytes_per_token
+    eb = pricer.coeffs.decode["eb"]
+    assert b - a == pytest.approx(kv / (a100.spec.bandwidth_bytes_per_s * eb) * 1e6)
+
+
+def test_the_split_heuristic_is_flash_attentions():
+    from cgdispatch.estimate.kernel_model import fa_num_splits
+
+    rng = np.random.default_rng()
+    for _ in range(300):
+        units, blocks = int(rng.integers(1, 200)), int(rng.integers(1, 600))
+        slots, floor = int(rng.choice([132, 216])), int(rng.choice([0, 4]))
+        assert fa_num_splits(units, slots, blocks, floor) == _reference_splits(
+            units, slots, blocks, floor
+        )
+    # FA3's comment: "we never split for hdim = 128 and seqlen_k = 512" (4 tiles of 128)
+    assert fa_num_splits(8, 132, 4, 4) == 1
+    assert fa_num_splits(8, 132, 5, 4) > 1  # one request's 8 KV heads leave SMs idle
+
+
+def test_decode_attention_steps_with_waves_of_ctas(llama8b):
+    """Out of L2, one more request past a full wave of CTAs costs a whole wave."""
+    pricer, shape = llama8b.pricer(), llama8b.attention
+    c = pricer.coeffs.decode
+    slots = c["sms"] * c["ctas_per_sm"]
+    full = int(slots // shape.kv_heads)  # requests whose CTAs fill one wave (no split)
+    ctx = int(np.random.default_rng().integers(4096, 16384))
+    at = [pricer.attention_us(StepContent.of([ctx] * n)) for n in (full - 1, full, full + 1)]
+    assert at[1] - at[0] < (at[2] - at[1]) / 3  # the wave boundary dominates
 
 
 def test_logits_only_for_sampled_rows(llama8b):
@@ -147,11 +213,19 @@ def test_an_fp8_kv_cache_halves_what_decodes_read():
     fp8 = device_cost_model("llama-3.1-8b", "H100", kv_cache_dtype="fp8")
     assert fp8.attention.kv_bytes_per_token == base.attention.kv_bytes_per_token / 2
     rng = np.random.default_rng()
-    content = StepContent.of(rng.integers(500, 9000, 48).tolist())
+    contexts = rng.integers(500, 9000, 48).tolist()
+    content = StepContent.of(contexts)
     a, b = base.pricer().attention_us(content), fp8.pricer().attention_us(content)
-    kv = content.decode_kv_tokens * base.attention.kv_bytes_per_token / 2
-    eb = base.pricer().coeffs.decode["eb"]
-    assert a - b == pytest.approx(kv / (base.spec.bandwidth_bytes_per_s * eb) * 1e6)
+    assert b < a
+    for cm, got in ((base, a), (fp8, b)):
+        ref = _reference_decode_us(
+            contexts,
+            cm.attention.kv_heads,
+            cm.attention.kv_bytes_per_token,
+            cm.spec,
+            cm.pricer().coeffs.decode,
+        )
+        assert got == pytest.approx(ref, rel=1e-12)
     with pytest.raises(ValueError, match="kv_cache_dtype='int8' is unknown"):
         device_cost_model("llama-3.1-8b", "H100", kv_cache_dtype="int8")
 
@@ -178,3 +252,36 @@ def test_routed_experts_read_the_weights_of_the_experts_reached():
             pricer.coeffs,
         )
         assert rows[routed] == pytest.approx(expected)
+
+
+def test_the_per_batch_decode_price_equals_the_scalar_one():
+    """decode_attention_fn (one batch, memoized per tile count and L2 residency) gives the
+    same floats as the scalar price, on both sides of L2 and across tile boundaries."""
+    from cgdispatch.estimate.kernel_model import decode_attention_fn, decode_attention_scalar_us
+
+    rng = np.random.default_rng()
+    for device in ("H100", "A100"):
+        cm = device_cost_model("llama-3.1-8b", device)
+        s, coeffs = cm.attention, cm.pricer().coeffs
+        for n in rng.integers(1, 300, 6).tolist():
+            fn = decode_attention_fn(n, s.heads, s.kv_heads, s.kv_bytes_per_token, cm.spec, coeffs)
+            for tokens in rng.integers(n, n * 20000, 200).tolist():
+                kv = tokens * s.kv_bytes_per_token
+                want = decode_attention_scalar_us(
+                    kv, n, s.heads, s.kv_heads, s.kv_bytes_per_token, cm.spec, coeffs
+                )
+                assert fn(kv) == want
+
+
+def test_a_steady_decode_line_equals_the_step_price(llama8b):
+    """decode_step_ms (the bulk replay's closure) gives step_ms's floats for the same step."""
+    pricer = llama8b.pricer()
+    rng = np.random.default_rng()
+    for _ in range(30):
+        n = int(rng.integers(1, 300))
+        mode = MODES[int(rng.integers(3))]
+        padded = n + int(rng.integers(0, 16))
+        line = pricer.decode_step_ms(n, mode, padded)
+        for _ in range(5):
+            content = StepContent.of(rng.integers(1, 20000, n).tolist())
+            assert line(content.decode_kv_tokens) == pricer.step_ms(content, mode, padded)
