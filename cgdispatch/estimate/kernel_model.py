@@ -18,10 +18,11 @@ The formulas (microseconds; ``peak`` and ``bw`` are the device's datasheet rates
   ``num_splits_heuristic``, :func:`fa_num_splits`), one CTA each, ``sms * ctas_per_sm`` at
   a time: ``t0 + waves * (cta + ceil(n_blocks / splits) * tile) + (splits > 1) * combine``
   with ``waves = ceil(units * splits / (sms * ctas_per_sm))`` and ``tile`` the time of one
-  tile while the running CTAs share ``bw * eb`` (times ``l2_factor`` when the layer's whole
-  KV fits in L2: the measured tables read the same cache over and over, so a small one
-  stays in L2; a served step's layers evict each other's). ``context`` is the requests'
-  mean. On Ampere (FlashAttention 2 tables, which this form does not fit better) it stays
+  tile while the running CTAs share ``bw * eb``. In the measured tables the kernel reads
+  the same cache over and over, so a layer's KV that fits in L2 stays there: the fit and
+  the comparison with the tables (``l2_warm``) multiply ``tile`` by ``l2_factor`` then. A
+  served step's layers evict each other's KV, so a served price never does. ``context``
+  is the requests' mean. On Ampere (FlashAttention 2 tables, which this form does not fit better) it stays
   ``t0 + kv_bytes / (bw * eb) + num_decodes * (per_head_req * heads / 64 + per_req)``;
 - prefill attention of one layer, per prompt chunk of ``n`` new tokens after ``c`` cached:
   ``max(causal_flops / (peak * ef * n / (n + n_half)), bytes / (bw * eb))`` with
@@ -35,7 +36,6 @@ It prices kernels; how a step's kernels are issued per mode is
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Callable
@@ -136,7 +136,7 @@ def _is_split_kv(c: dict[str, float]) -> bool:
     return "cta_us" in c
 
 
-@functools.lru_cache(maxsize=65536)
+@cache.memo(maxsize=65536)
 def fa_num_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int:
     """How many pieces FlashAttention 3 splits each request's KV into (split-KV decoding):
     ``num_splits_heuristic`` of vLLM's fork of flash-attention (``vllm-flash-attn``,
@@ -165,6 +165,7 @@ def _split_kv_us(
     kv_bytes_per_token: float,
     spec: DeviceSpec,
     c: dict[str, float],
+    l2_warm: bool,
 ) -> float:
     """One layer's split-KV decode (no ``t0``): waves of CTAs, each reading its tiles."""
     if n <= 0:
@@ -179,9 +180,10 @@ def _split_kv_us(
     waves = math.ceil(ctas / slots)
     tiles = math.ceil(n_blocks / splits)  # KV tiles each CTA reads, one after another
     tile_bytes = block_n * kv_bytes_per_token / kv_heads
-    # the CTAs running at once share the bandwidth; KV that fits in L2 reads faster
+    # the CTAs running at once share the bandwidth; KV that fits in L2 reads faster where
+    # it stays there (a measured table's repeated kernel), never in a served step
     rate = spec.bandwidth_bytes_per_s * c["eb"]
-    if kv_bytes <= c["l2_bytes"]:
+    if l2_warm and kv_bytes <= c["l2_bytes"]:
         rate /= c["l2_factor"]
     per_tile = tile_bytes * min(ctas, slots) / rate * 1e6
     return waves * (c["cta_us"] + tiles * per_tile) + (c["combine_us"] if splits > 1 else 0.0)
@@ -195,6 +197,8 @@ def decode_attention_scalar_us(
     kv_bytes_per_token: float,
     spec: DeviceSpec,
     coeffs: KernelCoefficients,
+    *,
+    l2_warm: bool = False,
 ) -> float:
     """:func:`decode_attention_us` of one step in plain float arithmetic (a replay prices
     every step with it, :mod:`.step_cost`)."""
@@ -202,7 +206,7 @@ def decode_attention_scalar_us(
     if num_decodes <= 0:
         return 0.0
     if _is_split_kv(c):
-        return _split_kv_us(kv_bytes, num_decodes, kv_heads, kv_bytes_per_token, spec, c)
+        return _split_kv_us(kv_bytes, num_decodes, kv_heads, kv_bytes_per_token, spec, c, l2_warm)
     per_byte = 1e6 / (spec.bandwidth_bytes_per_s * c["eb"])
     per_request = c["per_head_req_us"] * heads / 64.0 + c.get("per_req_us", 0.0)
     return kv_bytes * per_byte + per_request * num_decodes
@@ -215,6 +219,8 @@ def decode_attention_fn(
     kv_bytes_per_token: float,
     spec: DeviceSpec,
     coeffs: KernelCoefficients,
+    *,
+    l2_warm: bool = False,
 ) -> Callable[[float], float]:
     """:func:`decode_attention_scalar_us` of ``num_decodes`` requests as a function of the
     KV bytes they read, the same floats: a replay prices thousands of steps of one batch
@@ -225,7 +231,7 @@ def decode_attention_fn(
 
     def direct(kv_bytes: float) -> float:
         return decode_attention_scalar_us(
-            kv_bytes, n, heads, kv_heads, kv_bytes_per_token, spec, coeffs
+            kv_bytes, n, heads, kv_heads, kv_bytes_per_token, spec, coeffs, l2_warm=l2_warm
         )
 
     if n <= 0 or not _is_split_kv(c):
@@ -234,7 +240,10 @@ def decode_attention_fn(
     memo: dict[tuple[int, bool], float] = {}
 
     def tiled(kv_bytes: float) -> float:
-        key = (max(1, math.ceil(kv_bytes / per_request / block_n - 1e-9)), kv_bytes <= l2)
+        key = (
+            max(1, math.ceil(kv_bytes / per_request / block_n - 1e-9)),
+            l2_warm and kv_bytes <= l2,
+        )
         t = memo.get(key)
         if t is None:
             t = memo[key] = direct(kv_bytes)
@@ -251,10 +260,15 @@ def decode_attention_us(
     kv_bytes_per_token: float | np.ndarray,
     spec: DeviceSpec,
     coeffs: KernelCoefficients,
+    *,
+    l2_warm: bool = False,
 ) -> np.ndarray:
     """One layer's decode attention: ``num_decodes`` requests reading ``kv_bytes`` of KV
     cache in all, ``kv_bytes_per_token`` per token of one request (all its ``kv_heads``);
-    zero when there are no decodes; ``t0`` (the launch) is the caller's."""
+    zero when there are no decodes; ``t0`` (the launch) is the caller's. ``l2_warm``: a
+    layer's KV that fits in L2 is read from there, as in a measured table that runs the
+    same kernel on the same cache over and over (the fit and the comparison with those
+    tables); a served step's layers evict each other's KV, so it is off by default."""
     args = np.broadcast_arrays(
         *(
             np.asarray(x, dtype=np.float64)
@@ -262,7 +276,7 @@ def decode_attention_us(
         )
     )
     out = [
-        decode_attention_scalar_us(b, n, h, kv, per, spec, coeffs)
+        decode_attention_scalar_us(b, n, h, kv, per, spec, coeffs, l2_warm=l2_warm)
         for b, n, h, kv, per in zip(*(a.ravel().tolist() for a in args))
     ]
     return np.asarray(out, dtype=np.float64).reshape(args[0].shape)

@@ -37,6 +37,7 @@ from ..core.step_content import StepContent
 from .kernel_model import (
     allreduce_us,
     decode_attention_fn,
+    decode_attention_scalar_us,
     decode_attention_us,
     gemm_us,
     kernel_coefficients,
@@ -121,11 +122,24 @@ class StepPricer:
         self._decode_fns: dict[int, Callable[[float], float]] = {}
 
     # ----- the two content-dependent terms ------------------------------------------------
-    def attention_us(self, content: StepContent) -> float:
-        """One layer's attention (us) of the step's decodes and prompt chunks."""
+    def attention_us(self, content: StepContent, *, l2_warm: bool = False) -> float:
+        """One layer's attention (us) of the step's decodes and prompt chunks (``l2_warm``:
+        as a measured table times it, :func:`~.kernel_model.decode_attention_us`)."""
         c, s = self.coeffs, self.shape
         t = t0 = 0.0
-        if content.decode_reqs:  # scalar arithmetic: the replay prices every step
+        if content.decode_reqs and l2_warm:
+            t = decode_attention_scalar_us(
+                content.decode_kv_tokens * s.kv_bytes_per_token,
+                content.decode_reqs,
+                s.heads,
+                s.kv_heads,
+                s.kv_bytes_per_token,
+                self.spec,
+                c,
+                l2_warm=True,
+            )
+            t0 = c.decode["t0_us"]
+        elif content.decode_reqs:  # scalar arithmetic: the replay prices every step
             t = self._decode_us(content.decode_reqs, content.decode_kv_tokens)
             t0 = c.decode["t0_us"]
         if content.chunks:
@@ -266,14 +280,17 @@ class StepPricer:
             self._heads[sampled] = found
         return found
 
-    def device_ms(self, content: StepContent, padded: int | None = None) -> float:
+    def device_ms(
+        self, content: StepContent, padded: int | None = None, *, l2_warm: bool = False
+    ) -> float:
         """The step's kernels' device work alone (ms): no launches, gaps or host time, the
-        sum a per-kernel measurement adds up (what bench_step_costs.py compares)."""
+        sum a per-kernel measurement adds up (what bench_step_costs.py compares, with
+        ``l2_warm`` as those measurements ran)."""
         padded = content.num_tokens if padded is None else padded
         rows = self.kernel_rows(
             np.array([padded]),
             np.array([content.sampled_tokens]),
-            np.array([self.attention_us(content)]),
+            np.array([self.attention_us(content, l2_warm=l2_warm)]),
         )
         return float(rows.sum()) / 1e3
 
