@@ -34,10 +34,11 @@ steps).
 
 Last figures (``model``, 2 cores; docs/calibration.md, "Serving overhead"), median
 |sim/pub - 1| with the overhead on, mean TTFT / mean TPOT / output / total throughput: all 45
-runs 14.8% / 12.3% / 7.9% / 8.3% (every target met); held out (30 runs on other GPUs)
-14.9% / 10.1% / 7.1% / 7.9%; fit (15 H100 runs) 10.7% / 46.2% / 13.3% / 13.7%. That is after
-the refit that followed the start-up model's sampler warm-up by release (front end 15 ms, 35
-ms in flight); the pick before it (20 ms, 20 ms) gave all 20.5% / 12.3% / 7.4% / 8.3% and
+runs 14.7% / 12.3% / 7.5% / 8.1% (every target met); held out (30 runs on other GPUs)
+15.4% / 10.1% / 6.6% / 7.5%; fit (15 H100 runs) 10.2% / 46.3% / 12.7% / 13.0%. That is after
+the refit that followed split-KV decode attention on Hopper (front end 15 ms, tokenizer 2.5
+ms, 35 ms in flight; with the tokenizer at 0, the pick before, all 14.8% / 12.3% / 7.9% /
+8.3%); the refit before it followed the start-up model's sampler warm-up by release; the pick before that (20 ms, 20 ms) gave all 20.5% / 12.3% / 7.4% / 8.3% and
 held out 16.9% / 10.1% / 5.9% / 6.6%. Before the front end was shared (first come, first served; 30 ms, 20 ms, 0.3 ms): all 23.3% / 9.1% /
 9.4% / 9.7%, held out 21.9% / 8.4% / 8.1% / 9.4%.
 

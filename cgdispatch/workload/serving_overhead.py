@@ -139,13 +139,13 @@ NO_SERVING_OVERHEAD = ServingOverhead()
 # cgdispatch/data/published_serving_runs.csv (the 15 runs on H100: GPUStack's pages, vLLM
 # 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 30 held-out runs (A100,
 # RTX 4090). step_ms was not fitted (0): no run separates it from the GPU's fixed cost. The
-# tokenizer stage was in the grid (0-10 ms a request) and the fit left it out (0: objective
-# 0.210, 2.5 ms ties to three places and the grid keeps the first minimum), so the fitted
-# front end stays wholly shared; tokenize_ms is there to be set by whoever fits a server of
-# their own. Refitted (was 20 ms front end, 20 ms in flight) when the start-up model began
-# counting each release's sampler warm-up, which shrinks the fit split's 0.11.0 KV caches.
+# tokenizer stage is in the grid (0-10 ms a request). Refitted (was 20 ms front end, 20 ms in
+# flight) when the start-up model began counting each release's sampler warm-up, which
+# shrinks the fit split's 0.11.0 KV caches; refitted again when decode attention on Hopper
+# became FlashAttention 3's split-KV waves: the pick moved from tokenizer 0 to 2.5 ms
+# (objective 0.20554 against 0.20594 at 0; the other fields as before).
 VLLM_SERVING_OVERHEAD = ServingOverhead(
-    front_end_ms=15.0, step_ms=0.0, step_request_ms=0.15, request_latency_ms=35.0, tokenize_ms=0.0
+    front_end_ms=15.0, step_ms=0.0, step_request_ms=0.15, request_latency_ms=35.0, tokenize_ms=2.5
 )
 
 
