@@ -23,6 +23,7 @@ from ..core.validate import (
     check_bool,
     check_int,
 )
+from ..core.warn import warn_user
 from .vllm_rules import scheduler_rules
 
 if TYPE_CHECKING:
@@ -116,7 +117,9 @@ class SchedulerLimits:
             given = release
         set_(self, "release", full_release(given))
         set_(self, "vllm_version", check_version(given) or default_release())
-        scheduler_rules(self.vllm_version)
+        rules = scheduler_rules(self.vllm_version)
+        if self.enable_chunked_prefill or not rules.long_prefill_needs_chunked:
+            _warn_padded_cut(self.num_speculative_tokens, self.long_prefill_token_threshold)
 
     @property
     def q(self) -> int:
@@ -131,6 +134,25 @@ class SchedulerLimits:
         if self.num_speculative_tokens and not rules.async_with_drafts:
             return False  # 0.33: async scheduling is turned off for (ngram) drafts
         return _async_by_default(self.release, rules.async_by_default)
+
+
+def _warn_padded_cut(k: int, lpt: int) -> None:
+    """Warn when vLLM can stop on these settings: with drafts on, its scheduler pads a
+    request it admits with one token left to compute (a one-token prompt, or a prompt
+    cached but for its last token) to ``1 + k`` tokens and then fails an assertion when
+    ``long_prefill_token_threshold`` cuts it shorter (``vllm/v1/core/sched/scheduler.py``,
+    0.33.0 and 0.34.0). vLLM takes the settings; the replay refuses the step where it
+    would stop (:mod:`~cgdispatch.workload.vllm_scheduler`). Called where the release
+    applies the threshold (0.34: with chunked prefill only)."""
+    if k and 0 < lpt < 1 + k:
+        warn_user(
+            f"long_prefill_token_threshold={lpt} is below 1 + num_speculative_tokens = "
+            f"{1 + k}: vLLM 0.33 and 0.34 stop on a failed assertion when they admit a "
+            f"request with one token left to compute (a one-token prompt, or a prompt "
+            f"cached but for its last token) while another is scheduled, pad it to {1 + k} "
+            f"tokens and cut it to {lpt}; the replay refuses that step. Set "
+            f"long_prefill_token_threshold to 0 or to at least {1 + k}"
+        )
 
 
 def _async_by_default(release: str, generation_default: bool) -> bool:

@@ -104,3 +104,39 @@ def test_vllm_itself_stops_where_the_replay_refuses(version: str) -> None:
             else:
                 assert "crash" not in got and "refusal" not in got
                 assert replay({**case, **got}, version) == expected({**case, **got})
+
+
+def test_settings_vllm_can_stop_on_are_warned_of_when_made() -> None:
+    """The limits warn on construction, naming both values and the fix, exactly when a
+    one-token admission padded to 1 + k would be cut (drafts on, 0 < threshold < 1 + k)."""
+    import warnings
+
+    from cgdispatch import SchedulerLimits
+
+    rng = random.Random()
+    for _ in range(40):
+        k = rng.randint(1, 8)
+        lpt = rng.randint(1, k)  # below 1 + k
+        with pytest.warns(UserWarning) as caught:
+            SchedulerLimits(num_speculative_tokens=k, long_prefill_token_threshold=lpt)
+        text = str(caught[0].message)
+        assert f"long_prefill_token_threshold={lpt}" in text and f"= {1 + k}" in text
+        assert f"to 0 or to at least {1 + k}" in text
+        safe = [(k, 0, True, "0.34"), (k, 1 + k + rng.randint(0, 50), True, "0.34")]
+        safe += [(0, lpt, True, "0.34"), (k, lpt, False, "0.34")]  # 0.34: chunked only
+        for drafts, threshold, chunked, version in safe:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                SchedulerLimits(
+                    num_speculative_tokens=drafts,
+                    long_prefill_token_threshold=threshold,
+                    enable_chunked_prefill=chunked,
+                    vllm_version=version,
+                )
+        with pytest.warns(UserWarning):  # 0.33 applies the threshold without chunking too
+            SchedulerLimits(
+                num_speculative_tokens=k,
+                long_prefill_token_threshold=lpt,
+                enable_chunked_prefill=False,
+                vllm_version="0.33",
+            )
