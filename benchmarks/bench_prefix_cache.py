@@ -15,7 +15,8 @@ also runs once with every prompt unique (no ``hash_ids``), which takes the count
 the KV cache is unlimited and the block path here.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_prefix_cache.py [NUM_REQUESTS]`` (1M: several
-minutes on 2 cores).
+minutes on 2 cores). The target is judged on wall seconds (what a person waits); the CPU
+seconds are printed beside them, since on a loaded machine the wall figure runs 2-4x over.
 
 Figures, measured (CPU) on this 2-core machine shared with other sessions, 2026-12-05: the
 replay's CPU seconds (``time.process_time``; wall was 2-4x higher under load), each pair of
@@ -170,10 +171,12 @@ def main() -> int:
     scaled = on_s * 1_000_000 / num_requests
     if num_requests >= 1_000_000:
         met = targets.check(f"1M requests under {TARGET_1M_S:.0f} s", on_s < TARGET_1M_S)
-        shown = f"{on_s:.1f} s ({'met' if met else 'MISSED'})"
+        shown = f"{on_s:.1f} s wall ({'met' if met else 'MISSED'}; {on_cpu:.1f} CPU s)"
     else:
-        shown = f"{scaled:.0f} s if linear from {num_requests:_} (run with 1000000 to measure)"
-    print(f"target < {TARGET_1M_S:.0f} s for 1M requests with prefix caching on: {shown}")
+        shown = f"{scaled:.0f} s wall if linear from {num_requests:_} (run with 1000000 to measure)"
+    # judged on wall seconds, what a person waits; on a loaded machine they exceed the CPU
+    # seconds printed above (2-4x on these shared 2-core machines)
+    print(f"target < {TARGET_1M_S:.0f} s wall for 1M requests with prefix caching on: {shown}")
     return targets.exit_code()
 
 
