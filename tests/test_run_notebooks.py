@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -12,15 +11,13 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from cgdispatch import CudagraphDispatcher, GraphConfig
+from tests.load_script import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "run_notebooks.py"
 
 
 def load_runner():
-    spec = importlib.util.spec_from_file_location("run_notebooks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def write_notebook(path: Path, cells: list[str]) -> None:

@@ -4,22 +4,20 @@ file's tests kept together and in their own order."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.load_script import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _root_conftest():
     # loaded by path: "conftest" in sys.modules may be tests/conftest.py
-    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "conftest.py", "root_conftest")
 
 
 @dataclass

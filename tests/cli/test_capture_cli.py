@@ -9,6 +9,7 @@ import torch
 
 from cgdispatch.__main__ import main
 from cgdispatch.capture.backends import CpuReplayBackend
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,11 +149,7 @@ def test_module_entry_point_runs():
 
 
 def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/gpu_check.py")
     out_csv = tmp_path / "check.csv"
     argv = [
         "--device",
@@ -199,7 +196,6 @@ def test_gpu_check_script_runs_on_cpu(tmp_path, capsys):
 
 
 def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):
-    import importlib.util
 
     import pandas as pd
 
@@ -207,9 +203,7 @@ def test_gpu_check_script_runs_generation_2_on_cpu(tmp_path, capsys):
     from cgdispatch.core.v2.cudagraph_manager import CudaGraphManager
     from cgdispatch.models.toy import PRESETS
 
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/gpu_check.py")
     out_csv = tmp_path / "check.csv"
     argv = ["--device", "cpu", "--model", "toy-tiny", "--sizes", "1,4", "--iters", "2"]
     argv += ["--repeats", "1", "--vllm-version", "0.34", "--modes", "FULL,FULL_AND_PIECEWISE"]

@@ -3,11 +3,12 @@ what the extraction script reads from a start-up log, and what the shipped CSV h
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "cgdispatch" / "data" / "reference_vllm_startups.csv"
@@ -36,12 +37,7 @@ LOG = """\
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "extract_vllm_startups", ROOT / "scripts" / "extract_vllm_startups.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/extract_vllm_startups.py")
 
 
 def test_a_startup_log_gives_its_settings_and_capture_figures() -> None:

@@ -3,22 +3,20 @@ exits non-zero when it is a miss, and the collector names what was missed."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.load_script import load_script
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 VERDICT = re.compile(r"FAIL|MISSED|NOT met|targets not met|\"missed\"")
 
 
 def load_targets():
-    spec = importlib.util.spec_from_file_location("targets", BENCH / "targets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.Targets
+    return load_script(BENCH / "targets.py").Targets
 
 
 def test_the_collector_exits_1_naming_every_missed_target(capsys) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.load_script import load_script
+
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 SCIENTIFIC = re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[+-]\d+\b")
 _IMAGES = ("image/png", "image/svg+xml", "application/vnd.jupyter.widget-view+json")
@@ -51,14 +53,8 @@ def _visible_text(page: str) -> str:
 def test_the_built_report_holds_no_scientific_notation(tmp_path: Path) -> None:
     """The offline report as scripts/run_notebooks.py builds it from the committed notebooks:
     every notebook's page and the index, with the README's tune verdict as its headline."""
-    import importlib.util
-
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location(
-        "run_notebooks", root / "scripts" / "run_notebooks.py"
-    )
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = load_script("scripts/run_notebooks.py")
     from cgdispatch.views.notebook_index import HEADLINE_FILE
 
     readme = (root / "README.md").read_text(encoding="utf-8")

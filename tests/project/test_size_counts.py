@@ -4,20 +4,16 @@ quote it. A helper's change once grew ``steady_stretch`` to 160 lines unnoticed.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _size_counts():
-    spec = importlib.util.spec_from_file_location(
-        "size_counts", ROOT / "scripts" / "size_counts.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/size_counts.py")
 
 
 def test_at_most_five_functions_pass_80_lines() -> None:

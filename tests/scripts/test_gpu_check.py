@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.load_script import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CHEAP = ["--device", "cpu", "--model", "toy-tiny", "--sizes", "1,2", "--modes", "FULL"]
@@ -15,10 +16,7 @@ CHEAP += ["--iters", "1", "--repeats", "1"]
 
 @pytest.fixture
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gpu_check.py")
 
 
 def test_default_output_is_results_gpu(gpu_check, tmp_path, monkeypatch):
