@@ -127,20 +127,15 @@ class StepPricer:
         as a measured table times it, :func:`~.kernel_model.decode_attention_us`)."""
         c, s = self.coeffs, self.shape
         t = t0 = 0.0
-        if content.decode_reqs and l2_warm:
-            t = decode_attention_scalar_us(
-                content.decode_kv_tokens * s.kv_bytes_per_token,
-                content.decode_reqs,
-                s.heads,
-                s.kv_heads,
-                s.kv_bytes_per_token,
-                self.spec,
-                c,
-                l2_warm=True,
-            )
-            t0 = c.decode["t0_us"]
-        elif content.decode_reqs:  # scalar arithmetic: the replay prices every step
-            t = self._decode_us(content.decode_reqs, content.decode_kv_tokens)
+        if content.decode_reqs:  # scalar arithmetic: the replay prices every step
+            n, kv_tokens = content.decode_reqs, content.decode_kv_tokens
+            if l2_warm:  # the measured tables' conditions: not kept per batch size
+                per = s.kv_bytes_per_token
+                t = decode_attention_scalar_us(
+                    kv_tokens * per, n, s.heads, s.kv_heads, per, self.spec, c, l2_warm=True
+                )
+            else:
+                t = self._decode_us(n, kv_tokens)
             t0 = c.decode["t0_us"]
         if content.chunks:
             done, new = np.array(content.chunks, dtype=np.float64).T
