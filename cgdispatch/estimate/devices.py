@@ -72,6 +72,9 @@ class DeviceSpec:
     # the GPU-to-GPU link one tensor-parallel all-reduce crosses: bytes/s per GPU in one
     # direction (NVLink, PCIe; device_specs.csv names the source); 0: unknown (PCIe Gen4)
     link_bytes_per_s: float = 0.0
+    # streaming multiprocessors (device_specs.csv names the source); 0: unknown, the fitted
+    # GPU's count (the split-KV decode waves of estimate.kernel_model run over them)
+    sms: int = 0
 
     def __post_init__(self) -> None:
         check_text("device name", self.name, max_chars=200)
@@ -97,6 +100,7 @@ _NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "memory_bytes": (0.0, MAX_DEVICE_MEMORY, True),
     "peak_fp8_flops": (0.0, MAX_DEVICE_RATE, False),
     "link_bytes_per_s": (0.0, MAX_DEVICE_RATE, False),
+    "sms": (0.0, 100_000.0, False),
     # a share of peak: at 0 a kernel never ends (tune's scheduler loop waited forever)
     "flop_efficiency": (MIN_EFFICIENCY, 1.0, False),
     "bw_efficiency": (MIN_EFFICIENCY, 1.0, False),
@@ -141,6 +145,7 @@ def _load_table() -> tuple[dict[str, DeviceSpec], dict[str, str]]:
             peak_fp8_flops=float(row["fp8_tflops"]) * 1e12,
             architecture=row["architecture"],
             link_bytes_per_s=float(row["link_gb_s"]) * 1e9,
+            sms=int(row["sms"] or 0),
         )
         presets[row["name"]] = spec
         for alias in filter(None, row["aliases"].split()):

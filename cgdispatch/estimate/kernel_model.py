@@ -16,7 +16,8 @@ The formulas (microseconds; ``peak`` and ``bw`` are the device's datasheet rates
   ``units = num_decodes * kv_heads`` (the GQA query heads packed in one tile) reads its
   ``n_blocks = ceil(context / block_n)`` KV tiles in ``splits`` pieces (flash-attention's
   ``num_splits_heuristic``, :func:`fa_num_splits`), one CTA each, ``sms * ctas_per_sm`` at
-  a time: ``t0 + waves * (cta + ceil(n_blocks / splits) * tile) + (splits > 1) * combine``
+  a time (``sms``: the device's own count where ``device_specs.csv`` has it, else the
+  fitted H100's 132): ``t0 + waves * (cta + ceil(n_blocks / splits) * tile) + (splits > 1) * combine``
   with ``waves = ceil(units * splits / (sms * ctas_per_sm))`` and ``tile`` the time of one
   tile while the running CTAs share ``bw * eb``. In the measured tables the kernel reads
   the same cache over and over, so a layer's KV that fits in L2 stays there: the fit and
@@ -171,7 +172,9 @@ def _split_kv_us(
     if n <= 0:
         return 0.0
     block_n = int(c["block_n"])
-    slots = int(c["sms"] * c["ctas_per_sm"])
+    # the GPU's own SMs where the table names them (an H100 PCIe 114, an H20 78), else the
+    # fitted GPU's (132: H100 SXM, H200, H800)
+    slots = int((spec.sms or c["sms"]) * c["ctas_per_sm"])
     units = max(1, round(n * kv_heads))
     # KV tiles per request at the requests' mean context (decode_attention_fn keys on it)
     n_blocks = max(1, math.ceil(kv_bytes / (n * kv_bytes_per_token) / block_n - 1e-9))

@@ -41,6 +41,8 @@ def test_the_table_lists_the_issues_gpus_each_with_a_source():
         assert 0.9 * marketed <= spec.memory_bytes <= marketed, name
         if row["memory_gib_reported"] and name not in ("H100-SXM", "H200-SXM"):
             assert "reported memory: https://" in row["source"], name
+        # an SM count (the split-KV decode waves) comes with its source, else it is 0
+        assert spec.sms == int(row["sms"] or 0) and bool(row["sms"]) == bool(row["sms_source"])
 
 
 ISSUE_35 = ("A800", "H800", "H20", "L20", "L40", "A40", "RTX-A6000", "RTX-6000-Ada", "V100")

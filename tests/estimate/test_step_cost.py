@@ -148,6 +148,25 @@ def test_decode_attention_steps_with_waves_of_ctas(llama8b):
     assert at[1] - at[0] < (at[2] - at[1]) / 3  # the wave boundary dominates
 
 
+def test_decode_waves_run_over_the_gpus_own_sms():
+    """An H20 (78 SMs) and an H100 PCIe (114) put their decode CTAs in waves of their own
+    SM count, not the fitted H100 SXM's 132: one request past a full wave costs a wave, and
+    the price is the written-out formula's with that count."""
+    ctx = int(np.random.default_rng().integers(4096, 16384))
+    for device, sms in (("H20", 78), ("H100-PCIe", 114), ("H100", 132)):
+        cm = device_cost_model("llama-3.1-8b", device)
+        pricer, shape = cm.pricer(), cm.attention
+        assert cm.spec.sms == sms
+        full = sms // shape.kv_heads  # requests whose CTAs fill one wave (no split)
+        at = [pricer.attention_us(StepContent.of([ctx] * n)) for n in (full - 1, full, full + 1)]
+        assert at[1] - at[0] < (at[2] - at[1]) / 3, device
+        coeffs = dict(pricer.coeffs.decode, sms=sms)
+        per = shape.kv_bytes_per_token
+        for n, got in zip((full - 1, full, full + 1), at):
+            ref = _reference_decode_us([ctx] * n, shape.kv_heads, per, cm.spec, coeffs)
+            assert got == pytest.approx(ref, rel=1e-12), (device, n)
+
+
 def test_logits_only_for_sampled_rows(llama8b):
     pricer = llama8b.pricer()
     one_prompt = StepContent.of(prompt_chunks=[(0, 2048)])
