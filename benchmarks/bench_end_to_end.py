@@ -33,9 +33,10 @@ in flight, the run's median prompt prefilled alone, and the rest (waiting on oth
 steps).
 
 Last figures (``model``, 2 cores; docs/calibration.md, "Serving overhead"), median
-|sim/pub - 1| with the overhead on, mean TTFT / mean TPOT / output / total throughput: all 45
-runs 14.7% / 12.3% / 7.5% / 8.1% (every target met); held out (30 runs on other GPUs)
-15.4% / 10.1% / 6.6% / 7.5%; fit (15 H100 runs) 10.2% / 46.3% / 12.7% / 13.0%. That is after
+|sim/pub - 1| with the overhead on, mean TTFT / mean TPOT / output / total throughput: all 49
+runs 17.4% / 12.3% / 7.5% / 8.1% (every target met; false overloads 0 of the 3 runs at a finite
+rate); held out (34 runs on other GPUs) 17.8% / 11.0% / 6.6% / 7.5%; before surajssd's four
+runs (45) all 14.7% / 12.3% / 7.5% / 8.1%, held out 15.4% / 10.1% / 6.6% / 7.5%; fit (15 H100 runs) 10.2% / 46.3% / 12.7% / 13.0%. That is after
 the refit that followed split-KV decode attention on Hopper (front end 15 ms, tokenizer 2.5
 ms, 35 ms in flight; with the tokenizer at 0, the pick before, all 14.8% / 12.3% / 7.9% /
 8.3%); the refit before it followed the start-up model's sampler warm-up by release; the pick before that (20 ms, 20 ms) gave all 20.5% / 12.3% / 7.4% / 8.3% and

@@ -103,6 +103,7 @@ CLIENT_SEED = 0  # vllm bench serve's --seed default (serve.py, 0.10.1.1 and 0.1
 _PREFIX_CACHING_WORDS = {"on": True, "true": True, "off": False, "false": False}
 
 _D = "dennislee22-qwen2-7b-a100-test{}-random-1024-1024-n{}"
+_S = "surajssd-llama-3.3-70b-a100-40gb-tp8-sharegpt-rate{}"
 # The runs made before each run against the same vLLM server, oldest first, where the
 # source shows them: dennislee22's README (commit b474d1e) pastes after each result the
 # server log lines printed during it, with the API server's pid, date and time. Same pid,
@@ -131,6 +132,13 @@ SAME_SERVER_EARLIER: dict[str, tuple[str, ...]] = {
     _D.format(5, 75): (_D.format(5, 10),),
     _D.format(5, 200): (_D.format(5, 100),),
     _D.format(5, 500): (_D.format(5, 100), _D.format(5, 200)),
+    # surajssd/llm-k8s (commit 58b61c5, 01_tp8_pp1/benchmark-script-run.sh): one script run
+    # sends rates 1, 4, 16 and inf, in that order, to the one server it deployed (the same
+    # base URL; client log times 04-14 14:11, 14:15, 14:16, 14:17), each the same 200
+    # ShareGPT prompts (seed 0), with prefix caching on
+    _S.format("4"): (_S.format("1"),),
+    _S.format("16"): (_S.format("1"), _S.format("4")),
+    _S.format("inf"): (_S.format("1"), _S.format("4"), _S.format("16")),
 }
 
 

@@ -137,7 +137,7 @@ NO_SERVING_OVERHEAD = ServingOverhead()
 
 # Fitted by `benchmarks/bench_end_to_end.py --fit` (a grid: FIT_GRID there) on the fit split of
 # cgdispatch/data/published_serving_runs.csv (the 15 runs on H100: GPUStack's pages, vLLM
-# 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 30 held-out runs (A100,
+# 0.9.2 and 0.11.0); docs/calibration.md reports the error on the 34 held-out runs (A100,
 # RTX 4090). step_ms was not fitted (0): no run separates it from the GPU's fixed cost. The
 # tokenizer stage is in the grid (0-10 ms a request). Refitted (was 20 ms front end, 20 ms in
 # flight) when the start-up model began counting each release's sampler warm-up, which
