@@ -159,6 +159,12 @@ def fa_num_splits(units: int, slots: int, n_blocks: int, min_blocks: int) -> int
     return next(s for s, e in enumerate(eff, start=1) if e >= 0.95 * best)
 
 
+def _kv_tiles(kv_bytes: float, per_request_bytes: float, block_n: int) -> int:
+    """KV tiles per request at the requests' mean context: what the split-KV time depends
+    on (with L2 residency), so also what :func:`decode_attention_fn` remembers it by."""
+    return max(1, math.ceil(kv_bytes / per_request_bytes / block_n - 1e-9))
+
+
 def _split_kv_us(
     kv_bytes: float,
     n: float,
@@ -176,8 +182,7 @@ def _split_kv_us(
     # fitted GPU's (132: H100 SXM, H200, H800)
     slots = int((spec.sms or c["sms"]) * c["ctas_per_sm"])
     units = max(1, round(n * kv_heads))
-    # KV tiles per request at the requests' mean context (decode_attention_fn keys on it)
-    n_blocks = max(1, math.ceil(kv_bytes / (n * kv_bytes_per_token) / block_n - 1e-9))
+    n_blocks = _kv_tiles(kv_bytes, n * kv_bytes_per_token, block_n)
     splits = fa_num_splits(units, slots, n_blocks, int(c["min_split_blocks"]))
     ctas = units * splits
     waves = math.ceil(ctas / slots)
@@ -243,10 +248,7 @@ def decode_attention_fn(
     memo: dict[tuple[int, bool], float] = {}
 
     def tiled(kv_bytes: float) -> float:
-        key = (
-            max(1, math.ceil(kv_bytes / per_request / block_n - 1e-9)),
-            l2_warm and kv_bytes <= l2,
-        )
+        key = (_kv_tiles(kv_bytes, per_request, block_n), l2_warm and kv_bytes <= l2)
         t = memo.get(key)
         if t is None:
             t = memo[key] = direct(kv_bytes)
